@@ -1,0 +1,239 @@
+"""The snapshot model: frozen dataclasses and JSON (de)serialisation of schema ``gputop/1``.
+
+Stdlib only. Unknown values are ``None`` (JSON ``null``), never 0. Field names carry units.
+Mappings inside a snapshot are plain dicts by convenience; treat them as read-only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+SCHEMA = "gputop/1"
+
+#: memcpy directions, in the order the UI shows them.
+MEMCPY_DIRECTIONS: tuple[str, ...] = ("h2d", "d2h", "d2d", "h2h", "unknown")
+PREFETCH_DIRECTIONS: tuple[str, ...] = ("to_device", "to_host")
+UVM_DIRECTIONS: tuple[str, ...] = ("h2d", "d2h", "d2d")
+
+
+@dataclass(frozen=True)
+class CallBytes:
+    calls: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Event counts of one process, either over one interval or since first seen."""
+
+    launches: int | None = None
+    graph_launches: int | None = None
+    captured_launches: int | None = None
+    memcpy: Mapping[str, CallBytes] | None = None
+    alloc_calls: int | None = None
+    alloc_bytes: int | None = None
+    free_calls: int | None = None
+    live_alloc_bytes: int | None = None
+    managed_alloc_calls: int | None = None
+    managed_alloc_bytes: int | None = None
+    prefetch: Mapping[str, CallBytes] | None = None
+    uvm_cpu_faults: int | None = None
+    uvm_gpu_faults: int | None = None
+    uvm_migrated: Mapping[str, int] | None = None
+    uvm_thrashing: int | None = None
+    sync_calls: int | None = None
+    sync_wait_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Per-second rates over the snapshot's interval."""
+
+    launches_per_s: float | None = None
+    memcpy_bytes_per_s: Mapping[str, float] | None = None
+    uvm_faults_per_s: float | None = None
+    #: share of the interval the process spent blocked in synchronisation calls
+    sync_wait_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class KernelStat:
+    name: str
+    launches: int
+    grid_blocks_avg: float | None
+    block_threads_avg: float | None
+    interval_launches: int | None = None
+    launches_per_s: float | None = None
+    #: the ELF object that holds the kernel's host stub, or None for driver handles
+    object: str | None = None
+    #: host stub / handle address when the name could not be resolved
+    address: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    pid: int
+    comm: str
+    ppid: int | None = None
+    cmdline: str | None = None
+    user: str | None = None
+    container: str | None = None
+    state: str = "running"
+    interval: Counts | None = None
+    total: Counts | None = None
+    rates: Rates | None = None
+    grid_blocks_avg: float | None = None
+    block_threads_avg: float | None = None
+    grid_blocks_hist: Mapping[str, int] | None = None
+    block_threads_hist: Mapping[str, int] | None = None
+    memcpy_size_hist: Mapping[str, Mapping[str, int]] | None = None
+    kernels: tuple[KernelStat, ...] = ()
+    gpu_index: int | None = None
+    gpu_mem_bytes: int | None = None
+    gpu_util_pct: float | None = None
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    launch_bound: bool | None = None
+    #: PID inside the process's own PID namespace (containers), when it differs
+    nspid: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    xid_errors: int | None = None
+    ecc_volatile_errors: int | None = None
+    #: MIG instance id when this row is a MIG instance, else None
+    mig_instance: int | None = None
+    #: why values are None (NotSupported, NoPermission, GPU lost...), by field
+    reasons: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    status: str = "unavailable"  # "ok" | "unavailable" | "starting"
+    reason: str | None = None
+    # BPF-only fields (None for other sources)
+    objects: int | None = None
+    probes: int | None = None
+    dropped: int | None = None
+    overhead_ns_per_s: float | None = None
+    probe_hits_per_s: float | None = None
+    headers: str | None = None
+
+
+_BPF_ONLY = ("objects", "probes", "dropped", "overhead_ns_per_s", "probe_hits_per_s", "headers")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float
+    interval_s: float
+    host: str
+    sources: Mapping[str, SourceStatus] = field(default_factory=dict)
+    gpus: tuple[GpuSample, ...] = ()
+    processes: tuple[ProcSample, ...] = ()
+    schema: str = SCHEMA
+
+    def process(self, pid: int) -> ProcSample | None:
+        for p in self.processes:
+            if p.pid == pid:
+                return p
+        return None
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "schema": snap.schema,
+        "time": snap.time,
+        "interval_s": snap.interval_s,
+        "host": snap.host,
+        "sources": {},
+        "gpus": [_plain(g) for g in snap.gpus],
+        "processes": [_plain(p) for p in snap.processes],
+    }
+    for name, st in snap.sources.items():
+        sd = _plain(st)
+        if name != "bpf":
+            for k in _BPF_ONLY:
+                sd.pop(k, None)
+        d["sources"][name] = sd
+    return d
+
+
+def snapshot_to_json(snap: Snapshot) -> str:
+    return json.dumps(snapshot_to_dict(snap), separators=(",", ":"), allow_nan=False)
+
+
+def _callbytes_map(d: Mapping[str, Any] | None) -> dict[str, CallBytes] | None:
+    if d is None:
+        return None
+    return {k: CallBytes(int(v["calls"]), int(v["bytes"])) for k, v in d.items()}
+
+
+def _counts(d: Mapping[str, Any] | None) -> Counts | None:
+    if d is None:
+        return None
+    kw = {f.name: d.get(f.name) for f in dataclasses.fields(Counts)}
+    kw["memcpy"] = _callbytes_map(d.get("memcpy"))
+    kw["prefetch"] = _callbytes_map(d.get("prefetch"))
+    return Counts(**kw)
+
+
+def _simple(cls: Any, d: Mapping[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _proc(d: Mapping[str, Any]) -> ProcSample:
+    kw = {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(ProcSample)}}
+    kw["interval"] = _counts(d.get("interval"))
+    kw["total"] = _counts(d.get("total"))
+    kw["rates"] = _simple(Rates, d["rates"]) if d.get("rates") is not None else None
+    kw["kernels"] = tuple(_simple(KernelStat, k) for k in d.get("kernels") or ())
+    return ProcSample(**kw)
+
+
+def snapshot_from_dict(d: Mapping[str, Any]) -> Snapshot:
+    if d.get("schema") != SCHEMA:
+        raise ValueError(f"unsupported schema {d.get('schema')!r} (expected {SCHEMA!r})")
+    return Snapshot(
+        time=float(d["time"]),
+        interval_s=float(d["interval_s"]),
+        host=str(d["host"]),
+        sources={k: _simple(SourceStatus, v) for k, v in (d.get("sources") or {}).items()},
+        gpus=tuple(_simple(GpuSample, g) for g in d.get("gpus") or ()),
+        processes=tuple(_proc(p) for p in d.get("processes") or ()),
+    )
+
+
+def snapshot_from_json(line: str) -> Snapshot:
+    return snapshot_from_dict(json.loads(line))

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a Debian 12 / Ubuntu 22.04+ host, run as root.
+#   scripts/setup.sh          system packages gputop needs + .venv with gputop installed
+#   scripts/setup.sh --test   the same, plus test tools and the GPU-less test bed
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MODE=run
+[ "${1:-}" = "--test" ] && MODE=test
+
+say() { echo "setup: $*" >&2; }
+if [ "$(id -u)" -ne 0 ]; then
+    echo "gputop: error: set-up installs system packages and needs root" >&2
+    echo "hint: run it with sudo" >&2
+    exit 77
+fi
+export DEBIAN_FRONTEND=noninteractive
+
+installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
+APT_UPDATED=0
+apt_update_once() { [ $APT_UPDATED = 1 ] || { say "apt-get update"; apt-get -q update >/dev/null; APT_UPDATED=1; }; }
+has_candidate() { apt_update_once; [ -n "$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}' | grep -v '(none)')" ]; }
+
+want=(bpfcc-tools python3-bpfcc binutils gcc libc6-dev)
+[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux)
+python3 -c 'import venv, ensurepip' 2>/dev/null || want+=(python3-venv)
+missing=()
+for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
+
+# Kernel headers for bcc: the exact package when the distro has it, else the distro's
+# newest headers (gputop then points bcc at them, see gputop/sources/kheaders.py).
+KREL=$(uname -r)
+if [ ! -e "/lib/modules/$KREL/build/include" ] && ! installed "linux-headers-$KREL"; then
+    if has_candidate "linux-headers-$KREL"; then
+        missing+=("linux-headers-$KREL")
+    else
+        meta=""
+        for m in linux-headers-amd64 linux-headers-cloud-amd64 linux-headers-generic linux-headers-arm64 linux-headers-virtual; do
+            if installed "$m"; then meta=""; break; fi
+            if [ -z "$meta" ] && has_candidate "$m"; then meta=$m; fi
+        done
+        if [ -n "$meta" ]; then
+            say "no linux-headers-$KREL in the distro; installing $meta (nearest headers, used as a fallback)"
+            missing+=("$meta")
+        fi
+    fi
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    apt_update_once
+    say "apt-get install ${missing[*]}"
+    apt-get -q install -y --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- the venv --------------------------------------------------------------------------
+VENV="$ROOT/.venv"
+if [ ! -x "$VENV/bin/python" ]; then
+    say "creating $VENV"
+    python3 -m venv "$VENV"
+fi
+extra=""
+[ $MODE = test ] && extra="[test]"
+stamp="$VENV/.gputop-installed$extra"
+sum=$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
+    say "installing gputop$extra into $VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT$extra" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+    "$VENV/bin/python" -c 'import gputop' || { echo "gputop: error: installing into $VENV failed" >&2; exit 1; }
+    echo "$sum" > "$stamp"
+fi
+
+if [ $MODE = test ]; then
+    "$ROOT/scripts/testbed.sh"
+fi
