@@ -1,0 +1,742 @@
+// gputop's BPF program (bcc). Entry uprobes on the CUDA runtime and driver entry points,
+// aggregated in the kernel into fixed-size per-process records; user space reads the maps
+// once per refresh and computes deltas (counters are monotonic, never cleared).
+//
+// Compile-time parameters (set by gputop/sources/bpf.py): MAX_PROCS, MAX_KERNELS, MAX_ALLOCS,
+// MAX_NAMES, MAX_THREADS.
+#include <uapi/linux/ptrace.h>
+
+#define NDIR 5          // memcpy directions: h2d d2h d2d h2h unknown
+#define D_H2D 0
+#define D_D2H 1
+#define D_D2D 2
+#define D_H2H 3
+#define D_UNK 4
+#define NB 32           // log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0
+#define NAME_LEN 128
+
+// classes of API calls, for counting a call once whichever layers it passes through
+#define C_LAUNCH 1
+#define C_COPY 2
+#define C_FREE 3
+#define C_PREFETCH 4
+#define C_GRAPH 5
+// layers: the outermost wins
+#define L_INTERNAL 0    // nvcc's __cudaLaunchKernel
+#define L_RUNTIME 1     // cuda*
+#define L_DRIVER 2      // cu*
+
+// allocation kinds (also used for memcpy classification)
+#define K_NONE 0
+#define K_DEVICE 1
+#define K_MANAGED 2
+#define K_PINNED 3
+
+struct proc_t {
+    u64 launches;
+    u64 graph_launches;
+    u64 captured_launches;
+    u64 memcpy_calls[NDIR];
+    u64 memcpy_bytes[NDIR];
+    u64 alloc_calls;
+    u64 alloc_bytes;
+    u64 free_calls;
+    s64 live_bytes;
+    u64 managed_alloc_calls;
+    u64 managed_alloc_bytes;
+    u64 prefetch_calls[2];      // to_device, to_host
+    u64 prefetch_bytes[2];
+    u64 uvm_cpu_faults;
+    u64 sync_calls;
+    u64 sync_ns;
+    u64 grid_sum;
+    u64 block_sum;
+    u64 capturing;              // streams of this process in capture mode
+    u64 exited_ns;              // set when the process's leader exits
+    u64 grid_hist[NB];
+    u64 block_hist[NB];
+    u64 copy_hist[NDIR * NB];
+};
+
+struct tkey_t {                 // (process, address) keys
+    u32 tgid;
+    u32 pad;
+    u64 addr;
+};
+
+struct kstat_t {
+    u64 launches;
+    u64 grid_sum;
+    u64 block_sum;
+};
+
+struct name_t {
+    char name[NAME_LEN];
+};
+
+struct outer_t {                // the outermost API call a thread is in, for de-duplication
+    u64 sp;
+    u64 ra;
+    u32 cls;
+    u32 layers;
+};
+
+struct pending_t {              // entry state of calls with a return probe (alloc, sync, names)
+    u64 sp;                     // stack pointer at the outermost entry
+    u64 out;                    // out-pointer
+    u64 size;
+    u64 ts;
+    u64 name;                   // user pointer to a name, or a kernel handle
+    u32 kind;
+    u32 depth;
+};
+
+struct alloc_t {
+    u64 size;
+    u32 kind;
+    u32 pad;
+};
+
+struct range_key_t {            // LPM key: tgid then address, both big-endian
+    u32 prefixlen;
+    u8 data[12];
+};
+
+struct event_t {
+    u32 tgid;
+    u32 type;                   // 1 exec, 2 exec mapping, 3 exit
+};
+
+BPF_HASH(procs, u32, struct proc_t, MAX_PROCS);
+BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
+BPF_HASH(names, struct tkey_t, struct name_t, MAX_NAMES);
+BPF_HASH(allocs, struct tkey_t, struct alloc_t, MAX_ALLOCS);
+BPF_HASH(capturing, struct tkey_t, u64, 1024);
+BPF_F_TABLE("lpm_trie", struct range_key_t, u32, ranges, MAX_ALLOCS * 8, BPF_F_NO_PREALLOC);
+BPF_TABLE("lru_hash", u64, struct outer_t, outer, MAX_THREADS);
+BPF_TABLE("lru_hash", u64, struct pending_t, pend_alloc, MAX_THREADS);
+BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
+BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
+BPF_PERCPU_ARRAY(zero_proc, struct proc_t, 1);
+BPF_PERCPU_ARRAY(name_scratch, struct name_t, 1);
+// 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures
+BPF_ARRAY(dropped, u64, 8);
+BPF_RINGBUF_OUTPUT(events, 8);
+
+static __always_inline void drop(u32 what) {
+    u64 *d = dropped.lookup(&what);
+    if (d)
+        __sync_fetch_and_add(d, 1);
+}
+
+static __always_inline struct proc_t *proc_get(u32 tgid) {
+    struct proc_t *p = procs.lookup(&tgid);
+    if (p)
+        return p;
+    u32 z = 0;
+    struct proc_t *zero = zero_proc.lookup(&z);
+    if (!zero)
+        return 0;
+    if (procs.update(&tgid, zero) != 0) {
+        drop(0);
+        return 0;
+    }
+    return procs.lookup(&tgid);
+}
+
+static __always_inline u32 log2_bucket(u64 v) {
+    u32 r = 0;
+    if (v >> 32) { v >>= 32; r += 32; }
+    if (v >> 16) { v >>= 16; r += 16; }
+    if (v >> 8) { v >>= 8; r += 8; }
+    if (v >> 4) { v >>= 4; r += 4; }
+    if (v >> 2) { v >>= 2; r += 2; }
+    if (v >> 1) { r += 1; }
+    return r < NB ? r : NB - 1;
+}
+
+static __always_inline u64 read_u64(u64 addr) {
+    u64 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+static __always_inline u32 read_u32(u64 addr) {
+    u32 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+// True when this call is nested inside an outer call of the same class (a runtime entry point
+// calling the driver, __cudaLaunchKernel calling cudaLaunchKernel): the outer call's frame is
+// still live when its return-address slot still holds its return address and we are at or
+// below it on the stack. Each layer nests once per outer call.
+static __always_inline int nested(struct pt_regs *ctx, u32 cls, u32 layer) {
+    u64 tid = bpf_get_current_pid_tgid();
+    u64 sp = PT_REGS_SP(ctx);
+    struct outer_t *o = outer.lookup(&tid);
+    if (o && o->cls == cls && sp <= o->sp && !(o->layers & (1u << layer)) &&
+        (o->layers & ((1u << layer) - 1))) {
+        if (read_u64(o->sp) == o->ra) {
+            o->layers |= 1u << layer;
+            return 1;
+        }
+    }
+    if (o) {                            // reuse the thread's slot: no map update on the hot path
+        o->sp = sp;
+        o->ra = read_u64(sp);
+        o->cls = cls;
+        o->layers = 1u << layer;
+        return 0;
+    }
+    struct outer_t n = {};
+    n.sp = sp;
+    n.ra = read_u64(sp);
+    n.cls = cls;
+    n.layers = 1u << layer;
+    outer.update(&tid, &n);
+    return 0;
+}
+
+// Calls with a return probe nest by depth. A deeper entry (sp below the outermost entry's) is
+// the runtime calling the driver; an entry at or above it means the earlier call's return was
+// missed (thread killed), so the slot starts over. Returns the thread's slot when nested.
+static __always_inline struct pending_t *enter_nested(struct pending_t *ps, struct pt_regs *ctx) {
+    if (ps && ps->depth > 0 && PT_REGS_SP(ctx) < ps->sp) {
+        ps->depth++;
+        return ps;
+    }
+    return 0;
+}
+
+// ------------------------------------------------------------------ launches
+
+static __always_inline int is_captured(u32 tgid, struct proc_t *p, u64 stream) {
+    if (!p->capturing)
+        return 0;
+    struct tkey_t k = {.tgid = tgid, .addr = stream};
+    return capturing.lookup(&k) != 0;
+}
+
+static __always_inline int count_launch(struct pt_regs *ctx, u32 layer, u64 func, u64 gx, u64 gy,
+                                        u64 gz, u64 bx, u64 by, u64 bz, u64 stream) {
+    if (nested(ctx, C_LAUNCH, layer))
+        return 0;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    if (is_captured(tgid, p, stream)) {
+        __sync_fetch_and_add(&p->captured_launches, 1);
+        return 0;
+    }
+    u64 grid = gx * gy * gz;
+    u64 block = bx * by * bz;
+    __sync_fetch_and_add(&p->launches, 1);
+    __sync_fetch_and_add(&p->grid_sum, grid);
+    __sync_fetch_and_add(&p->block_sum, block);
+    u32 gb = log2_bucket(grid);
+    u32 bb = log2_bucket(block);
+    if (gb < NB)
+        __sync_fetch_and_add(&p->grid_hist[gb], 1);
+    if (bb < NB)
+        __sync_fetch_and_add(&p->block_hist[bb], 1);
+    struct tkey_t k = {.tgid = tgid, .addr = func};
+    struct kstat_t *ks = kernels.lookup(&k);
+    if (!ks) {
+        struct kstat_t zero = {};
+        if (kernels.update(&k, &zero) != 0) {
+            drop(1);
+            return 0;
+        }
+        ks = kernels.lookup(&k);
+        if (!ks)
+            return 0;
+    }
+    __sync_fetch_and_add(&ks->launches, 1);
+    __sync_fetch_and_add(&ks->grid_sum, grid);
+    __sync_fetch_and_add(&ks->block_sum, block);
+    return 0;
+}
+
+// cudaLaunchKernel(func, dim3 grid (rsi: x|y<<32, rdx: z), dim3 block (rcx, r8), args, smem, stream)
+static __always_inline int rt_launch_at(struct pt_regs *ctx, u32 layer) {
+    u64 g = PT_REGS_PARM2(ctx), b = PT_REGS_PARM4(ctx);
+    u64 stream = read_u64(PT_REGS_SP(ctx) + 16);
+    return count_launch(ctx, layer, PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
+                        PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
+                        PT_REGS_PARM5(ctx) & 0xffffffff, stream);
+}
+
+int rt_launch(struct pt_regs *ctx) { return rt_launch_at(ctx, L_RUNTIME); }
+int rt_launch_internal(struct pt_regs *ctx) { return rt_launch_at(ctx, L_INTERNAL); }
+
+// config layout shared by cudaLaunchConfig_t and CUlaunchConfig: grid/block u32 @0..20, stream @32
+static __always_inline int launch_config(struct pt_regs *ctx, u32 layer, u64 cfg, u64 func) {
+    u32 d[6] = {};
+    bpf_probe_read_user(d, sizeof(d), (void *)cfg);
+    u64 stream = read_u64(cfg + 32);
+    return count_launch(ctx, layer, func, d[0], d[1], d[2], d[3], d[4], d[5], stream);
+}
+
+// cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+int rt_launch_exc(struct pt_regs *ctx) {
+    return launch_config(ctx, L_RUNTIME, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
+}
+
+// cuLaunchKernel(f, gx, gy, gz, bx, by, [sp+8] bz, [sp+16] smem, [sp+24] stream, ...)
+int drv_launch(struct pt_regs *ctx) {
+    u64 sp = PT_REGS_SP(ctx);
+    return count_launch(ctx, L_DRIVER, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
+                        PT_REGS_PARM3(ctx) & 0xffffffff, PT_REGS_PARM4(ctx) & 0xffffffff,
+                        PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_PARM6(ctx) & 0xffffffff,
+                        read_u32(sp + 8), read_u64(sp + 24));
+}
+
+// cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, ...)
+int drv_launch_ex(struct pt_regs *ctx) {
+    return launch_config(ctx, L_DRIVER, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
+}
+
+static __always_inline int graph_launch(struct pt_regs *ctx, u32 layer) {
+    if (nested(ctx, C_GRAPH, layer))
+        return 0;
+    struct proc_t *p = proc_get(bpf_get_current_pid_tgid() >> 32);
+    if (p)
+        __sync_fetch_and_add(&p->graph_launches, 1);
+    return 0;
+}
+int rt_graph_launch(struct pt_regs *ctx) { return graph_launch(ctx, L_RUNTIME); }
+int drv_graph_launch(struct pt_regs *ctx) { return graph_launch(ctx, L_DRIVER); }
+
+// cudaStreamBeginCapture(stream, mode) / cuStreamBeginCapture(_v2)(stream, mode)
+int begin_capture(struct pt_regs *ctx) {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
+    if (capturing.lookup(&k))
+        return 0;
+    u64 one = 1;
+    if (capturing.update(&k, &one) != 0) {
+        drop(5);
+        return 0;
+    }
+    struct proc_t *p = proc_get(tgid);
+    if (p)
+        __sync_fetch_and_add(&p->capturing, 1);
+    return 0;
+}
+
+// cudaStreamEndCapture(stream, graph*) / cuStreamEndCapture(stream, graph*)
+int end_capture(struct pt_regs *ctx) {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
+    if (capturing.delete(&k) != 0)
+        return 0;
+    struct proc_t *p = procs.lookup(&tgid);
+    if (p)
+        __sync_fetch_and_add(&p->capturing, (u64)-1);
+    return 0;
+}
+
+// ------------------------------------------------------------------ copies
+
+static __always_inline void count_copy(struct proc_t *p, u32 dir, u64 bytes) {
+    if (dir >= NDIR)
+        dir = D_UNK;
+    __sync_fetch_and_add(&p->memcpy_calls[dir], 1);
+    __sync_fetch_and_add(&p->memcpy_bytes[dir], bytes);
+    u32 i = dir * NB + log2_bucket(bytes);
+    if (i < NDIR * NB)
+        __sync_fetch_and_add(&p->copy_hist[i], 1);
+}
+
+static __always_inline void range_key(struct range_key_t *k, u32 tgid, u64 addr, u32 bits) {
+    k->prefixlen = 32 + bits;
+    k->data[0] = tgid >> 24; k->data[1] = tgid >> 16; k->data[2] = tgid >> 8; k->data[3] = tgid;
+    k->data[4] = addr >> 56; k->data[5] = addr >> 48; k->data[6] = addr >> 40;
+    k->data[7] = addr >> 32; k->data[8] = addr >> 24; k->data[9] = addr >> 16;
+    k->data[10] = addr >> 8; k->data[11] = addr;
+}
+
+// which tracked allocation (device, managed, pinned host) holds addr, K_NONE when none does
+static __always_inline u32 kind_of(u32 tgid, u64 addr) {
+    struct range_key_t k = {};
+    range_key(&k, tgid, addr, 64);
+    u32 *kind = ranges.lookup(&k);
+    return kind ? *kind : K_NONE;
+}
+
+// direction of a copy whose kind is not in the call: only device and pinned host memory that
+// gputop saw allocated are classified; everything else is "unknown", never a guess
+static __always_inline u32 classify(u32 tgid, u64 dst, u64 src) {
+    u32 d = kind_of(tgid, dst), s = kind_of(tgid, src);
+    if (s == K_DEVICE && d == K_DEVICE) return D_D2D;
+    if (s == K_PINNED && d == K_DEVICE) return D_H2D;
+    if (s == K_DEVICE && d == K_PINNED) return D_D2H;
+    if (s == K_PINNED && d == K_PINNED) return D_H2H;
+    return D_UNK;
+}
+
+static __always_inline int copy_kind(struct pt_regs *ctx, u32 layer, u64 dst, u64 src, u64 bytes,
+                                     u64 kind) {
+    if (nested(ctx, C_COPY, layer))
+        return 0;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    u32 dir;
+    switch (kind) {
+    case 0: dir = D_H2H; break;
+    case 1: dir = D_H2D; break;
+    case 2: dir = D_D2H; break;
+    case 3: dir = D_D2D; break;
+    default: dir = classify(tgid, dst, src); break;   // 4 = cudaMemcpyDefault
+    }
+    count_copy(p, dir, bytes);
+    return 0;
+}
+
+// cudaMemcpy(dst, src, count, kind), cudaMemcpyAsync(..., stream)
+int rt_memcpy(struct pt_regs *ctx) {
+    return copy_kind(ctx, L_RUNTIME, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx),
+                     PT_REGS_PARM4(ctx) & 0xffffffff);
+}
+
+// cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind)
+int rt_memcpy2d(struct pt_regs *ctx) {
+    u64 kind = read_u32(PT_REGS_SP(ctx) + 8);
+    return copy_kind(ctx, L_RUNTIME, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx),
+                     PT_REGS_PARM5(ctx) * PT_REGS_PARM6(ctx), kind);
+}
+
+// cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count)
+int rt_memcpy_peer(struct pt_regs *ctx) {
+    return copy_kind(ctx, L_RUNTIME, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM5(ctx), 3);
+}
+
+// cuMemcpyHtoD_v2(dst, src, bytes) and friends: the direction is in the name
+int drv_memcpy_htod(struct pt_regs *ctx) {
+    return copy_kind(ctx, L_DRIVER, 0, 0, PT_REGS_PARM3(ctx), 1);
+}
+int drv_memcpy_dtoh(struct pt_regs *ctx) {
+    return copy_kind(ctx, L_DRIVER, 0, 0, PT_REGS_PARM3(ctx), 2);
+}
+int drv_memcpy_dtod(struct pt_regs *ctx) {
+    return copy_kind(ctx, L_DRIVER, 0, 0, PT_REGS_PARM3(ctx), 3);
+}
+// cuMemcpy(dst, src, bytes), cuMemcpyAsync(..., stream): direction from the pointers
+int drv_memcpy(struct pt_regs *ctx) {
+    return copy_kind(ctx, L_DRIVER, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), 4);
+}
+// cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes)
+int drv_memcpy_peer(struct pt_regs *ctx) {
+    return copy_kind(ctx, L_DRIVER, 0, 0, PT_REGS_PARM5(ctx), 3);
+}
+
+// ------------------------------------------------------------------ allocations
+
+// entry: (out-pointer, size) in rdi, rsi for every allocation entry point in the catalogue
+static __always_inline int alloc_enter(struct pt_regs *ctx, u32 kind) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *pa = pend_alloc.lookup(&tid);
+    if (enter_nested(pa, ctx))         // the runtime calling the driver: counted by the outer call
+        return 0;
+    struct proc_t *p = proc_get(tid >> 32);
+    if (!p)
+        return 0;
+    u64 size = PT_REGS_PARM2(ctx);
+    __sync_fetch_and_add(&p->alloc_calls, 1);
+    __sync_fetch_and_add(&p->alloc_bytes, size);
+    if (kind == K_MANAGED) {
+        __sync_fetch_and_add(&p->managed_alloc_calls, 1);
+        __sync_fetch_and_add(&p->managed_alloc_bytes, size);
+    }
+    struct pending_t n = {};
+    n.out = PT_REGS_PARM1(ctx);
+    n.size = size;
+    n.kind = kind;
+    n.depth = 1;
+    n.sp = PT_REGS_SP(ctx);
+    pend_alloc.update(&tid, &n);
+    return 0;
+}
+int alloc_device(struct pt_regs *ctx) { return alloc_enter(ctx, K_DEVICE); }
+int alloc_managed(struct pt_regs *ctx) { return alloc_enter(ctx, K_MANAGED); }
+int alloc_pinned(struct pt_regs *ctx) { return alloc_enter(ctx, K_PINNED); }
+
+static __always_inline int range_put(u32 tgid, u64 a, u32 bits, u32 kind, int del) {
+    struct range_key_t k = {};
+    range_key(&k, tgid, a, 64 - bits);
+    if (del) {
+        ranges.delete(&k);
+        return 0;
+    }
+    if (ranges.update(&k, &kind) != 0) {
+        drop(4);
+        return -1;
+    }
+    return 0;
+}
+
+// the allocation's range [base, base+size) as aligned power-of-two blocks in the LPM trie:
+// ascending bits align the start, descending bits fill the rest (at most 2 blocks per bit)
+static __always_inline void add_ranges(u32 tgid, u64 base, u64 size, u32 kind, int del) {
+    u64 a = base, end = base + size;
+    if (end <= base)
+        return;
+    for (u32 k = 0; k < 63; k++) {
+        u64 blk = 1ull << k;
+        if ((a & blk) && a + blk <= end) {
+            if (range_put(tgid, a, k, kind, del))
+                return;
+            a += blk;
+        }
+    }
+    for (int k = 62; k >= 0; k--) {
+        u64 blk = 1ull << k;
+        if (a + blk <= end) {
+            if (range_put(tgid, a, k, kind, del))
+                return;
+            a += blk;
+        }
+    }
+}
+
+int alloc_return(struct pt_regs *ctx) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *pa = pend_alloc.lookup(&tid);
+    if (!pa || pa->depth == 0)
+        return 0;
+    if (--pa->depth > 0)
+        return 0;
+    if (PT_REGS_RC(ctx) != 0)           // cudaSuccess == CUDA_SUCCESS == 0
+        return 0;
+    u32 tgid = tid >> 32;
+    u64 ptr = read_u64(pa->out);
+    if (!ptr)
+        return 0;
+    struct tkey_t k = {.tgid = tgid, .addr = ptr};
+    struct alloc_t a = {.size = pa->size, .kind = pa->kind};
+    if (allocs.update(&k, &a) != 0) {
+        drop(3);
+        return 0;
+    }
+    add_ranges(tgid, ptr, pa->size, pa->kind, 0);
+    struct proc_t *p = proc_get(tgid);
+    if (p)
+        __sync_fetch_and_add(&p->live_bytes, pa->size);
+    return 0;
+}
+
+static __always_inline int free_at(struct pt_regs *ctx, u32 layer) {
+    if (nested(ctx, C_FREE, layer))
+        return 0;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    __sync_fetch_and_add(&p->free_calls, 1);
+    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
+    struct alloc_t *a = allocs.lookup(&k);
+    if (!a)
+        return 0;
+    u64 size = a->size;
+    u32 kind = a->kind;
+    allocs.delete(&k);
+    add_ranges(tgid, k.addr, size, kind, 1);
+    __sync_fetch_and_add(&p->live_bytes, -(s64)size);
+    return 0;
+}
+int rt_free(struct pt_regs *ctx) { return free_at(ctx, L_RUNTIME); }
+int drv_free(struct pt_regs *ctx) { return free_at(ctx, L_DRIVER); }
+
+// ------------------------------------------------------------------ prefetch
+
+static __always_inline int prefetch(struct pt_regs *ctx, u32 layer, u32 to_host) {
+    if (nested(ctx, C_PREFETCH, layer))
+        return 0;
+    struct proc_t *p = proc_get(bpf_get_current_pid_tgid() >> 32);
+    if (!p)
+        return 0;
+    to_host = to_host ? 1 : 0;
+    __sync_fetch_and_add(&p->prefetch_calls[to_host], 1);
+    __sync_fetch_and_add(&p->prefetch_bytes[to_host], PT_REGS_PARM2(ctx));
+    return 0;
+}
+// (ptr, count, int dstDevice, stream): -1 (cudaCpuDeviceId / CU_DEVICE_CPU) is the host
+int rt_prefetch_dev(struct pt_regs *ctx) {
+    return prefetch(ctx, L_RUNTIME, (s32)PT_REGS_PARM3(ctx) == -1);
+}
+int drv_prefetch_dev(struct pt_regs *ctx) {
+    return prefetch(ctx, L_DRIVER, (s32)PT_REGS_PARM3(ctx) == -1);
+}
+// (ptr, count, location {type, id} in rdx, flags, stream): type 1 = device, 2..4 = host (NUMA)
+int rt_prefetch_loc(struct pt_regs *ctx) {
+    return prefetch(ctx, L_RUNTIME, (PT_REGS_PARM3(ctx) & 0xffffffff) != 1);
+}
+int drv_prefetch_loc(struct pt_regs *ctx) {
+    return prefetch(ctx, L_DRIVER, (PT_REGS_PARM3(ctx) & 0xffffffff) != 1);
+}
+
+// ------------------------------------------------------------------ sync (time blocked)
+
+int sync_enter(struct pt_regs *ctx) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *ps = pend_sync.lookup(&tid);
+    if (enter_nested(ps, ctx))
+        return 0;
+    struct proc_t *p = proc_get(tid >> 32);
+    if (!p)
+        return 0;
+    __sync_fetch_and_add(&p->sync_calls, 1);
+    struct pending_t n = {};
+    n.ts = bpf_ktime_get_ns();
+    n.depth = 1;
+    n.sp = PT_REGS_SP(ctx);
+    pend_sync.update(&tid, &n);
+    return 0;
+}
+
+int sync_return(struct pt_regs *ctx) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *ps = pend_sync.lookup(&tid);
+    if (!ps || ps->depth == 0)
+        return 0;
+    if (--ps->depth > 0)
+        return 0;
+    u64 dt = bpf_ktime_get_ns() - ps->ts;
+    u32 tgid = tid >> 32;
+    struct proc_t *p = procs.lookup(&tgid);
+    if (p)
+        __sync_fetch_and_add(&p->sync_ns, dt);
+    return 0;
+}
+
+// ------------------------------------------------------------------ kernel names
+
+static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
+    struct tkey_t k = {.tgid = tgid, .addr = addr};
+    u32 z = 0;
+    // a name is 128 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
+    struct name_t *n = name_scratch.lookup(&z);
+    if (!n)
+        return;
+    __builtin_memset(n, 0, sizeof(*n));
+    bpf_probe_read_user_str(n->name, NAME_LEN, (void *)user_str);
+    if (names.update(&k, n) != 0)
+        drop(2);
+}
+
+// __cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, ...)
+int register_function(struct pt_regs *ctx) {
+    put_name(bpf_get_current_pid_tgid() >> 32, PT_REGS_PARM2(ctx), PT_REGS_PARM4(ctx));
+    return 0;
+}
+
+// cuModuleGetFunction(CUfunction *out, CUmodule, const char *name), cuLibraryGetKernel(out, lib, name)
+int getfn_enter(struct pt_regs *ctx) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *pn = pend_name.lookup(&tid);
+    if (enter_nested(pn, ctx))
+        return 0;
+    struct pending_t n = {};
+    n.out = PT_REGS_PARM1(ctx);
+    n.name = PT_REGS_PARM3(ctx);
+    n.depth = 1;
+    n.sp = PT_REGS_SP(ctx);
+    pend_name.update(&tid, &n);
+    return 0;
+}
+
+// cuKernelGetFunction(CUfunction *out, CUkernel kernel): the function takes the kernel's name
+int kernel_getfn_enter(struct pt_regs *ctx) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *pn = pend_name.lookup(&tid);
+    if (enter_nested(pn, ctx))
+        return 0;
+    struct pending_t n = {};
+    n.out = PT_REGS_PARM1(ctx);
+    n.name = PT_REGS_PARM2(ctx);
+    n.kind = 1;                         // name is a kernel handle, not a string
+    n.depth = 1;
+    n.sp = PT_REGS_SP(ctx);
+    pend_name.update(&tid, &n);
+    return 0;
+}
+
+int getfn_return(struct pt_regs *ctx) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *pn = pend_name.lookup(&tid);
+    if (!pn || pn->depth == 0)
+        return 0;
+    if (--pn->depth > 0)
+        return 0;
+    if (PT_REGS_RC(ctx) != 0)
+        return 0;
+    u32 tgid = tid >> 32;
+    u64 handle = read_u64(pn->out);
+    if (!handle)
+        return 0;
+    if (pn->kind == 0) {
+        put_name(tgid, handle, pn->name);
+        return 0;
+    }
+    struct tkey_t src = {.tgid = tgid, .addr = pn->name};
+    struct name_t *known = names.lookup(&src);
+    if (!known)
+        return 0;
+    struct tkey_t dst = {.tgid = tgid, .addr = handle};
+    if (names.update(&dst, known) != 0)
+        drop(2);
+    return 0;
+}
+
+// ------------------------------------------------------------------ process life and discovery
+
+static __always_inline void emit(u32 tgid, u32 type) {
+    struct event_t *e = events.ringbuf_reserve(sizeof(struct event_t));
+    if (!e)
+        return;
+    e->tgid = tgid;
+    e->type = type;
+    events.ringbuf_submit(e, 0);
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exec) {
+    emit(bpf_get_current_pid_tgid() >> 32, 1);
+    return 0;
+}
+
+// a new executable file mapping (dlopen of a CUDA library): rescan that process
+TRACEPOINT_PROBE(syscalls, sys_enter_mmap) {
+    if ((args->prot & 4 /* PROT_EXEC */) && (s64)args->fd >= 0)
+        emit(bpf_get_current_pid_tgid() >> 32, 2);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit) {
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32;
+    if ((u32)id != tgid)
+        return 0;                       // a thread, not the process
+    struct proc_t *p = procs.lookup(&tgid);
+    if (!p)
+        return 0;
+    p->exited_ns = bpf_ktime_get_ns();
+    emit(tgid, 3);
+    return 0;
+}
+
+#ifdef UVM_CPU_FAULTS
+// CPU faults on managed memory: a user page fault inside a managed range of a traced process
+TRACEPOINT_PROBE(exceptions, page_fault_user) {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc_t *p = procs.lookup(&tgid);
+    if (!p || !p->managed_alloc_calls)
+        return 0;
+    if (kind_of(tgid, args->address) == K_MANAGED)
+        __sync_fetch_and_add(&p->uvm_cpu_faults, 1);
+    return 0;
+}
+#endif

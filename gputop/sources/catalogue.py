@@ -1,0 +1,111 @@
+"""The probe catalogue as data: which entry point is handled by which BPF function.
+
+See DESIGN.md "Probe catalogue" for the argument registers each handler decodes. Every
+launch and copy entry point gets an entry probe only; return probes exist only where the value
+is known at return (allocation out-pointers, sync durations, driver handle -> name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Probe:
+    symbol: str
+    entry: str
+    ret: str | None = None
+
+
+def _variants(symbols: tuple[str, ...], entry: str, ret: str | None = None) -> list[Probe]:
+    return [Probe(s, entry, ret) for s in symbols]
+
+
+LAUNCH = (
+    _variants(("cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchCooperativeKernel",
+               "cudaLaunchCooperativeKernel_ptsz"), "rt_launch")
+    + _variants(("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"), "rt_launch_internal")
+    + _variants(("cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz"), "rt_launch_exc")
+    + _variants(("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchCooperativeKernel",
+                 "cuLaunchCooperativeKernel_ptsz"), "drv_launch")
+    + _variants(("cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"), "drv_launch_ex")
+)
+
+GRAPH = (
+    _variants(("cudaGraphLaunch", "cudaGraphLaunch_ptsz"), "rt_graph_launch")
+    + _variants(("cuGraphLaunch", "cuGraphLaunch_ptsz"), "drv_graph_launch")
+    + _variants(("cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cuStreamBeginCapture",
+                 "cuStreamBeginCapture_v2", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2_ptsz"),
+                "begin_capture")
+    + _variants(("cudaStreamEndCapture", "cudaStreamEndCapture_ptsz", "cuStreamEndCapture",
+                 "cuStreamEndCapture_ptsz"), "end_capture")
+)
+
+COPY = (
+    _variants(("cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"), "rt_memcpy")
+    + _variants(("cudaMemcpy2D", "cudaMemcpy2D_ptds", "cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"),
+                "rt_memcpy2d")
+    + _variants(("cudaMemcpyPeer", "cudaMemcpyPeerAsync"), "rt_memcpy_peer")
+    + _variants(("cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds", "cuMemcpyHtoDAsync_v2",
+                 "cuMemcpyHtoDAsync_v2_ptsz"), "drv_memcpy_htod")
+    + _variants(("cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpyDtoHAsync_v2",
+                 "cuMemcpyDtoHAsync_v2_ptsz"), "drv_memcpy_dtoh")
+    + _variants(("cuMemcpyDtoD_v2", "cuMemcpyDtoD_v2_ptds", "cuMemcpyDtoDAsync_v2",
+                 "cuMemcpyDtoDAsync_v2_ptsz"), "drv_memcpy_dtod")
+    + _variants(("cuMemcpy", "cuMemcpy_ptds", "cuMemcpyAsync", "cuMemcpyAsync_ptsz"), "drv_memcpy")
+    + _variants(("cuMemcpyPeer", "cuMemcpyPeer_ptds", "cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"),
+                "drv_memcpy_peer")
+)
+
+ALLOC = (
+    _variants(("cudaMalloc", "cuMemAlloc_v2"), "alloc_device", "alloc_return")
+    + _variants(("cudaMallocManaged", "cuMemAllocManaged"), "alloc_managed", "alloc_return")
+    + _variants(("cudaMallocHost", "cudaHostAlloc", "cuMemAllocHost_v2", "cuMemHostAlloc"),
+                "alloc_pinned", "alloc_return")
+    + _variants(("cudaFree", "cudaFreeHost"), "rt_free")
+    + _variants(("cuMemFree_v2", "cuMemFreeHost"), "drv_free")
+)
+
+PREFETCH = (
+    _variants(("cudaMemPrefetchAsync_v2", "cudaMemPrefetchAsync_v2_ptsz"), "rt_prefetch_loc")
+    + _variants(("cuMemPrefetchAsync", "cuMemPrefetchAsync_ptsz"), "drv_prefetch_dev")
+    + _variants(("cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz"), "drv_prefetch_loc")
+)
+#: cudaMemPrefetchAsync changed its signature in CUDA 13 (a cudaMemLocation instead of a device)
+PREFETCH_RT_PLAIN = ("cudaMemPrefetchAsync", "cudaMemPrefetchAsync_ptsz")
+
+SYNC = _variants(
+    ("cudaStreamSynchronize", "cudaStreamSynchronize_ptsz", "cudaDeviceSynchronize", "cudaEventSynchronize",
+     "cudaThreadSynchronize", "cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuCtxSynchronize",
+     "cuEventSynchronize"), "sync_enter", "sync_return")
+
+NAMES = (
+    [Probe("__cudaRegisterFunction", "register_function")]
+    + _variants(("cuModuleGetFunction", "cuLibraryGetKernel"), "getfn_enter", "getfn_return")
+    + [Probe("cuKernelGetFunction", "kernel_getfn_enter", "getfn_return")]
+)
+
+ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + ALLOC + PREFETCH + SYNC + NAMES)
+
+#: an object is probed when it defines at least one of these
+ANCHORS = frozenset(p.symbol for p in LAUNCH + COPY)
+
+
+def probes_for(functions: dict[str, int]) -> list[tuple[Probe, int]]:
+    """The probes to attach to an object with these function symbols, with their addresses."""
+    if not ANCHORS.intersection(functions):
+        return []
+    out = [(p, functions[p.symbol]) for p in ALL if p.symbol in functions]
+    # CUDA 13 runtimes have cudaMemPrefetchBatchAsync and no _v2: the plain name takes a location
+    loc = "cudaMemPrefetchAsync_v2" not in functions and "cudaMemPrefetchBatchAsync" in functions
+    for sym in PREFETCH_RT_PLAIN:
+        if sym in functions:
+            out.append((Probe(sym, "rt_prefetch_loc" if loc else "rt_prefetch_dev"), functions[sym]))
+    # aliases (two names, one address) are probed once: a second probe would count twice
+    seen: set[int] = set()
+    unique = []
+    for probe, addr in out:
+        if addr not in seen:
+            seen.add(addr)
+            unique.append((probe, addr))
+    return unique

@@ -1,0 +1,129 @@
+"""Finding every ELF object mapped executable by any process, keyed by (device, inode).
+
+Objects are opened through ``/proc/PID/map_files/`` (or ``/proc/PID/root/``) so that processes in
+other mount namespaces (containers) work: a path that exists only inside the container is still
+reachable from the host through the process that maps it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    offset: int
+    dev: int
+    inode: int
+    path: str
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """One distinct ELF object and a path to open it from gputop's own mount namespace."""
+
+    dev: int
+    inode: int
+    path: str           # as the process sees it
+    open_path: str      # openable from here (map_files or /proc/PID/root)
+    pid: int            # a process that maps it
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.dev, self.inode)
+
+
+def _dev(text: str) -> int:
+    major, minor = text.split(":")
+    return os.makedev(int(major, 16), int(minor, 16))
+
+
+def read_maps(pid: int, *, executable_only: bool = True) -> list[Mapping]:
+    """File-backed mappings of ``pid`` (only executable ones by default); [] if it vanished."""
+    out: list[Mapping] = []
+    try:
+        text = (PROC / str(pid) / "maps").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return out
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("/"):
+            continue
+        addrs, perms, offset, dev, inode, path = parts
+        if executable_only and "x" not in perms:
+            continue
+        ino = int(inode)
+        if ino == 0:
+            continue
+        start, end = (int(a, 16) for a in addrs.split("-"))
+        out.append(Mapping(start, end, int(offset, 16), _dev(dev), ino, path.removesuffix(" (deleted)")))
+    return out
+
+
+def open_path(pid: int, m: Mapping) -> str | None:
+    """A path to the mapped file that works from this mount namespace, checked by inode."""
+    for cand in (f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}", f"/proc/{pid}/root{m.path}"):
+        try:
+            st = os.stat(cand)
+        except OSError:
+            continue
+        if st.st_ino == m.inode and st.st_dev == m.dev:
+            return cand
+    return None
+
+
+def same_file(m: Mapping) -> str | None:
+    """The mapping's path as seen from here, if it is the very same file (after the process exited)."""
+    try:
+        st = os.stat(m.path)
+    except OSError:
+        return None
+    return m.path if (st.st_dev, st.st_ino) == (m.dev, m.inode) else None
+
+
+def all_pids() -> list[int]:
+    return [int(d.name) for d in PROC.iterdir() if d.name.isdigit()]
+
+
+def scan(pids: list[int] | None = None, skip: set[tuple[int, int]] | None = None,
+         maps_out: dict[int, list[Mapping]] | None = None) -> list[ObjectRef]:
+    """Every distinct executable ELF object mapped by ``pids`` (default: every process).
+
+    Objects whose key is in ``skip`` (already known) are not returned. The executable mappings
+    read on the way are stored in ``maps_out`` by pid, for naming kernels after a process exits.
+    """
+    seen: set[tuple[int, int]] = set(skip or ())
+    found: list[ObjectRef] = []
+    me = os.getpid()
+    for pid in pids if pids is not None else all_pids():
+        if pid == me:
+            continue
+        maps = read_maps(pid)
+        if maps_out is not None and maps:
+            maps_out[pid] = maps
+        for m in maps:
+            key = (m.dev, m.inode)
+            if key in seen:
+                continue
+            path = open_path(pid, m)
+            if path is None:
+                continue
+            seen.add(key)
+            found.append(ObjectRef(m.dev, m.inode, m.path, path, pid))
+    return found
+
+
+def pids_mapping(keys: set[tuple[int, int]]) -> dict[int, list[str]]:
+    """Processes that map any of the objects ``keys``: pid -> paths (for `gputop doctor`)."""
+    out: dict[int, list[str]] = {}
+    for pid in all_pids():
+        paths = sorted({m.path for m in read_maps(pid) if (m.dev, m.inode) in keys})
+        if paths:
+            out[pid] = paths
+    return out

@@ -1,0 +1,124 @@
+"""ELF symbols of mapped objects: which CUDA entry points an object holds, and address -> name.
+
+Symbols come from ``.dynsym`` and ``.symtab`` (a program with the runtime linked in statically
+has its CUDA entry points as local symbols in ``.symtab`` only). Tables are cached per object
+(device, inode). Names are demangled with binutils' ``c++filt``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+# a cheap pre-filter: objects that mention none of these never hold CUDA entry points
+_MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", b"cudaMalloc", b"cuMemAlloc")
+
+
+@dataclass
+class ObjectSymbols:
+    """Function symbols of one ELF object: name -> st_value, and a sorted address index."""
+
+    path: str
+    elf_type: str = "ET_DYN"
+    functions: dict[str, int] = field(default_factory=dict)
+    _addrs: list[int] = field(default_factory=list)
+    _ends: list[int] = field(default_factory=list)
+    _names: list[str] = field(default_factory=list)
+    #: (vaddr, offset, filesz) of executable PT_LOAD segments, to map file offsets to vaddrs
+    segments: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def name_at(self, vaddr: int) -> str | None:
+        """The function symbol whose [start, start+size) holds ``vaddr`` (start if size is 0)."""
+        i = bisect.bisect_right(self._addrs, vaddr) - 1
+        if i < 0:
+            return None
+        if self._addrs[i] == vaddr or vaddr < self._ends[i]:
+            return self._names[i]
+        return None
+
+    def vaddr_of_offset(self, file_offset: int) -> int | None:
+        for vaddr, off, size in self.segments:
+            if off <= file_offset < off + size:
+                return vaddr + (file_offset - off)
+        return None
+
+
+def mentions_cuda(path: str) -> bool:
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return any(mm.find(m) >= 0 for m in _MARKERS)
+    except (OSError, ValueError):
+        return False
+
+
+def read_symbols(path: str) -> ObjectSymbols | None:
+    """Function symbols of the ELF object at ``path``; None if it is not a readable ELF."""
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            out = ObjectSymbols(path, elf.header["e_type"])
+            for seg in elf.iter_segments():
+                if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1:
+                    out.segments.append((seg["p_vaddr"], seg["p_offset"], seg["p_filesz"]))
+            entries: dict[int, tuple[int, str]] = {}
+            for secname in (".dynsym", ".symtab"):
+                sec = elf.get_section_by_name(secname)
+                if not isinstance(sec, SymbolTableSection):
+                    continue
+                for sym in sec.iter_symbols():
+                    if sym["st_info"]["type"] not in ("STT_FUNC", "STT_GNU_IFUNC"):
+                        continue
+                    if sym["st_shndx"] == "SHN_UNDEF" or not sym["st_value"]:
+                        continue
+                    name = sym.name.split("@", 1)[0]
+                    if not name:
+                        continue
+                    # a global definition wins over a local one of the same name
+                    if name not in out.functions or sym["st_info"]["bind"] != "STB_LOCAL":
+                        out.functions[name] = sym["st_value"]
+                    entries.setdefault(sym["st_value"], (sym["st_size"], name))
+    except (OSError, ELFError, ValueError):
+        return None
+    for addr in sorted(entries):
+        size, name = entries[addr]
+        out._addrs.append(addr)
+        out._ends.append(addr + size)
+        out._names.append(name)
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _demangle_one(name: str) -> str:
+    return demangle([name])[0]
+
+
+def demangle(names: list[str]) -> list[str]:
+    """Demangle C++ names with c++filt (one process for the batch); others pass through."""
+    todo = [n for n in names if n.startswith("_Z")]
+    if not todo:
+        return list(names)
+    exe = shutil.which("c++filt")
+    if exe is None:
+        return list(names)
+    try:
+        res = subprocess.run([exe], input="\n".join(todo) + "\n", capture_output=True, text=True,
+                             timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return list(names)
+    out_lines = res.stdout.splitlines()
+    if len(out_lines) != len(todo):
+        return list(names)
+    table = dict(zip(todo, out_lines))
+    return [table.get(n, n) for n in names]
+
+
+def demangle_cached(name: str) -> str:
+    return _demangle_one(name) if name.startswith("_Z") else name

@@ -1,0 +1,321 @@
+// A CUDA workload without a GPU: calls the real runtime/driver entry points in exactly known
+// patterns. Every call fails for lack of a driver, but the uprobes at entry fire.
+//
+// Build modes (tests/conftest.py):
+//   -DLINKED          link libcudart.so.12 (or libcudart_static.a) and libcuda.so.1 at build time
+//   (default)         dlopen the libraries given with --cudart / --cuda, optionally late
+//
+// Usage: cuda_workload [--cudart PATH] [--cuda PATH] [--wait FILE] [--dlopen-delay-ms N]
+//                      [--threads T] [--procs P] OP...
+// OPs (each runs in every thread of every process):
+//   launch:N:gx,gy,gz:bx,by,bz:K      cudaLaunchKernel N times with host stub K (0..2)
+//   launch_ptsz:...  launch_exc:...  launch_coop:...  launch_internal:...   (same arguments)
+//   cu_launch:N:gx,gy,gz:bx,by,bz:H   cuLaunchKernel with CUfunction handle H (hex)
+//   cu_launch_ex:N:gx,gy,gz:bx,by,bz:H
+//   memcpy:N:KIND:BYTES  memcpy_async:N:KIND:BYTES  memcpy2d:N:W:H:KIND  memcpy_peer:N:BYTES
+//   cu_htod:N:BYTES  cu_dtoh:N:BYTES  cu_dtod:N:BYTES  cu_memcpy:N:BYTES
+//   malloc:N:BYTES  malloc_managed:N:BYTES  malloc_host:N:BYTES  free:N
+//   sync:N  device_sync:N  cu_ctx_sync:N  graph_launch:N
+//   sleep:MS
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct { unsigned x, y, z; } dim3;
+typedef struct {
+    dim3 gridDim;
+    dim3 blockDim;
+    size_t dynamicSmemBytes;
+    void *stream;
+    void *attrs;
+    unsigned numAttrs;
+} launch_config;   // cudaLaunchConfig_t and CUlaunchConfig share this layout
+
+// host stubs: their symbols are C++-mangled kernel names, as nvcc emits them
+__attribute__((noinline)) void stub0(void) __asm__("_Z10fused_stepPfS_i");
+__attribute__((noinline)) void stub1(void) __asm__("_Z12unfused_stepPKfPfi");
+__attribute__((noinline)) void stub2(void) __asm__("_ZN6gputop4test12saxpy_kernelEfPKfPf");
+void stub0(void) { __asm__ volatile("nop"); }
+void stub1(void) { __asm__ volatile("nop; nop"); }
+void stub2(void) { __asm__ volatile("nop; nop; nop"); }
+static void (*const stubs[3])(void) = {stub0, stub1, stub2};
+
+typedef int (*launch_t)(const void *, dim3, dim3, void **, size_t, void *);
+typedef int (*launch_exc_t)(const launch_config *, const void *, void **);
+typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           void *, void **, void **);
+typedef int (*cu_launch_ex_t)(const launch_config *, void *, void **, void **);
+typedef int (*memcpy_t)(void *, const void *, size_t, int);
+typedef int (*memcpy_async_t)(void *, const void *, size_t, int, void *);
+typedef int (*memcpy2d_t)(void *, size_t, const void *, size_t, size_t, size_t, int);
+typedef int (*memcpy_peer_t)(void *, int, const void *, int, size_t);
+typedef int (*cu_copy_t)(uint64_t, uint64_t, size_t);
+typedef int (*malloc_t)(void **, size_t);
+typedef int (*malloc_managed_t)(void **, size_t, unsigned);
+typedef int (*free_t)(void *);
+typedef int (*sync_t)(void *);
+typedef int (*void_t)(void);
+typedef int (*graph_launch_t)(void *, void *);
+
+static struct {
+    launch_t launch, launch_ptsz, launch_coop, launch_internal;
+    launch_exc_t launch_exc;
+    cu_launch_t cu_launch;
+    cu_launch_ex_t cu_launch_ex;
+    memcpy_t memcpy_;
+    memcpy_async_t memcpy_async;
+    memcpy2d_t memcpy2d;
+    memcpy_peer_t memcpy_peer;
+    cu_copy_t cu_htod, cu_dtoh, cu_dtod, cu_memcpy;
+    malloc_t malloc_, malloc_host;
+    malloc_managed_t malloc_managed;
+    free_t free_;
+    sync_t sync;
+    void_t device_sync, cu_ctx_sync;
+    graph_launch_t graph_launch;
+} api;
+
+#ifdef LINKED
+int cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
+int cudaLaunchKernel_ptsz(const void *, dim3, dim3, void **, size_t, void *);
+int cudaLaunchCooperativeKernel(const void *, dim3, dim3, void **, size_t, void *);
+int __cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
+int cudaLaunchKernelExC(const launch_config *, const void *, void **);
+int cudaMemcpy(void *, const void *, size_t, int);
+int cudaMemcpyAsync(void *, const void *, size_t, int, void *);
+int cudaMemcpy2D(void *, size_t, const void *, size_t, size_t, size_t, int);
+int cudaMemcpyPeer(void *, int, const void *, int, size_t);
+int cudaMalloc(void **, size_t);
+int cudaMallocHost(void **, size_t);
+int cudaMallocManaged(void **, size_t, unsigned);
+int cudaFree(void *);
+int cudaStreamSynchronize(void *);
+int cudaDeviceSynchronize(void);
+int cudaGraphLaunch(void *, void *);
+static void bind_linked(void) {
+    api.launch = cudaLaunchKernel;
+    api.launch_ptsz = cudaLaunchKernel_ptsz;
+    api.launch_coop = cudaLaunchCooperativeKernel;
+#ifdef HAVE_INTERNAL_LAUNCH
+    api.launch_internal = __cudaLaunchKernel;
+#endif
+    api.launch_exc = cudaLaunchKernelExC;
+    api.memcpy_ = cudaMemcpy;
+    api.memcpy_async = cudaMemcpyAsync;
+    api.memcpy2d = cudaMemcpy2D;
+    api.memcpy_peer = cudaMemcpyPeer;
+    api.malloc_ = cudaMalloc;
+    api.malloc_host = cudaMallocHost;
+    api.malloc_managed = cudaMallocManaged;
+    api.free_ = cudaFree;
+    api.sync = cudaStreamSynchronize;
+    api.device_sync = cudaDeviceSynchronize;
+    api.graph_launch = cudaGraphLaunch;
+}
+#endif
+
+static void *must_dlopen(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "cuda_workload: dlopen %s: %s\n", path, dlerror());
+        exit(3);
+    }
+    return h;
+}
+
+#define SYM(h, field, name) (api.field = (__typeof__(api.field))dlsym(h, name))
+
+static void bind_cudart(const char *path) {
+    void *h = must_dlopen(path);
+    SYM(h, launch, "cudaLaunchKernel");
+    SYM(h, launch_ptsz, "cudaLaunchKernel_ptsz");
+    SYM(h, launch_coop, "cudaLaunchCooperativeKernel");
+    SYM(h, launch_internal, "__cudaLaunchKernel");
+    SYM(h, launch_exc, "cudaLaunchKernelExC");
+    SYM(h, memcpy_, "cudaMemcpy");
+    SYM(h, memcpy_async, "cudaMemcpyAsync");
+    SYM(h, memcpy2d, "cudaMemcpy2D");
+    SYM(h, memcpy_peer, "cudaMemcpyPeer");
+    SYM(h, malloc_, "cudaMalloc");
+    SYM(h, malloc_host, "cudaMallocHost");
+    SYM(h, malloc_managed, "cudaMallocManaged");
+    SYM(h, free_, "cudaFree");
+    SYM(h, sync, "cudaStreamSynchronize");
+    SYM(h, device_sync, "cudaDeviceSynchronize");
+    SYM(h, graph_launch, "cudaGraphLaunch");
+}
+
+static void bind_cuda(const char *path) {
+    void *h = must_dlopen(path);
+    SYM(h, cu_launch, "cuLaunchKernel");
+    SYM(h, cu_launch_ex, "cuLaunchKernelEx");
+    SYM(h, cu_htod, "cuMemcpyHtoD_v2");
+    SYM(h, cu_dtoh, "cuMemcpyDtoH_v2");
+    SYM(h, cu_dtod, "cuMemcpyDtoD_v2");
+    SYM(h, cu_memcpy, "cuMemcpy");
+    SYM(h, cu_ctx_sync, "cuCtxSynchronize");
+}
+
+static int nops;
+static char **ops;
+static char host_buf[1 << 20];
+
+#define NEED(f) do { if (!api.f) { fprintf(stderr, "cuda_workload: %s not bound\n", #f); exit(4); } } while (0)
+
+static void parse_dim(const char *s, dim3 *d) {
+    d->x = d->y = d->z = 1;
+    sscanf(s, "%u,%u,%u", &d->x, &d->y, &d->z);
+}
+
+static void run_op(const char *op) {
+    char name[32] = {0}, a[64] = {0}, b[64] = {0}, c[64] = {0}, e[64] = {0};
+    long n = 0;
+    sscanf(op, "%31[^:]:%ld:%63[^:]:%63[^:]:%63[^:]:%63s", name, &n, a, b, c, e);
+    if (!strcmp(name, "sleep")) {
+        usleep((useconds_t)n * 1000);
+        return;
+    }
+    dim3 g, bl;
+    if (!strncmp(name, "launch", 6) || !strncmp(name, "cu_launch", 9)) {
+        parse_dim(a, &g);
+        parse_dim(b, &bl);
+    }
+    for (long i = 0; i < n; i++) {
+        if (!strcmp(name, "launch")) {
+            NEED(launch);
+            api.launch((const void *)stubs[atoi(c) % 3], g, bl, NULL, 0, NULL);
+        } else if (!strcmp(name, "launch_ptsz")) {
+            NEED(launch_ptsz);
+            api.launch_ptsz((const void *)stubs[atoi(c) % 3], g, bl, NULL, 0, NULL);
+        } else if (!strcmp(name, "launch_coop")) {
+            NEED(launch_coop);
+            api.launch_coop((const void *)stubs[atoi(c) % 3], g, bl, NULL, 0, NULL);
+        } else if (!strcmp(name, "launch_internal")) {
+            NEED(launch_internal);
+            api.launch_internal((const void *)stubs[atoi(c) % 3], g, bl, NULL, 0, NULL);
+        } else if (!strcmp(name, "launch_exc")) {
+            NEED(launch_exc);
+            launch_config cfg = {g, bl, 0, NULL, NULL, 0};
+            api.launch_exc(&cfg, (const void *)stubs[atoi(c) % 3], NULL);
+        } else if (!strcmp(name, "cu_launch")) {
+            NEED(cu_launch);
+            api.cu_launch((void *)strtoull(c, NULL, 16), g.x, g.y, g.z, bl.x, bl.y, bl.z, 0, NULL, NULL, NULL);
+        } else if (!strcmp(name, "cu_launch_ex")) {
+            NEED(cu_launch_ex);
+            launch_config cfg = {g, bl, 0, NULL, NULL, 0};
+            api.cu_launch_ex(&cfg, (void *)strtoull(c, NULL, 16), NULL, NULL);
+        } else if (!strcmp(name, "memcpy")) {
+            NEED(memcpy_);
+            api.memcpy_(host_buf, host_buf + 8, strtoull(b, NULL, 10), atoi(a));
+        } else if (!strcmp(name, "memcpy_async")) {
+            NEED(memcpy_async);
+            api.memcpy_async(host_buf, host_buf + 8, strtoull(b, NULL, 10), atoi(a), NULL);
+        } else if (!strcmp(name, "memcpy2d")) {
+            NEED(memcpy2d);
+            size_t w = strtoull(a, NULL, 10), h = strtoull(b, NULL, 10);
+            api.memcpy2d(host_buf, w, host_buf, w, w, h, atoi(c));
+        } else if (!strcmp(name, "memcpy_peer")) {
+            NEED(memcpy_peer);
+            api.memcpy_peer(host_buf, 0, host_buf, 1, strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "cu_htod")) {
+            NEED(cu_htod);
+            api.cu_htod(0x1000, (uint64_t)(uintptr_t)host_buf, strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "cu_dtoh")) {
+            NEED(cu_dtoh);
+            api.cu_dtoh((uint64_t)(uintptr_t)host_buf, 0x1000, strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "cu_dtod")) {
+            NEED(cu_dtod);
+            api.cu_dtod(0x1000, 0x2000, strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "cu_memcpy")) {
+            NEED(cu_memcpy);
+            api.cu_memcpy(0x1000, 0x2000, strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "malloc")) {
+            NEED(malloc_);
+            void *p = NULL;
+            api.malloc_(&p, strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "malloc_host")) {
+            NEED(malloc_host);
+            void *p = NULL;
+            api.malloc_host(&p, strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "malloc_managed")) {
+            NEED(malloc_managed);
+            void *p = NULL;
+            api.malloc_managed(&p, strtoull(a, NULL, 10), 1);
+        } else if (!strcmp(name, "free")) {
+            NEED(free_);
+            api.free_(host_buf);
+        } else if (!strcmp(name, "sync")) {
+            NEED(sync);
+            api.sync(NULL);
+        } else if (!strcmp(name, "device_sync")) {
+            NEED(device_sync);
+            api.device_sync();
+        } else if (!strcmp(name, "cu_ctx_sync")) {
+            NEED(cu_ctx_sync);
+            api.cu_ctx_sync();
+        } else if (!strcmp(name, "graph_launch")) {
+            NEED(graph_launch);
+            api.graph_launch((void *)0x1234, NULL);
+        } else {
+            fprintf(stderr, "cuda_workload: unknown op %s\n", op);
+            exit(2);
+        }
+    }
+}
+
+static void *thread_main(void *arg) {
+    (void)arg;
+    for (int i = 0; i < nops; i++)
+        run_op(ops[i]);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *cudart = NULL, *cuda = NULL, *wait_file = NULL;
+    int threads = 1, procs = 1, delay_ms = 0;
+    int i = 1;
+    for (; i < argc && !strncmp(argv[i], "--", 2); i += 2) {
+        if (i + 1 >= argc) break;
+        if (!strcmp(argv[i], "--cudart")) cudart = argv[i + 1];
+        else if (!strcmp(argv[i], "--cuda")) cuda = argv[i + 1];
+        else if (!strcmp(argv[i], "--wait")) wait_file = argv[i + 1];
+        else if (!strcmp(argv[i], "--dlopen-delay-ms")) delay_ms = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--procs")) procs = atoi(argv[i + 1]);
+        else { fprintf(stderr, "cuda_workload: unknown option %s\n", argv[i]); return 2; }
+    }
+    ops = argv + i;
+    nops = argc - i;
+#ifdef LINKED
+    bind_linked();
+#endif
+    if (delay_ms) usleep((useconds_t)delay_ms * 1000);
+    if (cudart) bind_cudart(cudart);
+    if (cuda) bind_cuda(cuda);
+    printf("ready %d\n", (int)getpid());
+    fflush(stdout);
+    if (wait_file) {
+        struct stat st;
+        while (stat(wait_file, &st) != 0) usleep(2000);
+    }
+    for (int p = 1; p < procs; p++) {
+        if (fork() == 0) {
+            procs = 1;
+            break;
+        }
+    }
+    pthread_t tids[64];
+    if (threads > 64) threads = 64;
+    for (int t = 0; t < threads; t++) pthread_create(&tids[t], NULL, thread_main, NULL);
+    for (int t = 0; t < threads; t++) pthread_join(tids[t], NULL);
+    while (wait(NULL) > 0) {}
+    return 0;
+}
