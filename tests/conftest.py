@@ -56,3 +56,25 @@ def build_native(source: str, out: str, *args: str) -> Path:
         cc = shutil.which("gcc") or "cc"
         subprocess.run([cc, "-O1", "-g", "-Wall", "-o", str(dst), str(src), *args], check=True)
     return dst
+
+
+@dataclass(frozen=True)
+class Workloads:
+    dynamic: Path       # linked against libcudart.so.12
+    static: Path        # libcudart_static.a linked in
+    dlopen: Path        # loads --cudart / --cuda with dlopen
+    shim_runtime: Path  # tests/native/shim_runtime.c: a runtime that calls the real libcuda.so.1
+
+
+@pytest.fixture(scope="session")
+def workloads(testbed: Testbed) -> Workloads:
+    cudart = str(testbed.cudart_dir)
+    src = "cuda_workload.c"
+    linked = ("-DLINKED", "-DHAVE_INTERNAL_LAUNCH")
+    return Workloads(
+        dynamic=build_native(src, "wl_dynamic", *linked, f"-L{cudart}", "-l:libcudart.so.12",
+                             f"-Wl,-rpath,{cudart}", "-ldl", "-lpthread"),
+        static=build_native(src, "wl_static", *linked, str(testbed.libcudart_static), "-ldl", "-lpthread", "-lrt"),
+        dlopen=build_native(src, "wl_dlopen", "-ldl", "-lpthread"),
+        shim_runtime=build_native("shim_runtime.c", "libshimcudart.so", "-shared", "-fPIC", "-ldl"),
+    )

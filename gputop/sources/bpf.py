@@ -182,8 +182,8 @@ _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "a
 class BpfSource:
     """Owns the BPF object. Not thread-safe: used from the collector thread only."""
 
-    def __init__(self, *, extra_cflags: tuple[str, ...] = (), uvm: bool = True) -> None:
-        self._extra = extra_cflags
+    def __init__(self, *, limits: dict[str, int] | None = None, uvm: bool = True) -> None:
+        self._limits = {**LIMITS, **(limits or {})}
         self._want_uvm = uvm
         self.bpf: Any = None
         self.headers: kheaders.HeadersChoice | None = None
@@ -201,10 +201,10 @@ class BpfSource:
     # ------------------------------------------------------------ set-up
 
     def cflags(self) -> list[str]:
-        flags = [f"-D{k}={v}" for k, v in LIMITS.items()]
+        flags = [f"-D{k}={v}" for k, v in self._limits.items()]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
-        return flags + list(self._extra)
+        return flags
 
     def program_text(self) -> str:
         return program_path().read_text()
@@ -228,7 +228,7 @@ class BpfSource:
         os.environ.update(self.headers.env)
         self.uvm_cpu_faults = self._want_uvm and tracepoint_exists("exceptions", "page_fault_user")
         try:
-            self.bpf = bcc.BPF(text=self.program_text(), cflags=self.cflags())
+            self.bpf = bcc.BPF(text=self.program_text().encode(), cflags=self.cflags())
         except Exception as e:
             raise BpfUnavailable(f"compiling the BPF program failed: {e}",
                                  f"check the kernel headers ({self.headers.detail}); run gputop doctor") from e
@@ -278,10 +278,10 @@ class BpfSource:
             return False
         for probe, addr in wanted:
             try:
-                self.bpf.attach_uprobe(name=ref.open_path, addr=addr, fn_name=probe.entry, pid=-1)
+                self.bpf.attach_uprobe(name=ref.open_path.encode(), addr=addr, fn_name=probe.entry.encode(), pid=-1)
                 self.probes += 1
                 if probe.ret:
-                    self.bpf.attach_uretprobe(name=ref.open_path, addr=addr, fn_name=probe.ret, pid=-1)
+                    self.bpf.attach_uretprobe(name=ref.open_path.encode(), addr=addr, fn_name=probe.ret.encode(), pid=-1)
                     self.probes += 1
             except Exception:  # a probe that cannot attach (odd symbol) must not stop the others
                 continue

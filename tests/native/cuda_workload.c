@@ -16,6 +16,10 @@
 //   cu_htod:N:BYTES  cu_dtoh:N:BYTES  cu_dtod:N:BYTES  cu_memcpy:N:BYTES
 //   malloc:N:BYTES  malloc_managed:N:BYTES  malloc_host:N:BYTES  free:N
 //   sync:N  device_sync:N  cu_ctx_sync:N  graph_launch:N
+//   classify:N:BYTES   allocate 2 device + 2 pinned buffers, then N times each cudaMemcpyDefault
+//                      h2d, d2h, d2d, h2h (interior pointers too) and pageable->device (unknown);
+//                      then free one device buffer and copy into it once more (unknown)
+//   managed_touch:PAGES  cudaMallocManaged PAGES pages, then write one byte in each page
 //   sleep:MS
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -181,6 +185,36 @@ static void run_op(const char *op) {
     sscanf(op, "%31[^:]:%ld:%63[^:]:%63[^:]:%63[^:]:%63s", name, &n, a, b, c, e);
     if (!strcmp(name, "sleep")) {
         usleep((useconds_t)n * 1000);
+        return;
+    }
+    if (!strcmp(name, "classify")) {
+        NEED(malloc_);
+        NEED(malloc_host);
+        NEED(memcpy_);
+        NEED(free_);
+        size_t sz = strtoull(a, NULL, 10);
+        char *d1 = NULL, *d2 = NULL, *h1 = NULL, *h2 = NULL;
+        api.malloc_((void **)&d1, sz);
+        api.malloc_((void **)&d2, sz);
+        api.malloc_host((void **)&h1, sz);
+        api.malloc_host((void **)&h2, sz);
+        for (long i = 0; i < n; i++) {
+            api.memcpy_(d1 + 16, h1, 64, 4);
+            api.memcpy_(h1, d1, 64, 4);
+            api.memcpy_(d2, d1 + sz - 64, 64, 4);
+            api.memcpy_(h2, h1 + 128, 64, 4);
+            api.memcpy_(d1, host_buf, 64, 4);
+        }
+        api.free_(d1);
+        api.memcpy_(d1, h1, 64, 4);
+        return;
+    }
+    if (!strcmp(name, "managed_touch")) {
+        NEED(malloc_managed);
+        volatile char *p = NULL;
+        api.malloc_managed((void **)&p, (size_t)n * 4096, 1);
+        for (long i = 0; p && i < n; i++)
+            p[i * 4096] = 1;
         return;
     }
     dim3 g, bl;

@@ -1,0 +1,215 @@
+"""Command line: argument parsing, preflight, choosing the mode (dashboard, batch, doctor...)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from gputop import __version__
+
+EX_OK, EX_ERROR, EX_USAGE, EX_NOPERM = 0, 1, 2, 77
+
+
+class UserError(Exception):
+    def __init__(self, message: str, hint: str, code: int = EX_ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.code = code
+
+
+def fail(message: str, hint: str, code: int) -> int:
+    sys.stderr.write(f"gputop: error: {message}\nhint: {hint}\n")
+    return code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"gputop: error: {message}\nhint: see '{self.prog} --help'\n")
+        raise SystemExit(EX_USAGE)
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0 or v > 86400:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 86400 seconds: {text!r}")
+    return v
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return v
+
+
+def _pids(text: str) -> frozenset[int]:
+    try:
+        pids = frozenset(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated PIDs: {text!r}") from None
+    if not pids or min(pids) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated PIDs: {text!r}")
+    return pids
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gputop", description="A top for CUDA processes: kernel launches, copies, allocations "
+                "and sync time per process, traced with eBPF, beside NVML's view of each GPU.",
+                epilog="subcommands: 'gputop doctor' checks the host; 'gputop demo' runs a fused vs unfused "
+                "comparison.")
+    p.add_argument("-d", "--delay", type=_positive, default=None, metavar="SECONDS",
+                   help="refresh interval (default 1)")
+    p.add_argument("-p", "--pid", type=_pids, default=frozenset(), metavar="PID[,PID...]",
+                   help="only these processes")
+    p.add_argument("-u", "--user", default=None, help="only processes of this user")
+    p.add_argument("-s", "--sort", default=None, metavar="COLUMN", help="initial sort column (default launches)")
+    p.add_argument("-b", "--batch", action="store_true", help="batch mode: print refreshes to stdout")
+    p.add_argument("-n", "--iterations", type=_count, default=None, metavar="N",
+                   help="batch mode: stop after N refreshes")
+    p.add_argument("-f", "--format", choices=("json", "table"), default="table",
+                   help="batch mode output: JSON Lines (schema gputop/1) or a text table")
+    p.add_argument("--record", type=Path, metavar="FILE", help="also write every snapshot to FILE (JSON Lines)")
+    p.add_argument("--replay", type=Path, metavar="FILE", help="show a recording instead of live data")
+    p.add_argument("--baseline", type=Path, metavar="FILE", help="compare live processes against a recording")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
+    src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
+    p.add_argument("--no-nvml", action="store_true", help="run without NVML")
+    p.add_argument("--theme", default=None, help="colour theme")
+    p.add_argument("--readonly", action="store_true", help="never send signals")
+    p.add_argument("--ebpf", action="store_true", help="print the BPF program and exit")
+    p.add_argument("--version", action="version", version=f"gputop {__version__}")
+    return p
+
+
+def _sampler(args: argparse.Namespace) -> object:
+    from gputop.feed import Filters
+    from gputop.sampler import Sampler, SamplerConfig
+
+    cfg = SamplerConfig(interval_s=args.delay or 1.0, use_bpf=not args.no_bpf, use_nvml=not args.no_nvml,
+                        filters=Filters(args.pid, args.user))
+    return Sampler(cfg)
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from itertools import islice
+
+    from gputop import batch
+    from gputop.feed import Filters
+    from gputop.record import Recorder, read_recording
+    from gputop.sampler import Sampler
+
+    recorder = Recorder(args.record) if args.record else None
+    try:
+        if args.replay:
+            filters = Filters(args.pid, args.user)
+            snaps = (filters.apply(s) for s in read_recording(args.replay))
+            for snap in islice(snaps, args.iterations):
+                batch.emit([snap], args.format)
+                if recorder:
+                    recorder.write(snap)
+            return EX_OK
+        sampler = _sampler(args)
+        assert isinstance(sampler, Sampler)
+        sampler.open_bpf()
+        if sampler.bpf_error is not None and args.bpf:
+            e = sampler.bpf_error
+            sampler.close()
+            raise UserError(e.reason, e.hint, EX_NOPERM if e.noperm else EX_ERROR)
+        try:
+            i = 0
+            while args.iterations is None or i < args.iterations:
+                sampler.wait(sampler.config.interval_s)
+                snap = sampler.collect()
+                batch.emit([snap], args.format)
+                if recorder:
+                    recorder.write(snap)
+                i += 1
+        finally:
+            sampler.close()
+        return EX_OK
+    finally:
+        if recorder:
+            recorder.close()
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from gputop.feed import Filters
+    from gputop.record import ReplayFeed
+    from gputop.sources.bpf import has_privileges
+    from gputop.ui.app import DashboardOptions, run_dashboard
+
+    if not sys.stdout.isatty() or not sys.stdin.isatty():
+        raise UserError("the dashboard needs a terminal", "use batch mode: gputop -b -n 5 [-f json]", EX_USAGE)
+    if args.bpf and not args.replay and not has_privileges():
+        raise UserError("tracing needs root or CAP_BPF and CAP_PERFMON", "run gputop as root (sudo gputop)",
+                        EX_NOPERM)
+    opts = DashboardOptions(interval_s=args.delay or 1.0, sort=args.sort or "launches",
+                            filters=Filters(args.pid, args.user), theme=args.theme, readonly=args.readonly,
+                            baseline=args.baseline, record=args.record)
+    feed = ReplayFeed(args.replay) if args.replay else _sampler(args)
+    return run_dashboard(feed, opts)  # type: ignore[arg-type]
+
+
+def _validate(args: argparse.Namespace) -> None:
+    from gputop.ui.columns import SORT_KEYS
+
+    if args.sort is not None and args.sort not in SORT_KEYS:
+        raise UserError(f"unknown sort column {args.sort!r}", f"choose one of: {', '.join(SORT_KEYS)}", EX_USAGE)
+    for name in ("replay", "baseline"):
+        path = getattr(args, name)
+        if path is not None and not path.is_file():
+            raise UserError(f"--{name}: no such file: {path}", "give the path of a file written by --record", EX_USAGE)
+    if args.iterations is not None and not args.batch:
+        raise UserError("-n only applies to batch mode", "add -b: gputop -b -n 5", EX_USAGE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "doctor":
+            from gputop import doctor
+
+            if len(argv) > 1:
+                raise UserError(f"doctor takes no arguments: {' '.join(argv[1:])}", "run: gputop doctor", EX_USAGE)
+            return doctor.run(sys.stdout)
+        if argv and argv[0] == "demo":
+            from gputop import demo
+
+            return demo.main(argv[1:])
+        args = build_parser().parse_args(argv)
+        if args.ebpf:
+            from gputop.sources.bpf import BpfSource
+
+            src = BpfSource()
+            sys.stdout.write(f"// cflags: {' '.join(src.cflags())}\n{src.program_text()}")
+            return EX_OK
+        _validate(args)
+        return _batch(args) if args.batch else _dashboard(args)
+    except UserError as e:
+        return fail(e.message, e.hint, e.code)
+    except KeyboardInterrupt:
+        return EX_OK
+    except BrokenPipeError:
+        return EX_OK
+    except OSError as e:
+        return fail(str(e), "check the path and permissions", EX_ERROR)
+    except Exception as e:
+        from gputop.record import RecordingError
+
+        if isinstance(e, RecordingError):
+            return fail(str(e), e.hint or "give a file written by gputop --record", EX_ERROR)
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

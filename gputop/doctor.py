@@ -1,0 +1,165 @@
+"""`gputop doctor`: check what gputop needs, one line per check with OK/WARN/FAIL and a fix."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TextIO
+
+from gputop.sources import bpf, catalogue, discovery, kheaders, symbols
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: str          # "OK", "WARN", "FAIL"
+    detail: str
+    fix: str = ""
+    #: a FAIL here means gputop cannot run with BPF
+    needed_for_bpf: bool = True
+
+
+def _privileges() -> Check:
+    if bpf.has_privileges():
+        who = "root" if os.geteuid() == 0 else "CAP_BPF + CAP_PERFMON"
+        return Check("privileges", "OK", f"running as {who}")
+    return Check("privileges", "FAIL", "neither root nor CAP_BPF + CAP_PERFMON",
+                 "run as root (sudo gputop) or grant CAP_BPF,CAP_PERFMON")
+
+
+def _kernel() -> list[Check]:
+    rel = platform.release()
+    parts = [int(x) for x in rel.split(".")[:2] if x.isdigit()]
+    out = [Check("kernel", "OK" if parts >= [5, 8] else "FAIL", f"Linux {rel}",
+                 "" if parts >= [5, 8] else "gputop needs Linux 5.8+ (ring buffer, BPF stats)")]
+    uprobes = Path("/sys/bus/event_source/devices/uprobe").is_dir()
+    out.append(Check("uprobes", "OK" if uprobes else "FAIL",
+                     "uprobe PMU present" if uprobes else "no uprobe PMU (CONFIG_UPROBE_EVENTS)",
+                     "" if uprobes else "use a kernel built with CONFIG_UPROBE_EVENTS=y"))
+    kprobes = Path("/sys/bus/event_source/devices/kprobe").is_dir()
+    out.append(Check("kprobes", "OK" if kprobes else "WARN",
+                     "kprobe PMU present" if kprobes else
+                     "no kprobes: UVM GPU faults, migrations and thrashing (nvidia_uvm) are unavailable",
+                     "" if kprobes else "a kernel with CONFIG_KPROBE_EVENTS=y enables them; the rest works",
+                     needed_for_bpf=False))
+    btf = Path("/sys/kernel/btf/vmlinux").is_file()
+    out.append(Check("BTF", "OK" if btf else "WARN", "/sys/kernel/btf/vmlinux present" if btf else "no BTF",
+                     "" if btf else "not needed by gputop's uprobes; CONFIG_DEBUG_INFO_BTF=y", needed_for_bpf=False))
+    return out
+
+
+def _tracefs() -> list[Check]:
+    mounted = (bpf.TRACEFS / "events").is_dir()
+    out = [Check("tracefs", "OK" if mounted else "WARN",
+                 f"mounted at {bpf.TRACEFS}" if mounted else f"not mounted at {bpf.TRACEFS}",
+                 "" if mounted else "gputop mounts it when it starts; or: mount -t tracefs nodev /sys/kernel/tracing",
+                 needed_for_bpf=False)]
+    if mounted:
+        for cat, ev, what in (("sched", "sched_process_exec", "new processes"),
+                              ("syscalls", "sys_enter_mmap", "late dlopen"),
+                              ("sched", "sched_process_exit", "process exit"),
+                              ("exceptions", "page_fault_user", "UVM CPU faults")):
+            ok = bpf.tracepoint_exists(cat, ev)
+            out.append(Check(f"tracepoint {cat}:{ev}", "OK" if ok else "WARN",
+                             f"{what}: {'available' if ok else 'missing'}", "" if ok else f"{what} will not be seen",
+                             needed_for_bpf=False))
+    return out
+
+
+def _bcc() -> Check:
+    try:
+        mod = bpf.load_bcc()
+    except bpf.BpfUnavailable as e:
+        return Check("bcc", "FAIL", e.reason, e.hint)
+    version = getattr(mod, "__version__", "unknown version")
+    return Check("bcc", "OK", f"bcc {version} from {Path(mod.__file__ or '?').parent}")
+
+
+def _headers() -> Check:
+    choice = kheaders.choose(prepare=False)
+    if choice.kind == "exact":
+        return Check("kernel headers", "OK", choice.detail)
+    if choice.kind == "fallback":
+        return Check("kernel headers", "WARN", choice.detail,
+                     f"install linux-headers-{platform.release()} if your distro has it; the fallback works",
+                     needed_for_bpf=False)
+    return Check("kernel headers", "FAIL", choice.detail, "apt-get install linux-headers-$(uname -r) "
+                 "or your distro's linux-headers package (./gputop.sh does it)")
+
+
+def _compile() -> Check:
+    """Compile and load a one-line BPF program with the chosen headers: proof the chain works."""
+    if not bpf.has_privileges():
+        return Check("BPF compile", "FAIL", "skipped: needs privileges", "run as root")
+    try:
+        mod = bpf.load_bcc()
+        choice = kheaders.choose()
+        os.environ.update(choice.env)
+        if bpf.ensure_tracefs() is not None:
+            return Check("BPF compile", "FAIL", "tracefs is not mounted", "mount -t tracefs nodev /sys/kernel/tracing")
+        prog = mod.BPF(text="int gputop_doctor(void *ctx) { return 0; }")
+        prog.load_func("gputop_doctor", mod.BPF.KPROBE)
+        prog.cleanup()
+    except Exception as e:
+        return Check("BPF compile", "FAIL", f"{type(e).__name__}: {e}", "run gputop doctor after fixing the lines above")
+    return Check("BPF compile", "OK", "a test program compiled and loaded")
+
+
+def _nvml() -> Check:
+    from gputop.sources.nvml import NvmlSource
+
+    src = NvmlSource(os.environ.get("GPUTOP_NVML_LIBRARY"))
+    try:
+        reading = src.read()
+    finally:
+        src.close()
+    if reading.status.status == "ok":
+        return Check("NVML", "OK", f"{len(reading.gpus)} GPU(s)", needed_for_bpf=False)
+    return Check("NVML", "WARN", f"unavailable: {reading.status.reason}",
+                 "install the NVIDIA driver (libnvidia-ml.so.1); GPU panels show N/A until then",
+                 needed_for_bpf=False)
+
+
+def _cuda_objects() -> list[Check]:
+    found = {}
+    for ref in discovery.scan():
+        if not symbols.mentions_cuda(ref.open_path):
+            continue
+        syms = symbols.read_symbols(ref.open_path)
+        if syms and catalogue.probes_for(syms.functions):
+            found[ref.key] = ref.path
+    files = []
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64", "/usr/lib/aarch64-linux-gnu"):
+        p = Path(d)
+        if p.is_dir():
+            files += [str(f) for f in sorted(p.glob("libcuda*.so*")) if f.is_file() and not f.is_symlink()]
+    procs = discovery.pids_mapping(set(found))
+    detail = (f"{len(found)} CUDA object(s) mapped by {len(procs)} process(es); "
+              f"libcudart/libcuda files on the host: {', '.join(files) or 'none in the usual places'}")
+    level = "OK" if found or files else "WARN"
+    fix = "" if found else "start a CUDA program; gputop attaches to it within one refresh"
+    return [Check("CUDA objects", level, detail, fix, needed_for_bpf=False)] + [
+        Check(f"  pid {pid}", "OK", ", ".join(paths), needed_for_bpf=False) for pid, paths in sorted(procs.items())[:20]
+    ]
+
+
+CHECKS: tuple[Callable[[], Check | list[Check]], ...] = (
+    _privileges, _kernel, _tracefs, _bcc, _headers, _compile, _nvml, _cuda_objects,
+)
+
+
+def run(out: TextIO) -> int:
+    """Print every check; 0 when gputop can run with BPF, 1 otherwise."""
+    failed = False
+    for fn in CHECKS:
+        res = fn()
+        for c in res if isinstance(res, list) else [res]:
+            line = f"{c.level:<4}  {c.name}: {c.detail}"
+            if c.fix:
+                line += f"\n      fix: {c.fix}"
+            out.write(line + "\n")
+            failed = failed or (c.level == "FAIL" and c.needed_for_bpf)
+    out.write("gputop can trace with BPF\n" if not failed else "gputop cannot trace with BPF here (see FAIL)\n")
+    return 1 if failed else 0

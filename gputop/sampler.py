@@ -1,0 +1,336 @@
+"""The collector: raw counters of the sources -> deltas and rates -> immutable ``Snapshot``s.
+
+``Sampler`` is the live ``Feed``: one thread (``gputop-collector``) owns the BPF object, the NVML
+handles and the psutil cache. BPF start-up (compiling takes a second or two) happens on that
+thread after a first "starting" snapshot was posted, so the UI is never blocked.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from gputop.derive import LaunchBoundRule, is_launch_bound
+from gputop.feed import Filters, SnapshotCallback
+from gputop.model import (
+    MEMCPY_DIRECTIONS,
+    PREFETCH_DIRECTIONS,
+    CallBytes,
+    Counts,
+    KernelStat,
+    ProcSample,
+    Rates,
+    Snapshot,
+    SourceStatus,
+)
+from gputop.sources.bpf import BpfReading, BpfSource, BpfUnavailable, RawKernel, RawProc
+from gputop.sources.host import HostProc, HostSource
+from gputop.sources.nvml import NvmlProc, NvmlReading, NvmlSource
+
+TOP_KERNELS = 20
+UVM_UNAVAILABLE = "GPU faults, migrations and thrashing need kprobes on nvidia_uvm (not available here)"
+
+
+@dataclass
+class SamplerConfig:
+    interval_s: float = 1.0
+    use_bpf: bool = True
+    use_nvml: bool = True
+    nvml_library: str | None = None
+    filters: Filters = field(default_factory=Filters)
+    launch_bound: LaunchBoundRule = field(default_factory=LaunchBoundRule)
+
+
+def _hist(buckets: tuple[int, ...]) -> dict[str, int]:
+    return {f"2^{k}": n for k, n in enumerate(buckets) if n}
+
+
+def _counts(raw: RawProc, base: RawProc | None, uvm_cpu: bool) -> Counts:
+    """Counts of ``raw`` minus ``base`` (None: since gputop first saw the process)."""
+    c = raw.counters
+    b = base.counters if base else dict.fromkeys(c, 0)
+
+    def d(name: str) -> int:
+        return c[name] - b[name]
+
+    def pairs(calls: tuple[int, ...], nbytes: tuple[int, ...], bcalls: tuple[int, ...] | None,
+              bbytes: tuple[int, ...] | None, names: tuple[str, ...]) -> dict[str, CallBytes]:
+        return {n: CallBytes(calls[i] - (bcalls[i] if bcalls else 0), nbytes[i] - (bbytes[i] if bbytes else 0))
+                for i, n in enumerate(names)}
+
+    return Counts(
+        launches=d("launches"),
+        graph_launches=d("graph_launches"),
+        captured_launches=d("captured_launches"),
+        memcpy=pairs(raw.memcpy_calls, raw.memcpy_bytes, base.memcpy_calls if base else None,
+                     base.memcpy_bytes if base else None, MEMCPY_DIRECTIONS),
+        alloc_calls=d("alloc_calls"),
+        alloc_bytes=d("alloc_bytes"),
+        free_calls=d("free_calls"),
+        live_alloc_bytes=c["live_bytes"],
+        managed_alloc_calls=d("managed_alloc_calls"),
+        managed_alloc_bytes=d("managed_alloc_bytes"),
+        prefetch=pairs(raw.prefetch_calls, raw.prefetch_bytes, base.prefetch_calls if base else None,
+                       base.prefetch_bytes if base else None, PREFETCH_DIRECTIONS),
+        uvm_cpu_faults=d("uvm_cpu_faults") if uvm_cpu else None,
+        uvm_gpu_faults=None,
+        uvm_migrated=None,
+        uvm_thrashing=None,
+        sync_calls=d("sync_calls"),
+        sync_wait_s=d("sync_ns") / 1e9,
+    )
+
+
+def _avg(total: int, n: int) -> float | None:
+    return total / n if n else None
+
+
+def kernel_label(k: RawKernel) -> str:
+    """The kernel's name, or its address and object when it has none."""
+    if k.name:
+        return k.name
+    if k.object:
+        return f"{os.path.basename(k.object)}@0x{k.key:x}"
+    return f"0x{k.key:x}"
+
+
+class Sampler:
+    """Builds snapshots from the sources; ``start`` runs it as the live feed's thread."""
+
+    kind = "live"
+
+    def __init__(self, config: SamplerConfig, *, bpf: BpfSource | None = None,
+                 nvml: NvmlSource | None = None, host: HostSource | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self._bpf = bpf if bpf is not None else (BpfSource() if config.use_bpf else None)
+        self._nvml = nvml if nvml is not None else (NvmlSource(config.nvml_library) if config.use_nvml else None)
+        self._host = host or HostSource()
+        self._clock = clock
+        self._bpf_status = SourceStatus("starting" if self._bpf else "unavailable",
+                                        None if self._bpf else "disabled with --no-bpf")
+        self._bpf_started = False
+        self._prev: dict[int, RawProc] = {}
+        self._prev_kernels: dict[tuple[int, int], int] = {}
+        self._prev_stats: tuple[float, int | None, int | None] | None = None
+        self._host_cache: dict[int, HostProc] = {}
+        self._last_time: float | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._paused = False
+        self._hostname = socket.gethostname()
+        self.bpf_error: BpfUnavailable | None = None
+
+    # ------------------------------------------------------------ life cycle
+
+    def open_bpf(self) -> None:
+        """Start the BPF source (compile, attach); on failure the status says why."""
+        if self._bpf is None or self._bpf_started:
+            return
+        self._bpf_started = True
+        try:
+            self._bpf.start()
+            self._bpf_status = SourceStatus("ok")
+        except BpfUnavailable as e:
+            self.bpf_error = e
+            self._bpf_status = SourceStatus("unavailable", e.reason)
+            self._bpf = None
+        self._last_time = self._clock()
+
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until ``timeout_s`` passed, handling exec/mmap events (attaching new objects)."""
+        deadline = self._clock() + timeout_s
+        while not self._stop.is_set():
+            left = deadline - self._clock()
+            if left <= 0:
+                return
+            if self._bpf is not None:
+                self._bpf.poll(min(left, 0.05))
+            else:
+                self._stop.wait(min(left, 0.05))
+
+    def start(self, on_snapshot: SnapshotCallback) -> None:
+        self._thread = threading.Thread(target=self._run, args=(on_snapshot,), name="gputop-collector",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, on_snapshot: SnapshotCallback) -> None:
+        on_snapshot(self.starting_snapshot())
+        self.open_bpf()
+        while not self._stop.is_set():
+            self.wait(self.config.interval_s)
+            if self._stop.is_set():
+                break
+            snap = self.collect()
+            if not self._paused:
+                on_snapshot(snap)
+        self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def set_interval(self, interval_s: float) -> None:
+        self.config.interval_s = max(0.1, float(interval_s))
+
+    def set_paused(self, paused: bool) -> None:
+        self._paused = paused
+
+    def close(self) -> None:
+        if self._bpf is not None:
+            self._bpf.close()
+        if self._nvml is not None:
+            self._nvml.close()
+
+    # ------------------------------------------------------------ snapshots
+
+    def starting_snapshot(self) -> Snapshot:
+        return Snapshot(time=time.time(), interval_s=0.0, host=self._hostname,
+                        sources={"bpf": self._bpf_status, "nvml": SourceStatus("starting"),
+                                 "uvm": SourceStatus("starting")})
+
+    def collect(self) -> Snapshot:
+        now = self._clock()
+        elapsed = now - self._last_time if self._last_time is not None else self.config.interval_s
+        self._last_time = now
+        reading = self._bpf.read() if self._bpf is not None else BpfReading(self._bpf_status)
+        nv = self._nvml.read() if self._nvml is not None else NvmlReading(
+            SourceStatus("unavailable", "disabled with --no-nvml"), (), {})
+        pids = set(reading.procs) | set(nv.procs)
+        hosts = self._host.read(sorted(pids))
+        self._host_cache.update(hosts)
+        gpu_util = {g.index: g.util_pct for g in nv.gpus if g.mig_instance is None}
+        procs: list[ProcSample] = []
+        for pid in sorted(pids):
+            raw = reading.procs.get(pid)
+            host = hosts.get(pid) or self._host_cache.get(pid)
+            exited = raw.exited if raw else False
+            if raw is not None and not exited and pid not in hosts and not _alive(pid):
+                exited = True
+            procs.append(self._proc(pid, raw, host, nv.procs.get(pid), gpu_util, elapsed, exited,
+                                    reading.uvm_cpu_faults))
+            if exited and self._bpf is not None:
+                self._bpf.forget(pid)
+                self._prev.pop(pid, None)
+                self._prev_kernels = {k: v for k, v in self._prev_kernels.items() if k[0] != pid}
+                self._host_cache.pop(pid, None)
+            elif raw is not None:
+                self._prev[pid] = raw
+        sources = {"bpf": self._bpf_source_status(reading, now), "nvml": nv.status,
+                   "uvm": self._uvm_status(reading)}
+        snap = Snapshot(time=time.time(), interval_s=elapsed, host=self._hostname, sources=sources,
+                        gpus=tuple(nv.gpus), processes=tuple(procs))
+        return self.config.filters.apply(snap)
+
+    def _bpf_source_status(self, reading: BpfReading, now: float) -> SourceStatus:
+        st = reading.status
+        if st.status != "ok":
+            return st
+        overhead = hits = None
+        if self._prev_stats is not None and reading.run_time_ns is not None and reading.run_cnt is not None:
+            t0, ns0, cnt0 = self._prev_stats
+            dt = now - t0
+            if dt > 0 and ns0 is not None and cnt0 is not None:
+                overhead = (reading.run_time_ns - ns0) / dt
+                hits = (reading.run_cnt - cnt0) / dt
+        self._prev_stats = (now, reading.run_time_ns, reading.run_cnt)
+        return replace(st, overhead_ns_per_s=overhead, probe_hits_per_s=hits)
+
+    def _uvm_status(self, reading: BpfReading) -> SourceStatus:
+        if reading.status.status != "ok":
+            return SourceStatus("unavailable", "needs the BPF source")
+        if reading.uvm_cpu_faults:
+            return SourceStatus("ok", "CPU faults on managed memory only; " + UVM_UNAVAILABLE)
+        return SourceStatus("unavailable", "tracepoint exceptions:page_fault_user is missing; " + UVM_UNAVAILABLE)
+
+    def _proc(self, pid: int, raw: RawProc | None, host: HostProc | None, nvp: NvmlProc | None,
+              gpu_util: dict[int, float | None], elapsed: float, exited: bool, uvm_cpu: bool) -> ProcSample:
+        interval = total = None
+        rates = None
+        grid_avg = block_avg = None
+        kernels: tuple[KernelStat, ...] = ()
+        extra: dict[str, Any] = {}
+        if raw is not None:
+            base = self._prev.get(pid)
+            interval = _counts(raw, base, uvm_cpu)
+            total = _counts(raw, None, uvm_cpu)
+            n = interval.launches or 0
+            b = base.counters if base else dict.fromkeys(raw.counters, 0)
+            grid_avg = _avg(raw.counters["grid_sum"] - b["grid_sum"], n)
+            block_avg = _avg(raw.counters["block_sum"] - b["block_sum"], n)
+            per_s = 1.0 / elapsed if elapsed > 0 else 0.0
+            rates = Rates(
+                launches_per_s=n * per_s,
+                memcpy_bytes_per_s={k: v.bytes * per_s for k, v in (interval.memcpy or {}).items()},
+                uvm_faults_per_s=(interval.uvm_cpu_faults * per_s) if interval.uvm_cpu_faults is not None else None,
+                sync_wait_pct=min(100.0, 100.0 * (interval.sync_wait_s or 0.0) * per_s),
+            )
+            kernels = self._kernels(pid, raw, per_s)
+            extra = {
+                "grid_blocks_hist": _hist(raw.grid_hist),
+                "block_threads_hist": _hist(raw.block_hist),
+                "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist)},
+            }
+        gpu_index = nvp.gpu_index if nvp else None
+        launch_bound = None
+        if rates is not None and gpu_index is not None:
+            launch_bound = is_launch_bound(rates.launches_per_s, gpu_util.get(gpu_index),
+                                           self.config.launch_bound)
+        return ProcSample(
+            pid=pid,
+            comm=host.comm if host else "?",
+            ppid=host.ppid if host else None,
+            cmdline=host.cmdline if host else None,
+            user=host.user if host else None,
+            container=host.container if host else None,
+            nspid=host.nspid if host else None,
+            state="exited" if exited else "running",
+            interval=interval,
+            total=total,
+            rates=rates,
+            grid_blocks_avg=grid_avg,
+            block_threads_avg=block_avg,
+            kernels=kernels,
+            gpu_index=gpu_index,
+            gpu_mem_bytes=nvp.gpu_mem_bytes if nvp else None,
+            gpu_util_pct=nvp.sm_util_pct if nvp else None,
+            cpu_pct=host.cpu_pct if host else None,
+            rss_bytes=host.rss_bytes if host else None,
+            launch_bound=launch_bound,
+            **extra,
+        )
+
+    def _kernels(self, pid: int, raw: RawProc, per_s: float) -> tuple[KernelStat, ...]:
+        top = sorted(raw.kernels, key=lambda k: (-k.launches, k.key))[:TOP_KERNELS]
+        out = []
+        for k in top:
+            prev = self._prev_kernels.get((pid, k.key), 0)
+            out.append(KernelStat(
+                name=kernel_label(k),
+                launches=k.launches,
+                grid_blocks_avg=_avg(k.grid_sum, k.launches),
+                block_threads_avg=_avg(k.block_sum, k.launches),
+                interval_launches=k.launches - prev,
+                launches_per_s=(k.launches - prev) * per_s,
+                object=k.object,
+                address=None if k.name else k.key,
+            ))
+        for k in raw.kernels:
+            self._prev_kernels[(pid, k.key)] = k.launches
+        return tuple(out)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+

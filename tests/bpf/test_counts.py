@@ -1,0 +1,215 @@
+"""Exact counts from real uprobes on the real NVIDIA libraries (no GPU: calls fail after entry)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gputop.sources.bpf import BpfSource, RawProc
+
+FUSED = "fused_step(float*, float*, int)"
+UNFUSED = "unfused_step(float const*, float*, int)"
+SAXPY = "gputop::test::saxpy_kernel(float, float const*, float*)"
+H2D, D2H, D2D, H2H, UNK = range(5)
+
+
+def kernel(raw: RawProc, name: str):  # type: ignore[no-untyped-def]
+    found = [k for k in raw.kernels if k.name == name]
+    assert len(found) == 1, f"{name} not in {[k.name for k in raw.kernels]}"
+    return found[0]
+
+
+def test_runtime_launches_exact_with_grid_block_and_names(run_workload, workloads) -> None:
+    raw = run_workload([workloads.dynamic, "launch:12345:40,2,1:128,1,1:0", "launch:500:3,3,3:16,16,1:1"]).go_and_wait()
+    c = raw.counters
+    assert c["launches"] == 12345 + 500
+    assert c["grid_sum"] == 12345 * 80 + 500 * 27
+    assert c["block_sum"] == 12345 * 128 + 500 * 256
+    fused = kernel(raw, FUSED)
+    assert (fused.launches, fused.grid_sum / fused.launches, fused.block_sum / fused.launches) == (12345, 80, 128)
+    unfused = kernel(raw, UNFUSED)
+    assert (unfused.launches, unfused.grid_sum, unfused.block_sum) == (500, 500 * 27, 500 * 256)
+    assert fused.object is not None and fused.object.endswith("wl_dynamic")
+    # log2 histograms: 80 blocks -> 2^6, 27 -> 2^4; 128 threads -> 2^7, 256 -> 2^8
+    assert raw.grid_hist[6] == 12345 and raw.grid_hist[4] == 500 and sum(raw.grid_hist) == 12845
+    assert raw.block_hist[7] == 12345 and raw.block_hist[8] == 500 and sum(raw.block_hist) == 12845
+    assert raw.exited
+
+
+def test_ptsz_from_four_threads(run_workload, workloads) -> None:
+    raw = run_workload([workloads.dynamic, "--threads", "4", "launch_ptsz:2500:7,1,1:64,2,1:2"]).go_and_wait()
+    assert raw.counters["launches"] == 10000
+    k = kernel(raw, SAXPY)
+    assert (k.launches, k.grid_sum, k.block_sum) == (10000, 70000, 1280000)
+
+
+def test_launch_exc_cooperative_and_internal_each_once(run_workload, workloads) -> None:
+    raw = run_workload([workloads.dynamic, "launch_exc:77:2,3,4:8,4,2:0", "launch_coop:11:5,1,1:32,1,1:1",
+                        "launch_internal:13:1,1,1:1,1,1:2"]).go_and_wait()
+    assert raw.counters["launches"] == 77 + 11 + 13
+    assert kernel(raw, FUSED).grid_sum == 77 * 24
+    assert kernel(raw, FUSED).block_sum == 77 * 64
+    assert kernel(raw, UNFUSED).launches == 11
+    assert kernel(raw, SAXPY).launches == 13
+
+
+def test_driver_launches(run_workload, workloads, testbed) -> None:
+    raw = run_workload([workloads.dlopen, "--cuda", testbed.libcuda, "cu_launch:3000:16,16,1:256,1,1:abc0",
+                        "cu_launch_ex:42:4,1,1:32,4,1:def0"]).go_and_wait()
+    assert raw.counters["launches"] == 3042
+    by_key = {k.key: k for k in raw.kernels}
+    assert (by_key[0xABC0].launches, by_key[0xABC0].grid_sum, by_key[0xABC0].block_sum) == (3000, 768000, 768000)
+    assert (by_key[0xDEF0].launches, by_key[0xDEF0].grid_sum, by_key[0xDEF0].block_sum) == (42, 168, 5376)
+    assert by_key[0xABC0].name is None      # a driver handle nobody named
+
+
+def test_memcpy_every_kind(run_workload, workloads, testbed) -> None:
+    raw = run_workload([workloads.dlopen, "--cudart", testbed.libcudart, "--cuda", testbed.libcuda,
+                        "memcpy:3:1:1000", "memcpy:4:2:10", "memcpy:5:3:7", "memcpy:6:0:1", "memcpy:7:4:64",
+                        "memcpy_async:2:1:4096", "memcpy2d:2:100:10:3", "memcpy_peer:3:555",
+                        "cu_htod:8:11", "cu_dtoh:9:12", "cu_dtod:10:13", "cu_memcpy:11:14"]).go_and_wait()
+    assert raw.memcpy_calls == (3 + 2 + 8, 4 + 9, 5 + 2 + 3 + 10, 6, 7 + 11)
+    assert raw.memcpy_bytes == (3000 + 8192 + 88, 40 + 108, 35 + 2000 + 1665 + 130, 6, 448 + 154)
+    # copy sizes by direction in log2 buckets: 1000 B -> 2^9, 4096 -> 2^12, 11 -> 2^3
+    assert (raw.copy_hist[H2D][9], raw.copy_hist[H2D][12], raw.copy_hist[H2D][3]) == (3, 2, 8)
+
+
+def test_allocations_and_sync(run_workload, workloads) -> None:
+    raw = run_workload([workloads.dynamic, "malloc:6:4096", "malloc_host:2:100", "malloc_managed:3:8192",
+                        "free:4", "sync:9", "device_sync:2"]).go_and_wait()
+    c = raw.counters
+    assert (c["alloc_calls"], c["alloc_bytes"]) == (11, 6 * 4096 + 200 + 3 * 8192)
+    assert (c["managed_alloc_calls"], c["managed_alloc_bytes"]) == (3, 3 * 8192)
+    assert c["free_calls"] == 4
+    assert c["live_bytes"] == 0          # every allocation failed: nothing is live
+    assert c["sync_calls"] == 11
+    assert c["sync_ns"] > 0
+
+
+def test_statically_linked_runtime(run_workload, workloads) -> None:
+    raw = run_workload([workloads.static, "launch:4321:9,1,1:32,1,1:0", "launch_internal:5:1,1,1:1,1,1:1",
+                        "memcpy:3:2:100"]).go_and_wait()
+    assert raw.counters["launches"] == 4326
+    assert kernel(raw, FUSED).launches == 4321
+    assert kernel(raw, UNFUSED).launches == 5
+    assert raw.memcpy_calls[D2H] == 3
+
+
+def test_late_dlopen_attached_by_mmap_event(run_workload, workloads, testbed, bpf_source, tmp_path) -> None:
+    # a private copy: a new inode that no probe covers yet
+    lib = tmp_path / "libcudart-late.so.12"
+    shutil.copy(testbed.libcudart, lib)
+    run = run_workload([workloads.dlopen, "--dlopen-delay-ms", "300", "--cudart", lib,
+                        "sleep:400", "launch:2222:2,1,1:64,1,1:0"])
+    run.go.touch()                  # go right away: the library is not even loaded yet
+    deadline = time.monotonic() + 30
+    while run.proc.poll() is None:  # only the ring buffer's mmap event can attach in time
+        bpf_source.poll(0.02)
+        assert time.monotonic() < deadline
+    reading = bpf_source.read()
+    assert reading.procs[run.pid].counters["launches"] == 2222
+    assert str(lib) in bpf_source.objects.values()
+
+
+def test_preexisting_process_found_at_start(workloads, tmp_path) -> None:
+    go = tmp_path / "go"
+    proc = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:777:1,1,1:1,1,1:0"],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b"ready")
+    src = BpfSource()
+    src.start()                     # the initial scan finds the running process's libcudart
+    try:
+        go.touch()
+        proc.wait(timeout=30)
+        assert src.read().procs[proc.pid].counters["launches"] == 777
+    finally:
+        src.close()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare (util-linux) is not installed")
+def test_mount_namespaced_process(run_workload, workloads, testbed, tmp_path) -> None:
+    hidden = tmp_path / "ns-only"
+    hidden.mkdir()
+    script = (f"mount -t tmpfs tmpfs {hidden} && cp {testbed.libcudart} {hidden}/libcudart.so.12 && "
+              f"exec \"$@\"")
+    run = run_workload([workloads.dlopen, "--cudart", f"{hidden}/libcudart.so.12", "launch:999:3,1,1:96,1,1:2"],
+                       prefix=["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"])
+    assert not (hidden / "libcudart.so.12").exists()     # invisible from the host namespace
+    raw = run.go_and_wait()
+    assert raw.counters["launches"] == 999
+    assert kernel(raw, SAXPY).block_sum == 999 * 96
+
+
+def test_runtime_calling_driver_counts_once(run_workload, workloads, testbed) -> None:
+    raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "--cuda", testbed.libcuda,
+                        "launch:1500:6,1,1:32,1,1:0", "cu_launch:100:1,1,1:1,1,1:aa00",
+                        "memcpy:5:1:100", "memcpy:6:2:10", "cu_htod:2:1", "sync:3"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda), "SHIM_SYNC_MS": "20"}).go_and_wait()
+    assert raw.counters["launches"] == 1600
+    assert kernel(raw, FUSED).launches == 1500      # named by the runtime's host stub, not the driver
+    assert raw.memcpy_calls[H2D] == 7 and raw.memcpy_bytes[H2D] == 502
+    assert raw.memcpy_calls[D2H] == 6
+    assert raw.counters["sync_calls"] == 3
+    assert 3 * 20e6 <= raw.counters["sync_ns"] < 3 * 20e6 + 2e9
+
+
+def test_default_copies_classified_from_tracked_allocations(run_workload, workloads, testbed) -> None:
+    raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "classify:50:65536"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
+    assert raw.memcpy_calls == (50, 50, 50, 50, 51)
+    assert raw.counters["alloc_calls"] == 4
+    assert raw.counters["free_calls"] == 1
+    assert raw.counters["live_bytes"] == 3 * 65536
+
+
+def test_cpu_faults_on_managed_memory(run_workload, workloads, testbed, bpf_source) -> None:
+    assert bpf_source.uvm_cpu_faults, "tracepoint exceptions:page_fault_user should be on this machine"
+    raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "managed_touch:37"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
+    assert raw.counters["managed_alloc_calls"] == 1
+    assert raw.counters["uvm_cpu_faults"] == 37
+
+
+def test_process_exit_removes_records(run_workload, workloads, bpf_source) -> None:
+    run = run_workload([workloads.dynamic, "launch:10:1,1,1:1,1,1:0", "malloc:1:1"])
+    raw = run.go_and_wait()
+    assert raw.exited
+    bpf_source.forget(run.pid)
+    assert run.pid not in bpf_source.read().procs
+    assert not [k for k in bpf_source.bpf["kernels"].keys() if k.tgid == run.pid]
+
+
+def test_dropped_kernels_are_counted(workloads, tmp_path) -> None:
+    src = BpfSource(limits={"MAX_KERNELS": 2})
+    src.start()
+    try:
+        go = tmp_path / "go"
+        proc = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:5:1,1,1:1,1,1:0",
+                                 "launch:6:1,1,1:1,1,1:1", "launch:7:1,1,1:1,1,1:2"], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline().startswith(b"ready")
+        src.scan([proc.pid])
+        go.touch()
+        proc.wait(timeout=30)
+        reading = src.read()
+        assert reading.procs[proc.pid].counters["launches"] == 18
+        assert sorted(k.launches for k in reading.procs[proc.pid].kernels) == [5, 6]
+        assert src.dropped()["kernels"] == 7
+        assert reading.status.dropped == 7
+    finally:
+        src.close()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_built_program(run_workload, tmp_path: Path) -> None:
+    src = Path(__file__).parent.parent / "native" / "vector_add.cu"
+    exe = tmp_path / "vector_add"
+    subprocess.run(["nvcc", "-o", str(exe), str(src)], check=True)
+    raw = run_workload([exe, "3210"]).go_and_wait()
+    assert raw.counters["launches"] == 3210
+    names = {k.name: k for k in raw.kernels}
+    k = names["vector_add(float const*, float const*, float*, int)"]
+    assert (k.launches, k.grid_sum, k.block_sum) == (3210, 3210 * 64, 3210 * 256)

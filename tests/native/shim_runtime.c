@@ -1,0 +1,80 @@
+// A stand-in CUDA runtime for what the real one cannot show without a GPU:
+//  - runtime -> driver nesting: cudaLaunchKernel calls the REAL libcuda.so.1's cuLaunchKernel,
+//    cudaMemcpy(kind 1/2/3) calls the real cuMemcpyHtoD_v2/DtoH_v2/DtoD_v2, cudaStreamSynchronize
+//    calls the real cuStreamSynchronize (as the real runtime does on a GPU host);
+//  - allocations that succeed (device, pinned, managed: host memory from mmap), so copies with
+//    cudaMemcpyDefault can be classified and CPU faults on managed memory can be produced.
+// The path of libcuda.so.1 comes from $SHIM_LIBCUDA. SHIM_SYNC_MS sets the time a sync blocks.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct { unsigned x, y, z; } dim3;
+typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           void *, void **, void **);
+typedef int (*cu_copy_t)(uint64_t, uint64_t, size_t);
+typedef int (*cu_sync_t)(void *);
+
+static void *libcuda(void) {
+    static void *h;
+    if (!h) {
+        const char *path = getenv("SHIM_LIBCUDA");
+        h = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            abort();
+    }
+    return h;
+}
+
+int cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t smem, void *stream) {
+    static cu_launch_t f;
+    if (!f)
+        f = (cu_launch_t)dlsym(libcuda(), "cuLaunchKernel");
+    f((void *)func, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)smem, stream, args, NULL);
+    return 0;
+}
+
+int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
+    static cu_copy_t htod, dtoh, dtod;
+    if (!htod) {
+        htod = (cu_copy_t)dlsym(libcuda(), "cuMemcpyHtoD_v2");
+        dtoh = (cu_copy_t)dlsym(libcuda(), "cuMemcpyDtoH_v2");
+        dtod = (cu_copy_t)dlsym(libcuda(), "cuMemcpyDtoD_v2");
+    }
+    uint64_t d = (uint64_t)(uintptr_t)dst, s = (uint64_t)(uintptr_t)src;
+    switch (kind) {
+    case 1: return htod(d, s, n);
+    case 2: return dtoh(d, s, n);
+    case 3: return dtod(d, s, n);
+    default: memmove(dst, src, n); return 0;
+    }
+}
+
+static void *shim_alloc(size_t size) {
+    size_t len = (size + 4095) & ~(size_t)4095;
+    void *p = mmap(NULL, len ? len : 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    madvise(p, len, MADV_NOHUGEPAGE);
+    return p;
+}
+
+int cudaMalloc(void **p, size_t size) { *p = shim_alloc(size); return *p ? 0 : 2; }
+int cudaMallocHost(void **p, size_t size) { *p = shim_alloc(size); return *p ? 0 : 2; }
+int cudaMallocManaged(void **p, size_t size, unsigned flags) { (void)flags; *p = shim_alloc(size); return *p ? 0 : 2; }
+int cudaFree(void *p) { (void)p; return 0; }
+
+int cudaStreamSynchronize(void *stream) {
+    static cu_sync_t f;
+    if (!f)
+        f = (cu_sync_t)dlsym(libcuda(), "cuStreamSynchronize");
+    const char *ms = getenv("SHIM_SYNC_MS");
+    struct timespec ts = {0, (ms ? atol(ms) : 10) * 1000000L};
+    nanosleep(&ts, NULL);
+    return f(stream);
+}
