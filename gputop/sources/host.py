@@ -1,0 +1,208 @@
+"""The host source: what the OS knows about a process (psutil), its container and its namespaced PID.
+
+``HostSource.read(pids)`` keeps one ``psutil.Process`` per PID between reads (so CPU time deltas and
+psutil's own caches work, and a reused PID is noticed through its creation time). A process that has
+gone, or is a zombie, is left out of the result without an exception; a value the OS refuses to give
+(``AccessDenied``) is ``None``. The container id comes from ``/proc/PID/cgroup`` (:func:`parse_container`)
+and the innermost PID from the ``NSpid`` line of ``/proc/PID/status``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import psutil
+
+__all__ = ["HostProc", "HostSource", "cpu_pct", "parse_container", "parse_nspid"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class HostProc:
+    pid: int
+    ppid: int | None
+    comm: str
+    cmdline: str | None
+    user: str | None
+    #: container id (64 hex digits) from the cgroup path, or the Kubernetes pod UID when only the pod
+    #: is known; None on the host
+    container: str | None
+    #: innermost PID (from NSpid in /proc/PID/status) when it differs from ``pid``
+    nspid: int | None
+    #: like top: % of one core used since the previous read; None the first time the process is seen
+    cpu_pct: float | None
+    rss_bytes: int | None
+
+
+# ------------------------------------------------------------------ cgroup → container
+
+_HEX64 = r"[0-9a-f]{64}"
+#: one cgroup path component naming a container: a bare id (cgroupfs driver: /docker/<id>,
+#: /kubepods/<qos>/pod<uid>/<id>) or <runtime>-<id>[.scope] (systemd driver: docker-, cri-containerd-,
+#: crio-, libpod-, nerdctl-...)
+_CONTAINER_COMPONENT = re.compile(rf"^(?:[a-z0-9_.-]+-)?({_HEX64})(?:\.scope)?$")
+#: monitor processes that live beside a container but on the host (cri-o's and podman's conmon)
+_NOT_A_CONTAINER = re.compile(r"(?:^|-)conmon-")
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
+)
+
+
+def parse_container(cgroup_text: str) -> str | None:
+    """The container a process runs in, from the text of its ``/proc/PID/cgroup`` (v1 or v2).
+
+    Returns the 64-hex-digit container id of docker, containerd (``cri-containerd-``), cri-o
+    (``crio-``), podman (``libpod-``) and the like — the innermost one when containers nest — or,
+    inside a Kubernetes pod cgroup without a container id, the pod UID (with dashes). ``None`` on the
+    host.
+    """
+    pod: str | None = None
+    for line in cgroup_text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        components = [c for c in parts[2].split("/") if c]
+        for component in reversed(components):
+            if _NOT_A_CONTAINER.search(component):
+                break
+            m = _CONTAINER_COMPONENT.match(component)
+            if m:
+                return m.group(1)
+        if pod is None and "kubepods" in parts[2]:
+            for component in reversed(components):
+                m = _POD_UID.search(component)
+                if m:
+                    pod = m.group(1).replace("_", "-")
+                    break
+    return pod
+
+
+def parse_nspid(status_text: str, pid: int) -> int | None:
+    """The innermost PID from the ``NSpid:`` line of ``/proc/PID/status``, when it differs from ``pid``."""
+    for line in status_text.splitlines():
+        if line.startswith("NSpid:"):
+            fields = line.split()[1:]
+            if not fields:
+                return None
+            inner = int(fields[-1])
+            return inner if inner != pid else None
+    return None
+
+
+def cpu_pct(prev_cpu_s: float, prev_wall_s: float, cpu_s: float, wall_s: float) -> float | None:
+    """CPU time used between two readings as a % of one core (top's %CPU); None without elapsed time."""
+    elapsed = wall_s - prev_wall_s
+    if elapsed <= 0:
+        return None
+    return max(0.0, cpu_s - prev_cpu_s) / elapsed * 100.0
+
+
+# ------------------------------------------------------------------ the source
+
+
+@dataclass
+class _Cached:
+    proc: psutil.Process
+    cpu_s: float | None = None
+    wall_s: float | None = None
+
+
+def _field(fn: Callable[[], T]) -> T | None:
+    """One psutil value; None when the OS refuses it (AccessDenied) or the process is a zombie."""
+    try:
+        return fn()
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    """A /proc file, or None when it is gone or refused."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+class HostSource:
+    """psutil process info for the PIDs the sampler asks about. Not thread-safe (one collector thread).
+
+    ``clock`` is the wall clock CPU percentages are measured against (monotonic seconds).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._cache: dict[int, _Cached] = {}
+
+    def read(self, pids: Iterable[int]) -> dict[int, HostProc]:
+        wanted = set(pids)
+        for pid in list(self._cache):  # forget processes nobody asks about any more
+            if pid not in wanted:
+                del self._cache[pid]
+        out: dict[int, HostProc] = {}
+        for pid in sorted(wanted):
+            proc = self._read_one(pid)
+            if proc is None:
+                self._cache.pop(pid, None)
+            else:
+                out[pid] = proc
+        return out
+
+    def _process(self, pid: int) -> _Cached | None:
+        cached = self._cache.get(pid)
+        if cached is not None and cached.proc.is_running():  # same pid and creation time
+            return cached
+        try:
+            cached = _Cached(psutil.Process(pid))
+        except (psutil.NoSuchProcess, ValueError):
+            return None
+        except psutil.AccessDenied:  # pragma: no cover - creating a Process reads little
+            return None
+        self._cache[pid] = cached
+        return cached
+
+    def _read_one(self, pid: int) -> HostProc | None:
+        cached = self._process(pid)
+        if cached is None:
+            return None
+        p = cached.proc
+        try:
+            with p.oneshot():
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    return None
+                comm = p.name()
+                ppid = _field(p.ppid)
+                cmd = _field(p.cmdline)
+                user = _field(p.username)
+                times = _field(p.cpu_times)
+                wall = self._clock()
+                mem = _field(p.memory_info)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone (or a zombie), or status/name refused
+            return None
+        cgroup = _read_text(f"/proc/{pid}/cgroup")
+        status = _read_text(f"/proc/{pid}/status")
+        if cgroup is None and status is None and not p.is_running():
+            return None  # it went away while being read
+
+        pct: float | None = None
+        cpu_s = times.user + times.system if times is not None else None
+        if cpu_s is not None and cached.cpu_s is not None and cached.wall_s is not None:
+            pct = cpu_pct(cached.cpu_s, cached.wall_s, cpu_s, wall)
+        cached.cpu_s, cached.wall_s = cpu_s, wall
+
+        return HostProc(
+            pid=pid,
+            ppid=ppid,
+            comm=comm,
+            cmdline=" ".join(cmd) if cmd else None,
+            user=user,
+            container=parse_container(cgroup) if cgroup is not None else None,
+            nspid=parse_nspid(status, pid) if status is not None else None,
+            cpu_pct=pct,
+            rss_bytes=int(mem.rss) if mem is not None else None,
+        )

@@ -1,0 +1,240 @@
+"""HostSource on real processes, and the /proc parsers on real-looking inputs."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gputop.sources.host import HostProc, HostSource, cpu_pct, parse_container, parse_nspid
+
+CID = "4f1b2c3d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f809"
+CID2 = "9e8d7c6b5a49382716f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a090"
+POD = "0f5a8c4e-6a0b-4b8c-9d1e-2f3a4b5c6d7e"
+POD_ = POD.replace("-", "_")
+
+
+def _wait_asleep(pid: int) -> None:
+    """Until the child sits in nanosleep (past exec and the dynamic loader, so its RSS is settled)."""
+    deadline = time.monotonic() + 5
+    while "nanosleep" not in Path(f"/proc/{pid}/wchan").read_text() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    p = subprocess.Popen(["sleep", "30"])
+    _wait_asleep(p.pid)
+    yield p
+    p.kill()
+    p.wait()
+
+
+def _me() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+# ------------------------------------------------------------------ real processes
+
+
+def test_read_child_process(sleeper: subprocess.Popen[bytes]) -> None:
+    src = HostSource()
+    got = src.read([sleeper.pid])
+    rss = psutil.Process(sleeper.pid).memory_info().rss
+    cgroup = Path(f"/proc/{sleeper.pid}/cgroup").read_text()
+    assert got == {
+        sleeper.pid: HostProc(
+            pid=sleeper.pid,
+            ppid=os.getpid(),
+            comm="sleep",
+            cmdline="sleep 30",
+            user=_me(),
+            container=parse_container(cgroup),
+            nspid=None,
+            cpu_pct=None,  # first sight
+            rss_bytes=rss,
+        )
+    }
+    # this machine runs the tests on the host (its cgroup names no container)
+    assert parse_container(cgroup) is None
+    time.sleep(0.05)
+    again = src.read([sleeper.pid])[sleeper.pid]
+    assert again.cpu_pct == 0.0  # sleep used no CPU time between the reads
+
+
+def test_psutil_process_objects_are_cached(sleeper: subprocess.Popen[bytes]) -> None:
+    src = HostSource()
+    src.read([sleeper.pid])
+    first = src._cache[sleeper.pid].proc
+    src.read([sleeper.pid, os.getpid()])
+    assert src._cache[sleeper.pid].proc is first
+    src.read([os.getpid()])  # no longer asked about: forgotten
+    assert sleeper.pid not in src._cache
+
+
+def test_vanished_process_is_omitted() -> None:
+    p = subprocess.Popen(["sleep", "30"])
+    src = HostSource()
+    assert list(src.read([p.pid])) == [p.pid]
+    p.kill()
+    p.wait()
+    assert src.read([p.pid, os.getpid()]).keys() == {os.getpid()}
+    assert p.pid not in src._cache
+
+
+def test_zombie_is_omitted() -> None:
+    p = subprocess.Popen(["sleep", "30"])
+    src = HostSource()
+    assert list(src.read([p.pid])) == [p.pid]
+    p.kill()
+    deadline = time.monotonic() + 5
+    while psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
+    assert src.read([p.pid]) == {}
+    p.wait()
+
+
+def test_pid_that_never_existed() -> None:
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    assert HostSource().read([pid_max + 1]) == {}
+
+
+def test_access_denied_fields_are_none(
+    sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from psutil import _pslinux
+
+    def denied(self: psutil.Process) -> None:
+        raise psutil.AccessDenied(self.pid)
+
+    # what /proc refuses for another user's process under hidepid or a restrictive LSM
+    monkeypatch.setattr(_pslinux.Process, "cmdline", denied)
+    monkeypatch.setattr(_pslinux.Process, "memory_info", denied)
+    monkeypatch.setattr(psutil.Process, "username", denied)
+    got = HostSource().read([sleeper.pid])[sleeper.pid]
+    assert (got.pid, got.ppid, got.comm) == (sleeper.pid, os.getpid(), "sleep")
+    assert (got.cmdline, got.user, got.rss_bytes) == (None, None, None)
+
+
+def test_cpu_of_a_busy_process() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        src = HostSource()
+        time.sleep(0.2)
+        assert src.read([p.pid])[p.pid].cpu_pct is None
+        time.sleep(0.5)
+        pct = src.read([p.pid])[p.pid].cpu_pct
+        # one core, shared with the test runner; CPU times tick every 10 ms (USER_HZ), 2 % of 0.5 s each
+        assert pct is not None and 60.0 <= pct <= 105.0
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_nspid_in_a_pid_namespace() -> None:
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while not psutil.Process(p.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        child = psutil.Process(p.pid).children()[0].pid
+        got = HostSource().read([child, p.pid])
+        assert got[child].nspid == 1  # the init of its own PID namespace
+        assert got[child].comm == "sleep" and got[child].ppid == p.pid
+        assert got[p.pid].nspid is None
+    finally:
+        p.kill()
+        p.wait()
+
+
+# ------------------------------------------------------------------ parsers
+
+
+def test_cpu_pct() -> None:
+    assert cpu_pct(1.0, 10.0, 1.5, 11.0) == 50.0
+    assert cpu_pct(1.0, 10.0, 3.0, 11.0) == 200.0  # two cores
+    assert cpu_pct(1.0, 10.0, 1.0, 12.0) == 0.0
+    assert cpu_pct(1.0, 10.0, 1.5, 10.0) is None
+    assert cpu_pct(2.0, 10.0, 1.0, 11.0) == 0.0  # never negative
+
+
+def test_parse_nspid() -> None:
+    status = "Name:\tsleep\nTgid:\t5151\nNgid:\t0\nPid:\t5151\nPPid:\t5150\nNSpid:\t5151\t2\n"
+    assert parse_nspid(status, 5151) == 2
+    assert parse_nspid("Pid:\t5146\nNSpid:\t5146\n", 5146) is None
+    assert parse_nspid("NSpid:\t9000\t300\t7\n", 9000) == 7  # nested namespaces: the innermost
+    assert parse_nspid("Pid:\t12\n", 12) is None  # kernels before 4.1 have no NSpid
+
+
+V1_DOCKER = f"""\
+12:pids:/docker/{CID}
+11:hugetlb:/docker/{CID}
+10:net_cls,net_prio:/docker/{CID}
+9:freezer:/docker/{CID}
+8:cpu,cpuacct:/docker/{CID}
+7:devices:/docker/{CID}
+6:memory:/docker/{CID}
+5:blkio:/docker/{CID}
+4:cpuset:/docker/{CID}
+3:perf_event:/docker/{CID}
+2:rdma:/
+1:name=systemd:/docker/{CID}
+0::/system.slice/containerd.service
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # cgroup v2, systemd driver
+        (f"0::/system.slice/docker-{CID}.scope\n", CID),
+        # cgroup v1, cgroupfs driver
+        (V1_DOCKER, CID),
+        # Kubernetes + containerd, cgroup v2 / systemd
+        (
+            f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_}.slice/"
+            f"cri-containerd-{CID}.scope\n",
+            CID,
+        ),
+        # Kubernetes + containerd, cgroup v1 / cgroupfs
+        (
+            f"11:cpuset:/kubepods/besteffort/pod{POD}/{CID}\n9:memory:/kubepods/besteffort/pod{POD}/{CID}\n",
+            CID,
+        ),
+        # Kubernetes + CRI-O
+        (f"0::/kubepods.slice/kubepods-pod{POD_}.slice/crio-{CID}.scope\n", CID),
+        # CRI-O's monitor runs on the host
+        (f"0::/system.slice/crio-conmon-{CID}.scope\n", None),
+        # podman, rootful and rootless (v2, the payload sits in a "container" sub-cgroup)
+        (f"0::/machine.slice/libpod-{CID}.scope/container\n", CID),
+        (f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container\n", CID),
+        (f"0::/machine.slice/libpod-conmon-{CID}.scope\n", None),
+        # podman, cgroup v1
+        (f"5:memory:/libpod_parent/libpod-{CID}\n", CID),
+        # docker in docker: the innermost
+        (f"0::/docker/{CID}/docker/{CID2}\n", CID2),
+        # only the pod is known (a pod-level cgroup)
+        (f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD_}.slice\n", POD),
+        (f"4:memory:/kubepods/burstable/pod{POD}\n", POD),
+        # seen from inside a cgroup namespace
+        (f"0::/../../kubepods-besteffort-pod{POD_}.slice/cri-containerd-{CID}.scope\n", CID),
+        # the host
+        ("0::/user.slice/user-0.slice/session-3.scope\n", None),
+        ("0::/\n", None),
+        ("0::/system.slice/docker.service\n", None),
+        ("0::/init.scope\n", None),
+        ("4:memory:/process_api/8c5a9407167a95007b85c2d52fd6e125\n0::/\n", None),  # 32 hex digits: no
+        ("", None),
+        ("garbage\n", None),
+    ],
+)
+def test_parse_container(text: str, expected: str | None) -> None:
+    assert parse_container(text) == expected
