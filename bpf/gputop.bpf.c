@@ -3,7 +3,7 @@
 // once per refresh and computes deltas (counters are monotonic, never cleared).
 //
 // Compile-time parameters (set by gputop/sources/bpf.py): MAX_PROCS, MAX_KERNELS, MAX_ALLOCS,
-// MAX_NAMES, MAX_THREADS.
+// MAX_NAMES, MAX_THREADS, MAX_CODE.
 #include <uapi/linux/ptrace.h>
 
 #define NDIR 5          // memcpy directions: h2d d2h d2d h2h unknown
@@ -14,17 +14,6 @@
 #define D_UNK 4
 #define NB 32           // log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0
 #define NAME_LEN 128
-
-// classes of API calls, for counting a call once whichever layers it passes through
-#define C_LAUNCH 1
-#define C_COPY 2
-#define C_FREE 3
-#define C_PREFETCH 4
-#define C_GRAPH 5
-// layers: the outermost wins
-#define L_INTERNAL 0    // nvcc's __cudaLaunchKernel
-#define L_RUNTIME 1     // cuda*
-#define L_DRIVER 2      // cu*
 
 // allocation kinds (also used for memcpy classification)
 #define K_NONE 0
@@ -74,13 +63,6 @@ struct name_t {
     char name[NAME_LEN];
 };
 
-struct outer_t {                // the outermost API call a thread is in, for de-duplication
-    u64 sp;
-    u64 ra;
-    u32 cls;
-    u32 layers;
-};
-
 struct pending_t {              // entry state of calls with a return probe (alloc, sync, names)
     u64 sp;                     // stack pointer at the outermost entry
     u64 out;                    // out-pointer
@@ -113,7 +95,8 @@ BPF_HASH(names, struct tkey_t, struct name_t, MAX_NAMES);
 BPF_HASH(allocs, struct tkey_t, struct alloc_t, MAX_ALLOCS);
 BPF_HASH(capturing, struct tkey_t, u64, 1024);
 BPF_F_TABLE("lpm_trie", struct range_key_t, u32, ranges, MAX_ALLOCS * 8, BPF_F_NO_PREALLOC);
-BPF_TABLE("lru_hash", u64, struct outer_t, outer, MAX_THREADS);
+// code of the CUDA runtime and driver in each process (filled by user space from /proc/PID/maps)
+BPF_F_TABLE("lpm_trie", struct range_key_t, u32, code, MAX_CODE, BPF_F_NO_PREALLOC);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_alloc, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
@@ -167,35 +150,22 @@ static __always_inline u32 read_u32(u64 addr) {
     return v;
 }
 
-// True when this call is nested inside an outer call of the same class (a runtime entry point
-// calling the driver, __cudaLaunchKernel calling cudaLaunchKernel): the outer call's frame is
-// still live when its return-address slot still holds its return address and we are at or
-// below it on the stack. Each layer nests once per outer call.
-static __always_inline int nested(struct pt_regs *ctx, u32 cls, u32 layer) {
-    u64 tid = bpf_get_current_pid_tgid();
-    u64 sp = PT_REGS_SP(ctx);
-    struct outer_t *o = outer.lookup(&tid);
-    if (o && o->cls == cls && sp <= o->sp && !(o->layers & (1u << layer)) &&
-        (o->layers & ((1u << layer) - 1))) {
-        if (read_u64(o->sp) == o->ra) {
-            o->layers |= 1u << layer;
-            return 1;
-        }
-    }
-    if (o) {                            // reuse the thread's slot: no map update on the hot path
-        o->sp = sp;
-        o->ra = read_u64(sp);
-        o->cls = cls;
-        o->layers = 1u << layer;
-        return 0;
-    }
-    struct outer_t n = {};
-    n.sp = sp;
-    n.ra = read_u64(sp);
-    n.cls = cls;
-    n.layers = 1u << layer;
-    outer.update(&tid, &n);
-    return 0;
+static __always_inline void range_key(struct range_key_t *k, u32 tgid, u64 addr, u32 bits) {
+    k->prefixlen = 32 + bits;
+    k->data[0] = tgid >> 24; k->data[1] = tgid >> 16; k->data[2] = tgid >> 8; k->data[3] = tgid;
+    k->data[4] = addr >> 56; k->data[5] = addr >> 48; k->data[6] = addr >> 40;
+    k->data[7] = addr >> 32; k->data[8] = addr >> 24; k->data[9] = addr >> 16;
+    k->data[10] = addr >> 8; k->data[11] = addr;
+}
+
+// Each call is counted once, whichever layers it passes through: an entry point whose caller
+// (the return address at [sp]) is code of the CUDA runtime or driver is the runtime calling the
+// driver (or the driver calling itself), already counted where the application called in.
+// Only driver-layer probes ask: the driver never calls the runtime.
+static __always_inline int from_cuda(u32 tgid, u64 ra) {
+    struct range_key_t k = {};
+    range_key(&k, tgid, ra, 64);
+    return code.lookup(&k) != 0;
 }
 
 // Calls with a return probe nest by depth. A deeper entry (sp below the outermost entry's) is
@@ -211,22 +181,21 @@ static __always_inline struct pending_t *enter_nested(struct pending_t *ps, stru
 
 // ------------------------------------------------------------------ launches
 
-static __always_inline int is_captured(u32 tgid, struct proc_t *p, u64 stream) {
+// launches into a stream in capture mode are recorded into a graph, not run
+static __always_inline int is_captured(u32 tgid, struct proc_t *p, u64 stream_addr) {
     if (!p->capturing)
         return 0;
-    struct tkey_t k = {.tgid = tgid, .addr = stream};
+    struct tkey_t k = {.tgid = tgid, .addr = read_u64(stream_addr)};
     return capturing.lookup(&k) != 0;
 }
 
-static __always_inline int count_launch(struct pt_regs *ctx, u32 layer, u64 func, u64 gx, u64 gy,
-                                        u64 gz, u64 bx, u64 by, u64 bz, u64 stream) {
-    if (nested(ctx, C_LAUNCH, layer))
-        return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+// the hot path: no stack reads (the stream is read only while the process captures a graph)
+static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 gz, u64 bx, u64 by, u64 bz,
+                                        u64 stream_addr) {
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
-    if (is_captured(tgid, p, stream)) {
+    if (is_captured(tgid, p, stream_addr)) {
         __sync_fetch_and_add(&p->captured_launches, 1);
         return 0;
     }
@@ -259,55 +228,77 @@ static __always_inline int count_launch(struct pt_regs *ctx, u32 layer, u64 func
     return 0;
 }
 
-// cudaLaunchKernel(func, dim3 grid (rsi: x|y<<32, rdx: z), dim3 block (rcx, r8), args, smem, stream)
-static __always_inline int rt_launch_at(struct pt_regs *ctx, u32 layer) {
-    u64 g = PT_REGS_PARM2(ctx), b = PT_REGS_PARM4(ctx);
-    u64 stream = read_u64(PT_REGS_SP(ctx) + 16);
-    return count_launch(ctx, layer, PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
-                        PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
-                        PT_REGS_PARM5(ctx) & 0xffffffff, stream);
+static __always_inline u32 current_tgid(void) {
+    return bpf_get_current_pid_tgid() >> 32;
 }
 
-int rt_launch(struct pt_regs *ctx) { return rt_launch_at(ctx, L_RUNTIME); }
-int rt_launch_internal(struct pt_regs *ctx) { return rt_launch_at(ctx, L_INTERNAL); }
+// driver-layer probes: true when called from CUDA code (see from_cuda)
+static __always_inline int nested(struct pt_regs *ctx, u32 tgid) {
+    return from_cuda(tgid, read_u64(PT_REGS_SP(ctx)));
+}
+
+// cudaLaunchKernel(func, dim3 grid (rsi: x|y<<32, rdx: z), dim3 block (rcx, r8), args, smem, stream)
+static __always_inline int rt_launch_regs(struct pt_regs *ctx) {
+    u64 g = PT_REGS_PARM2(ctx), b = PT_REGS_PARM4(ctx);
+    return count_launch(current_tgid(), PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
+                        PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
+                        PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_SP(ctx) + 16);
+}
+int rt_launch(struct pt_regs *ctx) { return rt_launch_regs(ctx); }
+
+// cudaLaunchKernel in a runtime whose __cudaLaunchKernel is not a plain jump to it: skip the
+// calls that come from the runtime's own code (see catalogue.INTERNAL_LAUNCH)
+int rt_launch_checked(struct pt_regs *ctx) {
+    if (nested(ctx, current_tgid()))
+        return 0;
+    return rt_launch_regs(ctx);
+}
 
 // config layout shared by cudaLaunchConfig_t and CUlaunchConfig: grid/block u32 @0..20, stream @32
-static __always_inline int launch_config(struct pt_regs *ctx, u32 layer, u64 cfg, u64 func) {
+static __always_inline int launch_config(u32 tgid, u64 cfg, u64 func) {
     u32 d[6] = {};
     bpf_probe_read_user(d, sizeof(d), (void *)cfg);
-    u64 stream = read_u64(cfg + 32);
-    return count_launch(ctx, layer, func, d[0], d[1], d[2], d[3], d[4], d[5], stream);
+    return count_launch(tgid, func, d[0], d[1], d[2], d[3], d[4], d[5], cfg + 32);
 }
 
 // cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 int rt_launch_exc(struct pt_regs *ctx) {
-    return launch_config(ctx, L_RUNTIME, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
+    return launch_config(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
 }
 
 // cuLaunchKernel(f, gx, gy, gz, bx, by, [sp+8] bz, [sp+16] smem, [sp+24] stream, ...)
 int drv_launch(struct pt_regs *ctx) {
     u64 sp = PT_REGS_SP(ctx);
-    return count_launch(ctx, L_DRIVER, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
+    u64 st[2] = {};                     // return address and block z in one read
+    bpf_probe_read_user(st, sizeof(st), (void *)sp);
+    u32 tgid = current_tgid();
+    if (from_cuda(tgid, st[0]))
+        return 0;
+    return count_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
                         PT_REGS_PARM3(ctx) & 0xffffffff, PT_REGS_PARM4(ctx) & 0xffffffff,
                         PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_PARM6(ctx) & 0xffffffff,
-                        read_u32(sp + 8), read_u64(sp + 24));
+                        st[1] & 0xffffffff, sp + 24);
 }
 
 // cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, ...)
 int drv_launch_ex(struct pt_regs *ctx) {
-    return launch_config(ctx, L_DRIVER, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
+    u32 tgid = current_tgid();
+    if (nested(ctx, tgid))
+        return 0;
+    return launch_config(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
 }
 
-static __always_inline int graph_launch(struct pt_regs *ctx, u32 layer) {
-    if (nested(ctx, C_GRAPH, layer))
-        return 0;
-    struct proc_t *p = proc_get(bpf_get_current_pid_tgid() >> 32);
+static __always_inline int graph_launch(u32 tgid) {
+    struct proc_t *p = proc_get(tgid);
     if (p)
         __sync_fetch_and_add(&p->graph_launches, 1);
     return 0;
 }
-int rt_graph_launch(struct pt_regs *ctx) { return graph_launch(ctx, L_RUNTIME); }
-int drv_graph_launch(struct pt_regs *ctx) { return graph_launch(ctx, L_DRIVER); }
+int rt_graph_launch(struct pt_regs *ctx) { return graph_launch(current_tgid()); }
+int drv_graph_launch(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    return nested(ctx, tgid) ? 0 : graph_launch(tgid);
+}
 
 // cudaStreamBeginCapture(stream, mode) / cuStreamBeginCapture(_v2)(stream, mode)
 int begin_capture(struct pt_regs *ctx) {
@@ -350,14 +341,6 @@ static __always_inline void count_copy(struct proc_t *p, u32 dir, u64 bytes) {
         __sync_fetch_and_add(&p->copy_hist[i], 1);
 }
 
-static __always_inline void range_key(struct range_key_t *k, u32 tgid, u64 addr, u32 bits) {
-    k->prefixlen = 32 + bits;
-    k->data[0] = tgid >> 24; k->data[1] = tgid >> 16; k->data[2] = tgid >> 8; k->data[3] = tgid;
-    k->data[4] = addr >> 56; k->data[5] = addr >> 48; k->data[6] = addr >> 40;
-    k->data[7] = addr >> 32; k->data[8] = addr >> 24; k->data[9] = addr >> 16;
-    k->data[10] = addr >> 8; k->data[11] = addr;
-}
-
 // which tracked allocation (device, managed, pinned host) holds addr, K_NONE when none does
 static __always_inline u32 kind_of(u32 tgid, u64 addr) {
     struct range_key_t k = {};
@@ -377,11 +360,11 @@ static __always_inline u32 classify(u32 tgid, u64 dst, u64 src) {
     return D_UNK;
 }
 
-static __always_inline int copy_kind(struct pt_regs *ctx, u32 layer, u64 dst, u64 src, u64 bytes,
+static __always_inline int copy_kind(struct pt_regs *ctx, int driver, u64 dst, u64 src, u64 bytes,
                                      u64 kind) {
-    if (nested(ctx, C_COPY, layer))
+    u32 tgid = current_tgid();
+    if (driver && nested(ctx, tgid))
         return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
@@ -399,39 +382,39 @@ static __always_inline int copy_kind(struct pt_regs *ctx, u32 layer, u64 dst, u6
 
 // cudaMemcpy(dst, src, count, kind), cudaMemcpyAsync(..., stream)
 int rt_memcpy(struct pt_regs *ctx) {
-    return copy_kind(ctx, L_RUNTIME, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx),
+    return copy_kind(ctx, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx),
                      PT_REGS_PARM4(ctx) & 0xffffffff);
 }
 
 // cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind)
 int rt_memcpy2d(struct pt_regs *ctx) {
     u64 kind = read_u32(PT_REGS_SP(ctx) + 8);
-    return copy_kind(ctx, L_RUNTIME, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx),
+    return copy_kind(ctx, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx),
                      PT_REGS_PARM5(ctx) * PT_REGS_PARM6(ctx), kind);
 }
 
 // cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count)
 int rt_memcpy_peer(struct pt_regs *ctx) {
-    return copy_kind(ctx, L_RUNTIME, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM5(ctx), 3);
+    return copy_kind(ctx, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM5(ctx), 3);
 }
 
 // cuMemcpyHtoD_v2(dst, src, bytes) and friends: the direction is in the name
 int drv_memcpy_htod(struct pt_regs *ctx) {
-    return copy_kind(ctx, L_DRIVER, 0, 0, PT_REGS_PARM3(ctx), 1);
+    return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx), 1);
 }
 int drv_memcpy_dtoh(struct pt_regs *ctx) {
-    return copy_kind(ctx, L_DRIVER, 0, 0, PT_REGS_PARM3(ctx), 2);
+    return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx), 2);
 }
 int drv_memcpy_dtod(struct pt_regs *ctx) {
-    return copy_kind(ctx, L_DRIVER, 0, 0, PT_REGS_PARM3(ctx), 3);
+    return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx), 3);
 }
 // cuMemcpy(dst, src, bytes), cuMemcpyAsync(..., stream): direction from the pointers
 int drv_memcpy(struct pt_regs *ctx) {
-    return copy_kind(ctx, L_DRIVER, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), 4);
+    return copy_kind(ctx, 1, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), 4);
 }
 // cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes)
 int drv_memcpy_peer(struct pt_regs *ctx) {
-    return copy_kind(ctx, L_DRIVER, 0, 0, PT_REGS_PARM5(ctx), 3);
+    return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM5(ctx), 3);
 }
 
 // ------------------------------------------------------------------ allocations
@@ -529,10 +512,10 @@ int alloc_return(struct pt_regs *ctx) {
     return 0;
 }
 
-static __always_inline int free_at(struct pt_regs *ctx, u32 layer) {
-    if (nested(ctx, C_FREE, layer))
+static __always_inline int free_at(struct pt_regs *ctx, int driver) {
+    u32 tgid = current_tgid();
+    if (driver && nested(ctx, tgid))
         return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
@@ -548,15 +531,16 @@ static __always_inline int free_at(struct pt_regs *ctx, u32 layer) {
     __sync_fetch_and_add(&p->live_bytes, -(s64)size);
     return 0;
 }
-int rt_free(struct pt_regs *ctx) { return free_at(ctx, L_RUNTIME); }
-int drv_free(struct pt_regs *ctx) { return free_at(ctx, L_DRIVER); }
+int rt_free(struct pt_regs *ctx) { return free_at(ctx, 0); }
+int drv_free(struct pt_regs *ctx) { return free_at(ctx, 1); }
 
 // ------------------------------------------------------------------ prefetch
 
-static __always_inline int prefetch(struct pt_regs *ctx, u32 layer, u32 to_host) {
-    if (nested(ctx, C_PREFETCH, layer))
+static __always_inline int prefetch(struct pt_regs *ctx, int driver, u32 to_host) {
+    u32 tgid = current_tgid();
+    if (driver && nested(ctx, tgid))
         return 0;
-    struct proc_t *p = proc_get(bpf_get_current_pid_tgid() >> 32);
+    struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
     to_host = to_host ? 1 : 0;
@@ -566,17 +550,17 @@ static __always_inline int prefetch(struct pt_regs *ctx, u32 layer, u32 to_host)
 }
 // (ptr, count, int dstDevice, stream): -1 (cudaCpuDeviceId / CU_DEVICE_CPU) is the host
 int rt_prefetch_dev(struct pt_regs *ctx) {
-    return prefetch(ctx, L_RUNTIME, (s32)PT_REGS_PARM3(ctx) == -1);
+    return prefetch(ctx, 0, (s32)PT_REGS_PARM3(ctx) == -1);
 }
 int drv_prefetch_dev(struct pt_regs *ctx) {
-    return prefetch(ctx, L_DRIVER, (s32)PT_REGS_PARM3(ctx) == -1);
+    return prefetch(ctx, 1, (s32)PT_REGS_PARM3(ctx) == -1);
 }
 // (ptr, count, location {type, id} in rdx, flags, stream): type 1 = device, 2..4 = host (NUMA)
 int rt_prefetch_loc(struct pt_regs *ctx) {
-    return prefetch(ctx, L_RUNTIME, (PT_REGS_PARM3(ctx) & 0xffffffff) != 1);
+    return prefetch(ctx, 0, (PT_REGS_PARM3(ctx) & 0xffffffff) != 1);
 }
 int drv_prefetch_loc(struct pt_regs *ctx) {
-    return prefetch(ctx, L_DRIVER, (PT_REGS_PARM3(ctx) & 0xffffffff) != 1);
+    return prefetch(ctx, 1, (PT_REGS_PARM3(ctx) & 0xffffffff) != 1);
 }
 
 // ------------------------------------------------------------------ sync (time blocked)

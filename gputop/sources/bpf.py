@@ -13,7 +13,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +24,7 @@ from gputop.sources import catalogue, discovery, kheaders, symbols
 NDIR = 5
 NB = 32
 LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAMES": 16384,
-          "MAX_THREADS": 16384}
+          "MAX_THREADS": 16384, "MAX_CODE": 262144}
 DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures")
 TRACEFS = Path("/sys/kernel/tracing")
 _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_info.minor}/site-packages",
@@ -100,6 +99,13 @@ def ensure_tracefs() -> str | None:
     except (OSError, subprocess.SubprocessError) as e:
         return f"tracefs is not mounted at {TRACEFS} and mounting it failed: {e}"
     return None
+
+
+def use_headers() -> kheaders.HeadersChoice:
+    """Choose the kernel headers and point bcc at them (BCC_KERNEL_SOURCE for the fallback)."""
+    choice = kheaders.choose()
+    os.environ.update(choice.env)
+    return choice
 
 
 def tracepoint_exists(category: str, event: str) -> bool:
@@ -196,6 +202,8 @@ class BpfSource:
         self._symcache: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
         self._maps: dict[int, list[discovery.Mapping]] = {}   # last known executable maps by pid
         self._rescan: set[int] = set()
+        self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
+        self._code_dropped = 0
         self._exited: set[int] = set()
 
     # ------------------------------------------------------------ set-up
@@ -221,11 +229,10 @@ class BpfSource:
         err = ensure_tracefs()
         if err:
             raise BpfUnavailable(err, "mount -t tracefs nodev /sys/kernel/tracing")
-        self.headers = kheaders.choose()
+        self.headers = use_headers()
         if self.headers.kind == "missing":
             raise BpfUnavailable(f"bcc needs kernel headers: {self.headers.detail}",
                                  "install linux-headers for your kernel (./gputop.sh does it)")
-        os.environ.update(self.headers.env)
         self.uvm_cpu_faults = self._want_uvm and tracepoint_exists("exceptions", "page_fault_user")
         try:
             self.bpf = bcc.BPF(text=self.program_text().encode(), cflags=self.cflags())
@@ -261,10 +268,43 @@ class BpfSource:
         """Probe new CUDA objects mapped by ``pids`` (default: all processes); returns how many."""
         known = set(self.objects) | self.rejected
         new = 0
-        for ref in discovery.scan(pids, skip=known, maps_out=self._maps):
+        maps: dict[int, list[discovery.Mapping]] = {}
+        for ref in discovery.scan(pids, skip=known, maps_out=maps):
             if self._attach_object(ref):
                 new += 1
+        self._maps.update(maps)
+        for pid, pmaps in maps.items():
+            self._add_code_ranges(pid, pmaps)
         return new
+
+    def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
+        """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see from_cuda)."""
+        code = self.bpf["code"]
+        for m in maps:
+            key = (m.dev, m.inode)
+            if key not in self.objects or (pid, m.start, key) in self._code_done:
+                continue
+            syms = self._symcache.get(key)
+            if syms is None:
+                continue
+            self._code_done.add((pid, m.start, key))
+            for start, end in syms.cuda_code_runs():
+                lo, hi = syms.offset_of_vaddr(start), syms.offset_of_vaddr(end - 1)
+                if lo is None or hi is None:
+                    continue
+                lo, hi = max(lo, m.offset), min(hi + 1, m.offset + (m.end - m.start))
+                if lo >= hi:
+                    continue
+                for addr, bits in aligned_blocks(m.start + lo - m.offset, m.start + hi - m.offset):
+                    k = code.Key()
+                    k.prefixlen = 32 + 64 - bits
+                    for i, byte in enumerate(pid.to_bytes(4, "big") + addr.to_bytes(8, "big")):
+                        k.data[i] = byte
+                    try:
+                        code[k] = ctypes.c_uint32(1)
+                    except Exception:
+                        self._code_dropped += 1
+                        return
 
     def _attach_object(self, ref: discovery.ObjectRef) -> bool:
         if not symbols.mentions_cuda(ref.open_path):
@@ -272,7 +312,7 @@ class BpfSource:
             return False
         syms = symbols.read_symbols(ref.open_path)
         self._symcache[ref.key] = syms
-        wanted = catalogue.probes_for(syms.functions) if syms else []
+        wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
         if not wanted:
             self.rejected.add(ref.key)
             return False
@@ -303,7 +343,9 @@ class BpfSource:
 
     def dropped(self) -> dict[str, int]:
         table = self.bpf["dropped"]
-        return {name: int(table[table.Key(i)].value) for i, name in enumerate(DROP_KINDS)}
+        out = {name: int(table[table.Key(i)].value) for i, name in enumerate(DROP_KINDS)}
+        out["code"] = self._code_dropped
+        return out
 
     def read(self) -> BpfReading:
         procs: dict[int, RawProc] = {}
@@ -377,9 +419,12 @@ class BpfSource:
             table = self.bpf[name]
             for k in [k for k in table.keys() if int(k.tgid) == pid]:
                 table.pop(k, None)
-        ranges = self.bpf["ranges"]
-        for k in [k for k in ranges.keys() if bytes(k.data[:4]) == pid.to_bytes(4, "big")]:
-            ranges.pop(k, None)
+        prefix = pid.to_bytes(4, "big")
+        for name in ("ranges", "code"):
+            table = self.bpf[name]
+            for k in [k for k in table.keys() if bytes(k.data[:4]) == prefix]:
+                table.pop(k, None)
+        self._code_done = {c for c in self._code_done if c[0] != pid}
         self._names = {k: v for k, v in self._names.items() if k[0] != pid}
         self._maps.pop(pid, None)
 
@@ -392,9 +437,16 @@ class BpfSource:
             self._stats_fd = None
 
 
-def unavailable(reason: str) -> BpfReading:
-    return BpfReading(SourceStatus("unavailable", reason))
-
-
-def now() -> float:
-    return time.monotonic()
+def aligned_blocks(start: int, end: int) -> list[tuple[int, int]]:
+    """[start, end) as aligned power-of-two blocks (addr, log2 size), as the BPF side does."""
+    out: list[tuple[int, int]] = []
+    a = start
+    for k in range(63):
+        if a & (1 << k) and a + (1 << k) <= end:
+            out.append((a, k))
+            a += 1 << k
+    for k in range(62, -1, -1):
+        if a + (1 << k) <= end:
+            out.append((a, k))
+            a += 1 << k
+    return out

@@ -8,6 +8,7 @@ is known at return (allocation out-pointers, sync durations, driver handle -> na
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,6 @@ def _variants(symbols: tuple[str, ...], entry: str, ret: str | None = None) -> l
 LAUNCH = (
     _variants(("cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchCooperativeKernel",
                "cudaLaunchCooperativeKernel_ptsz"), "rt_launch")
-    + _variants(("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"), "rt_launch_internal")
     + _variants(("cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz"), "rt_launch_exc")
     + _variants(("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchCooperativeKernel",
                  "cuLaunchCooperativeKernel_ptsz"), "drv_launch")
@@ -91,11 +91,29 @@ ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + ALLOC + PREFETCH + SYNC +
 ANCHORS = frozenset(p.symbol for p in LAUNCH + COPY)
 
 
-def probes_for(functions: dict[str, int]) -> list[tuple[Probe, int]]:
-    """The probes to attach to an object with these function symbols, with their addresses."""
+#: nvcc's launch stubs call these; they are thunks that jump to the public entry points
+INTERNAL_LAUNCH = {"__cudaLaunchKernel": "cudaLaunchKernel", "__cudaLaunchKernel_ptsz": "cudaLaunchKernel_ptsz"}
+
+
+def probes_for(functions: dict[str, int],
+               jump_target: Callable[[str], int | None] = lambda _name: None) -> list[tuple[Probe, int]]:
+    """The probes to attach to an object with these function symbols, with their addresses.
+
+    ``jump_target(name)`` says where a function that is only a jump goes. A thunk
+    ``__cudaLaunchKernel`` -> ``cudaLaunchKernel`` is not probed (the public entry counts the
+    launch). Any other body gets ``rt_launch`` and the public entry the checked handler, which
+    skips calls coming from the runtime's own code.
+    """
     if not ANCHORS.intersection(functions):
         return []
     out = [(p, functions[p.symbol]) for p in ALL if p.symbol in functions]
+    for internal, public in INTERNAL_LAUNCH.items():
+        if internal not in functions:
+            continue
+        if public in functions and jump_target(internal) == functions[public]:
+            continue
+        out.insert(0, (Probe(internal, "rt_launch"), functions[internal]))
+        out = [(Probe(p.symbol, "rt_launch_checked"), a) if p.symbol == public else (p, a) for p, a in out]
     # CUDA 13 runtimes have cudaMemPrefetchBatchAsync and no _v2: the plain name takes a location
     loc = "cudaMemPrefetchAsync_v2" not in functions and "cudaMemPrefetchBatchAsync" in functions
     for sym in PREFETCH_RT_PLAIN:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -20,6 +21,10 @@ from elftools.elf.sections import SymbolTableSection
 
 # a cheap pre-filter: objects that mention none of these never hold CUDA entry points
 _MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", b"cudaMalloc", b"cuMemAlloc")
+
+
+# names of the CUDA runtime's and driver's own functions (public, internal, static-archive members)
+_CUDA_CODE = re.compile(r"^(_{0,2}cuda|cu[A-Z]|libcudart_static_|_ZN\d+cudart|_?_?cudart|_ZN\d+cuda)")
 
 
 @dataclass
@@ -43,6 +48,53 @@ class ObjectSymbols:
         if self._addrs[i] == vaddr or vaddr < self._ends[i]:
             return self._names[i]
         return None
+
+    def cuda_code_runs(self) -> list[tuple[int, int]]:
+        """[start, end) vaddr ranges of the runtime's and driver's code in this object.
+
+        Maximal runs of consecutive functions with CUDA names: the whole text of libcudart or
+        libcuda, or the statically linked runtime inside a program (without the program's code).
+        """
+        runs: list[tuple[int, int]] = []
+        cur: list[int] | None = None
+        for addr, end, name in zip(self._addrs, self._ends, self._names):
+            if _CUDA_CODE.match(name):
+                if cur is None:
+                    cur = [addr, max(end, addr + 1)]
+                else:
+                    cur[1] = max(cur[1], end, addr + 1)
+            elif cur is not None:
+                runs.append((cur[0], cur[1]))
+                cur = None
+        if cur is not None:
+            runs.append((cur[0], cur[1]))
+        return runs
+
+    def offset_of_vaddr(self, vaddr: int) -> int | None:
+        for seg_vaddr, off, size in self.segments:
+            if seg_vaddr <= vaddr < seg_vaddr + size:
+                return off + (vaddr - seg_vaddr)
+        return None
+
+    def jump_target(self, name: str) -> int | None:
+        """If function ``name`` is a thunk that only jumps elsewhere, the target's vaddr."""
+        vaddr = self.functions.get(name)
+        off = self.offset_of_vaddr(vaddr) if vaddr is not None else None
+        if vaddr is None or off is None:
+            return None
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(off)
+                code = f.read(16)
+        except OSError:
+            return None
+        i = 4 if code.startswith(b"\xf3\x0f\x1e\xfa") else 0          # endbr64
+        if code[i:i + 5] == b"\x55\x48\x89\xe5\x5d":                   # push rbp; mov rbp,rsp; pop rbp
+            i += 5
+        if code[i:i + 1] != b"\xe9":                                     # jmp rel32
+            return None
+        rel = int.from_bytes(code[i + 1:i + 5], "little", signed=True)
+        return vaddr + i + 5 + rel
 
     def vaddr_of_offset(self, file_offset: int) -> int | None:
         for vaddr, off, size in self.segments:

@@ -20,6 +20,8 @@
 //                      h2d, d2h, d2d, h2h (interior pointers too) and pageable->device (unknown);
 //                      then free one device buffer and copy into it once more (unknown)
 //   managed_touch:PAGES  cudaMallocManaged PAGES pages, then write one byte in each page
+//   bench:N            N cudaLaunchKernel calls, timed: prints "ns_per_call X" (bench/probe_cost.py)
+//   paced:RATE:MS      cudaLaunchKernel at RATE calls/s for MS milliseconds
 //   sleep:MS
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -185,6 +187,39 @@ static void run_op(const char *op) {
     sscanf(op, "%31[^:]:%ld:%63[^:]:%63[^:]:%63[^:]:%63s", name, &n, a, b, c, e);
     if (!strcmp(name, "sleep")) {
         usleep((useconds_t)n * 1000);
+        return;
+    }
+    if (!strcmp(name, "bench")) {
+        NEED(launch);
+        dim3 one = {1, 1, 1};
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (long i = 0; i < n; i++)
+            api.launch((const void *)stubs[0], one, one, NULL, 0, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+        printf("ns_per_call %.1f\n", n ? ns / n : 0.0);
+        fflush(stdout);
+        return;
+    }
+    if (!strcmp(name, "paced")) {
+        NEED(launch);
+        dim3 one = {1, 1, 1};
+        long ms = atol(a);
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        long done = 0;
+        for (;;) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            double el = (t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9;
+            if (el * 1000 >= ms) break;
+            long due = (long)(el * n);
+            while (done < due) {
+                api.launch((const void *)stubs[0], one, one, NULL, 0, NULL);
+                done++;
+            }
+            usleep(1000);
+        }
         return;
     }
     if (!strcmp(name, "classify")) {

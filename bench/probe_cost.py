@@ -1,0 +1,175 @@
+"""Probe cost and gputop's own CPU, measured side by side in one run (A B A B, medians).
+
+Run as root after ./test.sh has set up the test bed (bpftrace: apt-get install bpftrace):
+
+    .venv/bin/python bench/probe_cost.py [--rounds 7] [--calls 200000]
+
+1. ns per cudaLaunchKernel call through the REAL libcudart.so.12 (the call fails after entry
+   without a GPU), with: nothing attached, one empty uprobe, the bpftrace one-liner
+   `uprobe:LIB:cudaLaunchKernel { @[pid] = count(); }`, and gputop's full probe set.
+2. gputop's own CPU (user+system of `gputop -b`) while a workload launches at 2k/s and at 100k/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from conftest import TESTBED, build_native  # noqa: E402
+
+from gputop.sources.bpf import BpfSource, load_bcc, use_headers  # noqa: E402
+
+LIB = TESTBED / "cudart" / "libcudart.so.12"
+
+
+def workload() -> Path:
+    cudart = str(LIB.parent)
+    return build_native("cuda_workload.c", "wl_dynamic", "-DLINKED", "-DHAVE_INTERNAL_LAUNCH", f"-L{cudart}",
+                        "-l:libcudart.so.12", f"-Wl,-rpath,{cudart}", "-ldl", "-lpthread")
+
+
+def ns_per_call(exe: Path, calls: int) -> float:
+    out = subprocess.run([str(exe), f"bench:{calls}"], capture_output=True, text=True, check=True).stdout
+    return float(out.split("ns_per_call")[1].split()[0])
+
+
+class Nothing:
+    name = "none"
+
+    def __enter__(self) -> Nothing:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        pass
+
+
+class EmptyUprobe(Nothing):
+    name = "empty uprobe"
+
+    def __enter__(self) -> EmptyUprobe:
+        bcc = load_bcc()
+        use_headers()
+        self.b = bcc.BPF(text=b"int empty(void *ctx) { return 0; }")
+        self.b.attach_uprobe(name=str(LIB).encode(), sym=b"cudaLaunchKernel", fn_name=b"empty")
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        self.b.cleanup()
+
+
+class Bpftrace(Nothing):
+    name = "bpftrace one-liner"
+
+    def __enter__(self) -> Bpftrace:
+        prog = f"uprobe:{LIB}:cudaLaunchKernel {{ @[pid] = count(); }} BEGIN {{ printf(\"attached\\n\"); }}"
+        self.p = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True)
+        assert self.p.stdout is not None
+        for line in self.p.stdout:
+            if "attached" in line:
+                break
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        self.p.terminate()
+        self.p.wait()
+
+
+class Gputop(Nothing):
+    name = "gputop"
+
+    def __enter__(self) -> Gputop:
+        self.src = BpfSource()
+        self.src.start()
+        # attach to the library as discovery would when a process maps it
+        self.keep = subprocess.Popen([str(workload()), "--wait", "/nonexistent-gputop-bench", "sleep:1"],
+                                     stdout=subprocess.PIPE)
+        assert self.keep.stdout is not None
+        pid = int(self.keep.stdout.readline().split()[1])
+        self.src.scan([pid])
+        assert self.src.objects, "gputop did not attach to libcudart"
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        self.keep.kill()
+        self.keep.wait()
+        self.src.close()
+
+
+def probe_cost(rounds: int, calls: int) -> dict[str, float]:
+    exe = workload()
+    configs = [Nothing(), EmptyUprobe(), Gputop()] + ([Bpftrace()] if shutil.which("bpftrace") else [])
+    samples: dict[str, list[float]] = {c.name: [] for c in configs}
+    for _ in range(rounds):
+        for c in configs:
+            with c:
+                samples[c.name].append(ns_per_call(exe, calls))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def gputop_cpu(rate: int, seconds: float) -> float:
+    """CPU seconds per second of `gputop -b -f json -d 1` while a workload launches at ``rate``/s."""
+    exe = workload()
+    gt = subprocess.Popen([str(ROOT / ".venv" / "bin" / "gputop"), "-b", "-f", "json", "-d", "1", "--no-nvml"],
+                          stdout=subprocess.PIPE, text=True)
+    assert gt.stdout is not None
+    gt.stdout.readline()                       # started and attached
+    with tempfile.TemporaryDirectory() as tmp:
+        go = Path(tmp) / "go"
+        wl = subprocess.Popen([str(exe), "--wait", str(go), f"paced:{rate}:{int(seconds * 1000) + 2000}"],
+                              stdout=subprocess.PIPE)
+        time.sleep(1.5)                        # attached by the exec event
+        go.touch()
+        time.sleep(1.0)
+        c0, t0 = cpu_of(gt.pid), time.monotonic()
+        time.sleep(seconds)
+        c1, t1 = cpu_of(gt.pid), time.monotonic()
+        wl.wait()
+    gt.terminate()
+    gt.wait()
+    return (c1 - c0) / (t1 - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=200000)
+    ap.add_argument("--cpu-seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    med = probe_cost(args.rounds, args.calls)
+    base = med["none"]
+    print(f"ns per cudaLaunchKernel call, medians of {args.rounds} alternating rounds of {args.calls} calls:")
+    for name, v in med.items():
+        print(f"  {name:<20} {v:8.1f} ns   (+{v - base:.1f} ns over none)")
+    print(f"ratio gputop/empty uprobe:    {med['gputop'] / med['empty uprobe']:.3f}")
+    if "bpftrace one-liner" in med:
+        print(f"ratio gputop/bpftrace:        {med['gputop'] / med['bpftrace one-liner']:.3f}")
+    cpu = {}
+    for _ in range(2):                         # A B A B
+        for rate in (2000, 100000):
+            cpu.setdefault(rate, []).append(gputop_cpu(rate, args.cpu_seconds))
+    lo, hi = statistics.median(cpu[2000]), statistics.median(cpu[100000])
+    print(f"gputop CPU at 2k launches/s:   {100 * lo:.2f}% of a core")
+    print(f"gputop CPU at 100k launches/s: {100 * hi:.2f}% of a core")
+    print(f"ratio 100k/2k:                {hi / lo if lo else float('nan'):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
