@@ -42,6 +42,7 @@ struct proc_t {
     u64 block_sum;
     u64 capturing;              // streams of this process in capture mode
     u64 exited_ns;              // set when the process's leader exits
+    char comm[16];              // of the thread that created the record (short-lived processes)
     u64 grid_hist[NB];
     u64 block_hist[NB];
     u64 copy_hist[NDIR * NB];
@@ -124,7 +125,10 @@ static __always_inline struct proc_t *proc_get(u32 tgid) {
         drop(0);
         return 0;
     }
-    return procs.lookup(&tgid);
+    p = procs.lookup(&tgid);
+    if (p)
+        bpf_get_current_comm(p->comm, sizeof(p->comm));
+    return p;
 }
 
 static __always_inline u32 log2_bucket(u64 v) {

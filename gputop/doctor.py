@@ -23,8 +23,8 @@ class Check:
 
 def _privileges() -> Check:
     if bpf.has_privileges():
-        who = "root" if os.geteuid() == 0 else "CAP_BPF + CAP_PERFMON"
-        return Check("privileges", "OK", f"running as {who}")
+        who = "root" if os.geteuid() == 0 else "a user"
+        return Check("privileges", "OK", f"running as {who} with the capabilities BPF needs")
     return Check("privileges", "FAIL", "neither root nor CAP_BPF + CAP_PERFMON",
                  "run as root (sudo gputop) or grant CAP_BPF,CAP_PERFMON")
 
@@ -95,8 +95,7 @@ def _compile() -> Check:
         return Check("BPF compile", "FAIL", "skipped: needs privileges", "run as root")
     try:
         mod = bpf.load_bcc()
-        choice = kheaders.choose()
-        os.environ.update(choice.env)
+        bpf.use_headers()
         if bpf.ensure_tracefs() is not None:
             return Check("BPF compile", "FAIL", "tracefs is not mounted", "mount -t tracefs nodev /sys/kernel/tracing")
         prog = mod.BPF(text="int gputop_doctor(void *ctx) { return 0; }")

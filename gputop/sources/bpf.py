@@ -78,8 +78,7 @@ def load_bcc() -> ModuleType:
 
 
 def has_privileges() -> bool:
-    if os.geteuid() == 0:
-        return True
+    """CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON, in the effective set (root normally has all)."""
     try:
         text = Path("/proc/self/status").read_text()
         eff = int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("CapEff:")), 16)
@@ -169,6 +168,7 @@ class RawProc:
     copy_hist: tuple[tuple[int, ...], ...]
     exited: bool
     kernels: tuple[RawKernel, ...]
+    comm: str = ""
 
 
 @dataclass(frozen=True)
@@ -368,6 +368,7 @@ class BpfSource:
                 copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
                 exited=bool(v.exited_ns),
                 kernels=ks,
+                comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
             )
         run_ns, run_cnt = self._stats()
         dropped = sum(self.dropped().values())
