@@ -1,0 +1,152 @@
+"""The sampler on scripted source readings: deltas, rates, exited-once, NVML join, launch-bound."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gputop.derive import LaunchBoundRule
+from gputop.feed import Filters
+from gputop.model import GpuSample, SourceStatus, snapshot_from_json, snapshot_to_json
+from gputop.sampler import Sampler, SamplerConfig
+from gputop.sources.bpf import BpfReading, RawKernel, RawProc
+from gputop.sources.host import HostProc
+from gputop.sources.nvml import NvmlProc, NvmlReading
+
+NB = 32
+
+
+def raw(pid: int, launches: int, *, grid: int = 0, block: int = 0, h2d: tuple[int, int] = (0, 0),
+        sync_ns: int = 0, exited: bool = False, kernels: tuple[RawKernel, ...] = ()) -> RawProc:
+    counters = dict.fromkeys(("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_bytes",
+                              "free_calls", "live_bytes", "managed_alloc_calls", "managed_alloc_bytes",
+                              "uvm_cpu_faults", "sync_calls", "sync_ns", "grid_sum", "block_sum"), 0)
+    counters.update(launches=launches, grid_sum=grid, block_sum=block, sync_ns=sync_ns)
+    hist = tuple([launches] + [0] * (NB - 1))
+    return RawProc(pid, counters, (h2d[0], 0, 0, 0, 0), (h2d[1], 0, 0, 0, 0), (0, 0), (0, 0), hist, hist,
+                   tuple(tuple([0] * NB) for _ in range(5)), exited, kernels, comm="bpfcomm")
+
+
+@dataclass
+class FakeBpf:
+    readings: list[dict[int, RawProc]]
+    forgotten: list[int] = field(default_factory=list)
+
+    def start(self) -> None: ...
+
+    def poll(self, timeout_s: float) -> bool:
+        return False
+
+    def read(self) -> BpfReading:
+        st = SourceStatus("ok", objects=1, probes=10, dropped=0)
+        return BpfReading(st, self.readings.pop(0), run_time_ns=None, run_cnt=None, uvm_cpu_faults=False)
+
+    def forget(self, pid: int) -> None:
+        self.forgotten.append(pid)
+
+    def close(self) -> None: ...
+
+
+class FakeNvml:
+    def __init__(self, util: float | None, procs: dict[int, NvmlProc]) -> None:
+        self.util = util
+        self.procs = procs
+
+    def read(self) -> NvmlReading:
+        return NvmlReading(SourceStatus("ok"), (GpuSample(0, util_pct=self.util),), self.procs)
+
+    def close(self) -> None: ...
+
+
+class FakeHost:
+    def __init__(self, alive: set[int]) -> None:
+        self.alive = alive
+
+    def read(self, pids: list[int]) -> dict[int, HostProc]:
+        return {p: HostProc(p, 1, f"proc{p}", f"proc{p} --x", "alice", None, None, 12.5, 1 << 20)
+                for p in pids if p in self.alive}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(readings: list[dict[int, RawProc]], alive: set[int], nvml: FakeNvml | None = None,
+         filters: Filters | None = None) -> tuple[Sampler, Clock, FakeBpf]:
+    clock = Clock()
+    bpf = FakeBpf(readings)
+    cfg = SamplerConfig(interval_s=1.0, filters=filters or Filters(), launch_bound=LaunchBoundRule(1000, 50))
+    s = Sampler(cfg, bpf=bpf, nvml=nvml or FakeNvml(None, {}), host=FakeHost(alive), clock=clock)  # type: ignore[arg-type]
+    s.open_bpf()
+    return s, clock, bpf
+
+
+def test_interval_and_total_counts_and_rates() -> None:
+    k1 = RawKernel(0x1000, 100, 800, 12800, "fused_step(float*, float*, int)", "/bin/app")
+    k2 = RawKernel(0x1000, 3100, 24800, 396800, "fused_step(float*, float*, int)", "/bin/app")
+    s, clock, _ = make([{7: raw(7, 100, grid=800, block=12800, h2d=(2, 2048), kernels=(k1,))},
+                        {7: raw(7, 3100, grid=24800, block=396800, h2d=(5, 8192), sync_ns=500_000_000,
+                                kernels=(k2,))}], {7})
+    clock.t += 1.0
+    a = s.collect().process(7)
+    clock.t += 2.0
+    b = s.collect().process(7)
+    assert a is not None and b is not None
+    assert a.interval is not None and a.interval.launches == 100 and a.rates is not None
+    assert a.rates.launches_per_s == 100.0
+    assert b.interval is not None and b.total is not None and b.rates is not None
+    assert (b.interval.launches, b.total.launches) == (3000, 3100)
+    assert b.rates.launches_per_s == 1500.0                      # 3000 launches over 2 s
+    assert b.interval.memcpy is not None and b.interval.memcpy["h2d"].calls == 3
+    assert b.interval.memcpy["h2d"].bytes == 6144 and b.rates.memcpy_bytes_per_s == {
+        "h2d": 3072.0, "d2h": 0.0, "d2d": 0.0, "h2h": 0.0, "unknown": 0.0}
+    assert b.rates.sync_wait_pct == 25.0                         # 0.5 s blocked in 2 s
+    assert (b.grid_blocks_avg, b.block_threads_avg) == (8.0, 128.0)
+    assert b.kernels[0].interval_launches == 3000 and b.kernels[0].launches_per_s == 1500.0
+    assert b.interval.uvm_cpu_faults is None and b.interval.uvm_gpu_faults is None
+    assert (b.comm, b.user, b.cpu_pct) == ("proc7", "alice", 12.5)
+
+
+def test_exited_process_shown_once_then_forgotten() -> None:
+    s, clock, bpf = make([{9: raw(9, 5)}, {9: raw(9, 8, exited=True)}, {}], {9})
+    clock.t += 1
+    assert s.collect().process(9).state == "running"  # type: ignore[union-attr]
+    s._host.alive.clear()  # type: ignore[attr-defined]
+    clock.t += 1
+    p = s.collect().process(9)
+    assert p is not None and p.state == "exited" and p.interval is not None and p.interval.launches == 3
+    assert p.comm == "proc9"                                     # remembered from when it ran
+    assert bpf.forgotten == [9]
+    clock.t += 1
+    assert s.collect().process(9) is None
+
+
+def test_short_lived_process_named_from_bpf_comm() -> None:
+    s, clock, _ = make([{11: raw(11, 4, exited=True)}], set())
+    clock.t += 1
+    p = s.collect().process(11)
+    assert p is not None and p.comm == "bpfcomm" and p.state == "exited"
+
+
+def test_nvml_join_launch_bound_and_nvml_only_processes() -> None:
+    nv = FakeNvml(20.0, {5: NvmlProc(5, 0, 1 << 30, 15.0), 6: NvmlProc(6, 0, 2 << 30, 80.0)})
+    s, clock, _ = make([{5: raw(5, 3000)}], {5, 6}, nvml=nv)
+    clock.t += 1
+    snap = s.collect()
+    p5, p6 = snap.process(5), snap.process(6)
+    assert p5 is not None and p6 is not None
+    assert (p5.gpu_index, p5.gpu_mem_bytes, p5.gpu_util_pct, p5.launch_bound) == (0, 1 << 30, 15.0, True)
+    assert p6.interval is None and p6.rates is None and p6.launch_bound is None   # NVML-only: launch fields null
+    assert p6.gpu_mem_bytes == 2 << 30
+    assert snap.gpus[0].util_pct == 20.0
+
+
+def test_filters_and_json_round_trip() -> None:
+    s, clock, _ = make([{1: raw(1, 1), 2: raw(2, 2)}], {1, 2}, filters=Filters(frozenset({2})))
+    clock.t += 1
+    snap = s.collect()
+    assert [p.pid for p in snap.processes] == [2]
+    assert snapshot_from_json(snapshot_to_json(snap)) == snap
