@@ -1,0 +1,95 @@
+"""Command-line behaviour: usage errors, exit codes, error format, batch replay, --ebpf."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gputop.model import Snapshot, SourceStatus, snapshot_from_json, snapshot_to_json
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def gputop(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gputop.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def assert_error(res: subprocess.CompletedProcess[str], code: int, message: str) -> None:
+    assert res.returncode == code, res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 2, res.stderr
+    assert lines[0].startswith("gputop: error: ") and message in lines[0]
+    assert lines[1].startswith("hint: ")
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-d", "0"], "must be between 0 and 86400"),
+    (["-d", "abc"], "not a number"),
+    (["-n", "0", "-b"], "must be at least 1"),
+    (["-p", "12,x"], "expected comma-separated PIDs"),
+    (["-f", "xml", "-b"], "invalid choice"),
+    (["--bpf", "--no-bpf"], "not allowed with argument"),
+    (["--frobnicate"], "unrecognized arguments"),
+    (["-s", "nosuchcolumn"], "unknown sort column 'nosuchcolumn'"),
+    (["-n", "3"], "-n only applies to batch mode"),
+    (["-b", "--replay", "/nonexistent.jsonl"], "no such file"),
+    (["doctor", "--now"], "doctor takes no arguments"),
+])
+def test_usage_errors_exit_2(args: list[str], message: str) -> None:
+    assert_error(gputop(*args), 2, message)
+
+
+def test_dashboard_without_terminal_is_a_usage_error() -> None:
+    assert_error(gputop("--no-bpf"), 2, "the dashboard needs a terminal")
+
+
+def test_bad_recording_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    assert_error(gputop("-b", "--replay", str(bad)), 1, str(bad))
+
+
+def test_batch_replays_a_recording_with_filters(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.jsonl"
+    src = sorted((ROOT / "tests" / "data").glob("*.jsonl"))[0]
+    snaps = [snapshot_from_json(line) for line in src.read_text().splitlines()[:3]]
+    rec.write_text("".join(snapshot_to_json(s) + "\n" for s in snaps))
+    pid = snaps[0].processes[0].pid
+    res = gputop("-b", "-f", "json", "-n", "2", "-p", str(pid), "--replay", str(rec))
+    assert res.returncode == 0, res.stderr
+    out = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(out) == 2
+    assert all([p["pid"] for p in o["processes"]] == [pid] for o in out)
+    assert out[0]["time"] == snaps[0].time
+
+
+def test_batch_record_writes_what_it_prints(tmp_path: Path) -> None:
+    rec = tmp_path / "out.jsonl"
+    res = gputop("-b", "-f", "json", "-n", "2", "-d", "0.2", "--no-bpf", "--no-nvml", "--record", str(rec))
+    assert res.returncode == 0, res.stderr
+    printed = res.stdout.splitlines()
+    assert rec.read_text().splitlines() == printed
+    snap: Snapshot = snapshot_from_json(printed[1])
+    assert snap.sources["bpf"] == SourceStatus("unavailable", "disabled with --no-bpf")
+    assert snap.sources["nvml"] == SourceStatus("unavailable", "disabled with --no-nvml")
+
+
+def test_ebpf_prints_the_program() -> None:
+    res = gputop("--ebpf")
+    assert res.returncode == 0
+    assert res.stdout.startswith("// cflags: -DMAX_PROCS=4096")
+    assert "int rt_launch(struct pt_regs *ctx)" in res.stdout
+
+
+def test_version_and_help() -> None:
+    assert gputop("--version").stdout.strip() == "gputop 0.1.0"
+    help_text = gputop("--help").stdout
+    for opt in ("-d SECONDS", "-p PID", "-s COLUMN", "--record FILE", "--replay FILE", "--baseline FILE",
+                "--bpf", "--no-nvml", "--theme", "--readonly"):
+        assert opt in help_text
