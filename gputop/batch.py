@@ -12,7 +12,7 @@ from gputop.ui import format as fmt
 _COLUMNS: tuple[tuple[str, int], ...] = (
     ("PID", 7), ("USER", 9), ("COMMAND", 16), ("LAUNCH/s", 9), ("GRID", 7), ("BLOCK", 6),
     ("H2D/s", 8), ("D2H/s", 8), ("D2D/s", 8), ("LIVE", 8), ("SYNC%", 5), ("GPU", 3), ("GPUMEM", 8),
-    ("SM%", 4), ("CPU%", 5), ("LB", 2),
+    ("SM%", 4), ("CPU%", 5), ("LB", 3),
 )
 
 

@@ -1,0 +1,148 @@
+"""`gputop demo`: start an unfused and a fused workload and open the compare screen on them.
+
+With a GPU and CuPy or PyTorch: a real elementwise chain on the GPU (``gpu_worker.py``).
+Otherwise: the same launch pattern through whatever libcudart is found (``workload.c``, built
+with gcc): the launches fail without a GPU but are traced, and the screen says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gputop.sampler import Sampler
+
+HERE = Path(__file__).resolve().parent
+STEPS_PER_S = 2000.0
+
+
+class DemoError(Exception):
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Plan:
+    kind: str                      # "gpu" or "traced-only"
+    banner: str
+    commands: tuple[list[str], list[str]]   # unfused, fused
+
+
+def _gpu_backend() -> str | None:
+    for backend, probe in (("cupy", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"),
+                           ("torch", "import torch; assert torch.cuda.is_available()")):
+        try:
+            ok = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            return backend
+    return None
+
+
+def find_libcudart() -> Path | None:
+    """A CUDA runtime library on this host: $GPUTOP_DEMO_CUDART, wheels, the toolkit, the linker cache."""
+    env = os.environ.get("GPUTOP_DEMO_CUDART")
+    cands = [env] if env else []
+    purelib = sysconfig.get_paths()["purelib"]
+    repo = HERE.parent.parent
+    cands += glob.glob(f"{purelib}/nvidia/cuda_runtime/lib/libcudart.so.*")
+    cands += [str(repo / ".cache" / "testbed" / "cudart" / "libcudart.so.12")]
+    cands += sorted(glob.glob("/usr/local/cuda*/lib64/libcudart.so.*"), reverse=True)
+    cands += sorted(glob.glob("/usr/lib/*-linux-gnu/libcudart.so.*"), reverse=True)
+    for c in cands:
+        if c and Path(c).is_file():
+            return Path(c)
+    return None
+
+
+def build_workload() -> Path:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise DemoError("the demo workload needs a C compiler", "apt-get install gcc")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gputop" / "demo"
+    cache.mkdir(parents=True, exist_ok=True)
+    src, exe = HERE / "workload.c", cache / "gputop-demo-workload"
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        res = subprocess.run([cc, "-O1", "-o", str(exe), str(src), "-ldl"], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise DemoError(f"building the demo workload failed: {res.stderr.strip()}", "check that gcc works")
+    return exe
+
+
+def plan(rate: float) -> Plan:
+    backend = _gpu_backend()
+    if backend is not None:
+        cmd = [sys.executable, "-m", "gputop.demo.gpu_worker", backend]
+        return Plan("gpu", f"demo: y = relu(2x+1) on the GPU with {backend}, unfused (3 kernels) vs fused (1)",
+                    ([*cmd, "unfused", str(rate)], [*cmd, "fused", str(rate)]))
+    lib = find_libcudart()
+    if lib is None:
+        raise DemoError("no GPU and no libcudart found for the demo",
+                        "pip install nvidia-cuda-runtime-cu12, or set GPUTOP_DEMO_CUDART=/path/libcudart.so")
+    exe = build_workload()
+    return Plan("traced-only", f"demo without a GPU: launches through {lib} fail after entry and are traced; "
+                f"unfused = 3 kernels per step, fused = 1, {rate:g} steps/s each",
+                ([str(exe), str(lib), "unfused", str(rate)], [str(exe), str(lib), "fused", str(rate)]))
+
+
+def main(argv: list[str]) -> int:
+    from gputop.cli import EX_USAGE, _Parser, fail
+
+    ap = _Parser(prog="gputop demo", description="Run an unfused and a fused workload side by side and compare "
+                 "them live.")
+    ap.add_argument("--rate", type=float, default=STEPS_PER_S, help="steps per second of each workload")
+    ap.add_argument("-b", "--batch", action="store_true", help="print snapshots of the two workloads instead")
+    ap.add_argument("-n", "--iterations", type=int, default=5, help="batch mode: refreshes (default 5)")
+    ap.add_argument("-d", "--delay", type=float, default=1.0, help="refresh interval in seconds")
+    ap.add_argument("--theme", default=None)
+    args = ap.parse_args(argv)
+    if args.rate <= 0 or args.delay <= 0 or args.iterations < 1:
+        return fail("--rate, --delay and -n must be positive", "gputop demo --rate 2000", EX_USAGE)
+    try:
+        p = plan(args.rate)
+    except DemoError as e:
+        return fail(str(e), e.hint, 1)
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL) for c in p.commands]
+    pids = (procs[0].pid, procs[1].pid)
+    try:
+        from gputop.feed import Filters
+        from gputop.sampler import Sampler, SamplerConfig
+
+        sampler = Sampler(SamplerConfig(interval_s=args.delay, filters=Filters(frozenset(pids))))
+        if args.batch:
+            return _batch(sampler, args.iterations, p)
+        if not sys.stdout.isatty():
+            return fail("the demo's compare screen needs a terminal", "use: gputop demo -b -n 5", EX_USAGE)
+        from gputop.ui.app import DashboardOptions, run_dashboard
+
+        return run_dashboard(sampler, DashboardOptions(interval_s=args.delay, theme=args.theme,
+                                                       compare_pids=pids, banner=p.banner))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def _batch(sampler: Sampler, n: int, p: Plan) -> int:
+    from gputop import batch
+
+    print(p.banner, flush=True)
+    sampler.open_bpf()
+    try:
+        for _ in range(n):
+            sampler.wait(sampler.config.interval_s)
+            batch.emit([sampler.collect()], "table")
+    finally:
+        sampler.close()
+    return 0

@@ -1,0 +1,29 @@
+"""`gputop demo` without a GPU: the unfused workload launches three times as often as the fused one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _rate(cell: str) -> float:
+    return float(cell.rstrip("k")) * (1000 if cell.endswith("k") else 1)
+
+
+def test_demo_batch_shows_unfused_at_three_times_the_fused_rate(testbed) -> None:
+    env = {**os.environ, "GPUTOP_DEMO_CUDART": str(testbed.libcudart)}
+    res = subprocess.run([sys.executable, "-m", "gputop.cli", "demo", "-b", "-n", "4", "--rate", "1000"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith(f"demo without a GPU: launches through {testbed.libcudart}")
+    last_table = res.stdout.rsplit("gputop - ", 1)[1].splitlines()
+    rows = [ln.split() for ln in last_table if ln.split() and ln.split()[0].isdigit()]
+    assert len(rows) == 2
+    rates = sorted(_rate(r[3]) for r in rows)
+    assert 900 <= rates[0] <= 1100 and 2700 <= rates[1] <= 3300      # fused 1k/s, unfused 3k/s
+    assert {r[4] for r in rows} == {"4096.0"} and {r[5] for r in rows} == {"256"}
