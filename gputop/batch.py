@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Iterable, TextIO
+from collections.abc import Iterable
+from typing import TextIO
 
 from gputop.model import ProcSample, Snapshot, snapshot_to_json
 from gputop.ui import format as fmt
@@ -49,7 +50,7 @@ def table(snap: Snapshot) -> str:
     for p in procs:
         cells = _row(p)
         lines.append(" ".join(fmt.fit(c, w).rjust(w) if i not in (1, 2) else fmt.fit(c, w).ljust(w)
-                              for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS))))
+                              for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS, strict=False))))
     return "\n".join(lines) + "\n"
 
 

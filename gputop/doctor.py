@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from gputop.sources import bpf, catalogue, discovery, kheaders, symbols
 
@@ -102,7 +103,8 @@ def _compile() -> Check:
         prog.load_func("gputop_doctor", mod.BPF.KPROBE)
         prog.cleanup()
     except Exception as e:
-        return Check("BPF compile", "FAIL", f"{type(e).__name__}: {e}", "run gputop doctor after fixing the lines above")
+        return Check("BPF compile", "FAIL", f"{type(e).__name__}: {e}",
+                     "run gputop doctor again after fixing the lines above")
     return Check("BPF compile", "OK", "a test program compiled and loaded")
 
 

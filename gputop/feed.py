@@ -6,8 +6,9 @@ Consumers (the Textual app, batch mode, the exporter) never block the feed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from gputop.model import Snapshot
 

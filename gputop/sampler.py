@@ -11,8 +11,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from gputop.derive import LaunchBoundRule, is_launch_bound
 from gputop.feed import Filters, SnapshotCallback
@@ -274,7 +275,7 @@ class Sampler:
             extra = {
                 "grid_blocks_hist": _hist(raw.grid_hist),
                 "block_threads_hist": _hist(raw.block_hist),
-                "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist)},
+                "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist, strict=False)},
             }
         gpu_index = nvp.gpu_index if nvp else None
         launch_bound = None

@@ -7,7 +7,6 @@ with gcc): the launches fail without a GPU but are traced, and the screen says s
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import shutil

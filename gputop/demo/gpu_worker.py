@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _cupy(fused: bool) -> Callable[[], Any]:
-    import cupy as cp  # type: ignore[import-not-found]
+    import cupy as cp
 
     x = cp.random.standard_normal(1 << 22, dtype=cp.float32)
     y = cp.empty_like(x)
@@ -27,7 +28,7 @@ def _cupy(fused: bool) -> Callable[[], Any]:
 
 
 def _torch(fused: bool) -> Callable[[], Any]:
-    import torch  # type: ignore[import-not-found]
+    import torch
 
     x = torch.randn(1 << 22, device="cuda")
 

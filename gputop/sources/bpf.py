@@ -316,12 +316,13 @@ class BpfSource:
         if not wanted:
             self.rejected.add(ref.key)
             return False
+        path = ref.open_path.encode()
         for probe, addr in wanted:
             try:
-                self.bpf.attach_uprobe(name=ref.open_path.encode(), addr=addr, fn_name=probe.entry.encode(), pid=-1)
+                self.bpf.attach_uprobe(name=path, addr=addr, fn_name=probe.entry.encode(), pid=-1)
                 self.probes += 1
                 if probe.ret:
-                    self.bpf.attach_uretprobe(name=ref.open_path.encode(), addr=addr, fn_name=probe.ret.encode(), pid=-1)
+                    self.bpf.attach_uretprobe(name=path, addr=addr, fn_name=probe.ret.encode(), pid=-1)
                     self.probes += 1
             except Exception:  # a probe that cannot attach (odd symbol) must not stop the others
                 continue
@@ -396,7 +397,7 @@ class BpfSource:
         maps = discovery.read_maps(pid)
         if maps:
             self._maps[pid] = maps
-        for m in maps or self._maps.get(pid, ()):
+        for m in maps or self._maps.get(pid, []):
             if m.start <= addr < m.end:
                 syms = self._symbols_of(pid, m)
                 if syms is None:
@@ -418,12 +419,12 @@ class BpfSource:
         self.bpf["procs"].pop(self.bpf["procs"].Key(pid), None)
         for name in ("kernels", "names", "allocs", "capturing"):
             table = self.bpf[name]
-            for k in [k for k in table.keys() if int(k.tgid) == pid]:
+            for k in [k for k in table if int(k.tgid) == pid]:
                 table.pop(k, None)
         prefix = pid.to_bytes(4, "big")
         for name in ("ranges", "code"):
             table = self.bpf[name]
-            for k in [k for k in table.keys() if bytes(k.data[:4]) == prefix]:
+            for k in [k for k in table if bytes(k.data[:4]) == prefix]:
                 table.pop(k, None)
         self._code_done = {c for c in self._code_done if c[0] != pid}
         self._names = {k: v for k, v in self._names.items() if k[0] != pid}

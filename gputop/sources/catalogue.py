@@ -7,8 +7,8 @@ is known at return (allocation out-pointers, sync durations, driver handle -> na
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,11 @@ SYNC = _variants(
      "cudaThreadSynchronize", "cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuCtxSynchronize",
      "cuEventSynchronize"), "sync_enter", "sync_return")
 
-NAMES = (
-    [Probe("__cudaRegisterFunction", "register_function")]
-    + _variants(("cuModuleGetFunction", "cuLibraryGetKernel"), "getfn_enter", "getfn_return")
-    + [Probe("cuKernelGetFunction", "kernel_getfn_enter", "getfn_return")]
-)
+NAMES = [
+    Probe("__cudaRegisterFunction", "register_function"),
+    *_variants(("cuModuleGetFunction", "cuLibraryGetKernel"), "getfn_enter", "getfn_return"),
+    Probe("cuKernelGetFunction", "kernel_getfn_enter", "getfn_return"),
+]
 
 ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + ALLOC + PREFETCH + SYNC + NAMES)
 

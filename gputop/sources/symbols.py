@@ -57,7 +57,7 @@ class ObjectSymbols:
         """
         runs: list[tuple[int, int]] = []
         cur: list[int] | None = None
-        for addr, end, name in zip(self._addrs, self._ends, self._names):
+        for addr, end, name in zip(self._addrs, self._ends, self._names, strict=False):
             if _CUDA_CODE.match(name):
                 if cur is None:
                     cur = [addr, max(end, addr + 1)]
@@ -168,7 +168,7 @@ def demangle(names: list[str]) -> list[str]:
     out_lines = res.stdout.splitlines()
     if len(out_lines) != len(todo):
         return list(names)
-    table = dict(zip(todo, out_lines))
+    table = dict(zip(todo, out_lines, strict=False))
     return [table.get(n, n) for n in names]
 
 
