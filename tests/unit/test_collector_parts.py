@@ -1,0 +1,107 @@
+"""Pieces of the collector that need no BPF: headers choice, symbols, catalogue, code ranges, doctor."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from gputop.sources import catalogue, kheaders, symbols
+from gputop.sources.bpf import aligned_blocks, load_bcc
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _headers_tree(base: Path, name: str, common: bool) -> None:
+    d = base / "usr_src" / name
+    (d / "include" / "generated").mkdir(parents=True)
+    (d / "Makefile").write_text("include ../common/Makefile\n")
+    (d / "include" / "generated" / "autoconf.h").write_text("#define X 1\n")
+    if common:
+        c = base / "usr_src" / name.replace("-amd64", "-common")
+        (c / "include" / "linux").mkdir(parents=True)
+        (c / "include" / "linux" / "kconfig.h").write_text("/* kconfig */\n")
+
+
+def test_exact_headers_win(tmp_path: Path) -> None:
+    build = tmp_path / "modules" / "6.9.0-test" / "build" / "include"
+    build.mkdir(parents=True)
+    c = kheaders.choose("6.9.0-test", usr_src=tmp_path / "none", modules=tmp_path / "modules", cache=tmp_path)
+    assert c.kind == "exact" and c.env == {}
+
+
+def test_fallback_merges_newest_debian_split_headers(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("BCC_KERNEL_SOURCE", raising=False)
+    _headers_tree(tmp_path, "linux-headers-6.1.0-9-amd64", common=True)
+    _headers_tree(tmp_path, "linux-headers-6.1.0-56-amd64", common=True)
+    c = kheaders.choose("6.18.44-custom", usr_src=tmp_path / "usr_src", modules=tmp_path / "none",
+                        cache=tmp_path / "cache")
+    assert c.kind == "fallback"
+    assert c.path == tmp_path / "cache" / "linux-headers-6.1.0-56-amd64"
+    assert c.env == {"BCC_KERNEL_SOURCE": str(c.path)}
+    # both halves are visible in the merged tree, as bcc expects of one kernel directory
+    assert (c.path / "include" / "linux" / "kconfig.h").read_text() == "/* kconfig */\n"
+    assert (c.path / "include" / "generated" / "autoconf.h").read_text() == "#define X 1\n"
+    assert "6.18.44-custom" in c.detail and "linux-headers-6.1.0-56-amd64" in c.detail
+
+
+def test_no_headers_at_all(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("BCC_KERNEL_SOURCE", raising=False)
+    c = kheaders.choose("6.18.0", usr_src=tmp_path / "a", modules=tmp_path / "b", cache=tmp_path)
+    assert c.kind == "missing" and c.path is None
+
+
+def test_aligned_blocks_cover_exactly() -> None:
+    for start, end in ((0x1000, 0x1001), (0x7F0000001100, 0x7F00000A0F00), (256, 1 << 20), (3, 1000)):
+        blocks = aligned_blocks(start, end)
+        covered = sorted((a, a + (1 << k)) for a, k in blocks)
+        assert covered[0][0] == start and covered[-1][1] == end
+        assert all(covered[i][1] == covered[i + 1][0] for i in range(len(covered) - 1))
+        assert all(a % (1 << k) == 0 for a, k in blocks)
+        assert len(blocks) <= 2 * 64
+
+
+def test_symbols_of_the_real_runtime(testbed) -> None:
+    syms = symbols.read_symbols(str(testbed.libcudart))
+    assert syms is not None
+    f = syms.functions
+    assert syms.jump_target("__cudaLaunchKernel") == f["cudaLaunchKernel"]       # a thunk: not probed
+    assert syms.jump_target("__cudaLaunchKernel_ptsz") == f["cudaLaunchKernel_ptsz"]
+    assert syms.jump_target("cudaMalloc") is None
+    probes = dict((p.symbol, p.entry) for p, _ in catalogue.probes_for(f, syms.jump_target))
+    assert "__cudaLaunchKernel" not in probes and probes["cudaLaunchKernel"] == "rt_launch"
+    assert probes["cudaMemPrefetchAsync"] == "rt_prefetch_dev"      # CUDA 12: the plain name takes a device
+    assert probes["cudaMemPrefetchAsync_v2"] == "rt_prefetch_loc"
+    runs = syms.cuda_code_runs()
+    assert runs and runs[0][0] <= f["cudaLaunchKernel"] < runs[-1][1]
+
+
+def test_non_thunk_internal_launch_gets_checked_public_entry() -> None:
+    funcs = {"cudaLaunchKernel": 0x100, "__cudaLaunchKernel": 0x200}
+    probes = {p.symbol: p.entry for p, _ in catalogue.probes_for(funcs, lambda _n: None)}
+    assert probes == {"cudaLaunchKernel": "rt_launch_checked", "__cudaLaunchKernel": "rt_launch"}
+
+
+def test_objects_without_launch_or_copy_entry_points_are_not_probed() -> None:
+    assert catalogue.probes_for({"cudaMalloc": 1, "main": 2}) == []
+
+
+def test_demangle() -> None:
+    assert symbols.demangle(["_Z10fused_stepPfS_i", "plain", "_ZN6gputop4test12saxpy_kernelEfPKfPf"]) == [
+        "fused_step(float*, float*, int)", "plain", "gputop::test::saxpy_kernel(float, float const*, float*)"]
+
+
+def test_distro_bcc_is_loaded_not_a_pypi_namesake() -> None:
+    bcc = load_bcc()
+    assert hasattr(bcc, "BPF") and bcc.__file__ is not None and "dist-packages" in bcc.__file__
+
+
+def test_doctor_reports_every_check_and_exits_0_here() -> None:
+    res = subprocess.run([sys.executable, "-m", "gputop.cli", "doctor"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    names = [ln.split(":")[0][6:] for ln in res.stdout.splitlines() if ln[:4] in ("OK  ", "WARN", "FAIL")]
+    for n in ("privileges", "kernel", "uprobes", "kprobes", "BTF", "tracefs", "bcc", "kernel headers",
+              "BPF compile", "NVML", "CUDA objects"):
+        assert n in names, names
+    assert res.stdout.rstrip().endswith("gputop can trace with BPF")
