@@ -62,8 +62,16 @@ stamp="$VENV/.gputop-installed$extra"
 sum=$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
     say "installing gputop$extra into $VENV"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT$extra" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-    "$VENV/bin/python" -c 'import gputop' || { echo "gputop: error: installing into $VENV failed" >&2; exit 1; }
+    log=$(mktemp)
+    if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT$extra" >"$log" 2>&1 \
+        || ! (cd / && "$VENV/bin/python" -c 'import gputop.cli'); then
+        grep -v '^WARNING: Location' "$log" >&2
+        rm -f "$log"
+        echo "gputop: error: installing gputop into $VENV failed" >&2
+        echo "hint: see pip's output above" >&2
+        exit 1
+    fi
+    rm -f "$log"
     echo "$sum" > "$stamp"
 fi
 
