@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,11 @@ def test_doctor_reports_every_check_and_exits_0_here() -> None:
               "BPF compile", "NVML", "CUDA objects"):
         assert n in names, names
     assert res.stdout.rstrip().endswith("gputop can trace with BPF")
+
+
+def test_doctor_reports_the_real_nvml_without_a_driver(testbed) -> None:
+    env = {**os.environ, "GPUTOP_NVML_LIBRARY": str(testbed.libnvidia_ml)}
+    res = subprocess.run([sys.executable, "-m", "gputop.cli", "doctor"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, env=env)
+    line = next(ln for ln in res.stdout.splitlines() if "NVML:" in ln)
+    assert line == "WARN  NVML: unavailable: Driver Not Loaded"
