@@ -101,6 +101,7 @@ BPF_F_TABLE("lpm_trie", struct range_key_t, u32, code, MAX_CODE, BPF_F_NO_PREALL
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_alloc, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
+BPF_TABLE("lru_hash", u64, u64, pend_capture, MAX_THREADS);
 BPF_PERCPU_ARRAY(zero_proc, struct proc_t, 1);
 BPF_PERCPU_ARRAY(name_scratch, struct name_t, 1);
 // 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures
@@ -304,11 +305,24 @@ int drv_graph_launch(struct pt_regs *ctx) {
     return nested(ctx, tgid) ? 0 : graph_launch(tgid);
 }
 
-// cudaStreamBeginCapture(stream, mode) / cuStreamBeginCapture(_v2)(stream, mode)
+// cudaStreamBeginCapture(stream, mode) / cuStreamBeginCapture(_v2)(stream, mode): the stream
+// captures only if the call succeeds, so it is marked at return
 int begin_capture(struct pt_regs *ctx) {
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
-    if (capturing.lookup(&k))
+    u64 tid = bpf_get_current_pid_tgid();
+    u64 stream = PT_REGS_PARM1(ctx);
+    pend_capture.update(&tid, &stream);
+    return 0;
+}
+
+int begin_capture_return(struct pt_regs *ctx) {
+    u64 tid = bpf_get_current_pid_tgid();
+    u64 *stream = pend_capture.lookup(&tid);
+    if (!stream)
+        return 0;
+    u32 tgid = tid >> 32;
+    struct tkey_t k = {.tgid = tgid, .addr = *stream};
+    pend_capture.delete(&tid);
+    if (PT_REGS_RC(ctx) != 0 || capturing.lookup(&k))
         return 0;
     u64 one = 1;
     if (capturing.update(&k, &one) != 0) {

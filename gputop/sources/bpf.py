@@ -240,11 +240,14 @@ class BpfSource:
             raise BpfUnavailable(f"compiling the BPF program failed: {e}",
                                  f"check the kernel headers ({self.headers.detail}); run gputop doctor") from e
         self._stats_fd = enable_stats()
-        self.bpf["events"].open_ring_buffer(self._on_event)
+        self.table("events").open_ring_buffer(self._on_event)
         self.scan()
 
+    def table(self, name: str) -> Any:
+        return self.bpf[name.encode()]
+
     def _on_event(self, _cpu: int, data: Any, _size: int) -> None:
-        ev = self.bpf["events"].event(data)
+        ev = self.table("events").event(data)
         if ev.type == 3:
             self._exited.add(int(ev.tgid))
         else:
@@ -279,7 +282,7 @@ class BpfSource:
 
     def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
         """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see from_cuda)."""
-        code = self.bpf["code"]
+        code = self.table("code")
         for m in maps:
             key = (m.dev, m.inode)
             if key not in self.objects or (pid, m.start, key) in self._code_done:
@@ -343,7 +346,7 @@ class BpfSource:
         return total_ns, total_cnt
 
     def dropped(self) -> dict[str, int]:
-        table = self.bpf["dropped"]
+        table = self.table("dropped")
         out = {name: int(table[table.Key(i)].value) for i, name in enumerate(DROP_KINDS)}
         out["code"] = self._code_dropped
         return out
@@ -351,9 +354,9 @@ class BpfSource:
     def read(self) -> BpfReading:
         procs: dict[int, RawProc] = {}
         kernels: dict[int, list[tuple[int, Any]]] = {}
-        for k, v in self.bpf["kernels"].items():
+        for k, v in self.table("kernels").items():
             kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
-        for k, v in self.bpf["procs"].items():
+        for k, v in self.table("procs").items():
             pid = int(k.value)
             counters = {name: int(getattr(v, name)) for name in _SCALARS}
             ks = tuple(self._kernel(pid, addr, kv) for addr, kv in kernels.get(pid, ()))
@@ -387,7 +390,7 @@ class BpfSource:
 
     def _resolve(self, pid: int, addr: int) -> tuple[str | None, str | None]:
         """Kernel name of a host stub or driver handle: registration/driver names, then ELF symbols."""
-        names = self.bpf["names"]
+        names = self.table("names")
         key = names.Key(pid, 0, addr)
         try:
             raw = names[key].name
@@ -416,14 +419,14 @@ class BpfSource:
 
     def forget(self, pid: int) -> None:
         """Remove every record of an exited process (after its last interval was shown)."""
-        self.bpf["procs"].pop(self.bpf["procs"].Key(pid), None)
+        self.table("procs").pop(self.table("procs").Key(pid), None)
         for name in ("kernels", "names", "allocs", "capturing"):
-            table = self.bpf[name]
+            table = self.table(name)
             for k in [k for k in table if int(k.tgid) == pid]:
                 table.pop(k, None)
         prefix = pid.to_bytes(4, "big")
         for name in ("ranges", "code"):
-            table = self.bpf[name]
+            table = self.table(name)
             for k in [k for k in table if bytes(k.data[:4]) == prefix]:
                 table.pop(k, None)
         self._code_done = {c for c in self._code_done if c[0] != pid}

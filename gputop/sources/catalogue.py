@@ -36,7 +36,7 @@ GRAPH = (
     + _variants(("cuGraphLaunch", "cuGraphLaunch_ptsz"), "drv_graph_launch")
     + _variants(("cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cuStreamBeginCapture",
                  "cuStreamBeginCapture_v2", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2_ptsz"),
-                "begin_capture")
+                "begin_capture", "begin_capture_return")
     + _variants(("cudaStreamEndCapture", "cudaStreamEndCapture_ptsz", "cuStreamEndCapture",
                  "cuStreamEndCapture_ptsz"), "end_capture")
 )

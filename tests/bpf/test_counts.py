@@ -166,6 +166,20 @@ def test_default_copies_classified_from_tracked_allocations(run_workload, worklo
     assert raw.counters["live_bytes"] == 3 * 65536
 
 
+def test_launches_into_a_capturing_stream_are_captured_not_run(run_workload, workloads, testbed) -> None:
+    raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "capture:40:7"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
+    c = raw.counters
+    assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (40, 7, 1)
+
+
+def test_failed_capture_captures_nothing(run_workload, workloads, testbed) -> None:
+    # the real runtime without a driver: cudaStreamBeginCapture fails, so every launch is a launch
+    raw = run_workload([workloads.dlopen, "--cudart", testbed.libcudart, "capture:40:7"]).go_and_wait()
+    c = raw.counters
+    assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (0, 47, 1)
+
+
 def test_cpu_faults_on_managed_memory(run_workload, workloads, testbed, bpf_source) -> None:
     assert bpf_source.uvm_cpu_faults, "tracepoint exceptions:page_fault_user should be on this machine"
     raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "managed_touch:37"],

@@ -22,6 +22,8 @@
 //   managed_touch:PAGES  cudaMallocManaged PAGES pages, then write one byte in each page
 //   bench:N            N cudaLaunchKernel calls, timed: prints "ns_per_call X" (bench/probe_cost.py)
 //   paced:RATE:MS      cudaLaunchKernel at RATE calls/s for MS milliseconds
+//   capture:N:K        begin capturing stream 0x77, N launches into it, end the capture,
+//                      K launches into the same stream, then one cudaGraphLaunch
 //   sleep:MS
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -70,6 +72,8 @@ typedef int (*free_t)(void *);
 typedef int (*sync_t)(void *);
 typedef int (*void_t)(void);
 typedef int (*graph_launch_t)(void *, void *);
+typedef int (*begin_capture_t)(void *, int);
+typedef int (*end_capture_t)(void *, void **);
 
 static struct {
     launch_t launch, launch_ptsz, launch_coop, launch_internal;
@@ -87,6 +91,8 @@ static struct {
     sync_t sync;
     void_t device_sync, cu_ctx_sync;
     graph_launch_t graph_launch;
+    begin_capture_t begin_capture;
+    end_capture_t end_capture;
 } api;
 
 #ifdef LINKED
@@ -157,6 +163,8 @@ static void bind_cudart(const char *path) {
     SYM(h, sync, "cudaStreamSynchronize");
     SYM(h, device_sync, "cudaDeviceSynchronize");
     SYM(h, graph_launch, "cudaGraphLaunch");
+    SYM(h, begin_capture, "cudaStreamBeginCapture");
+    SYM(h, end_capture, "cudaStreamEndCapture");
 }
 
 static void bind_cuda(const char *path) {
@@ -220,6 +228,23 @@ static void run_op(const char *op) {
             }
             usleep(1000);
         }
+        return;
+    }
+    if (!strcmp(name, "capture")) {
+        NEED(launch);
+        NEED(begin_capture);
+        NEED(end_capture);
+        NEED(graph_launch);
+        dim3 one = {1, 1, 1};
+        void *stream = (void *)0x77, *graph = NULL;
+        long k = atol(a);
+        api.begin_capture(stream, 0);
+        for (long i = 0; i < n; i++)
+            api.launch((const void *)stubs[0], one, one, NULL, 0, stream);
+        api.end_capture(stream, &graph);
+        for (long i = 0; i < k; i++)
+            api.launch((const void *)stubs[0], one, one, NULL, 0, stream);
+        api.graph_launch(graph, stream);
         return;
     }
     if (!strcmp(name, "classify")) {

@@ -2,6 +2,7 @@
 //  - runtime -> driver nesting: cudaLaunchKernel calls the REAL libcuda.so.1's cuLaunchKernel,
 //    cudaMemcpy(kind 1/2/3) calls the real cuMemcpyHtoD_v2/DtoH_v2/DtoD_v2, cudaStreamSynchronize
 //    calls the real cuStreamSynchronize (as the real runtime does on a GPU host);
+//  - stream capture that succeeds (launches between begin and end are recorded, not run);
 //  - allocations that succeed (device, pinned, managed: host memory from mmap), so copies with
 //    cudaMemcpyDefault can be classified and CPU faults on managed memory can be produced.
 // The path of libcuda.so.1 comes from $SHIM_LIBCUDA. SHIM_SYNC_MS sets the time a sync blocks.
@@ -68,6 +69,9 @@ int cudaMalloc(void **p, size_t size) { *p = shim_alloc(size); return *p ? 0 : 2
 int cudaMallocHost(void **p, size_t size) { *p = shim_alloc(size); return *p ? 0 : 2; }
 int cudaMallocManaged(void **p, size_t size, unsigned flags) { (void)flags; *p = shim_alloc(size); return *p ? 0 : 2; }
 int cudaFree(void *p) { (void)p; return 0; }
+int cudaStreamBeginCapture(void *stream, int mode) { (void)stream; (void)mode; return 0; }
+int cudaStreamEndCapture(void *stream, void **graph) { (void)stream; *graph = (void *)0x6a; return 0; }
+int cudaGraphLaunch(void *exec, void *stream) { (void)exec; (void)stream; return 0; }
 
 int cudaStreamSynchronize(void *stream) {
     static cu_sync_t f;
