@@ -194,7 +194,7 @@ def test_process_exit_removes_records(run_workload, workloads, bpf_source) -> No
     assert raw.exited
     bpf_source.forget(run.pid)
     assert run.pid not in bpf_source.read().procs
-    assert not [k for k in bpf_source.bpf["kernels"] if k.tgid == run.pid]
+    assert not [k for k in bpf_source.table("kernels") if k.tgid == run.pid]
 
 
 def test_dropped_kernels_are_counted(workloads, tmp_path) -> None:
