@@ -1,0 +1,382 @@
+"""Record snapshots as JSON Lines and replay them.
+
+- ``Recorder``: one snapshot per line (schema ``gputop/1``), flushed after each line, so a
+  recording cut short by a crash or ^C is still readable up to its last complete line.
+- ``read_recording(path)``: iterate the snapshots of a file (batch replay, baselines).
+- ``ReplayFeed(path)``: a ``gputop.feed.Feed`` that plays a recording at its recorded pace
+  (times ``speed``), with pause, step and speed controls for the dashboard.
+
+Files ending in ``.gz`` are read and written compressed. Bad files raise ``RecordingError``
+with a message naming the file and line, and a hint.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, cast
+
+from gputop.feed import SnapshotCallback
+from gputop.model import SCHEMA, Snapshot, snapshot_from_dict, snapshot_to_json
+
+_REQUIRED = ("time", "interval_s", "host")
+
+
+class RecordingError(Exception):
+    """A recording cannot be written or read. ``hint`` says what to do about it."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint or "record one with: gputop --record FILE (JSON Lines, schema gputop/1)"
+
+
+def _open_text(path: Path, mode: str) -> IO[str]:
+    if path.suffix == ".gz":
+        return cast("IO[str]", gzip.open(path, mode + "t", encoding="utf-8"))
+    return path.open(mode, encoding="utf-8")
+
+
+class Recorder:
+    """Append every snapshot to ``path`` as one JSON line, flushed at once. Thread-safe."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self._file: IO[str] | None = _open_text(self.path, "w")
+        except OSError as e:
+            raise RecordingError(
+                f"cannot write recording {self.path}: {e.strerror or e}",
+                "choose a writable path for --record",
+            ) from e
+        self.count = 0
+
+    def write(self, snap: Snapshot) -> None:
+        line = snapshot_to_json(snap) + "\n"
+        with self._lock:
+            if self._file is None:
+                raise RecordingError(f"recording {self.path} is closed")
+            try:
+                self._file.write(line)
+                self._file.flush()
+            except OSError as e:
+                raise RecordingError(
+                    f"cannot write recording {self.path}: {e.strerror or e}",
+                    "check free space on that file system",
+                ) from e
+            self.count += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _decode(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise RecordingError(
+            f"{path}:{lineno}: not JSON ({e.msg} at column {e.colno})",
+            "a recording holds one JSON snapshot per line (gputop --record FILE)",
+        ) from e
+    if not isinstance(d, dict):
+        raise RecordingError(f"{path}:{lineno}: expected a JSON object, got {type(d).__name__}")
+    schema = d.get("schema")
+    if schema != SCHEMA:
+        raise RecordingError(
+            f"{path}:{lineno}: unsupported schema {schema!r} (this gputop reads {SCHEMA!r})",
+            "record it again with this version of gputop" if schema else None,
+        )
+    missing = [k for k in _REQUIRED if k not in d]
+    if missing:
+        raise RecordingError(f"{path}:{lineno}: snapshot lacks {', '.join(missing)}")
+    return d
+
+
+def _parse(path: Path, lineno: int, d: dict[str, Any]) -> Snapshot:
+    try:
+        return snapshot_from_dict(d)
+    except (KeyError, TypeError, ValueError) as e:
+        raise RecordingError(f"{path}:{lineno}: malformed snapshot ({type(e).__name__}: {e})") from e
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, ends with a newline) of each non-blank line."""
+    try:
+        f = _open_text(path, "r")
+    except FileNotFoundError as e:
+        raise RecordingError(f"no such recording: {path}", "check the path given to --replay/--baseline") from e
+    except IsADirectoryError as e:
+        raise RecordingError(f"{path} is a directory, not a recording") from e
+    except OSError as e:
+        raise RecordingError(f"cannot read recording {path}: {e.strerror or e}") from e
+    with f:
+        try:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    yield lineno, line, line.endswith("\n")
+        except (UnicodeDecodeError, OSError, EOFError) as e:
+            raise RecordingError(f"{path}: not a text recording ({e})") from e
+
+
+def read_recording(path: Path | str) -> Iterator[Snapshot]:
+    """Yield the snapshots of a recording in order.
+
+    A last line cut short (no newline, not valid JSON: the recorder was killed mid-write) is
+    skipped; any other bad line raises ``RecordingError``. An empty file raises too.
+    """
+    path = Path(path)
+    seen = 0
+    for lineno, line, complete in _lines(path):
+        if not complete:  # only the last line can lack its newline
+            try:
+                json.loads(line)
+            except json.JSONDecodeError:
+                break
+        d = _decode(path, lineno, line)
+        seen += 1
+        yield _parse(path, lineno, d)
+    if seen == 0:
+        raise RecordingError(f"{path}: empty recording (no snapshots)")
+
+
+#: recordings up to this size are decoded completely in the background once a replay starts
+#: (then playing costs no parsing); larger ones are decoded a snapshot at a time as they play
+PRELOAD_BYTES = 64 << 20
+
+
+class _LineIndex:
+    """Where each snapshot line of a recording starts, so any one can be decoded on demand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            if path.suffix == ".gz":
+                with gzip.open(path, "rb") as g:
+                    self._file: IO[bytes] = io.BytesIO(g.read())
+            else:
+                self._file = path.open("rb")
+        except FileNotFoundError as e:
+            raise RecordingError(f"no such recording: {path}", "check the path given to --replay") from e
+        except IsADirectoryError as e:
+            raise RecordingError(f"{path} is a directory, not a recording") from e
+        except (OSError, EOFError) as e:
+            raise RecordingError(f"cannot read recording {path}: {e}") from e
+        self.size = path.stat().st_size
+        self.lines: list[tuple[int, int, int]] = []  # (line number, offset, length)
+        offset = 0
+        for lineno, raw in enumerate(self._file, 1):
+            if raw.strip():
+                self.lines.append((lineno, offset, len(raw)))
+            offset += len(raw)
+        if self.lines and not raw.endswith(b"\n") and not _is_json(raw):
+            self.lines.pop()  # the recorder was stopped in the middle of this line
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def snapshot(self, i: int) -> Snapshot:
+        lineno, offset, length = self.lines[i]
+        with self._lock:
+            self._file.seek(offset)
+            raw = self._file.read(length)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RecordingError(f"{self.path}:{lineno}: not UTF-8 text") from e
+        return _parse(self.path, lineno, _decode(self.path, lineno, text))
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def _is_json(raw: bytes) -> bool:
+    try:
+        json.loads(raw)
+    except ValueError:
+        return False
+    return True
+
+
+class ReplayFeed:
+    """A ``Feed`` over a recording: snapshots at the recorded pace divided by ``speed``.
+
+    Building it indexes the file and decodes its first snapshot (``RecordingError`` for a file
+    that is not a recording), so it starts at once whatever the file's size. A bad line found
+    later is skipped and described in ``error``. At the end it stays on the last snapshot (or
+    loops). Files up to ``PRELOAD_BYTES`` are decoded in the background after ``start``.
+    """
+
+    kind = "replay"
+
+    def __init__(
+        self, path: Path | str, *, speed: float = 1.0, loop: bool = False, preload: bool | None = None
+    ) -> None:
+        self.path = Path(path)
+        self._index = _LineIndex(self.path)
+        if not len(self._index):
+            self._index.close()
+            raise RecordingError(f"{self.path}: empty recording (no snapshots)")
+        self._cache: dict[int, Snapshot] = {}
+        self._preload = self._index.size <= PRELOAD_BYTES if preload is None else preload
+        try:
+            self._load(0)
+        except RecordingError:
+            self._index.close()
+            raise
+        #: the last problem met while playing (a bad line skipped), for the UI to show
+        self.error: str | None = None
+        self.speed = speed
+        self.loop = loop
+        self._interval_override: float | None = None
+        self._pos = 0  # snapshots shown so far (index of the next one)
+        self._paused = False
+        self._stop = threading.Event()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._loader: threading.Thread | None = None
+        self._callback: SnapshotCallback | None = None
+        self.emitted = 0
+
+    def _load(self, i: int) -> Snapshot:
+        snap = self._cache.get(i)
+        if snap is None:
+            snap = self._index.snapshot(i)
+            self._cache[i] = snap
+            if not self._preload and len(self._cache) > 64:
+                self._cache.pop(next(iter(self._cache)))
+        return snap
+
+    def _get(self, i: int, direction: int = 1) -> tuple[int, Snapshot] | None:
+        """The first decodable snapshot from ``i`` in ``direction``; bad lines are skipped and noted."""
+        while 0 <= i < len(self._index):
+            try:
+                return i, self._load(i)
+            except RecordingError as e:
+                self.error = f"skipped a bad line ({e.message})"
+                i += direction
+        return None
+
+    def _preload_all(self) -> None:
+        for i in range(len(self._index)):
+            if self._stop.is_set():
+                return
+            if i not in self._cache:
+                self._get(i)
+
+    # -- Feed ------------------------------------------------------------------------------
+    def start(self, on_snapshot: SnapshotCallback) -> None:
+        if self._thread is not None:
+            return
+        self._callback = on_snapshot
+        self._thread = threading.Thread(target=self._run, name="gputop-replay", daemon=True)
+        self._thread.start()
+        if self._preload:
+            self._loader = threading.Thread(target=self._preload_all, name="gputop-replay-load", daemon=True)
+            self._loader.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        for t in (self._thread, self._loader):
+            if t is not None and t is not threading.current_thread():
+                t.join(timeout=2)
+        self._index.close()
+
+    def set_interval(self, interval_s: float) -> None:
+        """Play one snapshot every ``interval_s`` / speed seconds instead of the recorded pace."""
+        with self._wake:
+            self._interval_override = interval_s
+            self._wake.notify_all()
+
+    def set_paused(self, paused: bool) -> None:
+        with self._wake:
+            self._paused = paused
+            self._wake.notify_all()
+
+    # -- replay controls -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._index)
+
+    @property
+    def position(self) -> int:
+        """1-based index of the snapshot shown last (0 before the first)."""
+        with self._wake:
+            return self._pos
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def at_end(self) -> bool:
+        with self._wake:
+            return self._pos >= len(self._index) and not self.loop
+
+    def set_speed(self, speed: float) -> None:
+        with self._wake:
+            self.speed = max(1 / 64, min(64.0, speed))
+            self._wake.notify_all()
+
+    def step(self, n: int) -> Snapshot:
+        """Move ``n`` snapshots forward (or back) from the one shown last and return it.
+
+        Meant for a paused replay; the caller shows the snapshot (``on_snapshot`` is not called).
+        Raises ``RecordingError`` when no decodable snapshot is left in that direction.
+        """
+        with self._wake:
+            target = max(1, min(len(self._index), self._pos + n))
+            found = self._get(target - 1, -1 if n < 0 else 1) or self._get(target - 1, 1 if n < 0 else -1)
+            if found is None:
+                raise RecordingError(f"{self.path}: no readable snapshot left")
+            self._pos = found[0] + 1
+            self._wake.notify_all()
+            return found[1]
+
+    # -- thread ----------------------------------------------------------------------------
+    def _delay(self, snap: Snapshot) -> float:
+        base = self._interval_override if self._interval_override is not None else snap.interval_s
+        return max(0.01, base) / self.speed
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._wake:
+                while not self._stop.is_set() and (self._paused or (self._pos >= len(self._index) and not self.loop)):
+                    self._wake.wait()
+                if self._stop.is_set():
+                    return
+                if self._pos >= len(self._index):
+                    self._pos = 0
+                found = self._get(self._pos)
+                if found is None:  # only bad lines left before the end
+                    self._pos = len(self._index)
+                    continue
+                self._pos = found[0] + 1
+                snap = found[1]
+            assert self._callback is not None
+            emitted_at = time.monotonic()
+            self._callback(snap)
+            self.emitted += 1
+            with self._wake:
+                while not self._stop.is_set():
+                    remaining = emitted_at + self._delay(snap) - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._wake.wait(remaining)

@@ -1,0 +1,435 @@
+"""The Textual application and the dashboard's entry point ``run_dashboard(feed, options)``.
+
+Threads: the feed calls ``_on_feed_snapshot`` from its own thread; that callback only filters,
+records, appends to the history and posts a ``SnapshotArrived`` message. Messages replace older
+queued ones (``can_replace``, plus a sequence number so a stale one is dropped even when not
+adjacent in the queue): the UI always draws the newest snapshot and never waits on the collector.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Sequence, Sized
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from textual.app import App
+from textual.message import Message
+from textual.notifications import SeverityLevel
+from textual.screen import ModalScreen
+
+from gputop import config as config_mod
+from gputop.feed import Feed, Filters
+from gputop.model import Snapshot
+from gputop.record import Recorder, RecordingError
+from gputop.ui import bindings, columns, themes
+from gputop.ui.baseline import Baseline, load_baseline
+from gputop.ui.history import History
+from gputop.ui.screens.base import LiveScreen
+from gputop.ui.widgets.header import HeaderState
+
+#: names accepted by ``DashboardOptions.sort`` (and ``-s``): every column of the process table
+SORT_KEYS: tuple[str, ...] = columns.SORT_KEYS
+#: names accepted by ``DashboardOptions.theme`` (and ``--theme``)
+THEME_NAMES = themes.theme_names
+
+#: refresh intervals that ``+`` and ``-`` step through (seconds)
+INTERVAL_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+DEFAULT_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class DashboardOptions:
+    #: refresh interval; None: from config.toml, else 1 s
+    interval_s: float | None = None
+    #: sort key name (see SORT_KEYS); None: from config.toml, else "launches"
+    sort: str | None = None
+    filters: Filters = field(default_factory=Filters)
+    #: theme name (see THEME_NAMES()); None: from config.toml, else "dark" ("monochrome" under NO_COLOR)
+    theme: str | None = None
+    readonly: bool = False
+    baseline: Path | None = None
+    #: also write every snapshot here (JSON Lines)
+    record: Path | None = None
+    #: open the compare screen on these PIDs (A, B) at start
+    compare_pids: tuple[int, int] | None = None
+    #: a line shown under the header
+    banner: str | None = None
+    #: the recorded process to compare against; None: the one with the most launches
+    baseline_pid: int | None = None
+    #: flip the sort column's natural direction; None: from config.toml, else False
+    reverse: bool | None = None
+    #: visible columns in order (see SORT_KEYS); None: from config.toml, else all
+    columns: tuple[str, ...] | None = None
+
+
+@dataclass
+class Settings:
+    """The live, user-adjustable view settings."""
+
+    interval_s: float
+    sort: str
+    reverse: bool
+    columns: tuple[str, ...]
+    theme: str
+
+
+def resolve_settings(options: DashboardOptions, cfg: config_mod.Config, warnings: list[str]) -> Settings:
+    """Options beat config.toml beats defaults. Bad options raise ValueError; bad config values warn."""
+    if options.sort is not None:
+        columns.check_sort_key(options.sort)
+    if options.theme is not None:
+        themes.check_theme_name(options.theme)
+    if options.columns is not None:
+        columns.check_columns(options.columns)
+    if options.interval_s is not None and not 0.05 <= options.interval_s <= 3600:
+        raise ValueError(f"refresh interval must be between 0.05 and 3600 s, got {options.interval_s:g}")
+
+    def from_config(value: str | None, check: object, what: str) -> str | None:
+        if value is None:
+            return None
+        try:
+            check(value)  # type: ignore[operator]
+        except ValueError as e:
+            warnings.append(f"config: {what}: {e}; ignored")
+            return None
+        return value
+
+    sort = options.sort or from_config(cfg.sort, columns.check_sort_key, "sort") or columns.DEFAULT_SORT
+    if options.theme is not None:
+        theme = options.theme
+    elif themes.no_color():
+        theme = themes.NO_COLOR_THEME
+    else:
+        theme = from_config(cfg.theme, themes.check_theme_name, "theme") or themes.DEFAULT_THEME
+    cols: tuple[str, ...] = columns.SORT_KEYS
+    if options.columns is not None:
+        cols = columns.check_columns(options.columns)
+    elif cfg.columns is not None:
+        try:
+            cols = columns.check_columns(cfg.columns)
+        except ValueError as e:
+            warnings.append(f"config: columns: {e}; ignored")
+    interval = options.interval_s or cfg.interval_s or DEFAULT_INTERVAL
+    reverse = options.reverse if options.reverse is not None else bool(cfg.reverse)
+    return Settings(interval_s=interval, sort=sort, reverse=reverse, columns=cols, theme=theme)
+
+
+class SnapshotArrived(Message):
+    """A new snapshot from the feed; a newer one queued behind it replaces it."""
+
+    def __init__(self, snapshot: Snapshot, seq: int) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.seq = seq
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SnapshotArrived)
+
+
+class FeedFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class GputopApp(App[int]):
+    TITLE = "gputop"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = bindings.of(bindings.GLOBAL + bindings.REPLAY)
+    CSS = """
+    Screen { background: $background; }
+    #banner { height: 1; background: $accent 25%; color: $foreground; text-style: bold; padding: 0 1; }
+    """
+
+    def __init__(
+        self, feed: Feed, options: DashboardOptions | None = None, *, config_path: Path | None = None
+    ) -> None:
+        self.options = options or DashboardOptions()
+        self.config_path = config_path
+        cfg, self.startup_warnings = config_mod.load_config(config_path)
+        self.settings = resolve_settings(self.options, cfg, self.startup_warnings)  # may raise ValueError
+        self.baseline: Baseline | None = None
+        if self.options.baseline is not None:
+            self.baseline = load_baseline(self.options.baseline, self.options.baseline_pid)  # RecordingError
+        self.recorder = Recorder(self.options.record) if self.options.record else None  # RecordingError
+        super().__init__()  # (Textual removes NO_COLOR from the environment here)
+        self.feed = feed
+        self.history = History()
+        self.snapshot: Snapshot | None = None
+        self.paused = False
+        self.filter_text = ""
+        self.tags: list[int] = []
+        self.feed_error: str | None = None
+        self.record_error: str | None = None
+        self.exit_code = 0
+        #: a replay runs at its recorded pace until an interval is given (-d, + or -)
+        self.replay_paced = self.is_replay and self.options.interval_s is None
+        self._seq = 0
+        self._seq_lock = threading.Lock()
+        self._themes = themes.load_themes()
+        for t in self._themes.values():
+            self.register_theme(t)
+        self.theme = self.settings.theme
+
+    # -- start-up and feed -----------------------------------------------------------------
+    def on_mount(self) -> None:
+        from gputop.ui.screens.main import MainScreen
+
+        self.push_screen(MainScreen())
+        for w in self.startup_warnings:
+            self.say(w, "warning", timeout=8)
+        if self.options.compare_pids is not None:
+            a, b = self.options.compare_pids
+            self.open_compare(a, b)
+        self.run_worker(self._start_feed, thread=True, name="feed-start", exit_on_error=False)
+
+    def _start_feed(self) -> None:
+        try:
+            if not self.replay_paced:
+                self.feed.set_interval(self.settings.interval_s)
+            self.feed.start(self._on_feed_snapshot)
+        except Exception as e:  # the collector could not start: say why, keep the UI up
+            self.post_message(FeedFailed(f"{type(e).__name__}: {e}"))
+
+    def _on_feed_snapshot(self, snap: Snapshot) -> None:
+        """Called from the feed's thread: no widget access here."""
+        snap = self.options.filters.apply(snap)
+        if self.recorder is not None and self.record_error is None:
+            try:
+                self.recorder.write(snap)
+            except RecordingError as e:
+                self.record_error = e.message
+        if self.paused:
+            return
+        self.history.add(snap)
+        with self._seq_lock:
+            self._seq += 1
+            seq = self._seq
+        self.post_message(SnapshotArrived(snap, seq))
+
+    def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        if message.seq < self._seq or self.paused:
+            return  # a newer snapshot is on its way, or the display is frozen
+        self.show_snapshot(message.snapshot)
+
+    def on_feed_failed(self, message: FeedFailed) -> None:
+        self.feed_error = message.error
+        self.exit_code = 1
+        self.say(f"the collector failed to start: {message.error}", "error", timeout=30)
+        self.refresh_views()
+
+    def show_snapshot(self, snap: Snapshot) -> None:
+        self.snapshot = snap
+        self.refresh_views()
+
+    def refresh_views(self) -> None:
+        """Redraw the visible live screens: the top one and those under a modal dialog."""
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, LiveScreen):
+                screen.update_view()
+            if not isinstance(screen, ModalScreen):
+                break
+
+    # -- state shared by the screens -------------------------------------------------------
+    @property
+    def is_replay(self) -> bool:
+        return getattr(self.feed, "kind", "") == "replay"
+
+    def header_state(self) -> HeaderState:
+        replay = None
+        if self.is_replay:
+            pos = getattr(self.feed, "position", 0)
+            total = len(self.feed) if isinstance(self.feed, Sized) else 0
+            replay = (pos, total, float(getattr(self.feed, "speed", 1.0)))
+        error = (self.feed_error or getattr(self.feed, "error", None)
+                 or (f"recording stopped: {self.record_error}" if self.record_error else None))
+        interval = self.settings.interval_s
+        if self.replay_paced and self.snapshot is not None:
+            interval = self.snapshot.interval_s
+        return HeaderState(self.snapshot, interval, self.paused, replay, self.filter_text, error)
+
+    def save_settings(self, **changed: object) -> None:
+        """Persist the settings the user just changed, off the UI thread."""
+        if self.is_replay and "interval_s" in changed:
+            changed.pop("interval_s")  # a replay step is not a refresh preference
+        if not changed:
+            return
+        cfg = config_mod.Config(**changed)  # type: ignore[arg-type]
+        self.run_worker(partial(self._save_config, cfg), thread=True, name="save-config", exit_on_error=False)
+
+    def _save_config(self, cfg: config_mod.Config) -> None:
+        try:
+            config_mod.save_config(cfg, self.config_path)
+        except OSError as e:
+            self.say(f"cannot save settings: {e}", "warning")
+
+    def set_sort(self, key: str, reverse: bool | None = None) -> None:
+        self.settings.sort = columns.check_sort_key(key)
+        if reverse is not None:
+            self.settings.reverse = reverse
+        self.save_settings(sort=self.settings.sort, reverse=self.settings.reverse)
+        self.refresh_views()
+
+    def set_columns(self, cols: Sequence[str]) -> None:
+        self.settings.columns = columns.check_columns(cols)
+        self.save_settings(columns=self.settings.columns)
+        self.refresh_views()
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text
+        self.refresh_views()
+
+    def toggle_tag(self, pid: int) -> None:
+        if pid in self.tags:
+            self.tags.remove(pid)
+        else:
+            self.tags.append(pid)
+        self.refresh_views()
+
+    def say(
+        self, message: str, severity: SeverityLevel = "information", timeout: float | None = None
+    ) -> None:
+        """A notification (thread-safe); plain text, never markup."""
+        self.notify(message, severity=severity, timeout=timeout, markup=False)
+
+    # -- screens ---------------------------------------------------------------------------
+    def open_details(self, pid: int) -> None:
+        from gputop.ui.screens.details import DetailsScreen
+
+        self.push_screen(DetailsScreen(pid))
+
+    def open_compare(self, a: int | None, b: int) -> None:
+        """Compare live PIDs ``a`` and ``b``, or (``a`` None) the baseline against live ``b``."""
+        from gputop.ui.screens.compare import CompareScreen
+
+        self.push_screen(CompareScreen(a, b))
+
+    def action_help(self) -> None:
+        from gputop.ui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    # -- global actions --------------------------------------------------------------------
+    def action_quit(self) -> None:  # type: ignore[override]
+        self.exit(self.exit_code, return_code=self.exit_code)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.feed.set_paused(self.paused)
+        self.refresh_views()
+
+    def action_interval(self, direction: int) -> None:
+        current = self.header_state().interval_s
+        self.replay_paced = False
+        if direction > 0:
+            new = next((s for s in INTERVAL_STEPS if s > current + 1e-9), INTERVAL_STEPS[-1])
+        else:
+            new = next((s for s in reversed(INTERVAL_STEPS) if s < current - 1e-9), INTERVAL_STEPS[0])
+        if new == current:
+            return
+        self.settings.interval_s = new
+        self.feed.set_interval(new)
+        self.save_settings(interval_s=new)
+        self.refresh_views()
+
+    def action_cycle_theme(self) -> None:
+        names = list(self._themes)
+        order = [n for n in themes.theme_names() if n in names]
+        i = order.index(self.theme) if self.theme in order else -1
+        self.settings.theme = order[(i + 1) % len(order)]
+        self.theme = self.settings.theme
+        self.save_settings(theme=self.settings.theme)
+        self.say(f"theme: {self.settings.theme}", timeout=2)
+
+    def action_step(self, n: int) -> None:
+        step = getattr(self.feed, "step", None)
+        if step is None:
+            return
+        if not self.paused:
+            self.paused = True
+            self.feed.set_paused(True)
+        try:
+            snap = step(n)
+        except RecordingError as e:
+            self.say(e.message, "error")
+            return
+        self.show_snapshot(self.options.filters.apply(snap))
+
+    def action_speed(self, factor: float) -> None:
+        set_speed = getattr(self.feed, "set_speed", None)
+        if set_speed is None:
+            return
+        set_speed(float(getattr(self.feed, "speed", 1.0)) * factor)
+        self.refresh_views()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("step", "speed"):
+            return self.is_replay
+        return True
+
+    # -- signals ---------------------------------------------------------------------------
+    def signal_refusal(self) -> str | None:
+        """Why `k` cannot send signals now, or None."""
+        if self.options.readonly:
+            return "read-only mode (--readonly): sending signals is disabled"
+        if self.is_replay:
+            return "replaying a recording: its processes are not live, no signal sent"
+        return None
+
+    def send_signal(self, targets: Sequence[tuple[int, str]], signum: int) -> None:
+        """Send ``signum`` to each (pid, comm) after checking the PID still runs that command."""
+        self.run_worker(
+            partial(self._send_signal, list(targets), signum),
+            thread=True,
+            name="send-signal",
+            exit_on_error=False,
+        )
+
+    def _send_signal(self, targets: list[tuple[int, str]], signum: int) -> None:
+        name = signal.Signals(signum).name
+        for pid, comm in targets:
+            try:
+                with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                    now = f.read().strip()
+                if comm and now != comm[:15]:
+                    raise LookupError(f"PID {pid} now runs {now!r}, not {comm!r} (PID reused)")
+                os.kill(pid, signum)
+            except (OSError, LookupError) as e:
+                msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                self.say(f"{name} to {pid} failed: {msg}", "error")
+            else:
+                self.say(f"sent {name} to {pid} ({comm})")
+
+
+def run_dashboard(feed: Feed, options: DashboardOptions) -> int:
+    """Run the dashboard over ``feed`` until the user quits; return the exit code.
+
+    Raises ``ValueError`` (bad sort/theme/columns/interval, message lists the valid names) and
+    ``gputop.record.RecordingError`` (unreadable ``baseline``, unwritable ``record``) before the
+    UI starts. The feed is started from a worker thread once the UI shows "starting", and stopped
+    (and the recording closed) when the UI exits.
+    """
+    try:
+        app = GputopApp(feed, options)
+    except BaseException:
+        feed.stop()  # never started, but it may hold resources from its construction
+        raise
+    try:
+        code = app.run()
+    finally:
+        try:
+            feed.stop()
+        finally:
+            if app.recorder is not None:
+                app.recorder.close()
+    if app.return_code not in (None, 0):
+        return int(app.return_code)
+    return int(code or 0) or app.exit_code
+
+
+__all__ = ["SORT_KEYS", "THEME_NAMES", "DashboardOptions", "GputopApp", "run_dashboard"]

@@ -1,0 +1,158 @@
+"""Every key binding of the dashboard, in one place. The help screen is generated from these.
+
+``description`` is the footer's short label; ``tooltip`` the help screen's sentence.
+"""
+
+from __future__ import annotations
+
+from textual.binding import Binding, BindingType
+
+
+def of(group: list[Binding]) -> list[BindingType]:
+    """A group as the BINDINGS of a Textual class."""
+    return [*group]
+
+
+#: anywhere in the app (the App's BINDINGS)
+GLOBAL: list[Binding] = [
+    Binding("q", "quit", "Quit", tooltip="quit gputop (on a details, compare or help screen: go back)"),
+    Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit gputop from anywhere"),
+    Binding("h,question_mark", "help", "Help", key_display="h/?", tooltip="show this help"),
+    Binding("p", "pause", "Pause", tooltip="pause or resume refreshing (the collector keeps counting)"),
+    Binding(
+        "plus,equals_sign",
+        "interval(1)",
+        "Slower",
+        key_display="+",
+        show=False,
+        tooltip="longer refresh interval (replay: longer step)",
+    ),
+    Binding(
+        "minus",
+        "interval(-1)",
+        "Faster",
+        key_display="-",
+        show=False,
+        tooltip="shorter refresh interval (replay: shorter step)",
+    ),
+    Binding("t", "cycle_theme", "Theme", tooltip="next colour theme (saved in config.toml)"),
+]
+
+#: replay only (hidden otherwise)
+REPLAY: list[Binding] = [
+    Binding(
+        "full_stop", "step(1)", "Step", key_display=".", tooltip="replay: pause and show the next snapshot"
+    ),
+    Binding(
+        "comma", "step(-1)", "Back", key_display=",", tooltip="replay: pause and show the previous snapshot"
+    ),
+    Binding(
+        "right_square_bracket",
+        "speed(2)",
+        "Speed×2",
+        key_display="]",
+        show=False,
+        tooltip="replay: play twice as fast",
+    ),
+    Binding(
+        "left_square_bracket",
+        "speed(0.5)",
+        "Speed÷2",
+        key_display="[",
+        show=False,
+        tooltip="replay: play half as fast",
+    ),
+]
+
+#: the main screen
+MAIN: list[Binding] = [
+    Binding(
+        "slash",
+        "filter",
+        "Filter",
+        key_display="/",
+        tooltip="filter by command, user or PID (Enter keeps it, Esc clears it)",
+    ),
+    Binding("s", "sort_menu", "Sort", tooltip="choose the sort column; also shows or hides columns"),
+    Binding(
+        "less_than_sign",
+        "sort_move(-1)",
+        "Sort←",
+        key_display="<",
+        show=False,
+        tooltip="sort by the column to the left",
+    ),
+    Binding(
+        "greater_than_sign",
+        "sort_move(1)",
+        "Sort→",
+        key_display=">",
+        show=False,
+        tooltip="sort by the column to the right",
+    ),
+    Binding("r", "reverse", "Reverse", show=False, tooltip="reverse the sort order"),
+    Binding("enter", "details", "Details", tooltip="details of the selected process"),
+    Binding("space", "tag", "Tag", tooltip="tag or untag the selected process"),
+    Binding(
+        "c",
+        "compare",
+        "Compare",
+        tooltip="compare the two tagged processes (or the selected one against --baseline)",
+    ),
+    Binding(
+        "k", "signal", "Kill", tooltip="send a signal to the tagged or selected processes, after confirming"
+    ),
+    Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
+]
+
+#: the process table (when it has focus); the mouse also works: click a row, click a header to sort
+TABLE: list[Binding] = [
+    Binding("up", "cursor(-1)", "Up", show=False, tooltip="select the previous process"),
+    Binding("down", "cursor(1)", "Down", show=False, tooltip="select the next process"),
+    Binding("pageup", "page(-1)", "Page up", show=False, tooltip="one page up"),
+    Binding("pagedown", "page(1)", "Page down", show=False, tooltip="one page down"),
+    Binding("home", "cursor_to(0)", "First", show=False, tooltip="first process"),
+    Binding("end", "cursor_to(-1)", "Last", show=False, tooltip="last process"),
+]
+
+DETAILS: list[Binding] = [
+    Binding("escape,q,backspace", "back", "Back", key_display="Esc", tooltip="back to the process list"),
+]
+
+COMPARE: list[Binding] = [
+    Binding("escape,q,backspace", "back", "Back", key_display="Esc", tooltip="back to the process list"),
+    Binding("x", "swap", "Swap A/B", tooltip="swap the two sides"),
+    Binding("b", "next_baseline", "Baseline", tooltip="baseline: compare against the next recorded process"),
+]
+
+HELP: list[Binding] = [
+    Binding("escape,q,h,question_mark", "close", "Close", key_display="Esc", tooltip="close the help"),
+]
+
+SIGNAL: list[Binding] = [
+    Binding("escape", "cancel", "Cancel", tooltip="close without sending"),
+    Binding("enter", "send", "Send", tooltip="send the highlighted signal"),
+]
+
+SORT_MENU: list[Binding] = [
+    Binding("escape", "cancel", "Cancel", tooltip="close without changes"),
+    Binding("enter", "choose", "Sort by", tooltip="sort by the highlighted column"),
+    Binding(
+        "x,space",
+        "toggle_column",
+        "Show/hide",
+        key_display="x",
+        tooltip="show or hide the highlighted column (saved in config.toml)",
+    ),
+]
+
+#: (section title, bindings) in the order the help screen lists them
+SECTIONS: list[tuple[str, list[Binding]]] = [
+    ("Everywhere", GLOBAL),
+    ("Process list", MAIN + TABLE),
+    ("Replay (--replay)", REPLAY),
+    ("Details", DETAILS),
+    ("Compare", COMPARE),
+    ("Sort menu", SORT_MENU),
+    ("Signal dialog", SIGNAL),
+]

@@ -1,0 +1,238 @@
+"""The process table's columns and sort orders, as data (like nvitop). Pure, no Textual.
+
+Every column is a sort key; ``SORT_KEYS`` lists their names for ``-s``/``--sort``.
+Unknown values sort last whichever the direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from gputop.model import ProcSample
+from gputop.ui import fields
+from gputop.ui import format as fmt
+
+SortValue = float | str | None
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  #: the sort-key name (``-s KEY``)
+    header: str
+    width: int  #: cells; the flexible column takes what is left, at least this
+    value: Callable[[ProcSample], SortValue]
+    render: Callable[[ProcSample], str]
+    descending: bool = True  #: the direction chosen when this column becomes the sort column
+    align: str = "right"
+    flex: bool = False
+    help: str = ""
+    #: where a value too long for the column is cut: "end" or "middle" (keeps a command's last flags)
+    cut: str = "end"
+
+
+def _flag(p: ProcSample) -> str:
+    if p.launch_bound is None:
+        return fmt.NA
+    return "◆" if p.launch_bound else ""
+
+
+def _bool_value(p: ProcSample) -> float | None:
+    return None if p.launch_bound is None else float(p.launch_bound)
+
+
+def _gpu(p: ProcSample) -> str:
+    return fmt.text(p.gpu_index)
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("pid", "PID", 7, lambda p: p.pid, lambda p: str(p.pid), descending=False, help="process id"),
+    Column(
+        "user",
+        "USER",
+        8,
+        lambda p: p.user,
+        lambda p: fmt.text(p.user),
+        descending=False,
+        align="left",
+        help="owner of the process",
+    ),
+    Column("gpu", "GPU", 3, lambda p: p.gpu_index, _gpu, descending=False, help="GPU index the process uses"),
+    Column(
+        "command",
+        "COMMAND",
+        16,
+        fields.command,
+        fields.command,
+        descending=False,
+        align="left",
+        flex=True,
+        cut="middle",
+        help="command line (program name without its directory)",
+    ),
+    Column(
+        "launches",
+        "LAUNCH/s",
+        9,
+        fields.launches_per_s,
+        lambda p: fmt.si(fields.launches_per_s(p)),
+        help="kernel launches per second",
+    ),
+    Column(
+        "grid",
+        "GRID",
+        6,
+        lambda p: p.grid_blocks_avg,
+        lambda p: fmt.num(p.grid_blocks_avg),
+        help="average blocks per launched grid",
+    ),
+    Column(
+        "block",
+        "BLOCK",
+        5,
+        lambda p: p.block_threads_avg,
+        lambda p: fmt.num(p.block_threads_avg),
+        help="average threads per block",
+    ),
+    Column(
+        "h2d",
+        "H2D/s",
+        7,
+        fields.h2d_per_s,
+        lambda p: fmt.bytes_(fields.h2d_per_s(p)),
+        help="host-to-device memcpy bytes per second",
+    ),
+    Column(
+        "d2h",
+        "D2H/s",
+        7,
+        fields.d2h_per_s,
+        lambda p: fmt.bytes_(fields.d2h_per_s(p)),
+        help="device-to-host memcpy bytes per second",
+    ),
+    Column(
+        "d2d",
+        "D2D/s",
+        7,
+        fields.d2d_per_s,
+        lambda p: fmt.bytes_(fields.d2d_per_s(p)),
+        help="device-to-device memcpy bytes per second",
+    ),
+    Column(
+        "live_mem",
+        "LIVE MEM",
+        8,
+        fields.live_alloc_bytes,
+        lambda p: fmt.bytes_(fields.live_alloc_bytes(p)),
+        help="bytes allocated through CUDA and not yet freed",
+    ),
+    Column(
+        "uvm",
+        "UVM f/s",
+        7,
+        fields.uvm_faults_per_s,
+        lambda p: fmt.si(fields.uvm_faults_per_s(p)),
+        help="unified-memory page faults per second",
+    ),
+    Column(
+        "sync",
+        "SYNC%",
+        5,
+        fields.sync_wait_pct,
+        lambda p: fmt.pct(fields.sync_wait_pct(p)),
+        help="share of the interval spent blocked in synchronize calls",
+    ),
+    Column(
+        "gpu_mem",
+        "GPU MEM",
+        7,
+        lambda p: p.gpu_mem_bytes,
+        lambda p: fmt.bytes_(p.gpu_mem_bytes),
+        help="GPU memory used by the process (NVML)",
+    ),
+    Column(
+        "sm",
+        "SM%",
+        4,
+        lambda p: p.gpu_util_pct,
+        lambda p: fmt.pct(p.gpu_util_pct),
+        help="SM utilisation attributed to the process (NVML)",
+    ),
+    Column(
+        "cpu",
+        "CPU%",
+        5,
+        lambda p: p.cpu_pct,
+        lambda p: fmt.pct(p.cpu_pct),
+        help="CPU use of the process, % of one core",
+    ),
+    Column(
+        "launch_bound", "LB", 3, _bool_value, _flag, help="◆ launch-bound: the CPU cannot launch fast enough"
+    ),
+)
+
+BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS}
+SORT_KEYS: tuple[str, ...] = tuple(c.key for c in COLUMNS)
+DEFAULT_SORT = "launches"
+
+
+def check_sort_key(key: str) -> str:
+    """Return ``key`` or raise ``ValueError`` listing the valid names."""
+    if key not in BY_KEY:
+        raise ValueError(f"unknown sort column {key!r}; choose one of: {', '.join(SORT_KEYS)}")
+    return key
+
+
+def check_columns(keys: Iterable[str]) -> tuple[str, ...]:
+    """Validate a list of column names (order kept, duplicates dropped; PID always shown)."""
+    out: list[str] = []
+    for k in keys:
+        check_sort_key(k)
+        if k not in out:
+            out.append(k)
+    if "pid" not in out:
+        out.insert(0, "pid")
+    return tuple(out)
+
+
+def _matches(p: ProcSample, query: str) -> bool:
+    q = query.strip().lower()
+    if not q:
+        return True
+    if q.isdigit() and int(q) == p.pid:
+        return True
+    return any(q in s.lower() for s in (p.comm, p.cmdline or "", p.user or ""))
+
+
+def filter_processes(procs: Iterable[ProcSample], query: str) -> list[ProcSample]:
+    """Keep processes whose command or user contains ``query`` (case-insensitive) or whose PID is it."""
+    return [p for p in procs if _matches(p, query)]
+
+
+def sort_processes(procs: Sequence[ProcSample], key: str, reverse: bool = False) -> list[ProcSample]:
+    """Sort by column ``key`` in its natural direction (``reverse`` flips it); PID breaks ties.
+
+    Unknown values go last in both directions.
+    """
+    col = BY_KEY[key]
+    descending = col.descending != reverse
+    known: list[tuple[float | str, ProcSample]] = []
+    unknown: list[ProcSample] = []
+    for p in procs:
+        v = col.value(p)
+        if v is None:
+            unknown.append(p)
+        else:
+            known.append((v.lower() if isinstance(v, str) else v, p))
+    known.sort(key=lambda kv: kv[1].pid)
+    known.sort(key=lambda kv: kv[0], reverse=descending)
+    unknown.sort(key=lambda p: p.pid)
+    return [p for _, p in known] + unknown
+
+
+def neighbour(key: str, visible: Sequence[str], step: int) -> str:
+    """The visible column ``step`` places left (<0) or right (>0) of ``key``, clamped at the ends."""
+    if not visible:
+        return key
+    i = visible.index(key) if key in visible else 0
+    return visible[max(0, min(len(visible) - 1, i + step))]

@@ -1,0 +1,108 @@
+"""Display arithmetic of the compare screen: the metrics shown side by side and their ratio B/A.
+
+Pure, no Textual. A ratio is display arithmetic over two model values; it is unknown (``None``)
+whenever either side is unknown, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gputop.model import ProcSample
+from gputop.ui import fields
+from gputop.ui import format as fmt
+
+Value = float | None
+
+
+@dataclass(frozen=True)
+class Metric:
+    label: str
+    value: Callable[[ProcSample], Value]
+    render: Callable[[Value], str]
+
+
+def _f(v: float | int | None) -> Value:
+    return None if v is None else float(v)
+
+
+def _count(name: str) -> Callable[[ProcSample], Value]:
+    return lambda p: fields.interval_count(p, name)
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("launches/s", fields.launches_per_s, fmt.si),
+    Metric("launches (total)", lambda p: _f(fields.total_launches(p)), fmt.si),
+    Metric("graph launches", _count("graph_launches"), fmt.si),
+    Metric("avg grid blocks", lambda p: p.grid_blocks_avg, lambda v: fmt.num(v, 1)),
+    Metric("avg block threads", lambda p: p.block_threads_avg, lambda v: fmt.num(v, 1)),
+    Metric("H2D B/s", fields.h2d_per_s, fmt.bytes_),
+    Metric("D2H B/s", fields.d2h_per_s, fmt.bytes_),
+    Metric("D2D B/s", fields.d2d_per_s, fmt.bytes_),
+    Metric("H2H B/s", lambda p: fields.memcpy_per_s(p, "h2h"), fmt.bytes_),
+    Metric("unknown-dir B/s", lambda p: fields.memcpy_per_s(p, "unknown"), fmt.bytes_),
+    Metric("alloc calls", _count("alloc_calls"), fmt.si),
+    Metric("live alloc", lambda p: _f(fields.live_alloc_bytes(p)), fmt.bytes_),
+    Metric("managed alloc", _count("managed_alloc_bytes"), fmt.bytes_),
+    Metric("prefetch →GPU", lambda p: _f(fields.interval_prefetch_bytes(p, "to_device")), fmt.bytes_),
+    Metric("UVM faults/s", fields.uvm_faults_per_s, fmt.si),
+    Metric("UVM migrated H2D", lambda p: _f(fields.interval_uvm_migrated(p, "h2d")), fmt.bytes_),
+    Metric("sync calls", _count("sync_calls"), fmt.si),
+    Metric("sync wait %", fields.sync_wait_pct, lambda v: fmt.pct(v, 1)),
+    Metric("GPU mem", lambda p: _f(p.gpu_mem_bytes), fmt.bytes_),
+    Metric("SM %", lambda p: p.gpu_util_pct, fmt.pct),
+    Metric("CPU %", lambda p: p.cpu_pct, fmt.pct),
+    Metric("RSS", lambda p: _f(p.rss_bytes), fmt.bytes_),
+)
+
+
+def ratio(a: Value, b: Value) -> Value:
+    """B/A. Unknown if either is unknown; 1 when both are 0; +inf when only A is 0."""
+    if a is None or b is None:
+        return None
+    if a == 0:
+        return 1.0 if b == 0 else math.inf
+    return b / a
+
+
+def format_ratio(r: Value) -> str:
+    if r is None:
+        return fmt.NA
+    if math.isinf(r):
+        return "∞"
+    if r == 1.0:
+        return "="
+    if r >= 100:
+        return f"{r:.0f}×"
+    if r >= 0.1:
+        return f"{r:.2f}×"
+    return f"{r:.3f}×"
+
+
+def notable(r: Value, threshold: float = 1.5) -> bool:
+    """Whether a ratio is far enough from 1 to highlight (either direction)."""
+    if r is None or r <= 0:
+        return r is not None and r == 0
+    return r >= threshold or r <= 1 / threshold
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    a: str
+    b: str
+    ratio: str
+    notable: bool
+
+
+def rows(a: ProcSample | None, b: ProcSample | None) -> list[Row]:
+    """One row per metric: formatted A, B and B/A."""
+    out = []
+    for m in METRICS:
+        va = m.value(a) if a is not None else None
+        vb = m.value(b) if b is not None else None
+        r = ratio(va, vb)
+        out.append(Row(m.label, m.render(va), m.render(vb), format_ratio(r), notable(r)))
+    return out

@@ -1,0 +1,177 @@
+"""Compare two processes side by side (fused vs unfused): every metric with B/A, overlaid time
+series, and the top kernels of each. Side A is a live process or the ``--baseline`` recording."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.widgets import Footer
+
+from gputop.model import ProcSample
+from gputop.ui import bindings, charts, compare
+from gputop.ui import format as fmt
+from gputop.ui.history import Point, Series, series
+from gputop.ui.screens.base import LiveScreen
+from gputop.ui.themes import ChartPalette
+from gputop.ui.widgets.chart import Chart
+from gputop.ui.widgets.header import HeaderBar
+from gputop.ui.widgets.panels import KernelsPanel, TextPanel
+
+A_STYLE = "bold $chart-series-1"
+B_STYLE = "bold $chart-series-2"
+
+
+def metrics_content(a: ProcSample | None, b: ProcSample | None) -> Content:
+    head = Content.assemble(
+        ("metric".ljust(18), "bold"),
+        ("A".rjust(10), A_STYLE),
+        ("B".rjust(10), B_STYLE),
+        ("B/A".rjust(10), "bold"),
+    )
+    lines = [head]
+    for r in compare.rows(a, b):
+        lines.append(
+            Content.assemble(
+                r.label.ljust(18),
+                (r.a.rjust(10), "$foreground 55%" if r.a == fmt.NA else ""),
+                (r.b.rjust(10), "$foreground 55%" if r.b == fmt.NA else ""),
+                (
+                    r.ratio.rjust(10),
+                    "bold $warning" if r.notable else ("$foreground 55%" if r.ratio == fmt.NA else ""),
+                ),
+            )
+        )
+    return Content("\n").join(lines)
+
+
+def side_label(tag: str, style: str, p: ProcSample | None, pid: int | None, note: str = "") -> Content:
+    if p is None:
+        what = f"PID {pid}: waiting for it to appear…" if pid is not None else "—"
+        return Content.assemble((f"{tag} ", style), (what, "$warning"))
+    return Content.assemble(
+        (f"{tag} ", style),
+        (f"{p.pid} ", "bold"),
+        fmt.fit(p.cmdline or p.comm, 60),
+        (f" {note}" if note else "", "italic"),
+    )
+
+
+class CompareScreen(LiveScreen):
+    BINDINGS = bindings.of(bindings.COMPARE)
+    DEFAULT_CSS = """
+    CompareScreen #sides { height: 2; background: $surface; padding: 0 1; }
+    CompareScreen #upper { height: 1fr; }
+    CompareScreen #metrics { width: 52; height: 100%; }
+    CompareScreen #charts { width: 1fr; }
+    CompareScreen #kernels { height: 13; }
+    CompareScreen #kernels-a, CompareScreen #kernels-b { width: 1fr; height: 100%; }
+    """
+
+    def __init__(self, a: int | None, b: int) -> None:
+        """``a`` None: side A is the baseline recording (``b`` cycles through its processes)."""
+        super().__init__()
+        self.a_pid = a
+        self.b_pid = b
+        self.baseline_index = 0
+        self.a: ProcSample | None = None
+        self.b: ProcSample | None = None
+        self._a_points: list[Point] = []
+        self._b_points: list[Point] = []
+        self._now = 0.0
+
+    @property
+    def uses_baseline(self) -> bool:
+        return self.a_pid is None
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar()
+        yield TextPanel(id="sides")
+        with Horizontal(id="upper"):
+            yield TextPanel(id="metrics")
+            with Vertical(id="charts"):
+                yield Chart(self._draw_launches, id="chart-launches")
+                yield Chart(self._draw_memcpy, id="chart-memcpy")
+        with Horizontal(id="kernels"):
+            yield KernelsPanel(limit=11, id="kernels-a")
+            yield KernelsPanel(limit=11, id="kernels-b")
+        yield Footer()
+
+    def update_view(self) -> None:
+        app = self.gapp
+        self.query_one(HeaderBar).show(app.header_state())
+        snap = app.snapshot
+        note_a = ""
+        if self.uses_baseline:
+            baseline = app.baseline
+            if baseline is None or not baseline.candidates:
+                return
+            cand = baseline.candidates[self.baseline_index % len(baseline.candidates)]
+            self.a = cand.summary
+            self._a_points = cand.points()
+            note_a = f"(baseline {baseline.path.name}, mean of {len(cand.samples)} samples)"
+        else:
+            assert self.a_pid is not None
+            self.a = (snap.process(self.a_pid) if snap else None) or self.a
+            self._a_points = app.history.points(self.a_pid)
+        self.b = (snap.process(self.b_pid) if snap else None) or self.b
+        self._b_points = app.history.points(self.b_pid)
+        self._now = snap.time if snap else 0.0
+        self.query_one("#sides", TextPanel).show(
+            Content("\n").join(
+                [
+                    side_label("A", A_STYLE, self.a, self.a_pid, note_a),
+                    side_label("B", B_STYLE, self.b, self.b_pid),
+                ]
+            )
+        )
+        self.query_one("#metrics", TextPanel).show(metrics_content(self.a, self.b))
+        for panel_id, p, tag in (("#kernels-a", self.a, "A"), ("#kernels-b", self.b, "B")):
+            self.query_one(panel_id, KernelsPanel).show(p.kernels if p else (), title=f"{tag}: top kernels")
+        for chart in self.query(Chart):
+            chart.redraw()
+
+    # -- actions ---------------------------------------------------------------------------
+    def action_swap(self) -> None:
+        if self.uses_baseline:
+            self.gapp.say("the baseline is always side A", "warning")
+            return
+        assert self.a_pid is not None
+        self.a_pid, self.b_pid = self.b_pid, self.a_pid
+        self.a, self.b = self.b, self.a
+        self.update_view()
+
+    def action_next_baseline(self) -> None:
+        baseline = self.gapp.baseline
+        if not self.uses_baseline or baseline is None:
+            self.gapp.say("no baseline: start gputop with --baseline FILE", "warning")
+            return
+        self.baseline_index = (self.baseline_index + 1) % len(baseline.candidates)
+        self.update_view()
+
+    # -- charts ----------------------------------------------------------------------------
+    def _pair(self, name: str) -> tuple[Series, Series]:
+        if self.uses_baseline:  # align both at their first sample
+            return series(self._a_points, name), series(self._b_points, name)
+        return series(self._a_points, name, origin=self._now), series(self._b_points, name, origin=self._now)
+
+    def _draw_launches(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
+        a, b = self._pair("launches")
+        return charts.line_chart(
+            [a, b], w, h, palette, title="launches/s", y_format=fmt.si, colorless=colorless, labels=["A", "B"]
+        )
+
+    def _draw_memcpy(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
+        ah, bh = self._pair("h2d")
+        ad, bd = self._pair("d2h")
+        return charts.line_chart(
+            [ah, bh, ad, bd],
+            w,
+            h,
+            palette,
+            title="memcpy B/s",
+            y_format=fmt.bytes_,
+            y_binary=True,
+            colorless=colorless,
+            labels=["A H2D", "B H2D", "A D2H", "B D2H"],
+        )

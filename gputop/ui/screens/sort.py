@@ -1,0 +1,87 @@
+"""The sort menu (`s`): pick the sort column; `x` shows or hides a column."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Footer, OptionList, Static
+from textual.widgets.option_list import Option
+
+from gputop.ui import bindings
+from gputop.ui.columns import COLUMNS
+
+if TYPE_CHECKING:
+    from gputop.ui.app import GputopApp
+
+
+class SortScreen(ModalScreen[None]):
+    BINDINGS = bindings.of(bindings.SORT_MENU)
+    DEFAULT_CSS = """
+    SortScreen { align: center middle; }
+    SortScreen > Vertical { width: 92; height: auto; max-height: 90%; border: round $primary;
+                            background: $surface; padding: 0 1; }
+    SortScreen OptionList { height: auto; max-height: 24; border: none; background: $surface; }
+    SortScreen #sort-title { text-style: bold; color: $primary; }
+    """
+
+    @property
+    def gapp(self) -> GputopApp:
+        return cast("GputopApp", self.app)
+
+    def _label(self, i: int) -> Content:
+        col = COLUMNS[i]
+        s = self.gapp.settings
+        shown = "✓" if col.key in s.columns else " "
+        arrow = ""
+        if col.key == s.sort:
+            arrow = " ▼" if col.descending != s.reverse else " ▲"
+        return Content.assemble(
+            f"[{shown}] ", (f"{col.header}{arrow}".ljust(11), "bold"), (f"{col.key:<13}", "$accent"), col.help
+        )
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("Sort by — Enter: sort by it  x: show/hide column  Esc: close", id="sort-title")
+            yield OptionList(*[Option(self._label(i), id=c.key) for i, c in enumerate(COLUMNS)])
+        yield Footer()
+
+    def on_mount(self) -> None:
+        keys = [c.key for c in COLUMNS]
+        self.query_one(OptionList).highlighted = keys.index(self.gapp.settings.sort)
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        self.gapp.set_sort(str(event.option.id), reverse=False)
+        self.dismiss()
+
+    def action_choose(self) -> None:
+        ol = self.query_one(OptionList)
+        if ol.highlighted is not None:
+            self.gapp.set_sort(COLUMNS[ol.highlighted].key, reverse=False)
+        self.dismiss()
+
+    def action_toggle_column(self) -> None:
+        ol = self.query_one(OptionList)
+        i = ol.highlighted
+        if i is None:
+            return
+        key = COLUMNS[i].key
+        current = list(self.gapp.settings.columns)
+        if key in current:
+            if key == "pid":
+                self.gapp.say("PID is always shown", "warning")
+                return
+            current.remove(key)
+        else:
+            order = [c.key for c in COLUMNS]
+            current = [k for k in order if k in current or k == key]
+        self.gapp.set_columns(current)
+        ol.replace_option_prompt_at_index(i, self._label(i))
+
+    def action_cancel(self) -> None:
+        self.dismiss()

@@ -1,0 +1,143 @@
+"""Drive a program in a detached tmux session: start, send keys, read the screen.
+
+Used by the end-to-end tests and by bench/ui_cpu.py. Each session gets its own tmux server
+socket (``-L``), so nothing touches the user's tmux.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+class TmuxError(RuntimeError):
+    pass
+
+
+def have_tmux() -> bool:
+    return shutil.which("tmux") is not None
+
+
+class TmuxSession:
+    """``with TmuxSession(["python", "-m", "gputop.ui", ...]) as t: t.wait_for("gputop")``."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        width: int = 160,
+        height: int = 45,
+        env: dict[str, str] | None = None,
+        cwd: Path | str | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.width = width
+        self.height = height
+        self.env = env or {}
+        self.cwd = str(cwd) if cwd else None
+        self.socket = f"gputop-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.name = "s"
+        self.started_at = 0.0
+
+    def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=check)
+
+    def start(self) -> TmuxSession:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        # COLUMNS/LINES inherited from a test runner would override the pane's real size
+        command = f"exec env -u COLUMNS -u LINES {env} TERM=xterm-256color {shlex.join(self.argv)}"
+        args = ["new-session", "-d", "-s", self.name, "-x", str(self.width), "-y", str(self.height)]
+        if self.cwd:
+            args += ["-c", self.cwd]
+        self.started_at = time.monotonic()
+        self._tmux("-f", "/dev/null", *args, command)
+        self._tmux("set-option", "-t", self.name, "remain-on-exit", "on", check=False)
+        return self
+
+    @property
+    def pid(self) -> int:
+        out = self._tmux("list-panes", "-t", self.name, "-F", "#{pane_pid}").stdout.split()
+        if not out:
+            raise TmuxError("no pane")
+        return int(out[0])
+
+    def alive(self) -> bool:
+        r = self._tmux("list-panes", "-t", self.name, "-F", "#{pane_dead}", check=False)
+        return r.returncode == 0 and r.stdout.strip() == "0"
+
+    def send_keys(self, *keys: str, literal: bool = False) -> None:
+        """tmux key names ("Enter", "Escape", "C-c", "Space") or, with ``literal``, text."""
+        args = ["send-keys", "-t", self.name]
+        if literal:
+            args.append("-l")
+        self._tmux(*args, *keys)
+
+    def capture(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", self.name).stdout
+
+    def lines(self) -> list[str]:
+        return self.capture().splitlines()
+
+    def wait_for(
+        self, predicate: str | Callable[[str], bool], timeout: float = 10.0, poll: float = 0.02
+    ) -> str:
+        """Wait until the screen contains ``predicate`` (or it returns True); return the screen."""
+        check = (lambda s: predicate in s) if isinstance(predicate, str) else predicate
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.capture()
+            if check(screen):
+                return screen
+            if not self.alive():
+                break
+            time.sleep(poll)
+        raise TmuxError(f"timed out waiting for {predicate!r}; screen was:\n{screen}")
+
+    def kill(self) -> None:
+        self._tmux("kill-server", check=False)
+
+    def __enter__(self) -> TmuxSession:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU time of ``pids`` (seconds)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick

@@ -1,0 +1,429 @@
+"""The dashboard's pure parts: formatting, columns and sort orders, compare arithmetic, baselines,
+history, themes, charts, layout."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Rates, Snapshot
+from gputop.record import Recorder, RecordingError
+from gputop.ui import columns, compare, themes
+from gputop.ui import format as fmt
+from gputop.ui.baseline import load_baseline, summarize
+from gputop.ui.charts import _nice_ticks, bar_chart, line_chart
+from gputop.ui.history import History, Series, series
+from gputop.ui.screens.details import hist_buckets, stats_rows
+from gputop.ui.widgets.gpu_panel import gpu_line
+from gputop.ui.widgets.header import HeaderState, header_content
+from gputop.ui.widgets.proc_table import GUTTER, layout
+
+from .ui_helpers import SCENARIO, proc, snapshot
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# -- format -----------------------------------------------------------------------------------
+
+
+def test_unknown_is_na_everywhere() -> None:
+    for f in (fmt.si, fmt.bytes_, fmt.pct, fmt.num, fmt.seconds, fmt.cpu_share):
+        assert f(None) == "N/A"
+    assert fmt.si(float("nan")) == "N/A"
+    assert fmt.text(None) == "N/A"
+
+
+def test_zero_is_zero() -> None:
+    assert fmt.si(0) == "0" and fmt.bytes_(0) == "0" and fmt.pct(0.0) == "0%"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(950, "950"), (12345, "12.3k"), (4.1e6, "4.1M"), (999.96, "1.0k"), (2.5, "2.5"), (3e9, "3.0G")],
+)
+def test_si(value: float, text: str) -> None:
+    assert fmt.si(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(512, "512"), (1536 * 1024, "1.5M"), (80 * 2**30, "80.0G"), (1017.7 * 2**20, "1.0G"), (2**40, "1.0T")],
+)
+def test_bytes(value: float, text: str) -> None:
+    assert fmt.bytes_(value) == text
+
+
+def test_cpu_share_is_percent_of_one_core() -> None:
+    assert fmt.cpu_share(1e7) == "1.00%"  # 10 ms per second
+    assert fmt.cpu_share(4.7e6) == "0.47%"
+
+
+def test_sparkline_and_bar() -> None:
+    assert fmt.sparkline([0, 50, 100, None], 6) == "  ▁▅█ "
+    assert fmt.sparkline([100] * 10, 3) == "███"
+    assert fmt.bar(0.5, 10) == ("█" * 5, "░" * 5)
+    assert fmt.bar(None, 4) == ("", "    ")
+    assert fmt.bar(1.7, 4) == ("████", "")
+    assert fmt.fraction(1, 4) == 0.25 and fmt.fraction(None, 4) is None and fmt.fraction(1, 0) is None
+
+
+def test_fit_and_fit_middle() -> None:
+    assert fmt.fit("abcdef", 4) == "abc…"
+    assert fmt.fit("abc", 4) == "abc"
+    cut = fmt.fit_middle("python train.py --model gpt2-medium --fused=0", 30)
+    assert len(cut) == 30 and cut.startswith("python train") and cut.endswith("--fused=0")
+
+
+def test_kernel_name_collapses_templates_before_cutting() -> None:
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+            "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+    assert fmt.kernel_name("void k(int)", 40) == "k(int)"
+    assert fmt.kernel_name(name, 60) == "at::native::vectorized_elementwise_kernel<…>(…)"
+    assert len(fmt.kernel_name(name, 20)) == 20
+    assert "CUDAFunctor_add<…>" in fmt.kernel_name(name, 110)
+
+
+# -- columns ----------------------------------------------------------------------------------
+
+
+def test_every_issue_column_exists_and_sort_keys_are_their_names() -> None:
+    headers = [c.header for c in columns.COLUMNS]
+    assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "H2D/s", "D2H/s", "D2D/s",
+                       "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "LB"]
+    assert tuple(c.key for c in columns.COLUMNS) == columns.SORT_KEYS
+    assert columns.DEFAULT_SORT == "launches"
+
+
+def test_check_sort_key_lists_valid_names() -> None:
+    with pytest.raises(ValueError, match=r"launches.*gpu_mem"):
+        columns.check_sort_key("bogus")
+
+
+def test_check_columns_keeps_pid_and_order() -> None:
+    assert columns.check_columns(["launches", "user", "launches"]) == ("pid", "launches", "user")
+
+
+def test_sort_unknown_last_both_directions_and_ties_by_pid() -> None:
+    ps = [proc(3, launches=None), proc(1, launches=10.0), proc(2, launches=10.0), proc(4, launches=99.0)]
+    assert [p.pid for p in columns.sort_processes(ps, "launches")] == [4, 1, 2, 3]
+    assert [p.pid for p in columns.sort_processes(ps, "launches", reverse=True)] == [1, 2, 4, 3]
+    assert [p.pid for p in columns.sort_processes(ps, "pid")] == [1, 2, 3, 4]
+    users = [proc(1, user="bob"), proc(2, user="Alice"), proc(3, user=None)]
+    assert [p.pid for p in columns.sort_processes(users, "user")] == [2, 1, 3]
+
+
+@pytest.mark.parametrize("key", columns.SORT_KEYS)
+def test_every_column_sorts_the_scenario(key: str, scenario: list[Snapshot]) -> None:
+    rows = columns.sort_processes(scenario[40].processes, key)
+    assert sorted(p.pid for p in rows) == sorted(p.pid for p in scenario[40].processes)
+    for p in rows:
+        columns.BY_KEY[key].render(p)
+
+
+def test_filter() -> None:
+    ps = [proc(10, "alpha", user="alice"), proc(20, "beta", user="bob", cmdline="beta --job 2"),
+          proc(123, "gamma", user=None, cmdline=None)]
+    assert [p.pid for p in columns.filter_processes(ps, "ALP")] == [10]
+    assert [p.pid for p in columns.filter_processes(ps, "bob")] == [20]
+    assert [p.pid for p in columns.filter_processes(ps, "123")] == [123]
+    assert [p.pid for p in columns.filter_processes(ps, "12")] == []
+    assert [p.pid for p in columns.filter_processes(ps, "--job 2")] == [20]  # the command line
+    assert len(columns.filter_processes(ps, "  ")) == 3
+
+
+def test_neighbour() -> None:
+    vis = ("pid", "user", "launches")
+    assert columns.neighbour("user", vis, 1) == "launches"
+    assert columns.neighbour("launches", vis, 1) == "launches"
+    assert columns.neighbour("pid", vis, -1) == "pid"
+    assert columns.neighbour("grid", vis, 1) == "user"
+
+
+def test_command_column_drops_the_program_directory() -> None:
+    p = proc(1, cmdline="/usr/bin/dcgm-exporter -f x.csv")
+    assert columns.BY_KEY["command"].render(p) == "dcgm-exporter -f x.csv"
+    assert columns.BY_KEY["command"].render(proc(1, "kworker", cmdline=None)) == "kworker"
+
+
+def test_launch_bound_marker() -> None:
+    col = columns.BY_KEY["launch_bound"]
+    assert col.render(proc(1, launch_bound=True)) == "◆"
+    assert col.render(proc(1, launch_bound=False)) == ""
+    assert col.render(proc(1, launch_bound=None)) == "N/A"
+
+
+# -- table layout -------------------------------------------------------------------------------
+
+
+def test_layout_flexes_command_and_drops_right_columns() -> None:
+    cols = columns.SORT_KEYS
+    wide = layout(cols, 200)
+    assert sum(w for _, w in wide) + len(wide) - 1 + GUTTER == 200
+    assert dict((c.key, w) for c, w in wide)["command"] > 16
+    narrow = layout(cols, 80)
+    assert [c.key for c, _ in narrow][:4] == ["pid", "user", "gpu", "command"]
+    assert sum(w for _, w in narrow) + len(narrow) - 1 + GUTTER <= 80
+    assert len(narrow) < len(cols)
+
+
+# -- compare --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "r"),
+    [(10.0, 5.0, 0.5), (None, 5.0, None), (5.0, None, None), (0.0, 0.0, 1.0), (0.0, 3.0, math.inf), (4.0, 0.0, 0.0)],
+)
+def test_ratio(a: float | None, b: float | None, r: float | None) -> None:
+    assert compare.ratio(a, b) == r
+
+
+@pytest.mark.parametrize(
+    ("r", "text"),
+    [(None, "N/A"), (math.inf, "∞"), (1.0, "="), (0.0753, "0.075×"), (0.5, "0.50×"), (13.33, "13.33×"),
+     (250.0, "250×")],
+)
+def test_format_ratio(r: float | None, text: str) -> None:
+    assert compare.format_ratio(r) == text
+
+
+def test_notable() -> None:
+    assert compare.notable(2.0) and compare.notable(0.5) and compare.notable(0.0)
+    assert not compare.notable(1.2) and not compare.notable(None)
+
+
+def test_compare_rows_fused_vs_unfused(scenario: list[Snapshot]) -> None:
+    s = scenario[30]
+    unfused, fused = s.process(4242), s.process(4243)
+    rows = {r.label: r for r in compare.rows(unfused, fused)}
+    assert len(rows) == len(compare.METRICS)
+    launches = rows["launches/s"]
+    assert launches.notable and float(launches.ratio.rstrip("×")) < 0.1
+    assert rows["GPU mem"].ratio != "N/A"
+    missing = {r.label: r for r in compare.rows(unfused, None)}
+    assert all(r.b == "N/A" and r.ratio == "N/A" for r in missing.values())
+
+
+# -- baseline -------------------------------------------------------------------------------------
+
+
+def test_summarize_means_known_values_and_keeps_last_totals() -> None:
+    a = proc(1, launches=100.0, cpu_pct=None, gpu_mem_bytes=10,
+             interval=Counts(launches=100, memcpy={"h2d": CallBytes(2, 200)}))
+    b = proc(1, launches=300.0, cpu_pct=50.0, gpu_mem_bytes=30, kernels=(),
+             interval=Counts(launches=300, memcpy={"h2d": CallBytes(4, 400)}), total=Counts(launches=999))
+    s = summarize([a, b])
+    assert s.rates is not None and s.rates.launches_per_s == 200.0
+    assert s.cpu_pct == 50.0 and s.gpu_mem_bytes == 20
+    assert s.interval is not None and s.interval.memcpy == {"h2d": CallBytes(3, 300)}
+    assert s.total == Counts(launches=999)
+    assert summarize([replace(a, rates=None)]).rates is None
+
+
+def test_load_baseline_picks_the_busiest_process() -> None:
+    b = load_baseline(SCENARIO)
+    assert b.candidates[0].pid == 4242 and b.host == "gpu-node-07"
+    first = b.candidates[0]
+    assert all(p.pid == 4242 and p.state == "running" for _, p in first.samples)
+    totals = [c.total_launches or -1 for c in b.candidates]
+    assert totals == sorted(totals, reverse=True)
+    assert first.summary.rates is not None and 45_000 < (first.summary.rates.launches_per_s or 0) < 60_000
+
+
+def test_load_baseline_by_pid_and_errors(tmp_path: Path) -> None:
+    assert load_baseline(SCENARIO, pid=4243).candidates[0].pid == 4243
+    with pytest.raises(RecordingError, match=r"no process 77.*busiest: 4242"):
+        load_baseline(SCENARIO, pid=77)
+    empty = tmp_path / "empty.jsonl"
+    with Recorder(empty) as r:
+        r.write(snapshot())
+    with pytest.raises(RecordingError, match="no processes"):
+        load_baseline(empty)
+
+
+# -- history --------------------------------------------------------------------------------------
+
+
+def test_history_keeps_bounded_series_and_forgets_gone_processes() -> None:
+    h = History(maxlen=5)
+    for i in range(8):
+        procs = [proc(1, launches=float(i))] + ([proc(2)] if i < 2 else [])
+        h.add(replace(snapshot(*procs, time=100.0 + i),
+                      gpus=(GpuSample(index=0, util_pct=float(i)),)))
+    pts = h.points(1)
+    assert [p.launches for p in pts] == [3.0, 4.0, 5.0, 6.0, 7.0]
+    assert h.points(2) == []  # not seen for longer than the window
+    assert h.gpu_util(0) == [3.0, 4.0, 5.0, 6.0, 7.0]
+    s = series(pts, "launches", origin=107.0)
+    assert s.xs == (-4.0, -3.0, -2.0, -1.0, 0.0)
+
+
+def test_history_starts_again_when_time_goes_back() -> None:
+    h = History()
+    h.add(replace(snapshot(proc(1), time=10.0), gpus=(GpuSample(index=0, util_pct=1.0),)))
+    h.add(snapshot(proc(1), time=11.0))
+    h.add(replace(snapshot(proc(1), time=5.0), gpus=(GpuSample(index=0, util_pct=2.0),)))
+    assert [p.time for p in h.points(1)] == [5.0]
+    assert h.gpu_util(0) == [2.0]
+
+
+def test_history_restarts_a_reused_pid() -> None:
+    h = History()
+    h.add(snapshot(proc(1, "old"), time=1.0))
+    h.add(snapshot(proc(1, "new"), time=2.0))
+    assert len(h.points(1)) == 1
+
+
+def test_history_is_thread_safe() -> None:
+    h = History(maxlen=50)
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            h.add(snapshot(*[proc(p) for p in range(20)], time=float(i)))
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(2000):
+            h.points(3)
+    finally:
+        stop.set()
+        t.join()
+
+
+# -- themes ---------------------------------------------------------------------------------------
+
+
+def test_builtin_themes_load() -> None:
+    names = themes.theme_names()
+    assert names[:4] == ("dark", "light", "high-contrast", "monochrome")
+    loaded = themes.load_themes()
+    assert set(names) <= set(loaded)
+    assert loaded["light"].dark is False and loaded["dark"].dark is True
+    for t in loaded.values():
+        palette = themes.chart_palette(t)
+        assert len(palette.series) >= 2 and palette.text.startswith("#")
+
+
+def test_themes_dir_in_dev_and_wheel_layouts(tmp_path: Path) -> None:
+    assert (themes.builtin_themes_dir() / "dark.toml").is_file()  # this checkout: <repo>/themes
+    wheel = tmp_path / "site-packages" / "gputop"
+    (wheel / "_data" / "themes").mkdir(parents=True)
+    assert themes.builtin_themes_dir(wheel) == wheel / "_data" / "themes"
+    dev = tmp_path / "repo" / "gputop"
+    dev.mkdir(parents=True)
+    assert themes.builtin_themes_dir(dev) == tmp_path / "repo" / "themes"
+
+
+def test_user_themes_extend_and_bad_ones_are_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "config" / "gputop" / "themes"
+    d.mkdir(parents=True)
+    (d / "solar.toml").write_text('primary = "#ffaa00"\ndark = false\n')
+    (d / "broken.toml").write_text("primary = \n")
+    assert "solar" in themes.theme_names()
+    loaded = themes.load_themes()
+    assert loaded["solar"].primary == "#ffaa00" and "broken" not in loaded
+    with pytest.raises(ValueError, match="choose one of: dark, light, high-contrast, monochrome"):
+        themes.check_theme_name("nope")
+
+
+def test_theme_without_primary_is_an_error(tmp_path: Path) -> None:
+    p = tmp_path / "x.toml"
+    p.write_text('background = "#000000"\n')
+    with pytest.raises(themes.ThemeError, match="primary"):
+        themes.load_theme(p)
+
+
+def test_no_color_follows_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "")
+    assert not themes.no_color()
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert themes.no_color()
+
+
+# -- charts ---------------------------------------------------------------------------------------
+
+PALETTE = themes.ChartPalette("#aaaaaa", ("#ff0000", "#00ff00"))
+
+
+def test_line_chart_has_the_requested_size_and_legend() -> None:
+    s = Series("launches", tuple(float(x) for x in range(-30, 1)), tuple(float(x * x) for x in range(31)))
+    out = line_chart([s], 70, 15, PALETTE, title="launches/s", y_format=fmt.si)
+    lines = ANSI.sub("", out).splitlines()
+    assert len(lines) == 15 and max(len(line) for line in lines) == 70
+    assert lines[0].startswith("launches/s  ■ launches")
+    assert "\x1b[38;2;255;0;0m" in out  # the theme's first series colour
+    assert "-30s" in ANSI.sub("", out)
+
+
+def test_line_chart_gaps_and_empty() -> None:
+    s = Series("x", (0.0, 1.0, 2.0, 3.0), (1.0, None, None, 2.0))
+    assert "no data yet" in line_chart([Series("x", (0.0,), (None,))], 40, 8, PALETTE)
+    out = line_chart([s], 40, 8, PALETTE, colorless=True)
+    assert "\x1b" not in out
+
+
+def test_nice_ticks() -> None:
+    assert _nice_ticks(95) == [0, 25, 50, 75, 100]
+    assert _nice_ticks(3 * 2**30, base=1024)[-1] >= 3 * 2**30
+    assert all(t % 2**30 == 0 for t in _nice_ticks(3 * 2**30, base=1024))
+    assert _nice_ticks(0) == [0.0, 1.0]
+
+
+def test_bar_chart() -> None:
+    out = ANSI.sub("", bar_chart(["1", "2", "4"], [5.0, 50.0, 0.0], 40, 10, PALETTE, title="grid"))
+    assert "grid" in out and "40┤" in out and "█" in out
+    assert "no data" in bar_chart([], [], 40, 10, PALETTE)
+
+
+def test_hist_buckets_fill_gaps_in_order() -> None:
+    labels, values = hist_buckets({"2^7": 10, "2^4": 3, "bad": 1})
+    assert labels == ["16", "32", "64", "128"] and values == [3.0, 0.0, 0.0, 10.0]
+    assert hist_buckets(None) == ([], [])
+    labels, _ = hist_buckets({"2^0": 1, "2^30": 1}, limit=5)
+    assert len(labels) == 5
+
+
+# -- text builders ------------------------------------------------------------------------------
+
+
+def test_header_shows_status_and_cost(scenario: list[Snapshot]) -> None:
+    text = header_content(HeaderState(scenario[0], 1.0, paused=True, replay=(1, 90, 2.0), filter="py")).plain
+    for needle in ("gpu-node-07", "09:00:00", "every 1s", "PAUSED", "REPLAY 1/90 ×2", "BPF ok 212p/7obj",
+                   "NVML ok", "UVM ok", "hits/s", "% CPU", "filter: py"):
+        assert needle in text, needle
+    off = replace(scenario[0], sources={"bpf": replace(scenario[0].sources["bpf"], status="unavailable")})
+    text = header_content(HeaderState(off)).plain
+    assert "BPF off" in text and "cost" not in text and "NVML n/a" in text
+
+
+def test_gpu_line_shows_na_for_unknowns() -> None:
+    text = gpu_line(GpuSample(index=3), [], 160).plain
+    assert text.count("N/A") >= 5 and " 3 " in text
+    full = gpu_line(GpuSample(index=0, name="A100", util_pct=50.0, mem_used_bytes=2**30, mem_total_bytes=2**32,
+                              temp_c=60.0, power_w=100.0, power_limit_w=400.0, pcie_rx_bytes_per_s=2**30,
+                              pcie_tx_bytes_per_s=0.0, xid_errors=2), [10.0, 90.0], 200).plain
+    for needle in ("50%", "1.0G/4.0G", "60°C", "100/400W", "↓1.0G/s", "XID 2", "▂▇"):
+        assert needle in full, needle
+
+
+def test_details_stats_rows_cover_the_issue_items(scenario: list[Snapshot]) -> None:
+    p = scenario[30].process(6001)
+    assert p is not None
+    labels = [label for label, _ in stats_rows(p)]
+    for needle in ("alloc", "live alloc", "UVM faults/s", "prefetch", "sync"):
+        assert needle in labels
+    bare = stats_rows(ProcSample(pid=1, comm="x"))
+    assert all("N/A" in v for label, v in bare if label in ("launches/s", "live alloc", "sync"))
+
+
+def test_rates_from_model_are_shown_not_recomputed() -> None:
+    p = proc(1, rates=Rates(launches_per_s=7.0, memcpy_bytes_per_s=None), interval=Counts(launches=1000))
+    assert columns.BY_KEY["launches"].render(p) == "7"
+    assert columns.BY_KEY["h2d"].render(p) == "N/A"

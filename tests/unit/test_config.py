@@ -1,0 +1,77 @@
+"""gputop.config: where config.toml lives, tolerant reading, merging writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from gputop.config import Config, config_path, load_config, save_config
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+
+
+def test_path_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert config_path() == tmp_path / "home" / ".config" / "gputop" / "config.toml"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert config_path() == tmp_path / "xdg" / "gputop" / "config.toml"
+    monkeypatch.setenv("XDG_CONFIG_HOME", "relative/ignored")  # the spec says: absolute paths only
+    assert config_path() == tmp_path / "home" / ".config" / "gputop" / "config.toml"
+
+
+def test_missing_file_gives_defaults() -> None:
+    assert load_config() == (Config(), [])
+
+
+def test_round_trip() -> None:
+    cfg = Config(theme="light", interval_s=2.0, sort="grid", reverse=True, columns=("pid", "launches"))
+    save_config(cfg)
+    assert load_config() == (cfg, [])
+    text = config_path().read_text()
+    assert text.startswith("# gputop") and 'theme = "light"' in text
+
+
+def test_save_merges_and_keeps_other_keys() -> None:
+    path = config_path()
+    path.parent.mkdir(parents=True)
+    path.write_text('exporter_listen = "127.0.0.1:9464"\ntheme = "dark"\n')
+    save_config(Config(sort="pid"))
+    raw = tomllib.loads(path.read_text())
+    assert raw == {"exporter_listen": "127.0.0.1:9464", "theme": "dark", "sort": "pid"}
+    save_config(Config(theme="light"))
+    assert load_config()[0] == Config(theme="light", sort="pid")
+    assert not list(path.parent.glob(".*tmp"))
+
+
+def test_broken_toml_warns_and_gives_defaults() -> None:
+    path = config_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("theme = \n")
+    cfg, warnings = load_config()
+    assert cfg == Config() and len(warnings) == 1 and "cannot read" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [("theme = 3", "theme"), ("interval_s = 0", "interval_s"), ("interval_s = true", "interval_s"),
+     ('sort = ["a"]', "sort"), ('reverse = "yes"', "reverse"), ("columns = []", "columns"),
+     ("columns = [1, 2]", "columns")],
+)
+def test_bad_values_are_ignored_with_a_warning(text: str, key: str) -> None:
+    path = config_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(text + '\nsort_other = 1\ntheme_ok = "x"\n')
+    cfg, warnings = load_config()
+    assert getattr(cfg, key) is None
+    assert len(warnings) == 1 and key in warnings[0]
+
+
+def test_save_into_a_new_directory(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "er" / "config.toml"
+    save_config(Config(theme="monochrome"), target)
+    assert load_config(target)[0].theme == "monochrome"
