@@ -102,6 +102,8 @@ class TmuxSession:
 
     def kill(self) -> None:
         self._tmux("kill-server", check=False)
+        socket = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}" / self.socket
+        socket.unlink(missing_ok=True)
 
     def __enter__(self) -> TmuxSession:
         return self.start()
