@@ -13,7 +13,7 @@
 #define D_H2H 3
 #define D_UNK 4
 #define NB 32           // log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0
-#define NAME_LEN 128
+#define NAME_LEN 256
 
 // allocation kinds (also used for memcpy classification)
 #define K_NONE 0
@@ -86,11 +86,14 @@ struct range_key_t {            // LPM key: tgid then address, both big-endian
 };
 
 struct event_t {
+    u64 ts;                     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
     u32 tgid;
-    u32 type;                   // 1 exec, 2 exec mapping, 3 exit
+    u32 type;                   // 1 exec, 2 exec mapping, 3 exit, 4 exit untracked, 5 fork
 };
 
 BPF_HASH(procs, u32, struct proc_t, MAX_PROCS);
+// processes with names or code ranges but maybe no record: their exit must still be reported
+BPF_HASH(tracked, u32, u8, MAX_PROCS * 4);
 BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 BPF_HASH(names, struct tkey_t, struct name_t, MAX_NAMES);
 BPF_HASH(allocs, struct tkey_t, struct alloc_t, MAX_ALLOCS);
@@ -102,11 +105,14 @@ BPF_TABLE("lru_hash", u64, struct pending_t, pend_alloc, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, u64, pend_capture, MAX_THREADS);
+BPF_TABLE("lru_hash", u64, u8, exec_mmap, 1024);
+// driver or kernel handle -> the host stub or kernel it stands for (names resolved through it)
+BPF_HASH(aliases, struct tkey_t, u64, MAX_NAMES);
 BPF_PERCPU_ARRAY(zero_proc, struct proc_t, 1);
 BPF_PERCPU_ARRAY(name_scratch, struct name_t, 1);
-// 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures
+// 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures, 6 events
 BPF_ARRAY(dropped, u64, 8);
-BPF_RINGBUF_OUTPUT(events, 8);
+BPF_RINGBUF_OUTPUT(events, 64);
 
 static __always_inline void drop(u32 what) {
     u64 *d = dropped.lookup(&what);
@@ -122,12 +128,14 @@ static __always_inline struct proc_t *proc_get(u32 tgid) {
     struct proc_t *zero = zero_proc.lookup(&z);
     if (!zero)
         return 0;
-    if (procs.update(&tgid, zero) != 0) {
+    // insert, not update: a record another CPU just created must not be replaced under it
+    int created = procs.insert(&tgid, zero) == 0;
+    p = procs.lookup(&tgid);
+    if (!p) {
         drop(0);
         return 0;
     }
-    p = procs.lookup(&tgid);
-    if (p)
+    if (created)
         bpf_get_current_comm(p->comm, sizeof(p->comm));
     return p;
 }
@@ -219,13 +227,12 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
     struct kstat_t *ks = kernels.lookup(&k);
     if (!ks) {
         struct kstat_t zero = {};
-        if (kernels.update(&k, &zero) != 0) {
+        kernels.insert(&k, &zero);
+        ks = kernels.lookup(&k);
+        if (!ks) {
             drop(1);
             return 0;
         }
-        ks = kernels.lookup(&k);
-        if (!ks)
-            return 0;
     }
     __sync_fetch_and_add(&ks->launches, 1);
     __sync_fetch_and_add(&ks->grid_sum, grid);
@@ -556,12 +563,11 @@ int drv_free(struct pt_regs *ctx) { return free_at(ctx, 1); }
 
 static __always_inline int prefetch(struct pt_regs *ctx, int driver, u32 to_host) {
     u32 tgid = current_tgid();
-    if (driver && nested(ctx, tgid))
+    if (to_host > 1 || (driver && nested(ctx, tgid)))     // 2: an invalid destination
         return 0;
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
-    to_host = to_host ? 1 : 0;
     __sync_fetch_and_add(&p->prefetch_calls[to_host], 1);
     __sync_fetch_and_add(&p->prefetch_bytes[to_host], PT_REGS_PARM2(ctx));
     return 0;
@@ -574,12 +580,12 @@ int drv_prefetch_dev(struct pt_regs *ctx) {
     return prefetch(ctx, 1, (s32)PT_REGS_PARM3(ctx) == -1);
 }
 // (ptr, count, location {type, id} in rdx, flags, stream): type 1 = device, 2..4 = host (NUMA)
-int rt_prefetch_loc(struct pt_regs *ctx) {
-    return prefetch(ctx, 0, (PT_REGS_PARM3(ctx) & 0xffffffff) != 1);
+static __always_inline u32 loc_to_host(u64 loc) {
+    u32 type = loc & 0xffffffff;
+    return type == 1 ? 0 : (type >= 2 && type <= 4) ? 1 : 2;
 }
-int drv_prefetch_loc(struct pt_regs *ctx) {
-    return prefetch(ctx, 1, (PT_REGS_PARM3(ctx) & 0xffffffff) != 1);
-}
+int rt_prefetch_loc(struct pt_regs *ctx) { return prefetch(ctx, 0, loc_to_host(PT_REGS_PARM3(ctx))); }
+int drv_prefetch_loc(struct pt_regs *ctx) { return prefetch(ctx, 1, loc_to_host(PT_REGS_PARM3(ctx))); }
 
 // ------------------------------------------------------------------ sync (time blocked)
 
@@ -617,10 +623,16 @@ int sync_return(struct pt_regs *ctx) {
 
 // ------------------------------------------------------------------ kernel names
 
+static __always_inline void track(u32 tgid) {
+    u8 one = 1;
+    tracked.update(&tgid, &one);
+}
+
 static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
     struct tkey_t k = {.tgid = tgid, .addr = addr};
+    track(tgid);
     u32 z = 0;
-    // a name is 128 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
+    // a name is 256 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
     struct name_t *n = name_scratch.lookup(&z);
     if (!n)
         return;
@@ -651,7 +663,8 @@ int getfn_enter(struct pt_regs *ctx) {
     return 0;
 }
 
-// cuKernelGetFunction(CUfunction *out, CUkernel kernel): the function takes the kernel's name
+// cuKernelGetFunction(CUfunction *out, CUkernel kernel), __cudaGetKernel / cudaGetKernel
+// (cudaKernel_t *out, const void *hostFun): the handle stands for the kernel or host stub
 int kernel_getfn_enter(struct pt_regs *ctx) {
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *pn = pend_name.lookup(&tid);
@@ -684,12 +697,10 @@ int getfn_return(struct pt_regs *ctx) {
         put_name(tgid, handle, pn->name);
         return 0;
     }
-    struct tkey_t src = {.tgid = tgid, .addr = pn->name};
-    struct name_t *known = names.lookup(&src);
-    if (!known)
-        return 0;
     struct tkey_t dst = {.tgid = tgid, .addr = handle};
-    if (names.update(&dst, known) != 0)
+    u64 src_addr = pn->name;
+    track(tgid);
+    if (aliases.update(&dst, &src_addr) != 0)
         drop(2);
     return 0;
 }
@@ -698,8 +709,11 @@ int getfn_return(struct pt_regs *ctx) {
 
 static __always_inline void emit(u32 tgid, u32 type) {
     struct event_t *e = events.ringbuf_reserve(sizeof(struct event_t));
-    if (!e)
+    if (!e) {
+        drop(6);
         return;
+    }
+    e->ts = bpf_ktime_get_ns();
     e->tgid = tgid;
     e->type = type;
     events.ringbuf_submit(e, 0);
@@ -710,10 +724,24 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
     return 0;
 }
 
-// a new executable file mapping (dlopen of a CUDA library): rescan that process
+// a new executable file mapping (dlopen of a CUDA library): rescan that process once the
+// mapping exists, at the syscall's exit
 TRACEPOINT_PROBE(syscalls, sys_enter_mmap) {
-    if ((args->prot & 4 /* PROT_EXEC */) && (s64)args->fd >= 0)
-        emit(bpf_get_current_pid_tgid() >> 32, 2);
+    if ((args->prot & 4 /* PROT_EXEC */) && (s64)args->fd >= 0) {
+        u64 tid = bpf_get_current_pid_tgid();
+        u8 one = 1;
+        exec_mmap.update(&tid, &one);
+    }
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_mmap) {
+    u64 tid = bpf_get_current_pid_tgid();
+    if (!exec_mmap.lookup(&tid))
+        return 0;
+    exec_mmap.delete(&tid);
+    if (args->ret >= 0 || args->ret < -4095)
+        emit(tid >> 32, 2);
     return 0;
 }
 
@@ -723,10 +751,22 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     if ((u32)id != tgid)
         return 0;                       // a thread, not the process
     struct proc_t *p = procs.lookup(&tgid);
-    if (!p)
-        return 0;
-    p->exited_ns = bpf_ktime_get_ns();
-    emit(tgid, 3);
+    if (p) {
+        p->exited_ns = bpf_ktime_get_ns();
+        emit(tgid, 3);
+    } else if (tracked.lookup(&tgid)) {
+        emit(tgid, 4);                  // no record to show: just forget it
+    }
+    return 0;
+}
+
+// a child inherits its parent's mappings: give it the parent's code ranges before it launches
+// (args->parent_pid is the forking thread's id: the process is the current task's tgid; a new
+// thread also comes through here, and user space ignores it)
+TRACEPOINT_PROBE(sched, sched_process_fork) {
+    u32 parent = current_tgid();
+    if (procs.lookup(&parent) || tracked.lookup(&parent))
+        emit(args->child_pid, 5);
     return 0;
 }
 

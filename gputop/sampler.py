@@ -7,6 +7,7 @@ thread after a first "starting" snapshot was posted, so the UI is never blocked.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -72,7 +73,8 @@ def _counts(raw: RawProc, base: RawProc | None, uvm_cpu: bool) -> Counts:
         alloc_calls=d("alloc_calls"),
         alloc_bytes=d("alloc_bytes"),
         free_calls=d("free_calls"),
-        live_alloc_bytes=c["live_bytes"],
+        # allocations made before gputop attached are not known: then live bytes are unknown
+        live_alloc_bytes=c["live_bytes"] if raw.complete else None,
         managed_alloc_calls=d("managed_alloc_calls"),
         managed_alloc_bytes=d("managed_alloc_bytes"),
         prefetch=pairs(raw.prefetch_calls, raw.prefetch_bytes, base.prefetch_calls if base else None,
@@ -137,10 +139,19 @@ class Sampler:
             self._bpf.start()
             self._bpf_status = SourceStatus("ok")
         except BpfUnavailable as e:
-            self.bpf_error = e
-            self._bpf_status = SourceStatus("unavailable", e.reason)
-            self._bpf = None
+            self._bpf_failed(e)
+        except Exception as e:  # a bug or an odd host must not leave the UI on "starting"
+            self._bpf_failed(BpfUnavailable(f"the BPF source failed: {type(e).__name__}: {e}",
+                                            "run gputop doctor; report the error with its output"))
         self._last_time = self._clock()
+
+    def _bpf_failed(self, e: BpfUnavailable) -> None:
+        self.bpf_error = e
+        self._bpf_status = SourceStatus("unavailable", e.reason)
+        if self._bpf is not None:
+            with contextlib.suppress(Exception):
+                self._bpf.close()
+        self._bpf = None
 
     def wait(self, timeout_s: float) -> None:
         """Sleep until ``timeout_s`` passed, handling exec/mmap events (attaching new objects)."""
@@ -150,7 +161,11 @@ class Sampler:
             if left <= 0:
                 return
             if self._bpf is not None:
-                self._bpf.poll(min(left, 0.05))
+                try:
+                    self._bpf.poll(min(left, 0.2))
+                except Exception as e:
+                    self._bpf_failed(BpfUnavailable(f"the BPF source failed: {type(e).__name__}: {e}",
+                                                    "restart gputop; report the error"))
             else:
                 self._stop.wait(min(left, 0.05))
 
@@ -199,7 +214,14 @@ class Sampler:
         now = self._clock()
         elapsed = now - self._last_time if self._last_time is not None else self.config.interval_s
         self._last_time = now
-        reading = self._bpf.read() if self._bpf is not None else BpfReading(self._bpf_status)
+        reading = BpfReading(self._bpf_status)
+        if self._bpf is not None:
+            try:
+                reading = self._bpf.read()
+            except Exception as e:
+                self._bpf_failed(BpfUnavailable(f"reading the BPF maps failed: {type(e).__name__}: {e}",
+                                                "restart gputop; report the error"))
+                reading = BpfReading(self._bpf_status)
         nv = self._nvml.read() if self._nvml is not None else NvmlReading(
             SourceStatus("unavailable", "disabled with --no-nvml"), (), {})
         pids = set(reading.procs) | set(nv.procs)
@@ -264,8 +286,8 @@ class Sampler:
             b = base.counters if base else dict.fromkeys(raw.counters, 0)
             grid_avg = _avg(raw.counters["grid_sum"] - b["grid_sum"], n)
             block_avg = _avg(raw.counters["block_sum"] - b["block_sum"], n)
-            per_s = 1.0 / elapsed if elapsed > 0 else 0.0
-            rates = Rates(
+            per_s = 1.0 / elapsed if elapsed > 0 else None
+            rates = None if per_s is None else Rates(
                 launches_per_s=n * per_s,
                 memcpy_bytes_per_s={k: v.bytes * per_s for k, v in (interval.memcpy or {}).items()},
                 uvm_faults_per_s=(interval.uvm_cpu_faults * per_s) if interval.uvm_cpu_faults is not None else None,
@@ -306,7 +328,7 @@ class Sampler:
             **extra,
         )
 
-    def _kernels(self, pid: int, raw: RawProc, per_s: float) -> tuple[KernelStat, ...]:
+    def _kernels(self, pid: int, raw: RawProc, per_s: float | None) -> tuple[KernelStat, ...]:
         top = sorted(raw.kernels, key=lambda k: (-k.launches, k.key))[:TOP_KERNELS]
         out = []
         for k in top:
@@ -317,7 +339,7 @@ class Sampler:
                 grid_blocks_avg=_avg(k.grid_sum, k.launches),
                 block_threads_avg=_avg(k.block_sum, k.launches),
                 interval_launches=k.launches - prev,
-                launches_per_s=(k.launches - prev) * per_s,
+                launches_per_s=(k.launches - prev) * per_s if per_s is not None else None,
                 object=k.object,
                 address=None if k.name else k.key,
             ))

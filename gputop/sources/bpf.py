@@ -10,9 +10,9 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-import platform
-import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -20,13 +20,27 @@ from typing import Any
 
 from gputop.model import SourceStatus
 from gputop.sources import catalogue, discovery, kheaders, symbols
+from gputop.sources.bpfsys import (
+    TRACEFS,
+    aligned_blocks,
+    enable_stats,
+    ensure_tracefs,
+    has_privileges,
+    prog_run_stats,
+    tracepoint_exists,
+)
+from gputop.sources.kernelnames import KernelNamer
+
+__all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "RawKernel", "RawProc", "aligned_blocks",
+           "ensure_tracefs", "has_privileges", "load_bcc", "tracepoint_exists", "use_headers"]
 
 NDIR = 5
 NB = 32
 LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAMES": 16384,
           "MAX_THREADS": 16384, "MAX_CODE": 262144}
-DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures")
-TRACEFS = Path("/sys/kernel/tracing")
+DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events")
+RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
+NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
 _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_info.minor}/site-packages",
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 
@@ -77,67 +91,11 @@ def load_bcc() -> ModuleType:
                          "apt-get install bpfcc-tools python3-bpfcc (the PyPI package 'bcc' is unrelated)")
 
 
-def has_privileges() -> bool:
-    """CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON, in the effective set (root normally has all)."""
-    try:
-        text = Path("/proc/self/status").read_text()
-        eff = int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("CapEff:")), 16)
-    except (OSError, StopIteration, ValueError):
-        return False
-    cap_perfmon, cap_bpf, cap_sys_admin = 38, 39, 21
-    return bool(eff & (1 << cap_sys_admin)) or (bool(eff & (1 << cap_bpf)) and bool(eff & (1 << cap_perfmon)))
-
-
-def ensure_tracefs() -> str | None:
-    """Mount tracefs if it is not mounted (bcc needs it for tracepoints); None or an error."""
-    if (TRACEFS / "events").is_dir():
-        return None
-    try:
-        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True,
-                       timeout=10)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"tracefs is not mounted at {TRACEFS} and mounting it failed: {e}"
-    return None
-
-
 def use_headers() -> kheaders.HeadersChoice:
     """Choose the kernel headers and point bcc at them (BCC_KERNEL_SOURCE for the fallback)."""
     choice = kheaders.choose()
     os.environ.update(choice.env)
     return choice
-
-
-def tracepoint_exists(category: str, event: str) -> bool:
-    return (TRACEFS / "events" / category / event).is_dir()
-
-
-# ------------------------------------------------------------------ BPF statistics (self-cost)
-
-_SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
-_BPF_OBJ_GET_INFO_BY_FD = 15
-_BPF_ENABLE_STATS = 32
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def enable_stats() -> int | None:
-    """Turn on BPF run-time statistics while the returned fd stays open (None if refused)."""
-    attr = ctypes.create_string_buffer(128)
-    fd = int(_libc.syscall(_SYS_BPF, _BPF_ENABLE_STATS, attr, 4))
-    return fd if fd >= 0 else None
-
-
-def prog_run_stats(fd: int) -> tuple[int, int] | None:
-    """(run_time_ns, run_cnt) of a loaded BPF program."""
-    info = ctypes.create_string_buffer(256)
-    attr = ctypes.create_string_buffer(16)
-    ctypes.memmove(attr, ctypes.byref(ctypes.c_uint32(fd)), 4)
-    ctypes.memmove(ctypes.addressof(attr) + 4, ctypes.byref(ctypes.c_uint32(256)), 4)
-    ctypes.memmove(ctypes.addressof(attr) + 8, ctypes.byref(ctypes.c_uint64(ctypes.addressof(info))), 8)
-    if _libc.syscall(_SYS_BPF, _BPF_OBJ_GET_INFO_BY_FD, attr, 16) != 0:
-        return None
-    run_time_ns = ctypes.c_uint64.from_buffer_copy(info.raw[192:200]).value
-    run_cnt = ctypes.c_uint64.from_buffer_copy(info.raw[200:208]).value
-    return run_time_ns, run_cnt
 
 
 # ------------------------------------------------------------------ readings
@@ -169,6 +127,8 @@ class RawProc:
     exited: bool
     kernels: tuple[RawKernel, ...]
     comm: str = ""
+    #: gputop saw the process from its first CUDA call (so its live allocations are all known)
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -188,9 +148,11 @@ _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "a
 class BpfSource:
     """Owns the BPF object. Not thread-safe: used from the collector thread only."""
 
-    def __init__(self, *, limits: dict[str, int] | None = None, uvm: bool = True) -> None:
+    def __init__(self, *, limits: dict[str, int] | None = None, uvm: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._limits = {**LIMITS, **(limits or {})}
         self._want_uvm = uvm
+        self._clock = clock
         self.bpf: Any = None
         self.headers: kheaders.HeadersChoice | None = None
         self.objects: dict[tuple[int, int], str] = {}        # probed objects -> path
@@ -198,13 +160,17 @@ class BpfSource:
         self.probes = 0
         self.uvm_cpu_faults = False
         self._stats_fd: int | None = None
-        self._names: dict[tuple[int, int], tuple[str | None, str | None]] = {}
         self._symcache: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
         self._maps: dict[int, list[discovery.Mapping]] = {}   # last known executable maps by pid
-        self._rescan: set[int] = set()
         self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
         self._code_dropped = 0
+        self._partial: set[int] = set()       # processes already running CUDA when gputop attached
+        self._rescan: set[int] = set()
+        self._reimage: set[int] = set()
+        self._scanned_ns: dict[int, int] = {}     # CLOCK_MONOTONIC ns of each process's last scan
         self._exited: set[int] = set()
+        self._last_full_scan = 0.0
+        self.namer = KernelNamer(self._captured_name, self._alias, self._symcache, self._maps)
 
     # ------------------------------------------------------------ set-up
 
@@ -242,29 +208,49 @@ class BpfSource:
         self._stats_fd = enable_stats()
         self.table("events").open_ring_buffer(self._on_event)
         self.scan()
+        self._last_full_scan = self._clock()
 
     def table(self, name: str) -> Any:
         return self.bpf[name.encode()]
 
+    # ------------------------------------------------------------ discovery
+
     def _on_event(self, _cpu: int, data: Any, _size: int) -> None:
         ev = self.table("events").event(data)
-        if ev.type == 3:
-            self._exited.add(int(ev.tgid))
+        tgid, kind = int(ev.tgid), int(ev.type)
+        if kind == 3:
+            self._exited.add(tgid)
+        elif kind == 4:
+            self.forget(tgid)            # exited without a record to show
+        elif kind == 5:
+            if discovery.tgid_of(tgid) == tgid:     # a new process, not a thread
+                self._rescan.add(tgid)
         else:
-            self._rescan.add(int(ev.tgid))
+            # an exec after the last scan of that process replaced its image (one before it was seen)
+            if kind == 1 and int(ev.ts) > self._scanned_ns.get(tgid, 0):
+                self._reimage.add(tgid)
+            self._rescan.add(tgid)
 
     def poll(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for exec/mmap/exit events and attach to new CUDA objects.
+        """Wait up to ``timeout_s`` for exec/mmap/fork/exit events and attach to new CUDA objects.
 
+        Every RESCAN_S, also rescan every process (events can be lost) and sweep dead ones.
         Returns True when something happened (a rescan attached probes or a process exited).
         """
         self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
         changed = bool(self._exited)
         self._exited.clear()
+        for pid in self._reimage:       # exec: the old image's code ranges and names are gone
+            self._forget_image(pid)
+        self._reimage.clear()
         if self._rescan:
             pids = sorted(self._rescan)
             self._rescan.clear()
             changed = self.scan(pids) > 0 or changed
+        if self._clock() - self._last_full_scan >= RESCAN_S:
+            self._last_full_scan = self._clock()
+            changed = self.scan() > 0 or changed
+            self._sweep()
         return changed
 
     def scan(self, pids: list[int] | None = None) -> int:
@@ -272,23 +258,50 @@ class BpfSource:
         known = set(self.objects) | self.rejected
         new = 0
         maps: dict[int, list[discovery.Mapping]] = {}
+        before_ns = time.monotonic_ns()
         for ref in discovery.scan(pids, skip=known, maps_out=maps):
             if self._attach_object(ref):
                 new += 1
+                # processes that map it already may have allocated before: their live bytes are unknown
+                self._partial.update(p for p, pm in maps.items() if any((m.dev, m.inode) == ref.key for m in pm))
         self._maps.update(maps)
         for pid, pmaps in maps.items():
+            self._scanned_ns[pid] = before_ns
             self._add_code_ranges(pid, pmaps)
         return new
+
+    def _attach_object(self, ref: discovery.ObjectRef) -> bool:
+        if not symbols.mentions_cuda(ref.open_path):
+            self.rejected.add(ref.key)
+            return False
+        syms = symbols.read_symbols(ref.open_path)
+        wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
+        if syms is None or not wanted:
+            self.rejected.add(ref.key)
+            return False
+        self._symcache[ref.key] = syms
+        path = ref.open_path.encode()
+        for probe, addr in wanted:
+            try:
+                # the return probe first: an entry seen without its return would leave a stale depth
+                if probe.ret:
+                    self.bpf.attach_uretprobe(name=path, addr=addr, fn_name=probe.ret.encode(), pid=-1)
+                    self.probes += 1
+                self.bpf.attach_uprobe(name=path, addr=addr, fn_name=probe.entry.encode(), pid=-1)
+                self.probes += 1
+            except Exception:  # a probe that cannot attach (odd symbol) must not stop the others
+                continue
+        self.objects[ref.key] = ref.path
+        return True
 
     def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
         """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see from_cuda)."""
         code = self.table("code")
+        added = False
         for m in maps:
             key = (m.dev, m.inode)
-            if key not in self.objects or (pid, m.start, key) in self._code_done:
-                continue
             syms = self._symcache.get(key)
-            if syms is None:
+            if key not in self.objects or syms is None or (pid, m.start, key) in self._code_done:
                 continue
             self._code_done.add((pid, m.start, key))
             for start, end in syms.cuda_code_runs():
@@ -305,32 +318,22 @@ class BpfSource:
                         k.data[i] = byte
                     try:
                         code[k] = ctypes.c_uint32(1)
+                        added = True
                     except Exception:
                         self._code_dropped += 1
                         return
+        if added:
+            tracked = self.table("tracked")
+            tracked[tracked.Key(pid)] = ctypes.c_uint8(1)
 
-    def _attach_object(self, ref: discovery.ObjectRef) -> bool:
-        if not symbols.mentions_cuda(ref.open_path):
-            self.rejected.add(ref.key)
-            return False
-        syms = symbols.read_symbols(ref.open_path)
-        self._symcache[ref.key] = syms
-        wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
-        if not wanted:
-            self.rejected.add(ref.key)
-            return False
-        path = ref.open_path.encode()
-        for probe, addr in wanted:
-            try:
-                self.bpf.attach_uprobe(name=path, addr=addr, fn_name=probe.entry.encode(), pid=-1)
-                self.probes += 1
-                if probe.ret:
-                    self.bpf.attach_uretprobe(name=path, addr=addr, fn_name=probe.ret.encode(), pid=-1)
-                    self.probes += 1
-            except Exception:  # a probe that cannot attach (odd symbol) must not stop the others
-                continue
-        self.objects[ref.key] = ref.path
-        return True
+    def _sweep(self) -> None:
+        """Forget processes that are gone but left no record to report their exit."""
+        procs = self.table("procs")
+        alive = set(discovery.all_pids())
+        recorded = {int(k.value) for k in procs}
+        for pid in {p for p, _s, _k in self._code_done} | set(self._maps):
+            if pid not in alive and pid not in recorded:
+                self.forget(pid)
 
     # ------------------------------------------------------------ reading
 
@@ -351,15 +354,28 @@ class BpfSource:
         out["code"] = self._code_dropped
         return out
 
+    def _inflight_sync_ns(self) -> dict[int, int]:
+        """Time spent so far in syncs that have not returned, by process (a hung sync shows)."""
+        now = time.monotonic_ns()            # CLOCK_MONOTONIC, as bpf_ktime_get_ns
+        out: dict[int, int] = {}
+        for k, v in self.table("pend_sync").items():
+            if v.depth > 0 and 0 < v.ts <= now:
+                tgid = int(k.value) >> 32
+                out[tgid] = out.get(tgid, 0) + now - int(v.ts)
+        return out
+
     def read(self) -> BpfReading:
+        self.namer.begin_refresh()
         procs: dict[int, RawProc] = {}
         kernels: dict[int, list[tuple[int, Any]]] = {}
         for k, v in self.table("kernels").items():
             kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
+        inflight = self._inflight_sync_ns()
         for k, v in self.table("procs").items():
             pid = int(k.value)
             counters = {name: int(getattr(v, name)) for name in _SCALARS}
-            ks = tuple(self._kernel(pid, addr, kv) for addr, kv in kernels.get(pid, ()))
+            counters["sync_ns"] += inflight.get(pid, 0)
+            ks = sorted(kernels.get(pid, ()), key=lambda kv: -int(kv[1].launches))
             procs[pid] = RawProc(
                 pid=pid,
                 counters=counters,
@@ -371,8 +387,9 @@ class BpfSource:
                 block_hist=tuple(int(x) for x in v.block_hist),
                 copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
                 exited=bool(v.exited_ns),
-                kernels=ks,
+                kernels=tuple(self._kernel(pid, addr, kv, i < NAMED_KERNELS) for i, (addr, kv) in enumerate(ks)),
                 comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
+                complete=pid not in self._partial,
             )
         run_ns, run_cnt = self._stats()
         dropped = sum(self.dropped().values())
@@ -380,58 +397,57 @@ class BpfSource:
                               headers=self.headers.detail if self.headers else None)
         return BpfReading(status, procs, run_ns, run_cnt, self.uvm_cpu_faults)
 
-    def _kernel(self, pid: int, addr: int, v: Any) -> RawKernel:
-        name, obj = self._names.get((pid, addr), (None, None))
-        if name is None:
-            name, obj = self._resolve(pid, addr)
-            if name is not None:
-                self._names[(pid, addr)] = (name, obj)
+    def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
+        name, obj = self.namer.name(pid, addr) if named else (None, None)
         return RawKernel(addr, int(v.launches), int(v.grid_sum), int(v.block_sum), name, obj)
 
-    def _resolve(self, pid: int, addr: int) -> tuple[str | None, str | None]:
-        """Kernel name of a host stub or driver handle: registration/driver names, then ELF symbols."""
+    def _captured_name(self, pid: int, addr: int) -> bytes | None:
         names = self.table("names")
-        key = names.Key(pid, 0, addr)
         try:
-            raw = names[key].name
-            return symbols.demangle_cached(raw.decode("utf-8", "replace")), None
+            return bytes(names[names.Key(pid, 0, addr)].name)
         except KeyError:
-            pass
-        maps = discovery.read_maps(pid)
-        if maps:
-            self._maps[pid] = maps
-        for m in maps or self._maps.get(pid, []):
-            if m.start <= addr < m.end:
-                syms = self._symbols_of(pid, m)
-                if syms is None:
-                    return None, m.path
-                vaddr = syms.vaddr_of_offset(addr - m.start + m.offset)
-                sym = syms.name_at(vaddr) if vaddr is not None else None
-                return (symbols.demangle_cached(sym) if sym else None), m.path
-        return None, None
+            return None
 
-    def _symbols_of(self, pid: int, m: discovery.Mapping) -> symbols.ObjectSymbols | None:
-        key = (m.dev, m.inode)
-        if self._symcache.get(key) is None:
-            path = discovery.open_path(pid, m) or discovery.same_file(m)
-            self._symcache[key] = symbols.read_symbols(path) if path else None
-        return self._symcache[key]
+    def _alias(self, pid: int, addr: int) -> int | None:
+        aliases = self.table("aliases")
+        try:
+            return int(aliases[aliases.Key(pid, 0, addr)].value)
+        except KeyError:
+            return None
 
-    def forget(self, pid: int) -> None:
-        """Remove every record of an exited process (after its last interval was shown)."""
-        self.table("procs").pop(self.table("procs").Key(pid), None)
-        for name in ("kernels", "names", "allocs", "capturing"):
+    # ------------------------------------------------------------ forgetting
+
+    def _delete_by_pid(self, pid: int, tables: tuple[str, ...]) -> None:
+        for name in tables:
             table = self.table(name)
             for k in [k for k in table if int(k.tgid) == pid]:
                 table.pop(k, None)
+
+    def _delete_ranges(self, pid: int, tables: tuple[str, ...]) -> None:
         prefix = pid.to_bytes(4, "big")
-        for name in ("ranges", "code"):
+        for name in tables:
             table = self.table(name)
             for k in [k for k in table if bytes(k.data[:4]) == prefix]:
                 table.pop(k, None)
+
+    def _forget_image(self, pid: int) -> None:
+        """After an exec: the code ranges and kernel names of the old program no longer apply."""
+        self._delete_ranges(pid, ("code",))
+        self._delete_by_pid(pid, ("names", "aliases"))
         self._code_done = {c for c in self._code_done if c[0] != pid}
-        self._names = {k: v for k, v in self._names.items() if k[0] != pid}
+        self.namer.forget(pid)
+
+    def forget(self, pid: int) -> None:
+        """Remove every record of a process that is gone (after its last interval was shown)."""
+        self.table("procs").pop(self.table("procs").Key(pid), None)
+        self.table("tracked").pop(self.table("tracked").Key(pid), None)
+        self._delete_by_pid(pid, ("kernels", "names", "aliases", "allocs", "capturing"))
+        self._delete_ranges(pid, ("ranges", "code"))
+        self._code_done = {c for c in self._code_done if c[0] != pid}
         self._maps.pop(pid, None)
+        self._scanned_ns.pop(pid, None)
+        self._partial.discard(pid)
+        self.namer.forget(pid)
 
     def close(self) -> None:
         if self.bpf is not None:
@@ -440,18 +456,3 @@ class BpfSource:
         if self._stats_fd is not None:
             os.close(self._stats_fd)
             self._stats_fd = None
-
-
-def aligned_blocks(start: int, end: int) -> list[tuple[int, int]]:
-    """[start, end) as aligned power-of-two blocks (addr, log2 size), as the BPF side does."""
-    out: list[tuple[int, int]] = []
-    a = start
-    for k in range(63):
-        if a & (1 << k) and a + (1 << k) <= end:
-            out.append((a, k))
-            a += 1 << k
-    for k in range(62, -1, -1):
-        if a + (1 << k) <= end:
-            out.append((a, k))
-            a += 1 << k
-    return out

@@ -34,8 +34,10 @@ LAUNCH = (
 GRAPH = (
     _variants(("cudaGraphLaunch", "cudaGraphLaunch_ptsz"), "rt_graph_launch")
     + _variants(("cuGraphLaunch", "cuGraphLaunch_ptsz"), "drv_graph_launch")
-    + _variants(("cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cuStreamBeginCapture",
-                 "cuStreamBeginCapture_v2", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2_ptsz"),
+    + _variants(("cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cudaStreamBeginCaptureToGraph",
+                 "cudaStreamBeginCaptureToGraph_ptsz", "cuStreamBeginCapture", "cuStreamBeginCapture_v2",
+                 "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph",
+                 "cuStreamBeginCaptureToGraph_ptsz"),
                 "begin_capture", "begin_capture_return")
     + _variants(("cudaStreamEndCapture", "cudaStreamEndCapture_ptsz", "cuStreamEndCapture",
                  "cuStreamEndCapture_ptsz"), "end_capture")
@@ -81,8 +83,11 @@ SYNC = _variants(
 
 NAMES = [
     Probe("__cudaRegisterFunction", "register_function"),
-    *_variants(("cuModuleGetFunction", "cuLibraryGetKernel"), "getfn_enter", "getfn_return"),
-    Probe("cuKernelGetFunction", "kernel_getfn_enter", "getfn_return"),
+    *_variants(("cuModuleGetFunction", "cuLibraryGetKernel", "cudaLibraryGetKernel"), "getfn_enter",
+               "getfn_return"),
+    # handle -> what it stands for: a CUkernel for a CUfunction, a host stub for a cudaKernel_t (nvcc 12.8+
+    # launch stubs launch by handle)
+    *_variants(("cuKernelGetFunction", "__cudaGetKernel", "cudaGetKernel"), "kernel_getfn_enter", "getfn_return"),
 ]
 
 ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + ALLOC + PREFETCH + SYNC + NAMES)
@@ -96,10 +101,11 @@ INTERNAL_LAUNCH = {"__cudaLaunchKernel": "cudaLaunchKernel", "__cudaLaunchKernel
 
 
 def probes_for(functions: dict[str, int],
-               jump_target: Callable[[str], int | None] = lambda _name: None) -> list[tuple[Probe, int]]:
+               jump_target: Callable[[str], int | None] = lambda _name: -1) -> list[tuple[Probe, int]]:
     """The probes to attach to an object with these function symbols, with their addresses.
 
-    ``jump_target(name)`` says where a function that is only a jump goes. A thunk
+    ``jump_target(name)`` says where a function that is only a jump goes (-1: it has a body; None:
+    unknown). A thunk
     ``__cudaLaunchKernel`` -> ``cudaLaunchKernel`` is not probed (the public entry counts the
     launch). Any other body gets ``rt_launch`` and the public entry the checked handler, which
     skips calls coming from the runtime's own code.
@@ -110,7 +116,10 @@ def probes_for(functions: dict[str, int],
     for internal, public in INTERNAL_LAUNCH.items():
         if internal not in functions:
             continue
-        if public in functions and jump_target(internal) == functions[public]:
+        target = jump_target(internal)
+        if target is None and public in functions:
+            continue   # its code could not be read: assume the usual thunk rather than risk double counts
+        if public in functions and target == functions[public]:
             continue
         out.insert(0, (Probe(internal, "rt_launch"), functions[internal]))
         out = [(Probe(p.symbol, "rt_launch_checked"), a) if p.symbol == public else (p, a) for p, a in out]

@@ -48,8 +48,9 @@ def read_maps(pid: int, *, executable_only: bool = True) -> list[Mapping]:
     """File-backed mappings of ``pid`` (only executable ones by default); [] if it vanished."""
     out: list[Mapping] = []
     try:
-        text = (PROC / str(pid) / "maps").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        # file names are bytes: keep undecodable ones round-trippable instead of failing
+        text = (PROC / str(pid) / "maps").read_bytes().decode("utf-8", "surrogateescape")
+    except OSError:
         return out
     for line in text.splitlines():
         parts = line.split(None, 5)
@@ -68,7 +69,8 @@ def read_maps(pid: int, *, executable_only: bool = True) -> list[Mapping]:
 
 def open_path(pid: int, m: Mapping) -> str | None:
     """A path to the mapped file that works from this mount namespace, checked by inode."""
-    for cand in (f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}", f"/proc/{pid}/root{m.path}"):
+    # map_files needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE); the plain path works on the host
+    for cand in (f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}", f"/proc/{pid}/root{m.path}", m.path):
         try:
             st = os.stat(cand)
         except OSError:
@@ -89,6 +91,17 @@ def same_file(m: Mapping) -> str | None:
 
 def all_pids() -> list[int]:
     return [int(d.name) for d in PROC.iterdir() if d.name.isdigit()]
+
+
+def tgid_of(pid: int) -> int | None:
+    """The process (thread group) a task id belongs to; None if it is gone."""
+    try:
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def scan(pids: list[int] | None = None, skip: set[tuple[int, int]] | None = None,

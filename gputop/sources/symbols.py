@@ -15,7 +15,6 @@ import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
@@ -24,7 +23,9 @@ _MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", 
 
 
 # names of the CUDA runtime's and driver's own functions (public, internal, static-archive members)
-_CUDA_CODE = re.compile(r"^(_{0,2}cuda|cu[A-Z]|libcudart_static_|_ZN\d+cudart|_?_?cudart|_ZN\d+cuda)")
+_CUDA_CODE = re.compile(r"^(_{0,2}cuda|cu[A-Z]|cudbg|libcudart_static_|_ZN\d+cudart|_?_?cudart|_ZN\d+cuda)")
+#: functions whose first bytes are kept, to tell a thunk from a body (catalogue.INTERNAL_LAUNCH)
+_KEEP_CODE = ("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz")
 
 
 @dataclass
@@ -39,6 +40,10 @@ class ObjectSymbols:
     _names: list[str] = field(default_factory=list)
     #: (vaddr, offset, filesz) of executable PT_LOAD segments, to map file offsets to vaddrs
     segments: list[tuple[int, int, int]] = field(default_factory=list)
+    #: every function the object exports (.dynsym) has a CUDA name: it is the runtime or the driver
+    all_exports_cuda: bool = False
+    #: first code bytes of the functions in _KEEP_CODE
+    code_heads: dict[str, bytes] = field(default_factory=dict)
 
     def name_at(self, vaddr: int) -> str | None:
         """The function symbol whose [start, start+size) holds ``vaddr`` (start if size is 0)."""
@@ -52,9 +57,13 @@ class ObjectSymbols:
     def cuda_code_runs(self) -> list[tuple[int, int]]:
         """[start, end) vaddr ranges of the runtime's and driver's code in this object.
 
-        Maximal runs of consecutive functions with CUDA names: the whole text of libcudart or
-        libcuda, or the statically linked runtime inside a program (without the program's code).
+        The whole executable text of an object that exports only CUDA functions (libcudart,
+        libcuda: their internal code lies outside the exported functions' span). Elsewhere (the
+        runtime linked statically into a program or library), maximal runs of consecutive
+        functions with CUDA names, so that the program's own code is not included.
         """
+        if self.all_exports_cuda:
+            return [(vaddr, vaddr + size) for vaddr, _off, size in self.segments]
         runs: list[tuple[int, int]] = []
         cur: list[int] | None = None
         for addr, end, name in zip(self._addrs, self._ends, self._names, strict=False):
@@ -77,22 +86,17 @@ class ObjectSymbols:
         return None
 
     def jump_target(self, name: str) -> int | None:
-        """If function ``name`` is a thunk that only jumps elsewhere, the target's vaddr."""
+        """Where function ``name`` jumps if it is only a jump (a thunk); -1 if it has a body of its
+        own; None if its code was not read (see _KEEP_CODE)."""
         vaddr = self.functions.get(name)
-        off = self.offset_of_vaddr(vaddr) if vaddr is not None else None
-        if vaddr is None or off is None:
-            return None
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(off)
-                code = f.read(16)
-        except OSError:
+        code = self.code_heads.get(name)
+        if vaddr is None or code is None:
             return None
         i = 4 if code.startswith(b"\xf3\x0f\x1e\xfa") else 0          # endbr64
         if code[i:i + 5] == b"\x55\x48\x89\xe5\x5d":                   # push rbp; mov rbp,rsp; pop rbp
             i += 5
         if code[i:i + 1] != b"\xe9":                                     # jmp rel32
-            return None
+            return -1
         rel = int.from_bytes(code[i + 1:i + 5], "little", signed=True)
         return vaddr + i + 5 + rel
 
@@ -121,6 +125,7 @@ def read_symbols(path: str) -> ObjectSymbols | None:
                 if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1:
                     out.segments.append((seg["p_vaddr"], seg["p_offset"], seg["p_filesz"]))
             entries: dict[int, tuple[int, str]] = {}
+            exports: list[str] = []
             for secname in (".dynsym", ".symtab"):
                 sec = elf.get_section_by_name(secname)
                 if not isinstance(sec, SymbolTableSection):
@@ -133,11 +138,19 @@ def read_symbols(path: str) -> ObjectSymbols | None:
                     name = sym.name.split("@", 1)[0]
                     if not name:
                         continue
+                    if secname == ".dynsym" and sym["st_info"]["bind"] != "STB_LOCAL":
+                        exports.append(name)
                     # a global definition wins over a local one of the same name
                     if name not in out.functions or sym["st_info"]["bind"] != "STB_LOCAL":
                         out.functions[name] = sym["st_value"]
                     entries.setdefault(sym["st_value"], (sym["st_size"], name))
-    except (OSError, ELFError, ValueError):
+            out.all_exports_cuda = bool(exports) and all(_CUDA_CODE.match(n) for n in exports)
+            for name in _KEEP_CODE:
+                off = out.offset_of_vaddr(out.functions[name]) if name in out.functions else None
+                if off is not None:
+                    f.seek(off)
+                    out.code_heads[name] = f.read(16)
+    except Exception:  # any malformed ELF: not a CUDA object we can use
         return None
     for addr in sorted(entries):
         size, name = entries[addr]

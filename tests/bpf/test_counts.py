@@ -180,6 +180,56 @@ def test_failed_capture_captures_nothing(run_workload, workloads, testbed) -> No
     assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (0, 47, 1)
 
 
+def test_launch_by_handle_named_through_get_kernel(run_workload, workloads, testbed) -> None:
+    raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "--cuda", testbed.libcuda,
+                        "by_handle:321:1"], env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
+    assert raw.counters["launches"] == 321
+    (k,) = raw.kernels
+    assert (k.launches, k.name) == (321, UNFUSED)      # the heap handle stands for the host stub
+
+
+def test_time_blocked_in_a_sync_that_has_not_returned(run_workload, workloads, testbed, bpf_source) -> None:
+    run = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "sync:1"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda), "SHIM_SYNC_MS": "3000"})
+    bpf_source.scan([run.pid])
+    run.go.touch()
+    time.sleep(1.0)
+    during = bpf_source.read().procs[run.pid].counters
+    assert during["sync_calls"] == 1 and 0.7e9 <= during["sync_ns"] <= 2.9e9     # still blocked, and it shows
+    raw = run.go_and_wait()
+    assert raw.counters["sync_calls"] == 1 and raw.counters["sync_ns"] >= 3e9
+
+
+def test_forked_worker_counts_once_with_inherited_code_ranges(run_workload, workloads, testbed, bpf_source) -> None:
+    run = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "--cuda", testbed.libcuda,
+                        "fork:250"], env={"SHIM_LIBCUDA": str(testbed.libcuda)})
+    bpf_source.scan([run.pid])
+    run.go.touch()
+    assert run.proc.stdout is not None
+    child = int(run.proc.stdout.readline().split()[1])
+    deadline = time.monotonic() + 30
+    while run.proc.poll() is None:           # the fork event makes gputop scan the child in time
+        bpf_source.poll(0.02)
+        assert time.monotonic() < deadline
+    raw = bpf_source.read().procs[child]
+    assert raw.counters["launches"] == 250   # runtime -> driver, once each
+    bpf_source.forget(child)
+
+
+def test_names_of_a_process_that_never_launched_are_forgotten_at_exit(run_workload, workloads, testbed,
+                                                                     bpf_source) -> None:
+    run = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "register:2:_Z6unusedv"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda)})
+    bpf_source.scan([run.pid])
+    run.go.touch()
+    run.proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(k.tgid == run.pid for k in bpf_source.table("names")):
+        bpf_source.poll(0.05)                # the exit event of an untracked-by-record process
+        assert time.monotonic() < deadline, "names of the exited process were not removed"
+    assert run.pid not in bpf_source.read().procs
+
+
 def test_cpu_faults_on_managed_memory(run_workload, workloads, testbed, bpf_source) -> None:
     assert bpf_source.uvm_cpu_faults, "tracepoint exceptions:page_fault_user should be on this machine"
     raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "managed_touch:37"],

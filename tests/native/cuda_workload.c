@@ -24,6 +24,9 @@
 //   paced:RATE:MS      cudaLaunchKernel at RATE calls/s for MS milliseconds
 //   capture:N:K        begin capturing stream 0x77, N launches into it, end the capture,
 //                      K launches into the same stream, then one cudaGraphLaunch
+//   by_handle:N:K      __cudaGetKernel(&h, stub K), then N cudaLaunchKernel(h, ...) (nvcc 12.8+ stubs)
+//   register:K:NAME    __cudaRegisterFunction(NULL, stub K, NAME, NAME, ...) (no launch)
+//   fork:N             fork a child that makes N launches of stub 0; wait for it
 //   sleep:MS
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -73,6 +76,8 @@ typedef int (*sync_t)(void *);
 typedef int (*void_t)(void);
 typedef int (*graph_launch_t)(void *, void *);
 typedef int (*begin_capture_t)(void *, int);
+typedef int (*get_kernel_t)(void **, const void *);
+typedef void (*reg_fn_t)(void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *);
 typedef int (*end_capture_t)(void *, void **);
 
 static struct {
@@ -93,6 +98,8 @@ static struct {
     graph_launch_t graph_launch;
     begin_capture_t begin_capture;
     end_capture_t end_capture;
+    get_kernel_t get_kernel;
+    reg_fn_t register_function;
 } api;
 
 #ifdef LINKED
@@ -165,6 +172,8 @@ static void bind_cudart(const char *path) {
     SYM(h, graph_launch, "cudaGraphLaunch");
     SYM(h, begin_capture, "cudaStreamBeginCapture");
     SYM(h, end_capture, "cudaStreamEndCapture");
+    SYM(h, get_kernel, "__cudaGetKernel");
+    SYM(h, register_function, "__cudaRegisterFunction");
 }
 
 static void bind_cuda(const char *path) {
@@ -228,6 +237,36 @@ static void run_op(const char *op) {
             }
             usleep(1000);
         }
+        return;
+    }
+    if (!strcmp(name, "by_handle")) {
+        NEED(get_kernel);
+        NEED(launch);
+        void *handle = NULL;
+        dim3 one = {1, 1, 1};
+        api.get_kernel(&handle, (const void *)stubs[atoi(a) % 3]);
+        for (long i = 0; i < n; i++)
+            api.launch(handle, one, one, NULL, 0, NULL);
+        return;
+    }
+    if (!strcmp(name, "register")) {
+        NEED(register_function);
+        api.register_function(NULL, (const char *)stubs[n % 3], a, a, -1, NULL, NULL, NULL, NULL, NULL);
+        return;
+    }
+    if (!strcmp(name, "fork")) {
+        NEED(launch);
+        dim3 one = {1, 1, 1};
+        pid_t child = fork();
+        if (child == 0) {
+            printf("child %d\n", (int)getpid());
+            fflush(stdout);
+            usleep(300000);           // a forked worker initialising before it launches
+            for (long i = 0; i < n; i++)
+                api.launch((const void *)stubs[0], one, one, NULL, 0, NULL);
+            _exit(0);
+        }
+        waitpid(child, NULL, 0);
         return;
     }
     if (!strcmp(name, "capture")) {

@@ -69,6 +69,17 @@ int cudaMalloc(void **p, size_t size) { *p = shim_alloc(size); return *p ? 0 : 2
 int cudaMallocHost(void **p, size_t size) { *p = shim_alloc(size); return *p ? 0 : 2; }
 int cudaMallocManaged(void **p, size_t size, unsigned flags) { (void)flags; *p = shim_alloc(size); return *p ? 0 : 2; }
 int cudaFree(void *p) { (void)p; return 0; }
+// nvcc 12.8+ launch stubs: a handle for the host stub, then a launch by handle
+int __cudaGetKernel(void **kernel, const void *hostFun) {
+    *kernel = malloc(16);                 // an opaque heap handle, as the real runtime returns
+    (void)hostFun;
+    return 0;
+}
+void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
+                            int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize) {
+    (void)fatCubinHandle; (void)hostFun; (void)deviceFun; (void)deviceName; (void)thread_limit;
+    (void)tid; (void)bid; (void)bDim; (void)gDim; (void)wSize;
+}
 int cudaStreamBeginCapture(void *stream, int mode) { (void)stream; (void)mode; return 0; }
 int cudaStreamEndCapture(void *stream, void **graph) { (void)stream; *graph = (void *)0x6a; return 0; }
 int cudaGraphLaunch(void *exec, void *stream) { (void)exec; (void)stream; return 0; }
@@ -77,8 +88,9 @@ int cudaStreamSynchronize(void *stream) {
     static cu_sync_t f;
     if (!f)
         f = (cu_sync_t)dlsym(libcuda(), "cuStreamSynchronize");
-    const char *ms = getenv("SHIM_SYNC_MS");
-    struct timespec ts = {0, (ms ? atol(ms) : 10) * 1000000L};
+    const char *env = getenv("SHIM_SYNC_MS");
+    long ms = env ? atol(env) : 10;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
     return f(stream);
 }

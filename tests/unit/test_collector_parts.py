@@ -73,14 +73,25 @@ def test_symbols_of_the_real_runtime(testbed) -> None:
     assert "__cudaLaunchKernel" not in probes and probes["cudaLaunchKernel"] == "rt_launch"
     assert probes["cudaMemPrefetchAsync"] == "rt_prefetch_dev"      # CUDA 12: the plain name takes a device
     assert probes["cudaMemPrefetchAsync_v2"] == "rt_prefetch_loc"
+    # libcudart exports only CUDA functions: its whole text is runtime code, internal code included
+    assert syms.all_exports_cuda
+    assert syms.cuda_code_runs() == [(v, v + size) for v, _o, size in syms.segments]
+
+
+def test_libcuda_text_is_all_driver_code(testbed) -> None:
+    syms = symbols.read_symbols(str(testbed.libcuda))
+    assert syms is not None and syms.all_exports_cuda
     runs = syms.cuda_code_runs()
-    assert runs and runs[0][0] <= f["cudaLaunchKernel"] < runs[-1][1]
+    assert sum(e - s for s, e in runs) == sum(size for _v, _o, size in syms.segments)
 
 
 def test_non_thunk_internal_launch_gets_checked_public_entry() -> None:
     funcs = {"cudaLaunchKernel": 0x100, "__cudaLaunchKernel": 0x200}
-    probes = {p.symbol: p.entry for p, _ in catalogue.probes_for(funcs, lambda _n: None)}
+    probes = {p.symbol: p.entry for p, _ in catalogue.probes_for(funcs, lambda _n: -1)}
     assert probes == {"cudaLaunchKernel": "rt_launch_checked", "__cudaLaunchKernel": "rt_launch"}
+    # code that could not be read: assume the usual thunk (not probed) rather than risk double counts
+    probes = {p.symbol: p.entry for p, _ in catalogue.probes_for(funcs, lambda _n: None)}
+    assert probes == {"cudaLaunchKernel": "rt_launch"}
 
 
 def test_objects_without_launch_or_copy_entry_points_are_not_probed() -> None:

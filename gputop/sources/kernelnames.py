@@ -1,0 +1,104 @@
+"""Kernel names: a launch's host stub address or driver handle -> demangled name and object.
+
+In order: a name the BPF side captured (``__cudaRegisterFunction``, ``cuModuleGetFunction``,
+``cuLibraryGetKernel``), following handle aliases (``cuKernelGetFunction``, ``__cudaGetKernel``)
+to what they stand for; then the ELF symbol at that address in the object mapped there (the
+process's maps are remembered from the last scan, so a process that exited is still named).
+Resolved names are cached; misses are retried after a while, not on every refresh.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gputop.sources import discovery, symbols
+
+#: names as long as the BPF buffer (NAME_LEN - 1) may be cut: an ELF symbol is preferred then
+NAME_LEN = 256
+RETRY_S = 5.0
+MAX_ALIAS_HOPS = 3
+
+Resolved = tuple[str | None, str | None]   # (name, object path)
+
+
+class KernelNamer:
+    def __init__(self, captured: Callable[[int, int], bytes | None], alias: Callable[[int, int], int | None],
+                 symcache: dict[tuple[int, int], symbols.ObjectSymbols | None],
+                 maps: dict[int, list[discovery.Mapping]], clock: Callable[[], float] = time.monotonic) -> None:
+        self._captured = captured
+        self._alias = alias
+        self._symcache = symcache
+        self._maps = maps
+        self._clock = clock
+        self._done: dict[tuple[int, int], Resolved] = {}
+        self._missed: dict[tuple[int, int], tuple[float, Resolved]] = {}
+        self._fresh_maps: dict[int, list[discovery.Mapping]] = {}
+
+    def begin_refresh(self) -> None:
+        """Maps are read at most once per process per refresh."""
+        self._fresh_maps.clear()
+
+    def name(self, pid: int, addr: int) -> Resolved:
+        key = (pid, addr)
+        if key in self._done:
+            return self._done[key]
+        missed = self._missed.get(key)
+        if missed is not None and self._clock() - missed[0] < RETRY_S:
+            return missed[1]
+        res = self._resolve(pid, addr)
+        if res[0] is not None:
+            self._done[key] = res
+            self._missed.pop(key, None)
+        else:
+            self._missed[key] = (self._clock(), res)
+        return res
+
+    def _resolve(self, pid: int, addr: int) -> Resolved:
+        cut: str | None = None
+        for _ in range(MAX_ALIAS_HOPS + 1):
+            raw = self._captured(pid, addr)
+            if raw is not None:
+                text = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+                if len(text) < NAME_LEN - 1:
+                    return symbols.demangle_cached(text), None
+                cut = text
+            target = self._alias(pid, addr)
+            if target is None or target == addr:
+                break
+            addr = target
+        name, obj = self._from_elf(pid, addr)
+        if name is None and cut is not None:
+            name = cut + "…"
+        return name, obj
+
+    def _from_elf(self, pid: int, addr: int) -> Resolved:
+        maps = self._fresh_maps.get(pid)
+        if maps is None:
+            maps = discovery.read_maps(pid) or self._maps.get(pid, [])
+            self._fresh_maps[pid] = maps
+            if maps:
+                self._maps[pid] = maps
+        for m in maps:
+            if m.start <= addr < m.end:
+                syms = self._symbols_of(pid, m)
+                if syms is None:
+                    return None, m.path
+                vaddr = syms.vaddr_of_offset(addr - m.start + m.offset)
+                sym = syms.name_at(vaddr) if vaddr is not None else None
+                return (symbols.demangle_cached(sym) if sym else None), m.path
+        return None, None
+
+    def _symbols_of(self, pid: int, m: discovery.Mapping) -> symbols.ObjectSymbols | None:
+        key = (m.dev, m.inode)
+        if self._symcache.get(key) is None:
+            path = discovery.open_path(pid, m)
+            syms = symbols.read_symbols(path) if path else None
+            if syms is None:
+                return None     # not cached: another process may map it readably later
+            self._symcache[key] = syms
+        return self._symcache[key]
+
+    def forget(self, pid: int) -> None:
+        self._done = {k: v for k, v in self._done.items() if k[0] != pid}
+        self._missed = {k: v for k, v in self._missed.items() if k[0] != pid}
