@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import TESTBED, build_native  # noqa: E402
+from support import TESTBED, build_native  # noqa: E402
 
 from gputop.sources.bpf import BpfSource, load_bcc, use_headers  # noqa: E402
 

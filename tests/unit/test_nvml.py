@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import conftest
 import pytest
-from conftest import BUILD, ROOT, build_native
+import support
+from support import BUILD, ROOT, build_native
 
 from gputop.model import GpuSample, SourceStatus
 from gputop.sources.nvml import ENV_LIBRARY, NOT_PER_MIG, NvmlProc, NvmlSource
@@ -338,7 +338,7 @@ def test_library_from_environment(fake_lib: Path, script: Script, monkeypatch: p
 
 
 def test_second_library_refused_while_first_in_use(
-    fake_lib: Path, source: NvmlSource, testbed: conftest.Testbed
+    fake_lib: Path, source: NvmlSource, testbed: support.Testbed
 ) -> None:
     assert source.read().status.status == "ok"
     other = NvmlSource(str(testbed.libnvidia_ml))
@@ -351,7 +351,7 @@ def test_second_library_refused_while_first_in_use(
 
 
 def test_switching_libraries_in_one_process(
-    fake_lib: Path, script: Script, testbed: conftest.Testbed
+    fake_lib: Path, script: Script, testbed: support.Testbed
 ) -> None:
     a = NvmlSource(str(fake_lib))
     assert a.read().gpus == (GPU0, GPU1)

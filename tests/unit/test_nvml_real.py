@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-import conftest
+import support
 
 READ = """
 import json, sys
@@ -30,7 +30,7 @@ print(json.dumps({"status": [r1.status.status, r1.status.reason, r2.status.statu
 def _run(*args: str, env: dict[str, str] | None = None) -> dict[str, object]:
     out = subprocess.run(
         [sys.executable, "-c", READ, *args],
-        cwd=conftest.ROOT,
+        cwd=support.ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -41,7 +41,7 @@ def _run(*args: str, env: dict[str, str] | None = None) -> dict[str, object]:
     return result
 
 
-def test_real_library_without_driver_is_unavailable(testbed: conftest.Testbed) -> None:
+def test_real_library_without_driver_is_unavailable(testbed: support.Testbed) -> None:
     r = _run(str(testbed.libnvidia_ml))
     # what libnvidia-ml 535 says here: nvmlInit returns NVML_ERROR_DRIVER_NOT_LOADED
     assert r == {
@@ -52,14 +52,14 @@ def test_real_library_without_driver_is_unavailable(testbed: conftest.Testbed) -
     }
 
 
-def test_real_library_from_environment(testbed: conftest.Testbed) -> None:
+def test_real_library_from_environment(testbed: support.Testbed) -> None:
     env = dict(os.environ, GPUTOP_NVML_LIBRARY=str(testbed.libnvidia_ml))
     env.pop("FAKE_NVML_SCRIPT", None)
     r = _run(env=env)
     assert r["status"] == ["unavailable", "Driver Not Loaded", "unavailable", "Driver Not Loaded"]
 
 
-def test_real_library_by_ld_library_path(testbed: conftest.Testbed) -> None:
+def test_real_library_by_ld_library_path(testbed: support.Testbed) -> None:
     """Without a path, pynvml opens libnvidia-ml.so.1 by name: LD_LIBRARY_PATH finds the test bed's."""
     env = dict(os.environ, LD_LIBRARY_PATH=str(testbed.nvidia_dir))
     env.pop("GPUTOP_NVML_LIBRARY", None)

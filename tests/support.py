@@ -1,0 +1,56 @@
+"""The GPU-less test bed (real NVIDIA user-space libraries) and native builds, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTBED = Path(os.environ.get("GPUTOP_TESTBED", ROOT / ".cache" / "testbed"))
+NATIVE = ROOT / "tests" / "native"
+BUILD = ROOT / ".cache" / "native"
+
+
+@dataclass(frozen=True)
+class Testbed:
+    root: Path
+    cudart_dir: Path  # libcudart.so.12, libcudart_static.a
+    nvidia_dir: Path  # libcuda.so.1, libnvidia-ml.so.1
+
+    @property
+    def libcudart(self) -> Path:
+        return self.cudart_dir / "libcudart.so.12"
+
+    @property
+    def libcudart_static(self) -> Path:
+        return self.cudart_dir / "libcudart_static.a"
+
+    @property
+    def libcuda(self) -> Path:
+        return self.nvidia_dir / "libcuda.so.1"
+
+    @property
+    def libnvidia_ml(self) -> Path:
+        return self.nvidia_dir / "libnvidia-ml.so.1"
+
+
+def build_native(source: str, out: str, *args: str) -> Path:
+    """Compile ``tests/native/<source>`` with gcc into ``.cache/native/<out>`` (cached by mtime)."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    src = NATIVE / source
+    dst = BUILD / out
+    if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
+        cc = shutil.which("gcc") or "cc"
+        subprocess.run([cc, "-O1", "-g", "-Wall", "-o", str(dst), str(src), *args], check=True)
+    return dst
+
+
+@dataclass(frozen=True)
+class Workloads:
+    dynamic: Path       # linked against libcudart.so.12
+    static: Path        # libcudart_static.a linked in
+    dlopen: Path        # loads --cudart / --cuda with dlopen
+    shim_runtime: Path  # tests/native/shim_runtime.c: a runtime that calls the real libcuda.so.1
