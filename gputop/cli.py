@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record", type=Path, metavar="FILE", help="also write every snapshot to FILE (JSON Lines)")
     p.add_argument("--replay", type=Path, metavar="FILE", help="show a recording instead of live data")
     p.add_argument("--baseline", type=Path, metavar="FILE", help="compare live processes against a recording")
+    p.add_argument("--baseline-pid", type=int, default=None, metavar="PID",
+                   help="the recorded process to compare against (default: the one with the most launches)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
     src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
@@ -154,18 +156,28 @@ def _dashboard(args: argparse.Namespace) -> int:
     if args.bpf and not args.replay and not has_privileges():
         raise UserError("tracing needs root or CAP_BPF and CAP_PERFMON", "run gputop as root (sudo gputop)",
                         EX_NOPERM)
-    opts = DashboardOptions(interval_s=args.delay or 1.0, sort=args.sort or "launches",
-                            filters=Filters(args.pid, args.user), theme=args.theme, readonly=args.readonly,
-                            baseline=args.baseline, record=args.record)
+    # None: the interval, sort and theme saved in config.toml apply
+    opts = DashboardOptions(interval_s=args.delay, sort=args.sort, filters=Filters(args.pid, args.user),
+                            theme=args.theme, readonly=args.readonly, baseline=args.baseline,
+                            baseline_pid=args.baseline_pid, record=args.record)
     feed = ReplayFeed(args.replay) if args.replay else _sampler(args)
-    return run_dashboard(feed, opts)  # type: ignore[arg-type]
+    try:
+        return run_dashboard(feed, opts)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise UserError(str(e), "see 'gputop --help'", EX_USAGE) from None
 
 
 def _validate(args: argparse.Namespace) -> None:
     from gputop.ui.columns import SORT_KEYS
+    from gputop.ui.themes import theme_names
 
     if args.sort is not None and args.sort not in SORT_KEYS:
         raise UserError(f"unknown sort column {args.sort!r}", f"choose one of: {', '.join(SORT_KEYS)}", EX_USAGE)
+    if args.theme is not None and args.theme not in theme_names():
+        raise UserError(f"unknown theme {args.theme!r}", f"choose one of: {', '.join(theme_names())}", EX_USAGE)
+    if args.baseline_pid is not None and args.baseline is None:
+        raise UserError("--baseline-pid needs --baseline FILE", "gputop --baseline run.jsonl --baseline-pid 123",
+                        EX_USAGE)
     for name in ("replay", "baseline"):
         path = getattr(args, name)
         if path is not None and not path.is_file():

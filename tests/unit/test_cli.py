@@ -40,6 +40,8 @@ def assert_error(res: subprocess.CompletedProcess[str], code: int, message: str)
     (["-n", "3"], "-n only applies to batch mode"),
     (["-b", "--replay", "/nonexistent.jsonl"], "no such file"),
     (["doctor", "--now"], "doctor takes no arguments"),
+    (["--theme", "neon"], "unknown theme 'neon'"),
+    (["--baseline-pid", "5"], "--baseline-pid needs --baseline FILE"),
 ])
 def test_usage_errors_exit_2(args: list[str], message: str) -> None:
     assert_error(gputop(*args), 2, message)
