@@ -8,7 +8,7 @@ redrawn each refresh); htop refreshes every second (-d 10). CPU time is user+sys
 program's process tree from /proc, over the measured window after a warm-up. Also reports the
 time to the first frame ("starting…") and to the first frame with data.
 
-Until ``gputop --replay`` exists the gputop command is ``python -m gputop.ui --replay FILE``.
+The gputop command is ``gputop --replay FILE`` (the real CLI).
 htop is optional (apt-get install -y htop); without it only gputop is measured.
 """
 
@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument(
         "--command",
         default=None,
-        help="gputop command before the file (default: python -m gputop.ui --replay)",
+        help="gputop command before the file (default: python -m gputop.cli --replay)",
     )
     args = ap.parse_args()
     if not have_tmux():
@@ -48,7 +48,7 @@ def main() -> int:
     frames = int(args.warmup + args.seconds + 15)
     write(rec, bench_snapshots(args.procs, frames))
     env = {"XDG_CONFIG_HOME": str(tmp / "config")}
-    cmd = (args.command.split() if args.command else [sys.executable, "-m", "gputop.ui", "--replay"]) + [
+    cmd = (args.command.split() if args.command else [sys.executable, "-m", "gputop.cli", "--replay"]) + [
         str(rec)
     ]
     htop = shutil.which("htop")

@@ -10,6 +10,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 SCHEMA = "gputop/1"
@@ -200,22 +201,28 @@ def _callbytes_map(d: Mapping[str, Any] | None) -> dict[str, CallBytes] | None:
     return {k: CallBytes(int(v["calls"]), int(v["bytes"])) for k, v in d.items()}
 
 
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _counts(d: Mapping[str, Any] | None) -> Counts | None:
     if d is None:
         return None
-    kw = {f.name: d.get(f.name) for f in dataclasses.fields(Counts)}
+    kw = {name: d.get(name) for name in _field_names(Counts)}
     kw["memcpy"] = _callbytes_map(d.get("memcpy"))
     kw["prefetch"] = _callbytes_map(d.get("prefetch"))
     return Counts(**kw)
 
 
 def _simple(cls: Any, d: Mapping[str, Any]) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = _field_names(cls)
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def _proc(d: Mapping[str, Any]) -> ProcSample:
-    kw = {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(ProcSample)}}
+    names = _field_names(ProcSample)
+    kw = {k: v for k, v in d.items() if k in names}
     kw["interval"] = _counts(d.get("interval"))
     kw["total"] = _counts(d.get("total"))
     kw["rates"] = _simple(Rates, d["rates"]) if d.get("rates") is not None else None
