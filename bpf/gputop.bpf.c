@@ -22,7 +22,7 @@
 #define K_PINNED 3
 
 struct proc_t {
-    u64 launches;
+    u64 launches;               // launches, grid and block sums of kernels the table had no room for
     u64 graph_launches;
     u64 captured_launches;
     u64 memcpy_calls[NDIR];
@@ -214,15 +214,14 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
     }
     u64 grid = gx * gy * gz;
     u64 block = bx * by * bz;
-    __sync_fetch_and_add(&p->launches, 1);
-    __sync_fetch_and_add(&p->grid_sum, grid);
-    __sync_fetch_and_add(&p->block_sum, block);
     u32 gb = log2_bucket(grid);
     u32 bb = log2_bucket(block);
     if (gb < NB)
         __sync_fetch_and_add(&p->grid_hist[gb], 1);
     if (bb < NB)
         __sync_fetch_and_add(&p->block_hist[bb], 1);
+    // a process's launches and grid/block sums are those of its kernels (user space adds them
+    // up) plus the record's own counters, which take only launches whose kernel had no room
     struct tkey_t k = {.tgid = tgid, .addr = func};
     struct kstat_t *ks = kernels.lookup(&k);
     if (!ks) {
@@ -231,6 +230,9 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
         ks = kernels.lookup(&k);
         if (!ks) {
             drop(1);
+            __sync_fetch_and_add(&p->launches, 1);
+            __sync_fetch_and_add(&p->grid_sum, grid);
+            __sync_fetch_and_add(&p->block_sum, block);
             return 0;
         }
     }

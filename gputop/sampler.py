@@ -119,7 +119,6 @@ class Sampler:
         self._bpf_started = False
         self._prev: dict[int, RawProc] = {}
         self._prev_kernels: dict[tuple[int, int], int] = {}
-        self._prev_stats: tuple[float, int | None, int | None] | None = None
         self._host_cache: dict[int, HostProc] = {}
         self._last_time: float | None = None
         self._thread: threading.Thread | None = None
@@ -244,25 +243,17 @@ class Sampler:
                 self._host_cache.pop(pid, None)
             elif raw is not None:
                 self._prev[pid] = raw
-        sources = {"bpf": self._bpf_source_status(reading, now), "nvml": nv.status,
+        sources = {"bpf": self._bpf_source_status(reading), "nvml": nv.status,
                    "uvm": self._uvm_status(reading)}
         snap = Snapshot(time=time.time(), interval_s=elapsed, host=self._hostname, sources=sources,
                         gpus=tuple(nv.gpus), processes=tuple(procs))
         return self.config.filters.apply(snap)
 
-    def _bpf_source_status(self, reading: BpfReading, now: float) -> SourceStatus:
-        st = reading.status
-        if st.status != "ok":
-            return st
-        overhead = hits = None
-        if self._prev_stats is not None and reading.run_time_ns is not None and reading.run_cnt is not None:
-            t0, ns0, cnt0 = self._prev_stats
-            dt = now - t0
-            if dt > 0 and ns0 is not None and cnt0 is not None:
-                overhead = (reading.run_time_ns - ns0) / dt
-                hits = (reading.run_cnt - cnt0) / dt
-        self._prev_stats = (now, reading.run_time_ns, reading.run_cnt)
-        return replace(st, overhead_ns_per_s=overhead, probe_hits_per_s=hits)
+    def _bpf_source_status(self, reading: BpfReading) -> SourceStatus:
+        if reading.status.status != "ok":
+            return reading.status
+        return replace(reading.status, overhead_ns_per_s=reading.overhead_ns_per_s,
+                       probe_hits_per_s=reading.probe_hits_per_s)
 
     def _uvm_status(self, reading: BpfReading) -> SourceStatus:
         if reading.status.status != "ok":

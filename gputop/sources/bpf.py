@@ -41,6 +41,8 @@ LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAM
 DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events")
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
+STATS_WINDOW_S = 1.0  # BPF run-time statistics are on for this long...
+STATS_PERIOD_S = 5.0  # ...in every this long
 _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_info.minor}/site-packages",
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 
@@ -135,14 +137,52 @@ class RawProc:
 class BpfReading:
     status: SourceStatus
     procs: dict[int, RawProc] = field(default_factory=dict)
-    run_time_ns: int | None = None      # cumulative BPF run time of gputop's programs
-    run_cnt: int | None = None          # cumulative probe hits
     uvm_cpu_faults: bool = False        # whether CPU faults on managed memory are traced
+    #: gputop's own cost, measured over the last statistics window (see SelfCost)
+    overhead_ns_per_s: float | None = None
+    probe_hits_per_s: float | None = None
 
 
 _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_bytes", "free_calls",
             "live_bytes", "managed_alloc_calls", "managed_alloc_bytes", "uvm_cpu_faults", "sync_calls",
             "sync_ns", "grid_sum", "block_sum")
+
+
+class SelfCost:
+    """gputop's own BPF cost, measured over windows: statistics are on for STATS_WINDOW_S in every
+    STATS_PERIOD_S. While they are on, every BPF program on the host pays ~45 ns more per run (two
+    clock reads), so they are not left on for good."""
+
+    def __init__(self, read: Callable[[], tuple[int, int]], clock: Callable[[], float]) -> None:
+        self._read = read
+        self._clock = clock
+        self._fd: int | None = None
+        self._t0 = 0.0
+        self._base = (0, 0)
+        self._next = 0.0
+        self.ns_per_s: float | None = None
+        self.hits_per_s: float | None = None
+
+    def tick(self) -> None:
+        now = self._clock()
+        if self._fd is None and now >= self._next:
+            self._fd = enable_stats()
+            if self._fd is None:                # refused: the cost stays unknown
+                self._next = float("inf")
+                return
+            self._t0, self._base = now, self._read()
+        elif self._fd is not None and now - self._t0 >= STATS_WINDOW_S:
+            ns, cnt = self._read()
+            dt = now - self._t0
+            self.ns_per_s = (ns - self._base[0]) / dt
+            self.hits_per_s = (cnt - self._base[1]) / dt
+            self.stop()
+            self._next = self._t0 + STATS_PERIOD_S
+
+    def stop(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class BpfSource:
@@ -159,7 +199,7 @@ class BpfSource:
         self.rejected: set[tuple[int, int]] = set()           # objects without CUDA entry points
         self.probes = 0
         self.uvm_cpu_faults = False
-        self._stats_fd: int | None = None
+        self.cost = SelfCost(self._prog_stats, clock)
         self._symcache: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
         self._maps: dict[int, list[discovery.Mapping]] = {}   # last known executable maps by pid
         self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
@@ -205,7 +245,7 @@ class BpfSource:
         except Exception as e:
             raise BpfUnavailable(f"compiling the BPF program failed: {e}",
                                  f"check the kernel headers ({self.headers.detail}); run gputop doctor") from e
-        self._stats_fd = enable_stats()
+        self.cost.tick()
         self.table("events").open_ring_buffer(self._on_event)
         self.scan()
         self._last_full_scan = self._clock()
@@ -238,6 +278,7 @@ class BpfSource:
         Returns True when something happened (a rescan attached probes or a process exited).
         """
         self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
+        self.cost.tick()
         changed = bool(self._exited)
         self._exited.clear()
         for pid in self._reimage:       # exec: the old image's code ranges and names are gone
@@ -337,9 +378,8 @@ class BpfSource:
 
     # ------------------------------------------------------------ reading
 
-    def _stats(self) -> tuple[int | None, int | None]:
-        if self._stats_fd is None:
-            return None, None
+    def _prog_stats(self) -> tuple[int, int]:
+        """Run time and run count of gputop's programs (they grow only while statistics are on)."""
         total_ns = total_cnt = 0
         for fn in self.bpf.funcs.values():
             st = prog_run_stats(fn.fd)
@@ -376,6 +416,10 @@ class BpfSource:
             counters = {name: int(getattr(v, name)) for name in _SCALARS}
             counters["sync_ns"] += inflight.get(pid, 0)
             ks = sorted(kernels.get(pid, ()), key=lambda kv: -int(kv[1].launches))
+            for _addr, kv in ks:            # the record holds only the kernel table's overflow
+                counters["launches"] += int(kv.launches)
+                counters["grid_sum"] += int(kv.grid_sum)
+                counters["block_sum"] += int(kv.block_sum)
             procs[pid] = RawProc(
                 pid=pid,
                 counters=counters,
@@ -391,11 +435,10 @@ class BpfSource:
                 comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
                 complete=pid not in self._partial,
             )
-        run_ns, run_cnt = self._stats()
         dropped = sum(self.dropped().values())
         status = SourceStatus("ok", None, objects=len(self.objects), probes=self.probes, dropped=dropped,
                               headers=self.headers.detail if self.headers else None)
-        return BpfReading(status, procs, run_ns, run_cnt, self.uvm_cpu_faults)
+        return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s)
 
     def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
         name, obj = self.namer.name(pid, addr) if named else (None, None)
@@ -453,6 +496,4 @@ class BpfSource:
         if self.bpf is not None:
             self.bpf.cleanup()
             self.bpf = None
-        if self._stats_fd is not None:
-            os.close(self._stats_fd)
-            self._stats_fd = None
+        self.cost.stop()

@@ -125,3 +125,28 @@ def test_doctor_reports_the_real_nvml_without_a_driver(testbed) -> None:
                          cwd=ROOT, timeout=120, env=env)
     line = next(ln for ln in res.stdout.splitlines() if "NVML:" in ln)
     assert line == "WARN  NVML: unavailable: Driver Not Loaded"
+
+
+def test_self_cost_is_measured_over_windows(monkeypatch) -> None:
+    import gputop.sources.bpf as bpfmod
+
+    opened: list[int] = []
+    monkeypatch.setattr(bpfmod, "enable_stats", lambda: opened.append(1) or os.open("/dev/null", os.O_RDONLY))
+    t = [0.0]
+    counters = [(0, 0)]
+    cost = bpfmod.SelfCost(lambda: counters[0], lambda: t[0])
+    cost.tick()                                  # window opens at t=0
+    assert len(opened) == 1 and cost.ns_per_s is None
+    t[0], counters[0] = 0.5, (1_000_000, 400)
+    cost.tick()
+    assert cost.ns_per_s is None                 # the window is still open
+    t[0], counters[0] = 1.25, (2_500_000, 1000)
+    cost.tick()                                  # closes: 2.5 ms of BPF time and 1000 hits in 1.25 s
+    assert (cost.ns_per_s, cost.hits_per_s) == (2_000_000.0, 800.0)
+    t[0] = 4.0
+    cost.tick()
+    assert len(opened) == 1                      # off until the next period
+    t[0] = 5.0
+    cost.tick()
+    assert len(opened) == 2
+    cost.stop()

@@ -38,7 +38,8 @@ class FakeBpf:
 
     def read(self) -> BpfReading:
         st = SourceStatus("ok", objects=1, probes=10, dropped=0)
-        return BpfReading(st, self.readings.pop(0), run_time_ns=None, run_cnt=None, uvm_cpu_faults=False)
+        return BpfReading(st, self.readings.pop(0), uvm_cpu_faults=False, overhead_ns_per_s=2e5,
+                          probe_hits_per_s=1500.0)
 
     def forget(self, pid: int) -> None:
         self.forgotten.append(pid)
