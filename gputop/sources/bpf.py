@@ -150,8 +150,8 @@ _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "a
 
 class SelfCost:
     """gputop's own BPF cost, measured over windows: statistics are on for STATS_WINDOW_S in every
-    STATS_PERIOD_S. While they are on, every BPF program on the host pays ~45 ns more per run (two
-    clock reads), so they are not left on for good."""
+    STATS_PERIOD_S. While they are on, every BPF program on the host pays two clock reads more per
+    run, so they are not left on for good."""
 
     def __init__(self, read: Callable[[], tuple[int, int]], clock: Callable[[], float]) -> None:
         self._read = read
