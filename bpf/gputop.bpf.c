@@ -192,6 +192,19 @@ static __always_inline struct pending_t *enter_nested(struct pending_t *ps, stru
     return 0;
 }
 
+// the return of a call tracked by depth: true at the return of the outermost call
+static __always_inline int leave_outermost(struct pending_t *ps) {
+    if (!ps || ps->depth == 0)
+        return 0;
+    return --ps->depth == 0;
+}
+
+// the entry state of an outermost call
+static __always_inline void pending_init(struct pending_t *n, struct pt_regs *ctx) {
+    n->depth = 1;
+    n->sp = PT_REGS_SP(ctx);
+}
+
 // ------------------------------------------------------------------ launches
 
 // launches into a stream in capture mode are recorded into a graph, not run
@@ -466,8 +479,7 @@ static __always_inline int alloc_enter(struct pt_regs *ctx, u32 kind) {
     n.out = PT_REGS_PARM1(ctx);
     n.size = size;
     n.kind = kind;
-    n.depth = 1;
-    n.sp = PT_REGS_SP(ctx);
+    pending_init(&n, ctx);
     pend_alloc.update(&tid, &n);
     return 0;
 }
@@ -516,9 +528,7 @@ static __always_inline void add_ranges(u32 tgid, u64 base, u64 size, u32 kind, i
 int alloc_return(struct pt_regs *ctx) {
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *pa = pend_alloc.lookup(&tid);
-    if (!pa || pa->depth == 0)
-        return 0;
-    if (--pa->depth > 0)
+    if (!leave_outermost(pa))
         return 0;
     if (PT_REGS_RC(ctx) != 0)           // cudaSuccess == CUDA_SUCCESS == 0
         return 0;
@@ -602,8 +612,7 @@ int sync_enter(struct pt_regs *ctx) {
     __sync_fetch_and_add(&p->sync_calls, 1);
     struct pending_t n = {};
     n.ts = bpf_ktime_get_ns();
-    n.depth = 1;
-    n.sp = PT_REGS_SP(ctx);
+    pending_init(&n, ctx);
     pend_sync.update(&tid, &n);
     return 0;
 }
@@ -611,9 +620,7 @@ int sync_enter(struct pt_regs *ctx) {
 int sync_return(struct pt_regs *ctx) {
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *ps = pend_sync.lookup(&tid);
-    if (!ps || ps->depth == 0)
-        return 0;
-    if (--ps->depth > 0)
+    if (!leave_outermost(ps))
         return 0;
     u64 dt = bpf_ktime_get_ns() - ps->ts;
     u32 tgid = tid >> 32;
@@ -650,44 +657,32 @@ int register_function(struct pt_regs *ctx) {
     return 0;
 }
 
-// cuModuleGetFunction(CUfunction *out, CUmodule, const char *name), cuLibraryGetKernel(out, lib, name)
-int getfn_enter(struct pt_regs *ctx) {
+// the entry of a call that returns a handle through rdi: remember where, and what names it
+static __always_inline int handle_enter(struct pt_regs *ctx, u64 what, u32 kind) {
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *pn = pend_name.lookup(&tid);
     if (enter_nested(pn, ctx))
         return 0;
     struct pending_t n = {};
     n.out = PT_REGS_PARM1(ctx);
-    n.name = PT_REGS_PARM3(ctx);
-    n.depth = 1;
-    n.sp = PT_REGS_SP(ctx);
+    n.name = what;
+    n.kind = kind;
+    pending_init(&n, ctx);
     pend_name.update(&tid, &n);
     return 0;
 }
 
+// cuModuleGetFunction(CUfunction *out, CUmodule, const char *name), cuLibraryGetKernel(out, lib, name)
+int getfn_enter(struct pt_regs *ctx) { return handle_enter(ctx, PT_REGS_PARM3(ctx), 0); }
+
 // cuKernelGetFunction(CUfunction *out, CUkernel kernel), __cudaGetKernel / cudaGetKernel
 // (cudaKernel_t *out, const void *hostFun): the handle stands for the kernel or host stub
-int kernel_getfn_enter(struct pt_regs *ctx) {
-    u64 tid = bpf_get_current_pid_tgid();
-    struct pending_t *pn = pend_name.lookup(&tid);
-    if (enter_nested(pn, ctx))
-        return 0;
-    struct pending_t n = {};
-    n.out = PT_REGS_PARM1(ctx);
-    n.name = PT_REGS_PARM2(ctx);
-    n.kind = 1;                         // name is a kernel handle, not a string
-    n.depth = 1;
-    n.sp = PT_REGS_SP(ctx);
-    pend_name.update(&tid, &n);
-    return 0;
-}
+int kernel_getfn_enter(struct pt_regs *ctx) { return handle_enter(ctx, PT_REGS_PARM2(ctx), 1); }
 
 int getfn_return(struct pt_regs *ctx) {
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *pn = pend_name.lookup(&tid);
-    if (!pn || pn->depth == 0)
-        return 0;
-    if (--pn->depth > 0)
+    if (!leave_outermost(pn))
         return 0;
     if (PT_REGS_RC(ctx) != 0)
         return 0;
