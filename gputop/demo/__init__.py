@@ -7,9 +7,11 @@ with gcc): the launches fail without a GPU but are traced, and the screen says s
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -95,6 +97,12 @@ def plan(rate: float) -> Plan:
                 ([str(exe), str(lib), "unfused", str(rate)], [str(exe), str(lib), "fused", str(rate)]))
 
 
+def _die_with_parent() -> None:
+    """In the workload's process: get SIGKILL when gputop goes, however it goes (closed terminal)."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def main(argv: list[str]) -> int:
     from gputop.cli import EX_USAGE, _Parser, fail
 
@@ -112,7 +120,7 @@ def main(argv: list[str]) -> int:
         p = plan(args.rate)
     except DemoError as e:
         return fail(str(e), e.hint, 1)
-    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL) for c in p.commands]
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent) for c in p.commands]
     pids = (procs[0].pid, procs[1].pid)
     try:
         from gputop.feed import Filters

@@ -27,3 +27,27 @@ def test_demo_batch_shows_unfused_at_three_times_the_fused_rate(testbed) -> None
     rates = sorted(_rate(r[3]) for r in rows)
     assert 900 <= rates[0] <= 1100 and 2700 <= rates[1] <= 3300      # fused 1k/s, unfused 3k/s
     assert {r[4] for r in rows} == {"4096.0"} and {r[5] for r in rows} == {"256"}
+
+
+def test_demo_workloads_die_with_gputop(testbed) -> None:
+    import signal
+    import time
+
+    env = {**os.environ, "GPUTOP_DEMO_CUDART": str(testbed.libcudart)}
+    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "demo", "-b", "-n", "100"], stdout=subprocess.PIPE,
+                          text=True, env=env, cwd=ROOT)
+    assert gt.stdout is not None and gt.stdout.readline().startswith("demo without a GPU")
+    children = [int(p) for p in Path(f"/proc/{gt.pid}/task/{gt.pid}/children").read_text().split()]
+    assert len(children) == 2
+    gt.send_signal(signal.SIGKILL)                  # no clean-up code runs: the kernel must do it
+    gt.wait()
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(running(c) for c in children):
+        assert time.monotonic() < deadline, "the demo's workloads outlived gputop"
+        time.sleep(0.05)
