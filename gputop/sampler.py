@@ -228,6 +228,7 @@ class Sampler:
         self._host_cache.update(hosts)
         gpu_util = {g.index: g.util_pct for g in nv.gpus if g.mig_instance is None}
         procs: list[ProcSample] = []
+        gone: list[int] = []
         for pid in sorted(pids):
             raw = reading.procs.get(pid)
             host = hosts.get(pid) or self._host_cache.get(pid)
@@ -236,13 +237,17 @@ class Sampler:
                 exited = True
             procs.append(self._proc(pid, raw, host, nv.procs.get(pid), gpu_util, elapsed, exited,
                                     reading.uvm_cpu_faults))
-            if exited and self._bpf is not None:
-                self._bpf.forget(pid)
+            if exited:
+                gone.append(pid)
                 self._prev.pop(pid, None)
-                self._prev_kernels = {k: v for k, v in self._prev_kernels.items() if k[0] != pid}
                 self._host_cache.pop(pid, None)
             elif raw is not None:
                 self._prev[pid] = raw
+        if gone:
+            dead = set(gone)
+            self._prev_kernels = {k: v for k, v in self._prev_kernels.items() if k[0] not in dead}
+            if self._bpf is not None:
+                self._bpf.forget(*gone)
         sources = {"bpf": self._bpf_source_status(reading), "nvml": nv.status,
                    "uvm": self._uvm_status(reading)}
         snap = Snapshot(time=time.time(), interval_s=elapsed, host=self._hostname, sources=sources,

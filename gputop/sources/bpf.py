@@ -372,9 +372,8 @@ class BpfSource:
         procs = self.table("procs")
         alive = set(discovery.all_pids())
         recorded = {int(k.value) for k in procs}
-        for pid in {p for p, _s, _k in self._code_done} | set(self._maps):
-            if pid not in alive and pid not in recorded:
-                self.forget(pid)
+        self.forget(*(pid for pid in {p for p, _s, _k in self._code_done} | set(self._maps)
+                      if pid not in alive and pid not in recorded))
 
     # ------------------------------------------------------------ reading
 
@@ -460,37 +459,45 @@ class BpfSource:
 
     # ------------------------------------------------------------ forgetting
 
-    def _delete_by_pid(self, pid: int, tables: tuple[str, ...]) -> None:
+    def _delete_by_pid(self, pids: set[int], tables: tuple[str, ...]) -> None:
+        """Delete the entries of ``pids`` from (tgid, address)-keyed tables: one walk per table."""
         for name in tables:
             table = self.table(name)
-            for k in [k for k in table if int(k.tgid) == pid]:
+            for k in [k for k in table if int(k.tgid) in pids]:
                 table.pop(k, None)
 
-    def _delete_ranges(self, pid: int, tables: tuple[str, ...]) -> None:
-        prefix = pid.to_bytes(4, "big")
+    def _delete_ranges(self, pids: set[int], tables: tuple[str, ...]) -> None:
+        """The same for the LPM tries, whose keys start with the tgid (big-endian)."""
+        prefixes = {pid.to_bytes(4, "big") for pid in pids}
         for name in tables:
             table = self.table(name)
-            for k in [k for k in table if bytes(k.data[:4]) == prefix]:
+            for k in [k for k in table if bytes(k.data[:4]) in prefixes]:
                 table.pop(k, None)
 
     def _forget_image(self, pid: int) -> None:
         """After an exec: the code ranges and kernel names of the old program no longer apply."""
-        self._delete_ranges(pid, ("code",))
-        self._delete_by_pid(pid, ("names", "aliases"))
+        self._delete_ranges({pid}, ("code",))
+        self._delete_by_pid({pid}, ("names", "aliases"))
         self._code_done = {c for c in self._code_done if c[0] != pid}
         self.namer.forget(pid)
 
-    def forget(self, pid: int) -> None:
-        """Remove every record of a process that is gone (after its last interval was shown)."""
-        self.table("procs").pop(self.table("procs").Key(pid), None)
-        self.table("tracked").pop(self.table("tracked").Key(pid), None)
-        self._delete_by_pid(pid, ("kernels", "names", "aliases", "allocs", "capturing"))
-        self._delete_ranges(pid, ("ranges", "code"))
-        self._code_done = {c for c in self._code_done if c[0] != pid}
-        self._maps.pop(pid, None)
-        self._scanned_ns.pop(pid, None)
-        self._partial.discard(pid)
-        self.namer.forget(pid)
+    def forget(self, *pids: int) -> None:
+        """Remove every record of processes that are gone (after their last interval was shown)."""
+        gone = set(pids)
+        if not gone:
+            return
+        for name in ("procs", "tracked"):
+            table = self.table(name)
+            for pid in gone:
+                table.pop(table.Key(pid), None)
+        self._delete_by_pid(gone, ("kernels", "names", "aliases", "allocs", "capturing"))
+        self._delete_ranges(gone, ("ranges", "code"))
+        self._code_done = {c for c in self._code_done if c[0] not in gone}
+        for pid in gone:
+            self._maps.pop(pid, None)
+            self._scanned_ns.pop(pid, None)
+            self._partial.discard(pid)
+            self.namer.forget(pid)
 
     def close(self) -> None:
         if self.bpf is not None:

@@ -41,8 +41,8 @@ class FakeBpf:
         return BpfReading(st, self.readings.pop(0), uvm_cpu_faults=False, overhead_ns_per_s=2e5,
                           probe_hits_per_s=1500.0)
 
-    def forget(self, pid: int) -> None:
-        self.forgotten.append(pid)
+    def forget(self, *pids: int) -> None:
+        self.forgotten.extend(pids)
 
     def close(self) -> None: ...
 
