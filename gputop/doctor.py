@@ -23,9 +23,12 @@ class Check:
 
 
 def _privileges() -> Check:
+    if bpf.has_privileges() and os.geteuid() == 0:
+        return Check("privileges", "OK", "running as root")
     if bpf.has_privileges():
-        who = "root" if os.geteuid() == 0 else "a user"
-        return Check("privileges", "OK", f"running as {who} with the capabilities BPF needs")
+        return Check("privileges", "WARN", "CAP_BPF and CAP_PERFMON, not root: other users' processes "
+                     "cannot be inspected (/proc/PID/maps, map_files), so their CUDA libraries are not found",
+                     "add CAP_SYS_PTRACE and CAP_CHECKPOINT_RESTORE, or run as root", needed_for_bpf=False)
     return Check("privileges", "FAIL", "neither root nor CAP_BPF + CAP_PERFMON",
                  "run as root (sudo gputop) or grant CAP_BPF,CAP_PERFMON")
 
