@@ -448,6 +448,15 @@ def test_compare_pids_option_opens_compare_at_start(scenario: list[Snapshot]) ->
     run(DashboardOptions(compare_pids=(4242, 4243)), body)
 
 
+def test_demo_banner_on_the_compare_screen(scenario: list[Snapshot]) -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        assert str(screen.query_one("#banner").render()) == "demo without a GPU: traced only"
+
+    run(DashboardOptions(compare_pids=(4242, 4243), banner="demo without a GPU: traced only"), body)
+
+
 def test_compare_against_baseline(scenario: list[Snapshot]) -> None:
     async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
         await push(pilot, feed, *scenario[:3])

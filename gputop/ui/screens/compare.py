@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
 
 from gputop.model import ProcSample
 from gputop.ui import bindings, charts, compare
@@ -86,6 +86,8 @@ class CompareScreen(LiveScreen):
 
     def compose(self) -> ComposeResult:
         yield HeaderBar()
+        if self.gapp.options.banner:      # `gputop demo`: which kind of workload runs
+            yield Static(self.gapp.options.banner, id="banner", markup=False)
         yield TextPanel(id="sides")
         with Horizontal(id="upper"):
             yield TextPanel(id="metrics")
