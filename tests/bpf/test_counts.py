@@ -47,6 +47,16 @@ def test_ptsz_from_four_threads(run_workload, workloads) -> None:
     assert (k.launches, k.grid_sum, k.block_sum) == (10000, 70000, 1280000)
 
 
+def test_several_processes_counted_apart(run_workload, workloads, bpf_source) -> None:
+    before = set(bpf_source.read().procs)
+    run = run_workload([workloads.dynamic, "--procs", "3", "launch:1111:2,1,1:32,1,1:0"])
+    run.go_and_wait()
+    new = {pid: raw for pid, raw in bpf_source.read().procs.items() if pid not in before}
+    assert len(new) == 3 and run.pid in new
+    assert sorted(raw.counters["launches"] for raw in new.values()) == [1111, 1111, 1111]
+    bpf_source.forget(*new)
+
+
 def test_launch_exc_cooperative_and_internal_each_once(run_workload, workloads) -> None:
     raw = run_workload([workloads.dynamic, "launch_exc:77:2,3,4:8,4,2:0", "launch_coop:11:5,1,1:32,1,1:1",
                         "launch_internal:13:1,1,1:1,1,1:2"]).go_and_wait()

@@ -71,6 +71,17 @@ def test_batch_replays_a_recording_with_filters(tmp_path: Path) -> None:
     assert out[0]["time"] == snaps[0].time
 
 
+def test_batch_user_filter(tmp_path: Path) -> None:
+    src = sorted((ROOT / "tests" / "data").glob("*.jsonl"))[0]
+    snap = snapshot_from_json(src.read_text().splitlines()[2])
+    user = next(p.user for p in snap.processes if p.user)
+    res = gputop("-b", "-f", "json", "-n", "3", "-u", user, "--replay", str(src))
+    assert res.returncode == 0, res.stderr
+    out = [json.loads(line) for line in res.stdout.splitlines()]
+    third = [p["pid"] for p in out[2]["processes"]]
+    assert third == [p.pid for p in snap.processes if p.user == user] and third
+
+
 def test_batch_record_writes_what_it_prints(tmp_path: Path) -> None:
     rec = tmp_path / "out.jsonl"
     res = gputop("-b", "-f", "json", "-n", "2", "-d", "0.2", "--no-bpf", "--no-nvml", "--record", str(rec))
