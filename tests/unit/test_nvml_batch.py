@@ -10,22 +10,11 @@ import sys
 from pathlib import Path
 
 from support import ROOT, build_native
+from test_nvml import BASE
 
-SCRIPT = """\
-driver 550.54.15
-gpu 0 name NVIDIA H100 80GB HBM3
-gpu 0 uuid GPU-11111111-2222-3333-4444-555555555555
-gpu 0 util 87 45
-gpu 0 memory 85899345920 42949672960 536870912
-gpu 0 temp 61
-gpu 0 power 412345
-gpu 0 power_limit 700000
-gpu 0 sm_clock 1980
-gpu 0 pcie 1500 250
-gpu 0 ecc 7 2
-proc 0 {pid} 1073741824
-putil 0 {pid} 37 5
-"""
+# GPU 0 of test_nvml's script, with a real process (a `sleep`) on it
+SCRIPT = "".join(line + "\n" for line in BASE.splitlines() if line.startswith(("driver ", "gpu 0 "))) + (
+    "proc 0 {pid} 1073741824\nputil 0 {pid} 37 5\n")
 
 
 def test_batch_json_carries_scripted_nvml_values(tmp_path: Path) -> None:
