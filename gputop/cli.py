@@ -9,16 +9,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gputop import __version__
-
-EX_OK, EX_ERROR, EX_USAGE, EX_NOPERM = 0, 1, 2, 77
-
-
-class UserError(Exception):
-    def __init__(self, message: str, hint: str, code: int = EX_ERROR) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-        self.code = code
+from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
 
 
 def fail(message: str, hint: str, code: int) -> int:
@@ -125,9 +116,8 @@ def _batch(args: argparse.Namespace) -> int:
         assert isinstance(sampler, Sampler)
         sampler.open_bpf()
         if sampler.bpf_error is not None and args.bpf:
-            e = sampler.bpf_error
             sampler.close()
-            raise UserError(e.reason, e.hint, EX_NOPERM if e.noperm else EX_ERROR)
+            raise sampler.bpf_error
         try:
             i = 0
             while args.iterations is None or i < args.iterations:
@@ -152,9 +142,9 @@ def _dashboard(args: argparse.Namespace) -> int:
     from gputop.ui.app import DashboardOptions, run_dashboard
 
     if not sys.stdout.isatty() or not sys.stdin.isatty():
-        raise UserError("the dashboard needs a terminal", "use batch mode: gputop -b -n 5 [-f json]", EX_USAGE)
+        raise GputopError("the dashboard needs a terminal", "use batch mode: gputop -b -n 5 [-f json]", EX_USAGE)
     if args.bpf and not args.replay and not has_privileges():
-        raise UserError("tracing needs root or CAP_BPF and CAP_PERFMON", "run gputop as root (sudo gputop)",
+        raise GputopError("tracing needs root or CAP_BPF and CAP_PERFMON", "run gputop as root (sudo gputop)",
                         EX_NOPERM)
     # None: the interval, sort and theme saved in config.toml apply
     opts = DashboardOptions(interval_s=args.delay, sort=args.sort, filters=Filters(args.pid, args.user),
@@ -164,7 +154,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     try:
         return run_dashboard(feed, opts)  # type: ignore[arg-type]
     except ValueError as e:
-        raise UserError(str(e), "see 'gputop --help'", EX_USAGE) from None
+        raise GputopError(str(e), "see 'gputop --help'", EX_USAGE) from None
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -172,18 +162,19 @@ def _validate(args: argparse.Namespace) -> None:
     from gputop.ui.themes import theme_names
 
     if args.sort is not None and args.sort not in SORT_KEYS:
-        raise UserError(f"unknown sort column {args.sort!r}", f"choose one of: {', '.join(SORT_KEYS)}", EX_USAGE)
+        raise GputopError(f"unknown sort column {args.sort!r}", f"choose one of: {', '.join(SORT_KEYS)}", EX_USAGE)
     if args.theme is not None and args.theme not in theme_names():
-        raise UserError(f"unknown theme {args.theme!r}", f"choose one of: {', '.join(theme_names())}", EX_USAGE)
+        raise GputopError(f"unknown theme {args.theme!r}", f"choose one of: {', '.join(theme_names())}", EX_USAGE)
     if args.baseline_pid is not None and args.baseline is None:
-        raise UserError("--baseline-pid needs --baseline FILE", "gputop --baseline run.jsonl --baseline-pid 123",
+        raise GputopError("--baseline-pid needs --baseline FILE", "gputop --baseline run.jsonl --baseline-pid 123",
                         EX_USAGE)
     for name in ("replay", "baseline"):
         path = getattr(args, name)
         if path is not None and not path.is_file():
-            raise UserError(f"--{name}: no such file: {path}", "give the path of a file written by --record", EX_USAGE)
+            raise GputopError(f"--{name}: no such file: {path}", "give the path of a file written by --record",
+                              EX_USAGE)
     if args.iterations is not None and not args.batch:
-        raise UserError("-n only applies to batch mode", "add -b: gputop -b -n 5", EX_USAGE)
+        raise GputopError("-n only applies to batch mode", "add -b: gputop -b -n 5", EX_USAGE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gputop import doctor
 
             if len(argv) > 1:
-                raise UserError(f"doctor takes no arguments: {' '.join(argv[1:])}", "run: gputop doctor", EX_USAGE)
+                raise GputopError(f"doctor takes no arguments: {' '.join(argv[1:])}", "run: gputop doctor", EX_USAGE)
             return doctor.run(sys.stdout)
         if argv and argv[0] == "demo":
             from gputop import demo
@@ -208,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EX_OK
         _validate(args)
         return _batch(args) if args.batch else _dashboard(args)
-    except UserError as e:
+    except GputopError as e:           # BPF, recordings, the demo, usage: all say what to do
         return fail(e.message, e.hint, e.code)
     except KeyboardInterrupt:
         return EX_OK
@@ -216,12 +207,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EX_OK
     except OSError as e:
         return fail(str(e), "check the path and permissions", EX_ERROR)
-    except Exception as e:
-        from gputop.record import RecordingError
-
-        if isinstance(e, RecordingError):
-            return fail(str(e), e.hint or "give a file written by gputop --record", EX_ERROR)
-        raise
 
 
 if __name__ == "__main__":

@@ -21,19 +21,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
+from gputop.errors import GputopError
 from gputop.feed import SnapshotCallback
 from gputop.model import SCHEMA, Snapshot, snapshot_from_dict, snapshot_to_json
 
 _REQUIRED = ("time", "interval_s", "host")
 
 
-class RecordingError(Exception):
+class RecordingError(GputopError):
     """A recording cannot be written or read. ``hint`` says what to do about it."""
 
     def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint or "record one with: gputop --record FILE (JSON Lines, schema gputop/1)"
+        super().__init__(message, hint or "record one with: gputop --record FILE (JSON Lines, schema gputop/1)")
 
 
 def _open_text(path: Path, mode: str) -> IO[str]:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gputop.errors import GputopError
+
 if TYPE_CHECKING:
     from gputop.sampler import Sampler
 
@@ -26,10 +28,8 @@ HERE = Path(__file__).resolve().parent
 STEPS_PER_S = 2000.0
 
 
-class DemoError(Exception):
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
+class DemoError(GputopError):
+    pass
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.rate <= 0 or args.delay <= 0 or args.iterations < 1:
         return fail("--rate, --delay and -n must be positive", "gputop demo --rate 2000", EX_USAGE)
-    try:
-        p = plan(args.rate)
-    except DemoError as e:
-        return fail(str(e), e.hint, 1)
+    p = plan(args.rate)             # DemoError: printed by the CLI with its hint
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent) for c in p.commands]
     pids = (procs[0].pid, procs[1].pid)
     try:

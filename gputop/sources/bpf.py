@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
 from gputop.sources import catalogue, discovery, kheaders, symbols
 from gputop.sources.bpfsys import (
@@ -47,13 +48,12 @@ _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 
 
-class BpfUnavailable(Exception):
+class BpfUnavailable(GputopError):
     """BPF cannot run here; the message says why (shown as the source's reason)."""
 
     def __init__(self, reason: str, hint: str, noperm: bool = False) -> None:
-        super().__init__(reason)
+        super().__init__(reason, hint, EX_NOPERM if noperm else EX_ERROR)
         self.reason = reason
-        self.hint = hint
         self.noperm = noperm
 
 
