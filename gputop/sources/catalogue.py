@@ -105,10 +105,9 @@ def probes_for(functions: dict[str, int],
     """The probes to attach to an object with these function symbols, with their addresses.
 
     ``jump_target(name)`` says where a function that is only a jump goes (-1: it has a body; None:
-    unknown). A thunk
-    ``__cudaLaunchKernel`` -> ``cudaLaunchKernel`` is not probed (the public entry counts the
-    launch). Any other body gets ``rt_launch`` and the public entry the checked handler, which
-    skips calls coming from the runtime's own code.
+    unknown). A thunk ``__cudaLaunchKernel`` -> ``cudaLaunchKernel`` is not probed (the public
+    entry counts the launch). Any other body gets ``rt_launch``, and the public entry the checked
+    handler, which skips calls coming from the runtime's own code.
     """
     if not ANCHORS.intersection(functions):
         return []
