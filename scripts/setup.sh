@@ -18,7 +18,12 @@ export DEBIAN_FRONTEND=noninteractive
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 APT_UPDATED=0
 apt_update_once() { [ $APT_UPDATED = 1 ] || { say "apt-get update"; apt-get -q update >/dev/null; APT_UPDATED=1; }; }
-has_candidate() { apt_update_once; [ -n "$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}' | grep -v '(none)')" ]; }
+# package lists younger than a day are trusted as they are; older or missing ones are refreshed once
+lists_fresh() { [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null | head -n1)" ]; }
+has_candidate() {
+    lists_fresh || apt_update_once
+    [ -n "$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}' | grep -v '(none)')" ]
+}
 
 want=(bpfcc-tools python3-bpfcc binutils gcc libc6-dev)
 [ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux)
@@ -32,6 +37,8 @@ KREL=$(uname -r)
 if [ ! -e "/lib/modules/$KREL/build/include" ] && ! installed "linux-headers-$KREL"; then
     if has_candidate "linux-headers-$KREL"; then
         missing+=("linux-headers-$KREL")
+    elif ls /usr/src/linux-headers-*/Makefile >/dev/null 2>&1; then
+        :   # the distro's headers for another kernel are installed: gputop falls back to them
     else
         meta=""
         for m in linux-headers-amd64 linux-headers-cloud-amd64 linux-headers-generic linux-headers-arm64 linux-headers-virtual; do
