@@ -443,19 +443,21 @@ class BpfSource:
         name, obj = self.namer.name(pid, addr) if named else (None, None)
         return RawKernel(addr, int(v.launches), int(v.grid_sum), int(v.block_sum), name, obj)
 
-    def _captured_name(self, pid: int, addr: int) -> bytes | None:
-        names = self.table("names")
+    def _by_key(self, name: str, pid: int, addr: int) -> Any:
+        """The value at (pid, addr) of a (tgid, address)-keyed table, or None."""
+        table = self.table(name)
         try:
-            return bytes(names[names.Key(pid, 0, addr)].name)
+            return table[table.Key(pid, 0, addr)]
         except KeyError:
             return None
 
+    def _captured_name(self, pid: int, addr: int) -> bytes | None:
+        v = self._by_key("names", pid, addr)
+        return None if v is None else bytes(v.name)
+
     def _alias(self, pid: int, addr: int) -> int | None:
-        aliases = self.table("aliases")
-        try:
-            return int(aliases[aliases.Key(pid, 0, addr)].value)
-        except KeyError:
-            return None
+        v = self._by_key("aliases", pid, addr)
+        return None if v is None else int(v.value)
 
     # ------------------------------------------------------------ forgetting
 
