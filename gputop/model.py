@@ -137,9 +137,12 @@ class SourceStatus:
     overhead_ns_per_s: float | None = None
     probe_hits_per_s: float | None = None
     headers: str | None = None
+    attach: str | None = None           # "links" (uprobe_multi) | "perf" (a perf event per probe)
+    probes_failed: int | None = None    # probes that did not attach (the first one's reason in ``reason``)
 
 
-_BPF_ONLY = ("objects", "probes", "dropped", "overhead_ns_per_s", "probe_hits_per_s", "headers")
+_BPF_ONLY = ("objects", "probes", "dropped", "overhead_ns_per_s", "probe_hits_per_s", "headers", "attach",
+             "probes_failed")
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ without putting the rest of the system's site-packages on the path.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import importlib.util
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from gputop.sources.bpfsys import (
     tracepoint_exists,
 )
 from gputop.sources.kernelnames import KernelNamer
+from gputop.sources.uprobes import UprobeAttacher
 
 __all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "RawKernel", "RawProc", "aligned_blocks",
            "ensure_tracefs", "has_privileges", "load_bcc", "tracepoint_exists", "use_headers"]
@@ -189,15 +192,17 @@ class BpfSource:
     """Owns the BPF object. Not thread-safe: used from the collector thread only."""
 
     def __init__(self, *, limits: dict[str, int] | None = None, uvm: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, uprobe_links: bool = True) -> None:
         self._limits = {**LIMITS, **(limits or {})}
         self._want_uvm = uvm
+        self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them
+        self.uprobes: UprobeAttacher | None = None
+        self._close_lock = threading.Lock()
         self._clock = clock
         self.bpf: Any = None
         self.headers: kheaders.HeadersChoice | None = None
         self.objects: dict[tuple[int, int], str] = {}        # probed objects -> path
         self.rejected: set[tuple[int, int]] = set()           # objects without CUDA entry points
-        self.probes = 0
         self.uvm_cpu_faults = False
         self.cost = SelfCost(self._prog_stats, clock)
         self._symcache: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
@@ -245,6 +250,10 @@ class BpfSource:
         except Exception as e:
             raise BpfUnavailable(f"compiling the BPF program failed: {e}",
                                  f"check the kernel headers ({self.headers.detail}); run gputop doctor") from e
+        # bcc's own exit hook would detach the probes again, racing with close() on another thread
+        atexit.unregister(self.bpf.cleanup)
+        atexit.register(self.close)
+        self.uprobes = UprobeAttacher(self.bpf, bcc.lib, catalogue.ALL[0].entry, links=self._uprobe_links)
         self.cost.tick()
         self.table("events").open_ring_buffer(self._on_event)
         self.scan()
@@ -321,17 +330,9 @@ class BpfSource:
             self.rejected.add(ref.key)
             return False
         self._symcache[ref.key] = syms
-        path = ref.open_path.encode()
-        for probe, addr in wanted:
-            try:
-                # the return probe first: an entry seen without its return would leave a stale depth
-                if probe.ret:
-                    self.bpf.attach_uretprobe(name=path, addr=addr, fn_name=probe.ret.encode(), pid=-1)
-                    self.probes += 1
-                self.bpf.attach_uprobe(name=path, addr=addr, fn_name=probe.entry.encode(), pid=-1)
-                self.probes += 1
-            except Exception:  # a probe that cannot attach (odd symbol) must not stop the others
-                continue
+        assert self.uprobes is not None
+        self.uprobes.attach(ref.open_path, [(probe, addr, off) for probe, addr in wanted
+                                            if (off := syms.offset_of_vaddr(addr)) is not None])
         self.objects[ref.key] = ref.path
         return True
 
@@ -435,8 +436,12 @@ class BpfSource:
                 complete=pid not in self._partial,
             )
         dropped = sum(self.dropped().values())
-        status = SourceStatus("ok", None, objects=len(self.objects), probes=self.probes, dropped=dropped,
-                              headers=self.headers.detail if self.headers else None)
+        up = self.uprobes
+        failed = up.failed if up else []
+        reason = (f"{len(failed)} probe(s) did not attach, first: {failed[0]}" if failed else None)
+        status = SourceStatus("ok", reason, objects=len(self.objects), probes=self.probes, dropped=dropped,
+                              headers=self.headers.detail if self.headers else None,
+                              attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)
         return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s)
 
     def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
@@ -501,8 +506,17 @@ class BpfSource:
             self._partial.discard(pid)
             self.namer.forget(pid)
 
+    @property
+    def probes(self) -> int:
+        return self.uprobes.probes if self.uprobes is not None else 0
+
     def close(self) -> None:
-        if self.bpf is not None:
-            self.bpf.cleanup()
-            self.bpf = None
-        self.cost.stop()
+        """Detach and unload everything; safe to call twice and from two threads (the exit hook)."""
+        with self._close_lock:
+            if self.bpf is not None:
+                atexit.unregister(self.close)
+                if self.uprobes is not None:
+                    self.uprobes.detach_all()
+                self.bpf.cleanup()
+                self.bpf = None
+            self.cost.stop()

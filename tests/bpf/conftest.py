@@ -28,12 +28,18 @@ def _precondition() -> str | None:
 _WHY = _precondition()
 
 
-@pytest.fixture(scope="session")
-def bpf_source() -> Iterator[BpfSource]:
+@pytest.fixture(scope="session", params=["links", "perf"])
+def bpf_source(request: pytest.FixtureRequest) -> Iterator[BpfSource]:
+    """gputop's source attaching with uprobe_multi links (Linux 6.6+), or with a perf event per
+    probe (older kernels): every test that uses it runs both ways."""
     if _WHY:
         pytest.skip(_WHY)
-    src = BpfSource()
+    src = BpfSource(uprobe_links=request.param == "links")
     src.start()
+    assert src.uprobes is not None
+    if request.param == "links" and src.uprobes.mode != "links":
+        src.close()
+        pytest.skip("the kernel has no uprobe_multi links (Linux < 6.6)")
     yield src
     src.close()
 

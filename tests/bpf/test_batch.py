@@ -98,4 +98,5 @@ def test_bpf_required_without_privileges_exits_77(tmp_path) -> None:
     snap = json.loads(res.stdout)
     assert snap["sources"]["bpf"] == {"status": "unavailable", "reason": "tracing needs root or CAP_BPF and "
                                       "CAP_PERFMON", "objects": None, "probes": None, "dropped": None,
-                                      "overhead_ns_per_s": None, "probe_hits_per_s": None, "headers": None}
+                                      "overhead_ns_per_s": None, "probe_hits_per_s": None, "headers": None,
+                                      "attach": None, "probes_failed": None}

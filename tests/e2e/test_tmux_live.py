@@ -53,3 +53,6 @@ def test_live_dashboard_shows_traced_rates_in_launch_order(paced: tuple[int, int
         assert slow_rate is not None and 900 <= slow_rate <= 1100
         assert "wl_dynamic" in rows[0]
         assert "bpf" in screen.lower()
+
+        t.send_keys("q")
+        assert t.wait_exit(timeout=15) == 0

@@ -90,4 +90,4 @@ def test_replay_in_tmux_shows_rows_rates_and_sort_order(dashboard: TmuxSession) 
     assert table(screen)[1][0].split()[0] == "5120"
 
     dashboard.send_keys("q")
-    dashboard.wait_for(lambda s: not dashboard.alive(), timeout=10)
+    assert dashboard.wait_exit(timeout=10) == 0

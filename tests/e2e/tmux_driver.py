@@ -10,6 +10,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ class TmuxSession:
         self.socket = f"gputop-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.name = "s"
         self.started_at = 0.0
+        self._config: Path | None = None
 
     def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=check)
@@ -55,9 +57,14 @@ class TmuxSession:
         args = ["new-session", "-d", "-s", self.name, "-x", str(self.width), "-y", str(self.height)]
         if self.cwd:
             args += ["-c", self.cwd]
+        # the server reads remain-on-exit from its config before the program starts, so even a
+        # program that exits at once leaves a dead pane with its exit status to read
+        fd, name = tempfile.mkstemp(prefix="gputop-tmux-", suffix=".conf")
+        with os.fdopen(fd, "w") as f:
+            f.write("set-option -g remain-on-exit on\n")
+        self._config = Path(name)
         self.started_at = time.monotonic()
-        self._tmux("-f", "/dev/null", *args, command)
-        self._tmux("set-option", "-t", self.name, "remain-on-exit", "on", check=False)
+        self._tmux("-f", name, *args, command)
         return self
 
     @property
@@ -92,16 +99,31 @@ class TmuxSession:
         deadline = time.monotonic() + timeout
         screen = ""
         while time.monotonic() < deadline:
+            dead = not self.alive()  # read before the screen, so a last frame is never missed
             screen = self.capture()
             if check(screen):
                 return screen
-            if not self.alive():
-                break
+            if dead:
+                raise TmuxError(f"the program exited before {predicate!r}; screen was:\n{screen}")
             time.sleep(poll)
         raise TmuxError(f"timed out waiting for {predicate!r}; screen was:\n{screen}")
 
+    def wait_exit(self, timeout: float = 10.0, poll: float = 0.02) -> int:
+        """Wait until the program has exited; return its exit status."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = self._tmux("list-panes", "-t", self.name, "-F", "#{pane_dead} #{pane_dead_status}", check=False)
+            fields = r.stdout.split()
+            if r.returncode == 0 and fields and fields[0] == "1" and len(fields) == 2:
+                return int(fields[1])
+            time.sleep(poll)
+        raise TmuxError(f"the program did not exit within {timeout} s; screen was:\n{self.capture()}")
+
     def kill(self) -> None:
         self._tmux("kill-server", check=False)
+        if self._config is not None:
+            self._config.unlink(missing_ok=True)
+            self._config = None
         socket = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}" / self.socket
         socket.unlink(missing_ok=True)
 

@@ -34,6 +34,8 @@ def _source(name: str, st: SourceStatus | None) -> list[tuple[str, str] | str]:
     if name == "BPF" and st.status == "ok":
         if st.probes is not None:
             parts.append((f" {st.probes}p/{fmt.text(st.objects)}obj", _MUTED))
+        if st.probes_failed:
+            parts.append((f" {st.probes_failed} failed", "$warning bold"))
         if st.dropped:
             parts.append((f" dropped {fmt.si(st.dropped)}", "$warning bold"))
     return parts

@@ -1,0 +1,138 @@
+"""Attaching the catalogue's uprobes to CUDA objects, and detaching them all quickly.
+
+Where the kernel has uprobe_multi links (Linux 6.6+), each BPF function gets one link per object
+holding all its addresses there; otherwise each address is a perf-event uprobe through bcc. The
+difference shows when gputop exits: the kernel detaches perf-event uprobes one at a time, each
+waiting for an RCU grace period (about 0.1 s here: 60 probes took 6.8 s), while links are
+detached together, about as fast as one.
+
+Perf-event uprobes are attached through libbcc's C function, not ``BPF.attach_uprobe``: bcc 0.26's
+Python binding declares one argument too few, so the kernel receives stack garbage as the probe's
+USDT semaphore ("reference counter") offset. The kernel then increments that offset of the file
+wherever it is mapped writable, refuses every other tracer's probe at the same address
+("ref_ctr_offset mismatch" in dmesg; bpftrace fails), and can leak the probe at exit ("failed to
+unregister, leaking uprobe"), after which the address stays unprobeable until reboot. Here the
+offset is always 0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
+from .catalogue import Probe
+
+_KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)
+
+#: int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type, const char *ev_name,
+#:                       const char *binary_path, uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
+_ATTACH_UPROBE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+                                  ctypes.c_uint64, ctypes.c_int, ctypes.c_uint32, use_errno=True)
+
+
+class UprobeAttacher:
+    """Owns gputop's uprobes on one ``bcc.BPF`` object."""
+
+    def __init__(self, bpf: Any, lib: Any, probe_fn: str, *, links: bool = True) -> None:
+        """``bpf``: a ``bcc.BPF``; ``lib``: bcc's ``libbcc.so`` (``bcc.lib``); ``probe_fn``: one of
+        the program's uprobe functions, to ask the kernel whether it has links; ``links``: use them
+        where it does (False: perf events always)."""
+        self._bpf = bpf
+        self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
+        self._multi = links and self._links_supported(probe_fn)
+        self._links: list[int] = []
+        self.probes = 0         # addresses probed (entry and return probes counted apart)
+        self.failed: list[str] = []     # "path+0xoffset fn: reason" of probes that did not attach
+
+    @property
+    def mode(self) -> str:
+        """"links" (uprobe_multi) or "perf" (one perf event per probe)."""
+        return "links" if self._multi else "perf"
+
+    def attach(self, path: str, wanted: Sequence[tuple[Probe, int, int]]) -> int:
+        """Attach ``(probe, vaddr, file_offset)`` in ``path``; return how many probes attached.
+
+        Return probes go first: an entry seen without its return would leave a stale depth.
+        A probe that cannot attach (an odd symbol) does not stop the others.
+        """
+        groups: dict[tuple[str, bool], list[tuple[int, int]]] = {}
+        for probe, vaddr, offset in wanted:
+            if probe.ret:
+                groups.setdefault((probe.ret, True), []).append((vaddr, offset))
+        for probe, vaddr, offset in wanted:
+            groups.setdefault((probe.entry, False), []).append((vaddr, offset))
+        attached = 0
+        for (fn, ret), where in groups.items():
+            attach = self._attach_links if self._multi else self._attach_perf
+            attached += attach(path, fn, ret, where)
+        self.probes += attached
+        return attached
+
+    def _failed(self, path: str, fn: str, offset: int, err: int) -> None:
+        why = os.strerror(err)
+        if err == errno.EINVAL:
+            why += " (another tracer's probe at this address may use a reference counter; see dmesg)"
+        self.failed.append(f"{os.path.basename(path)}+0x{offset:x} {fn}: {why}")
+
+    def _links_supported(self, fn: str) -> bool:
+        """libbpf's probe: a link on "/" fails with EBADF exactly when the kernel has them."""
+        try:
+            prog = self._load(fn)
+            fd = uprobe_multi_link(prog.fd, "/", [0], retprobe=False)
+        except OSError as e:
+            ok = e.errno == errno.EBADF
+        except Exception:   # bcc refused the attach type: an old kernel
+            ok = False
+        else:
+            os.close(fd)
+            ok = False
+        if not ok:
+            self._unload(fn)
+        return ok
+
+    def _load(self, fn: str) -> Any:
+        return self._bpf.load_func(fn.encode(), _KPROBE, None, BPF_TRACE_UPROBE_MULTI)
+
+    def _unload(self, fn: str) -> None:
+        """Forget a function loaded for links, so bcc loads it again for perf events."""
+        prog = self._bpf.funcs.pop(fn.encode(), None)
+        if prog is not None:
+            os.close(prog.fd)
+
+    def _attach_links(self, path: str, fn: str, ret: bool, where: list[tuple[int, int]]) -> int:
+        prog = self._load(fn)
+        try:
+            self._links.append(uprobe_multi_link(prog.fd, path, [off for _v, off in where], retprobe=ret))
+            return len(where)
+        except OSError as e:
+            if len(where) == 1:
+                self._failed(path, fn, where[0][1], e.errno or errno.EINVAL)
+                return 0
+        # one bad address fails the whole link: attach the rest one by one
+        return sum(self._attach_links(path, fn, ret, [w]) for w in where)
+
+    def _attach_perf(self, path: str, fn: str, ret: bool, where: list[tuple[int, int]]) -> int:
+        prog = self._bpf.load_func(fn.encode(), _KPROBE)
+        done = 0
+        for _vaddr, offset in where:
+            ev_name = self._bpf._get_uprobe_evname(b"r" if ret else b"p", path.encode(), offset, -1)
+            ctypes.set_errno(0)
+            fd = self._attach_uprobe(prog.fd, 1 if ret else 0, ev_name, path.encode(), offset, -1, 0)
+            if fd < 0:
+                self._failed(path, fn, offset, ctypes.get_errno() or errno.EINVAL)
+                continue
+            self._bpf._add_uprobe_fd(ev_name, fd)     # bcc's cleanup() detaches it
+            done += 1
+        return done
+
+    def detach_all(self) -> None:
+        """Close every link at once (their grace periods overlap); perf events stay for bcc's cleanup."""
+        links, self._links = self._links, []
+        if links:
+            with ThreadPoolExecutor(min(32, len(links)), thread_name_prefix="gputop-detach") as pool:
+                list(pool.map(os.close, links))

@@ -1,0 +1,104 @@
+"""How gputop's probes sit among others: room for other tracers at the same addresses, failures
+reported, everything gone after close (both with links and with perf events)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gputop.sources import catalogue, symbols
+from gputop.sources.bpf import BpfSource, load_bcc
+from gputop.sources.bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
+from gputop.sources.uprobes import UprobeAttacher
+
+
+@pytest.fixture
+def waiting(workloads, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A dynamically linked workload that has mapped libcudart and waits."""
+    go = tmp_path / "go"
+    proc = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:10:1,1,1:1,1,1:0"],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b"ready")
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_another_tracer_can_probe_the_same_entry_points(bpf_source: BpfSource, waiting, testbed) -> None:
+    """While gputop traces cudaLaunchKernel, a second tool (here a bare uprobe_multi link, as
+    bpftrace or libbpf make them) attaches at the same address. With bcc 0.26's attach_uprobe it
+    would fail: the kernel got a garbage reference-counter offset and refuses any other."""
+    bpf_source.scan([waiting.pid])
+    syms = symbols.read_symbols(str(testbed.libcudart))
+    assert syms is not None
+    off = syms.offset_of_vaddr(syms.functions["cudaLaunchKernel"])
+    assert off is not None
+    bcc = load_bcc()
+    other = bcc.BPF(text=b"int other(struct pt_regs *ctx) { return 0; }")
+    try:
+        prog = other.load_func(b"other", bcc.BPF.KPROBE, None, BPF_TRACE_UPROBE_MULTI)
+        try:
+            fd = uprobe_multi_link(prog.fd, str(testbed.libcudart), [off], retprobe=False)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS) or not _kernel_has_links():
+                pytest.skip("the kernel has no uprobe_multi links (Linux < 6.6)")
+            raise
+        os.close(fd)
+    finally:
+        other.cleanup()
+
+
+def _kernel_has_links() -> bool:
+    bcc = load_bcc()
+    b = bcc.BPF(text=b"int probe(struct pt_regs *ctx) { return 0; }")
+    try:
+        return UprobeAttacher(b, bcc.lib, "probe").mode == "links"
+    finally:
+        b.cleanup()
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["links", "perf"])
+def test_a_probe_that_cannot_attach_is_reported_and_the_rest_attach(waiting, testbed, links: bool) -> None:
+    src = BpfSource(uprobe_links=links)
+    src.start()
+    try:
+        assert src.uprobes is not None
+        bad = catalogue.Probe("cudaLaunchKernel", "rt_launch")
+        size = testbed.libcudart.stat().st_size
+        done = src.uprobes.attach(str(testbed.libcudart), [(bad, size + 16, size + 16)])  # past the end
+        assert done == 0
+        assert len(src.uprobes.failed) == 1 and "rt_launch" in src.uprobes.failed[0]
+        src.scan([waiting.pid])
+        status = src.read().status
+        assert status.probes_failed == 1 and status.probes == src.probes > 0
+        assert status.reason is not None and status.reason.startswith("1 probe(s) did not attach")
+    finally:
+        src.close()
+
+
+def _probe_fds() -> int:
+    """This process's open perf-event and BPF-link descriptors."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        n += target in ("anon_inode:[perf_event]", "anon_inode:bpf_link")
+    return n
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["links", "perf"])
+def test_close_detaches_everything(waiting, links: bool) -> None:
+    before = _probe_fds()
+    src = BpfSource(uprobe_links=links)
+    src.start()
+    src.scan([waiting.pid])
+    assert src.probes > 0 and _probe_fds() > before
+    src.close()
+    src.close()         # twice (the exit hook) is harmless
+    assert _probe_fds() == before
