@@ -5,9 +5,11 @@ Run as root after ./test.sh has set up the test bed (bpftrace: apt-get install b
     .venv/bin/python bench/probe_cost.py [--rounds 7] [--calls 200000]
 
 1. ns per cudaLaunchKernel call through the REAL libcudart.so.12 (the call fails after entry
-   without a GPU), with: nothing attached, one empty uprobe, the bpftrace one-liner
+   without a GPU), with: nothing attached, one empty uprobe (attached as gputop attaches: a
+   uprobe_multi link where the kernel has them), the bpftrace one-liner
    `uprobe:LIB:cudaLaunchKernel { @[pid] = count(); }`, and gputop's full probe set (measured
-   between gputop's BPF-statistics windows, which add ~45 ns per probe hit 1 s in every 5 s).
+   between gputop's BPF-statistics windows, which add ~45 ns per probe hit 1 s in every 5 s), and
+   gputop attached with a perf event per probe (as on kernels before 6.6).
 2. gputop's own CPU (user+system of `gputop -b`) while a workload launches at 2k/s and at 100k/s.
 """
 
@@ -31,6 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support import TESTBED, build_native  # noqa: E402
 
 from gputop.sources.bpf import BpfSource, load_bcc, use_headers  # noqa: E402
+from gputop.sources.catalogue import Probe  # noqa: E402
+from gputop.sources.symbols import read_symbols  # noqa: E402
+from gputop.sources.uprobes import UprobeAttacher  # noqa: E402
 
 LIB = TESTBED / "cudart" / "libcudart.so.12"
 
@@ -63,10 +68,18 @@ class EmptyUprobe(Nothing):
         bcc = load_bcc()
         use_headers()
         self.b = bcc.BPF(text=b"int empty(void *ctx) { return 0; }")
-        self.b.attach_uprobe(name=str(LIB).encode(), sym=b"cudaLaunchKernel", fn_name=b"empty")
+        # attached the way gputop attaches (a uprobe_multi link where the kernel has them)
+        syms = read_symbols(str(LIB))
+        assert syms is not None
+        vaddr = syms.functions["cudaLaunchKernel"]
+        off = syms.offset_of_vaddr(vaddr)
+        assert off is not None
+        self.up = UprobeAttacher(self.b, bcc.lib, "empty")
+        assert self.up.attach(str(LIB), [(Probe("cudaLaunchKernel", "empty"), vaddr, off)]) == 1
         return self
 
     def __exit__(self, *a: object) -> None:
+        self.up.detach_all()
         self.b.cleanup()
 
 
@@ -90,9 +103,10 @@ class Bpftrace(Nothing):
 
 class Gputop(Nothing):
     name = "gputop"
+    links = True
 
     def __enter__(self) -> Gputop:
-        self.src = BpfSource()
+        self.src = BpfSource(uprobe_links=self.links)
         self.src.start()
         # as in gputop, the collector thread polls (and runs its BPF statistics windows)
         self.stop = threading.Event()
@@ -122,9 +136,14 @@ class Gputop(Nothing):
         self.src.close()
 
 
+class GputopPerf(Gputop):
+    name = "gputop, perf events"
+    links = False
+
+
 def probe_cost(rounds: int, calls: int) -> dict[str, float]:
     exe = workload()
-    configs = [Nothing(), EmptyUprobe(), Gputop()] + ([Bpftrace()] if shutil.which("bpftrace") else [])
+    configs = [Nothing(), EmptyUprobe(), Gputop(), GputopPerf()] + ([Bpftrace()] if shutil.which("bpftrace") else [])
     samples: dict[str, list[float]] = {c.name: [] for c in configs}
     for _ in range(rounds):
         for c in configs:
@@ -173,6 +192,7 @@ def main() -> int:
     for name, v in med.items():
         print(f"  {name:<20} {v:8.1f} ns   (+{v - base:.1f} ns over none)")
     print(f"ratio gputop/empty uprobe:    {med['gputop'] / med['empty uprobe']:.3f}")
+    print(f"ratio gputop links/perf:      {med['gputop'] / med['gputop, perf events']:.3f}")
     if "bpftrace one-liner" in med:
         print(f"ratio gputop/bpftrace:        {med['gputop'] / med['bpftrace one-liner']:.3f}")
     cpu = {}

@@ -401,6 +401,10 @@ def test_header_shows_status_and_cost(scenario: list[Snapshot]) -> None:
     off = replace(scenario[0], sources={"bpf": replace(scenario[0].sources["bpf"], status="unavailable")})
     text = header_content(HeaderState(off)).plain
     assert "BPF off" in text and "cost" not in text and "NVML n/a" in text
+    assert "failed" not in header_content(HeaderState(scenario[0])).plain
+    bpf = replace(scenario[0].sources["bpf"], probes_failed=2, dropped=5)
+    text = header_content(HeaderState(replace(scenario[0], sources={**scenario[0].sources, "bpf": bpf}))).plain
+    assert "BPF ok 212p/7obj 2 failed dropped 5" in text
 
 
 def test_gpu_line_shows_na_for_unknowns() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,8 +116,11 @@ def test_doctor_reports_every_check_and_exits_0_here() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     names = [ln.split(":")[0][6:] for ln in res.stdout.splitlines() if ln[:4] in ("OK  ", "WARN", "FAIL")]
     for n in ("privileges", "kernel", "uprobes", "kprobes", "BTF", "tracefs", "bcc", "kernel headers",
-              "BPF compile", "NVML", "CUDA objects"):
+              "BPF compile", "uprobe attach", "NVML", "CUDA objects"):
         assert n in names, names
+    release = tuple(int(x) for x in re.findall(r"\d+", platform.release())[:2])
+    if release >= (6, 6):   # uprobe_multi links arrived in Linux 6.6
+        assert "OK    uprobe attach: uprobe_multi links" in res.stdout
     assert res.stdout.rstrip().endswith("gputop can trace with BPF")
 
 
