@@ -45,26 +45,28 @@ class TmuxSession:
         self.socket = f"gputop-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.name = "s"
         self.started_at = 0.0
-        self._config: Path | None = None
+        self._dir: Path | None = None
 
     def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=check)
 
     def start(self) -> TmuxSession:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        self._dir = Path(tempfile.mkdtemp(prefix="gputop-tmux-"))
+        # the server reads remain-on-exit from its config before the program starts, so even a
+        # program that exits at once leaves its last screen to read
+        (self._dir / "tmux.conf").write_text("set-option -g remain-on-exit on\n")
+        # the shell records the exit status: tmux 3.3 sometimes marks the pane dead without
+        # reaping the program, and then has no status to report
+        status = shlex.quote(str(self._dir / "status"))
         # COLUMNS/LINES inherited from a test runner would override the pane's real size
-        command = f"exec env -u COLUMNS -u LINES {env} TERM=xterm-256color {shlex.join(self.argv)}"
+        command = (f"env -u COLUMNS -u LINES {env} TERM=xterm-256color {shlex.join(self.argv)}; "
+                   f"echo $? > {status}.tmp && mv {status}.tmp {status}")
         args = ["new-session", "-d", "-s", self.name, "-x", str(self.width), "-y", str(self.height)]
         if self.cwd:
             args += ["-c", self.cwd]
-        # the server reads remain-on-exit from its config before the program starts, so even a
-        # program that exits at once leaves a dead pane with its exit status to read
-        fd, name = tempfile.mkstemp(prefix="gputop-tmux-", suffix=".conf")
-        with os.fdopen(fd, "w") as f:
-            f.write("set-option -g remain-on-exit on\n")
-        self._config = Path(name)
         self.started_at = time.monotonic()
-        self._tmux("-f", name, *args, command)
+        self._tmux("-f", str(self._dir / "tmux.conf"), *args, command)
         return self
 
     @property
@@ -111,19 +113,18 @@ class TmuxSession:
     def wait_exit(self, timeout: float = 10.0, poll: float = 0.02) -> int:
         """Wait until the program has exited; return its exit status."""
         deadline = time.monotonic() + timeout
+        status = self._dir / "status" if self._dir else None
         while time.monotonic() < deadline:
-            r = self._tmux("list-panes", "-t", self.name, "-F", "#{pane_dead} #{pane_dead_status}", check=False)
-            fields = r.stdout.split()
-            if r.returncode == 0 and fields and fields[0] == "1" and len(fields) == 2:
-                return int(fields[1])
+            if status is not None and status.exists():
+                return int(status.read_text())
             time.sleep(poll)
         raise TmuxError(f"the program did not exit within {timeout} s; screen was:\n{self.capture()}")
 
     def kill(self) -> None:
         self._tmux("kill-server", check=False)
-        if self._config is not None:
-            self._config.unlink(missing_ok=True)
-            self._config = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
         socket = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}" / self.socket
         socket.unlink(missing_ok=True)
 
