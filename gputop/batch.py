@@ -21,7 +21,7 @@ def _row(p: ProcSample) -> list[str]:
     r = p.rates
     bw = r.memcpy_bytes_per_s if r and r.memcpy_bytes_per_s is not None else None
     return [
-        str(p.pid), fmt.text(p.user), p.comm + (" (exited)" if p.state == "exited" else ""),
+        str(p.pid), fmt.text(p.user), fmt.text(p.comm) + (" (exited)" if p.state == "exited" else ""),
         fmt.si(r.launches_per_s if r else None), fmt.num(p.grid_blocks_avg, 1), fmt.num(p.block_threads_avg),
         fmt.bytes_(bw.get("h2d") if bw else None), fmt.bytes_(bw.get("d2h") if bw else None),
         fmt.bytes_(bw.get("d2d") if bw else None),

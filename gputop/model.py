@@ -78,7 +78,7 @@ class KernelStat:
 @dataclass(frozen=True)
 class ProcSample:
     pid: int
-    comm: str
+    comm: str | None        # None: the process vanished before gputop read its name
     ppid: int | None = None
     cmdline: str | None = None
     user: str | None = None

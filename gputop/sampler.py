@@ -302,7 +302,7 @@ class Sampler:
                                            self.config.launch_bound)
         return ProcSample(
             pid=pid,
-            comm=host.comm if host else (raw.comm if raw is not None and raw.comm else "?"),
+            comm=host.comm if host else (raw.comm if raw is not None and raw.comm else None),
             ppid=host.ppid if host else None,
             cmdline=host.cmdline if host else None,
             user=host.user if host else None,

@@ -381,7 +381,7 @@ class GputopApp(App[int]):
             return "replaying a recording: its processes are not live, no signal sent"
         return None
 
-    def send_signal(self, targets: Sequence[tuple[int, str]], signum: int) -> None:
+    def send_signal(self, targets: Sequence[tuple[int, str | None]], signum: int) -> None:
         """Send ``signum`` to each (pid, comm) after checking the PID still runs that command."""
         self.run_worker(
             partial(self._send_signal, list(targets), signum),
@@ -390,13 +390,15 @@ class GputopApp(App[int]):
             exit_on_error=False,
         )
 
-    def _send_signal(self, targets: list[tuple[int, str]], signum: int) -> None:
+    def _send_signal(self, targets: list[tuple[int, str | None]], signum: int) -> None:
         name = signal.Signals(signum).name
         for pid, comm in targets:
             try:
                 with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
                     now = f.read().strip()
-                if comm and now != comm[:15]:
+                if comm is None:
+                    raise LookupError(f"the command of PID {pid} is unknown, so a reused PID cannot be ruled out")
+                if now != comm[:15]:
                     raise LookupError(f"PID {pid} now runs {now!r}, not {comm!r} (PID reused)")
                 os.kill(pid, signum)
             except (OSError, LookupError) as e:

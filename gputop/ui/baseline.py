@@ -110,7 +110,7 @@ def summarize(samples: Sequence[ProcSample]) -> ProcSample:
 @dataclass(frozen=True)
 class BaselineProcess:
     pid: int
-    comm: str
+    comm: str | None
     cmdline: str | None
     total_launches: int | None
     samples: tuple[tuple[float, ProcSample], ...]
@@ -121,7 +121,7 @@ class BaselineProcess:
 
     @property
     def label(self) -> str:
-        return f"{self.pid} {self.cmdline or self.comm}"
+        return f"{self.pid} {self.cmdline or self.comm or 'N/A'}"
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ COLUMNS: tuple[Column, ...] = (
         "COMMAND",
         16,
         fields.command,
-        fields.command,
+        lambda p: fmt.text(fields.command(p)),
         descending=False,
         align="left",
         flex=True,
@@ -201,7 +201,7 @@ def _matches(p: ProcSample, query: str) -> bool:
         return True
     if q.isdigit() and int(q) == p.pid:
         return True
-    return any(q in s.lower() for s in (p.comm, p.cmdline or "", p.user or ""))
+    return any(q in s.lower() for s in (p.comm or "", p.cmdline or "", p.user or ""))
 
 
 def filter_processes(procs: Iterable[ProcSample], query: str) -> list[ProcSample]:

@@ -76,7 +76,7 @@ def interval_uvm_migrated(p: ProcSample, direction: str) -> int | None:
     return p.interval.uvm_migrated.get(direction)
 
 
-def command(p: ProcSample) -> str:
+def command(p: ProcSample) -> str | None:
     """The command line (program without its directory) when known, else the kernel's comm."""
     if not p.cmdline:
         return p.comm

@@ -53,7 +53,7 @@ class History:
     def __init__(self, maxlen: int = 600) -> None:
         self.maxlen = maxlen
         self._lock = threading.Lock()
-        self._procs: dict[int, tuple[str, deque[Point]]] = {}
+        self._procs: dict[int, tuple[str | None, deque[Point]]] = {}
         self._gpus: dict[int, deque[tuple[float, float | None]]] = {}
         self._last_time: float | None = None
 

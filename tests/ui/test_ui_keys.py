@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -536,6 +537,18 @@ def test_k_refuses_a_reused_pid(sleeper: subprocess.Popen[bytes]) -> None:
         await pilot.press("k", "enter")
         await pilot.pause(0.3)
         assert any("PID reused" in n for n in notes(app))
+
+    run(None, body)
+    assert sleeper.poll() is None
+
+
+def test_k_refuses_a_process_whose_command_is_unknown(sleeper: subprocess.Popen[bytes]) -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        await push(pilot, feed, snapshot(replace(proc(sleeper.pid, "sleep", 10.0), comm=None, cmdline=None)))
+        assert BY_KEY["command"].render(table(app).rows[0]) == "N/A"
+        await pilot.press("k", "enter")
+        await pilot.pause(0.3)
+        assert any("is unknown" in n for n in notes(app))
 
     run(None, body)
     assert sleeper.poll() is None

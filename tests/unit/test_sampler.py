@@ -145,6 +145,17 @@ def test_nvml_join_launch_bound_and_nvml_only_processes() -> None:
     assert snap.gpus[0].util_pct == 20.0
 
 
+def test_vanished_nvml_only_process_has_no_name_not_a_made_up_one() -> None:
+    nv = FakeNvml(20.0, {8: NvmlProc(8, 0, 1 << 30, 15.0)})
+    s, clock, _ = make([{}], set(), nvml=nv)       # NVML lists it, /proc no longer has it
+    clock.t += 1
+    snap = s.collect()
+    p = snap.process(8)
+    assert p is not None and p.comm is None and p.user is None
+    again = snapshot_from_json(snapshot_to_json(snap)).process(8)
+    assert again is not None and again.comm is None
+
+
 def test_filters_and_json_round_trip() -> None:
     s, clock, _ = make([{1: raw(1, 1), 2: raw(2, 2)}], {1, 2}, filters=Filters(frozenset({2})))
     clock.t += 1

@@ -52,7 +52,7 @@ def side_label(tag: str, style: str, p: ProcSample | None, pid: int | None, note
     return Content.assemble(
         (f"{tag} ", style),
         (f"{p.pid} ", "bold"),
-        fmt.fit(p.cmdline or p.comm, 60),
+        fmt.fit(fmt.text(p.cmdline or p.comm), 60),
         (f" {note}" if note else "", "italic"),
     )
 

@@ -104,7 +104,7 @@ def title_content(p: ProcSample | None, pid: int, gone: bool) -> Content:
         "  ",
         (fmt.text(p.user), "bold"),
         "  ",
-        (p.cmdline or p.comm, ""),
+        (fmt.text(p.cmdline or p.comm), ""),
         "  ",
         (f"[{state}]", "$warning" if state != "running" else "$success"),
         f"  GPU {fmt.text(p.gpu_index)}",

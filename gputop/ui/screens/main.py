@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
 from gputop.ui import bindings, columns
+from gputop.ui import format as fmt
 from gputop.ui.screens.base import LiveScreen
 from gputop.ui.widgets.gpu_panel import GpuPanel
 from gputop.ui.widgets.header import HeaderBar
@@ -151,7 +152,7 @@ class MainScreen(LiveScreen):
         if not pids:
             return
         targets = [(pid, rows[pid].comm) for pid in pids]
-        labels = [f"{pid} {rows[pid].cmdline or rows[pid].comm}" for pid in pids]
+        labels = [f"{pid} {fmt.text(rows[pid].cmdline or rows[pid].comm)}" for pid in pids]
 
         def sent(signum: int | None) -> None:
             if signum is not None:
