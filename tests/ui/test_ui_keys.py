@@ -12,8 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 import pytest
-import tomllib
 from textual.pilot import Pilot
 
 from gputop.model import Snapshot

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 import pytest
-import tomllib
 
 from gputop.config import Config, config_path, load_config, save_config
 
