@@ -40,7 +40,7 @@ struct proc_t {
     u64 sync_ns;
     u64 grid_sum;
     u64 block_sum;
-    u64 capturing;              // streams of this process in capture mode
+    u64 capturing;              // captures under way in this process (streams that began one)
     u64 exited_ns;              // set when the process's leader exits
     char comm[16];              // of the thread that created the record (short-lived processes)
     u64 grid_hist[NB];
@@ -97,7 +97,16 @@ BPF_HASH(tracked, u32, u8, MAX_PROCS * 4);
 BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 BPF_HASH(names, struct tkey_t, struct name_t, MAX_NAMES);
 BPF_HASH(allocs, struct tkey_t, struct alloc_t, MAX_ALLOCS);
-BPF_HASH(capturing, struct tkey_t, u64, 1024);
+// a stream in capture mode -> its capture: the stream that began it, and when. Streams that
+// joined a capture (through an event recorded in it) keep their entry after it ended; it is
+// stale once the origin's entry is gone or newer (checked on use)
+struct cap_t {
+    u64 origin;
+    u64 seq;
+};
+BPF_HASH(capturing, struct tkey_t, struct cap_t, 4096);
+// events recorded into a capturing stream: waiting on one joins the capture
+BPF_TABLE("lru_hash", struct tkey_t, struct cap_t, capture_events, 4096);
 BPF_F_TABLE("lpm_trie", struct range_key_t, u32, ranges, MAX_ALLOCS * 8, BPF_F_NO_PREALLOC);
 // code of the CUDA runtime and driver in each process (filled by user space from /proc/PID/maps)
 BPF_F_TABLE("lpm_trie", struct range_key_t, u32, code, MAX_CODE, BPF_F_NO_PREALLOC);
@@ -207,12 +216,25 @@ static __always_inline void pending_init(struct pending_t *n, struct pt_regs *ct
 
 // ------------------------------------------------------------------ launches
 
+// the capture ``stream`` belongs to, if it is under way (a stale joined entry is dropped)
+static __always_inline struct cap_t *capture_of(u32 tgid, u64 stream) {
+    struct tkey_t k = {.tgid = tgid, .addr = stream};
+    struct cap_t *c = capturing.lookup(&k);
+    if (!c || c->origin == stream)
+        return c;
+    struct tkey_t ok = {.tgid = tgid, .addr = c->origin};
+    struct cap_t *o = capturing.lookup(&ok);
+    if (o && o->origin == c->origin && o->seq == c->seq)
+        return o;
+    capturing.delete(&k);
+    return 0;
+}
+
 // launches into a stream in capture mode are recorded into a graph, not run
 static __always_inline int is_captured(u32 tgid, struct proc_t *p, u64 stream_addr) {
     if (!p->capturing)
         return 0;
-    struct tkey_t k = {.tgid = tgid, .addr = read_u64(stream_addr)};
-    return capturing.lookup(&k) != 0;
+    return capture_of(tgid, read_u64(stream_addr)) != 0;
 }
 
 // the hot path: no stack reads (the stream is read only while the process captures a graph)
@@ -344,10 +366,12 @@ int begin_capture_return(struct pt_regs *ctx) {
     u32 tgid = tid >> 32;
     struct tkey_t k = {.tgid = tgid, .addr = *stream};
     pend_capture.delete(&tid);
-    if (PT_REGS_RC(ctx) != 0 || capturing.lookup(&k))
+    // the runtime's return comes after the driver's: the capture is marked once
+    struct cap_t *c = capturing.lookup(&k);
+    if (PT_REGS_RC(ctx) != 0 || (c && c->origin == *stream))
         return 0;
-    u64 one = 1;
-    if (capturing.update(&k, &one) != 0) {
+    struct cap_t cap = {.origin = *stream, .seq = bpf_ktime_get_ns()};
+    if (capturing.update(&k, &cap) != 0) {
         drop(5);
         return 0;
     }
@@ -357,15 +381,65 @@ int begin_capture_return(struct pt_regs *ctx) {
     return 0;
 }
 
-// cudaStreamEndCapture(stream, graph*) / cuStreamEndCapture(stream, graph*)
+// cudaStreamEndCapture(stream, graph*) / cuStreamEndCapture(stream, graph*): the streams that
+// joined the capture leave it too (their entries are now stale)
 int end_capture(struct pt_regs *ctx) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
-    if (capturing.delete(&k) != 0)
+    u64 stream = PT_REGS_PARM1(ctx);
+    struct tkey_t k = {.tgid = tgid, .addr = stream};
+    struct cap_t *c = capturing.lookup(&k);
+    if (!c || c->origin != stream || capturing.delete(&k) != 0)
         return 0;
     struct proc_t *p = procs.lookup(&tgid);
     if (p)
         __sync_fetch_and_add(&p->capturing, (u64)-1);
+    return 0;
+}
+
+// cudaEventRecord(event, stream) / cuEventRecord(hEvent, hStream) and their WithFlags and _ptsz
+// forms: an event recorded into a capturing stream is a node of that capture
+int record_event(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    struct proc_t *p = procs.lookup(&tgid);
+    if (!p || !p->capturing)
+        return 0;
+    struct tkey_t ek = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
+    struct cap_t *c = capture_of(tgid, PT_REGS_PARM2(ctx));
+    if (!c) {
+        capture_events.delete(&ek);     // recorded outside a capture: joins nothing
+        return 0;
+    }
+    struct cap_t cap = *c;
+    if (capture_events.update(&ek, &cap) != 0)
+        drop(5);
+    return 0;
+}
+
+// cudaStreamWaitEvent(stream, event, flags) / cuStreamWaitEvent(hStream, hEvent, flags): a
+// stream that waits on an event of a capture joins that capture (fork); the origin waiting on
+// an event of a joined stream (the join back) changes nothing
+int wait_event(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    struct proc_t *p = procs.lookup(&tgid);
+    if (!p || !p->capturing)
+        return 0;
+    struct tkey_t ek = {.tgid = tgid, .addr = PT_REGS_PARM2(ctx)};
+    struct cap_t *e = capture_events.lookup(&ek);
+    if (!e)
+        return 0;
+    struct cap_t cap = *e;
+    u64 stream = PT_REGS_PARM1(ctx);
+    struct tkey_t ok = {.tgid = tgid, .addr = cap.origin};
+    struct cap_t *o = capturing.lookup(&ok);
+    if (!o || o->origin != cap.origin || o->seq != cap.seq) {
+        capture_events.delete(&ek);     // that capture has ended
+        return 0;
+    }
+    if (stream == cap.origin || capture_of(tgid, stream))
+        return 0;
+    struct tkey_t sk = {.tgid = tgid, .addr = stream};
+    if (capturing.update(&sk, &cap) != 0)
+        drop(5);
     return 0;
 }
 

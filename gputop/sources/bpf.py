@@ -497,7 +497,7 @@ class BpfSource:
             table = self.table(name)
             for pid in gone:
                 table.pop(table.Key(pid), None)
-        self._delete_by_pid(gone, ("kernels", "names", "aliases", "allocs", "capturing"))
+        self._delete_by_pid(gone, ("kernels", "names", "aliases", "allocs", "capturing", "capture_events"))
         self._delete_ranges(gone, ("ranges", "code"))
         self._code_done = {c for c in self._code_done if c[0] not in gone}
         for pid in gone:

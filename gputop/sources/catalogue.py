@@ -41,6 +41,12 @@ GRAPH = (
                 "begin_capture", "begin_capture_return")
     + _variants(("cudaStreamEndCapture", "cudaStreamEndCapture_ptsz", "cuStreamEndCapture",
                  "cuStreamEndCapture_ptsz"), "end_capture")
+    # other streams join a capture by waiting on an event recorded in it (fork/join capture)
+    + _variants(("cudaEventRecord", "cudaEventRecord_ptsz", "cudaEventRecordWithFlags",
+                 "cudaEventRecordWithFlags_ptsz", "cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags",
+                 "cuEventRecordWithFlags_ptsz"), "record_event")
+    + _variants(("cudaStreamWaitEvent", "cudaStreamWaitEvent_ptsz", "cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"),
+                "wait_event")
 )
 
 COPY = (

@@ -183,6 +183,14 @@ def test_launches_into_a_capturing_stream_are_captured_not_run(run_workload, wor
     assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (40, 7, 1)
 
 
+def test_streams_joining_a_capture_through_events_are_captured_until_it_ends(run_workload, workloads,
+                                                                              testbed) -> None:
+    raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "capture_fork:30:9"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
+    c = raw.counters
+    assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (31, 18, 1)
+
+
 def test_failed_capture_captures_nothing(run_workload, workloads, testbed) -> None:
     # the real runtime without a driver: cudaStreamBeginCapture fails, so every launch is a launch
     raw = run_workload([workloads.dlopen, "--cudart", testbed.libcudart, "capture:40:7"]).go_and_wait()

@@ -24,6 +24,11 @@
 //   paced:RATE:MS      cudaLaunchKernel at RATE calls/s for MS milliseconds
 //   capture:N:K        begin capturing stream 0x77, N launches into it, end the capture,
 //                      K launches into the same stream, then one cudaGraphLaunch
+//   capture_fork:N:K   fork/join capture: begin capturing stream 0x77 (one launch into it), record
+//                      event 0xe1 there, stream 0x88 waits on it (joins), N launches into 0x88,
+//                      record 0xe2 on 0x88, 0x77 waits on it (join back), end the capture; then K
+//                      launches into 0x88, a new capture on 0x77 that 0x88 does not join with K
+//                      more launches into 0x88, its end, and one cudaGraphLaunch
 //   by_handle:N:K      __cudaGetKernel(&h, stub K), then N cudaLaunchKernel(h, ...) (nvcc 12.8+ stubs)
 //   register:K:NAME    __cudaRegisterFunction(NULL, stub K, NAME, NAME, ...) (no launch)
 //   fork:N             fork a child that makes N launches of stub 0; wait for it
@@ -75,6 +80,8 @@ typedef int (*free_t)(void *);
 typedef int (*sync_t)(void *);
 typedef int (*void_t)(void);
 typedef int (*graph_launch_t)(void *, void *);
+typedef int (*event_record_t)(void *, void *);
+typedef int (*wait_event_t)(void *, void *, unsigned);
 typedef int (*begin_capture_t)(void *, int);
 typedef int (*get_kernel_t)(void **, const void *);
 typedef void (*reg_fn_t)(void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *);
@@ -96,6 +103,8 @@ static struct {
     sync_t sync;
     void_t device_sync, cu_ctx_sync;
     graph_launch_t graph_launch;
+    event_record_t event_record;
+    wait_event_t wait_event;
     begin_capture_t begin_capture;
     end_capture_t end_capture;
     get_kernel_t get_kernel;
@@ -170,6 +179,8 @@ static void bind_cudart(const char *path) {
     SYM(h, sync, "cudaStreamSynchronize");
     SYM(h, device_sync, "cudaDeviceSynchronize");
     SYM(h, graph_launch, "cudaGraphLaunch");
+    SYM(h, event_record, "cudaEventRecord");
+    SYM(h, wait_event, "cudaStreamWaitEvent");
     SYM(h, begin_capture, "cudaStreamBeginCapture");
     SYM(h, end_capture, "cudaStreamEndCapture");
     SYM(h, get_kernel, "__cudaGetKernel");
@@ -284,6 +295,34 @@ static void run_op(const char *op) {
         for (long i = 0; i < k; i++)
             api.launch((const void *)stubs[0], one, one, NULL, 0, stream);
         api.graph_launch(graph, stream);
+        return;
+    }
+    if (!strcmp(name, "capture_fork")) {
+        NEED(launch);
+        NEED(begin_capture);
+        NEED(end_capture);
+        NEED(graph_launch);
+        NEED(event_record);
+        NEED(wait_event);
+        dim3 one = {1, 1, 1};
+        void *s1 = (void *)0x77, *s2 = (void *)0x88, *e1 = (void *)0xe1, *e2 = (void *)0xe2, *graph = NULL;
+        long k = atol(a);
+        api.begin_capture(s1, 0);
+        api.launch((const void *)stubs[0], one, one, NULL, 0, s1);
+        api.event_record(e1, s1);
+        api.wait_event(s2, e1, 0);                      // fork: s2 joins the capture
+        for (long i = 0; i < n; i++)
+            api.launch((const void *)stubs[0], one, one, NULL, 0, s2);
+        api.event_record(e2, s2);
+        api.wait_event(s1, e2, 0);                      // join back
+        api.end_capture(s1, &graph);                    // s2 leaves the capture with s1
+        for (long i = 0; i < k; i++)
+            api.launch((const void *)stubs[0], one, one, NULL, 0, s2);
+        api.begin_capture(s1, 0);                       // a new capture that s2 does not join
+        for (long i = 0; i < k; i++)
+            api.launch((const void *)stubs[0], one, one, NULL, 0, s2);
+        api.end_capture(s1, &graph);
+        api.graph_launch(graph, s1);
         return;
     }
     if (!strcmp(name, "classify")) {

@@ -2,7 +2,8 @@
 //  - runtime -> driver nesting: cudaLaunchKernel calls the REAL libcuda.so.1's cuLaunchKernel,
 //    cudaMemcpy(kind 1/2/3) calls the real cuMemcpyHtoD_v2/DtoH_v2/DtoD_v2, cudaStreamSynchronize
 //    calls the real cuStreamSynchronize (as the real runtime does on a GPU host);
-//  - stream capture that succeeds (launches between begin and end are recorded, not run);
+//  - stream capture that succeeds (launches between begin and end are recorded, not run), and
+//    events recorded and waited on (other streams join a capture through them);
 //  - allocations that succeed (device, pinned, managed: host memory from mmap), so copies with
 //    cudaMemcpyDefault can be classified and CPU faults on managed memory can be produced.
 // The path of libcuda.so.1 comes from $SHIM_LIBCUDA. SHIM_SYNC_MS sets the time a sync blocks.
@@ -83,6 +84,21 @@ void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *de
 int cudaStreamBeginCapture(void *stream, int mode) { (void)stream; (void)mode; return 0; }
 int cudaStreamEndCapture(void *stream, void **graph) { (void)stream; *graph = (void *)0x6a; return 0; }
 int cudaGraphLaunch(void *exec, void *stream) { (void)exec; (void)stream; return 0; }
+// events: through the real driver (as the runtime does on a GPU host), then success
+int cudaEventRecord(void *event, void *stream) {
+    static int (*f)(void *, void *);
+    if (!f)
+        f = (int (*)(void *, void *))dlsym(libcuda(), "cuEventRecord");
+    f(event, stream);
+    return 0;
+}
+int cudaStreamWaitEvent(void *stream, void *event, unsigned flags) {
+    static int (*f)(void *, void *, unsigned);
+    if (!f)
+        f = (int (*)(void *, void *, unsigned))dlsym(libcuda(), "cuStreamWaitEvent");
+    f(stream, event, flags);
+    return 0;
+}
 
 int cudaStreamSynchronize(void *stream) {
     static cu_sync_t f;
