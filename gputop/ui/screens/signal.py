@@ -56,7 +56,7 @@ class SignalScreen(ModalScreen[int | None]):
                 *[
                     Option(
                         Content.assemble((f"{signal.Signals(n).name:<8}", "bold"), f" {n:>2}  {desc}"),
-                        id=str(n),
+                        id=str(int(n)),
                     )
                     for n, desc in SIGNALS
                 ]
