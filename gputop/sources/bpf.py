@@ -321,20 +321,27 @@ class BpfSource:
         return new
 
     def _attach_object(self, ref: discovery.ObjectRef) -> bool:
+        """Probe one object; False if it has no CUDA entry points (or its process just exited:
+        then it is not marked, and the next process that maps it brings it back)."""
         if not symbols.mentions_cuda(ref.open_path):
-            self.rejected.add(ref.key)
-            return False
+            return self._reject(ref)
         syms = symbols.read_symbols(ref.open_path)
         wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
         if syms is None or not wanted:
-            self.rejected.add(ref.key)
+            return self._reject(ref)
+        assert self.uprobes is not None
+        attached = self.uprobes.attach(ref.open_path, [(probe, addr, off) for probe, addr in wanted
+                                                       if (off := syms.offset_of_vaddr(addr)) is not None])
+        if not attached and not os.path.exists(ref.open_path):
             return False
         self._symcache[ref.key] = syms
-        assert self.uprobes is not None
-        self.uprobes.attach(ref.open_path, [(probe, addr, off) for probe, addr in wanted
-                                            if (off := syms.offset_of_vaddr(addr)) is not None])
         self.objects[ref.key] = ref.path
         return True
+
+    def _reject(self, ref: discovery.ObjectRef) -> bool:
+        if os.path.exists(ref.open_path):       # still there: really not a CUDA object
+            self.rejected.add(ref.key)
+        return False
 
     def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
         """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see from_cuda)."""

@@ -74,6 +74,8 @@ class UprobeAttacher:
         return attached
 
     def _failed(self, path: str, fn: str, offset: int, err: int) -> None:
+        if err == errno.ENOENT:     # the process it was reached through exited: not a failure
+            return
         why = os.strerror(err)
         if err == errno.EINVAL:
             why += " (another tracer's probe at this address may use a reference counter; see dmesg)"

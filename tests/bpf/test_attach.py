@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources import catalogue, symbols
+from gputop.sources import catalogue, discovery, symbols
 from gputop.sources.bpf import BpfSource, load_bcc
 from gputop.sources.bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from gputop.sources.uprobes import UprobeAttacher
@@ -102,3 +102,19 @@ def test_close_detaches_everything(waiting, links: bool) -> None:
     src.close()
     src.close()         # twice (the exit hook) is harmless
     assert _probe_fds() == before
+
+
+def test_an_object_whose_process_exited_during_discovery_is_tried_again(bpf_source: BpfSource,
+                                                                         tmp_path: Path) -> None:
+    """A process that exits between the scan and the attach takes its /proc/PID/map_files path
+    along: the object is neither probed nor marked "not CUDA", so the next process mapping it
+    gets it probed."""
+    failed = len(bpf_source.uprobes.failed)  # type: ignore[union-attr]
+    gone = discovery.ObjectRef(0, 1, "/opt/app/libcudart.so.12", str(tmp_path / "map_files-of-an-exited-pid"), 1)
+    assert not bpf_source._attach_object(gone)
+    assert gone.key not in bpf_source.rejected and gone.key not in bpf_source.objects
+    assert len(bpf_source.uprobes.failed) == failed  # type: ignore[union-attr]
+    true = Path("/bin/true").resolve()
+    other = discovery.ObjectRef(0, 2, str(true), str(true), 1)
+    assert not bpf_source._attach_object(other)
+    assert other.key in bpf_source.rejected          # readable and without CUDA entry points
