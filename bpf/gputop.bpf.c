@@ -216,18 +216,29 @@ static __always_inline void pending_init(struct pending_t *n, struct pt_regs *ct
 
 // ------------------------------------------------------------------ launches
 
+// the origin's entry of capture (origin, seq) while it is under way, else 0
+static __always_inline struct cap_t *live_capture(u32 tgid, u64 origin, u64 seq) {
+    struct tkey_t ok = {.tgid = tgid, .addr = origin};
+    struct cap_t *o = capturing.lookup(&ok);
+    return (o && o->origin == origin && o->seq == seq) ? o : 0;
+}
+
 // the capture ``stream`` belongs to, if it is under way (a stale joined entry is dropped)
 static __always_inline struct cap_t *capture_of(u32 tgid, u64 stream) {
     struct tkey_t k = {.tgid = tgid, .addr = stream};
     struct cap_t *c = capturing.lookup(&k);
     if (!c || c->origin == stream)
         return c;
-    struct tkey_t ok = {.tgid = tgid, .addr = c->origin};
-    struct cap_t *o = capturing.lookup(&ok);
-    if (o && o->origin == c->origin && o->seq == c->seq)
-        return o;
-    capturing.delete(&k);
-    return 0;
+    struct cap_t *o = live_capture(tgid, c->origin, c->seq);
+    if (!o)
+        capturing.delete(&k);
+    return o;
+}
+
+// true while some stream of the process captures (the event probes' fast exit)
+static __always_inline int any_capture(u32 tgid) {
+    struct proc_t *p = procs.lookup(&tgid);
+    return p && p->capturing;
 }
 
 // launches into a stream in capture mode are recorded into a graph, not run
@@ -400,8 +411,7 @@ int end_capture(struct pt_regs *ctx) {
 // forms: an event recorded into a capturing stream is a node of that capture
 int record_event(struct pt_regs *ctx) {
     u32 tgid = current_tgid();
-    struct proc_t *p = procs.lookup(&tgid);
-    if (!p || !p->capturing)
+    if (!any_capture(tgid))
         return 0;
     struct tkey_t ek = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
     struct cap_t *c = capture_of(tgid, PT_REGS_PARM2(ctx));
@@ -420,8 +430,7 @@ int record_event(struct pt_regs *ctx) {
 // an event of a joined stream (the join back) changes nothing
 int wait_event(struct pt_regs *ctx) {
     u32 tgid = current_tgid();
-    struct proc_t *p = procs.lookup(&tgid);
-    if (!p || !p->capturing)
+    if (!any_capture(tgid))
         return 0;
     struct tkey_t ek = {.tgid = tgid, .addr = PT_REGS_PARM2(ctx)};
     struct cap_t *e = capture_events.lookup(&ek);
@@ -429,9 +438,7 @@ int wait_event(struct pt_regs *ctx) {
         return 0;
     struct cap_t cap = *e;
     u64 stream = PT_REGS_PARM1(ctx);
-    struct tkey_t ok = {.tgid = tgid, .addr = cap.origin};
-    struct cap_t *o = capturing.lookup(&ok);
-    if (!o || o->origin != cap.origin || o->seq != cap.seq) {
+    if (!live_capture(tgid, cap.origin, cap.seq)) {
         capture_events.delete(&ek);     // that capture has ended
         return 0;
     }
