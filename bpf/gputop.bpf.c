@@ -97,14 +97,16 @@ BPF_HASH(tracked, u32, u8, MAX_PROCS * 4);
 BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 BPF_HASH(names, struct tkey_t, struct name_t, MAX_NAMES);
 BPF_HASH(allocs, struct tkey_t, struct alloc_t, MAX_ALLOCS);
-// a stream in capture mode -> its capture: the stream that began it, and when. Streams that
-// joined a capture (through an event recorded in it) keep their entry after it ended; it is
-// stale once the origin's entry is gone or newer (checked on use)
+// a capture: the stream that began it, and when
 struct cap_t {
     u64 origin;
     u64 seq;
 };
-BPF_HASH(capturing, struct tkey_t, struct cap_t, 4096);
+// streams that began a capture under way (deleted at its end)
+BPF_HASH(capturing, struct tkey_t, struct cap_t, 1024);
+// streams that joined a capture through an event recorded in it: an entry goes stale when its
+// capture ends (checked on use; the LRU makes room by evicting the oldest)
+BPF_TABLE("lru_hash", struct tkey_t, struct cap_t, joined, 8192);
 // events recorded into a capturing stream: waiting on one joins the capture
 BPF_TABLE("lru_hash", struct tkey_t, struct cap_t, capture_events, 4096);
 BPF_F_TABLE("lpm_trie", struct range_key_t, u32, ranges, MAX_ALLOCS * 8, BPF_F_NO_PREALLOC);
@@ -220,18 +222,21 @@ static __always_inline void pending_init(struct pending_t *n, struct pt_regs *ct
 static __always_inline struct cap_t *live_capture(u32 tgid, u64 origin, u64 seq) {
     struct tkey_t ok = {.tgid = tgid, .addr = origin};
     struct cap_t *o = capturing.lookup(&ok);
-    return (o && o->origin == origin && o->seq == seq) ? o : 0;
+    return (o && o->seq == seq) ? o : 0;
 }
 
 // the capture ``stream`` belongs to, if it is under way (a stale joined entry is dropped)
 static __always_inline struct cap_t *capture_of(u32 tgid, u64 stream) {
     struct tkey_t k = {.tgid = tgid, .addr = stream};
     struct cap_t *c = capturing.lookup(&k);
-    if (!c || c->origin == stream)
+    if (c)
         return c;
+    c = joined.lookup(&k);
+    if (!c)
+        return 0;
     struct cap_t *o = live_capture(tgid, c->origin, c->seq);
     if (!o)
-        capturing.delete(&k);
+        joined.delete(&k);
     return o;
 }
 
@@ -378,8 +383,7 @@ int begin_capture_return(struct pt_regs *ctx) {
     struct tkey_t k = {.tgid = tgid, .addr = *stream};
     pend_capture.delete(&tid);
     // the runtime's return comes after the driver's: the capture is marked once
-    struct cap_t *c = capturing.lookup(&k);
-    if (PT_REGS_RC(ctx) != 0 || (c && c->origin == *stream))
+    if (PT_REGS_RC(ctx) != 0 || capturing.lookup(&k))
         return 0;
     struct cap_t cap = {.origin = *stream, .seq = bpf_ktime_get_ns()};
     if (capturing.update(&k, &cap) != 0) {
@@ -398,8 +402,7 @@ int end_capture(struct pt_regs *ctx) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u64 stream = PT_REGS_PARM1(ctx);
     struct tkey_t k = {.tgid = tgid, .addr = stream};
-    struct cap_t *c = capturing.lookup(&k);
-    if (!c || c->origin != stream || capturing.delete(&k) != 0)
+    if (capturing.delete(&k) != 0)
         return 0;
     struct proc_t *p = procs.lookup(&tgid);
     if (p)
@@ -445,8 +448,7 @@ int wait_event(struct pt_regs *ctx) {
     if (stream == cap.origin || capture_of(tgid, stream))
         return 0;
     struct tkey_t sk = {.tgid = tgid, .addr = stream};
-    if (capturing.update(&sk, &cap) != 0)
-        drop(5);
+    joined.update(&sk, &cap);
     return 0;
 }
 

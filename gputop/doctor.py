@@ -116,7 +116,8 @@ def _compile() -> list[Check]:
                       "run gputop doctor again after fixing the lines above")]
     attach = (Check("uprobe attach", "OK", "uprobe_multi links: probes detach together at exit", needed_for_bpf=False)
               if links else
-              Check("uprobe attach", "WARN", "a perf event per probe (no uprobe_multi links before Linux 6.6)",
+              Check("uprobe attach", "WARN", "a perf event per probe (no uprobe_multi links: Linux < 6.6, or a bcc "
+                    "that cannot load programs for them)",
                     "none needed; on recent kernels quitting then takes about 0.1 s per probe", needed_for_bpf=False))
     return [Check("BPF compile", "OK", "a test program compiled and loaded"), attach]
 

@@ -16,9 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import wraps
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
@@ -188,8 +189,24 @@ class SelfCost:
             self._fd = None
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _open(method: Callable[Concatenate[BpfSource, _P], _R]) -> Callable[Concatenate[BpfSource, _P], _R]:
+    """Run ``method`` holding the source's lock, and only while it is open: close() (also from
+    the exit hook, on another thread) never frees what the collector is using."""
+    @wraps(method)
+    def run(self: BpfSource, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            if self.bpf is None:
+                raise BpfUnavailable("the BPF source is closed", "restart gputop")
+            return method(self, *args, **kwargs)
+    return run
+
+
 class BpfSource:
-    """Owns the BPF object. Not thread-safe: used from the collector thread only."""
+    """Owns the BPF object. Used from the collector thread; close() may come from another."""
 
     def __init__(self, *, limits: dict[str, int] | None = None, uvm: bool = True,
                  clock: Callable[[], float] = time.monotonic, uprobe_links: bool = True) -> None:
@@ -197,7 +214,7 @@ class BpfSource:
         self._want_uvm = uvm
         self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them
         self.uprobes: UprobeAttacher | None = None
-        self._close_lock = threading.Lock()
+        self._lock = threading.RLock()
         self._clock = clock
         self.bpf: Any = None
         self.headers: kheaders.HeadersChoice | None = None
@@ -280,6 +297,7 @@ class BpfSource:
                 self._reimage.add(tgid)
             self._rescan.add(tgid)
 
+    @_open
     def poll(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for exec/mmap/fork/exit events and attach to new CUDA objects.
 
@@ -303,6 +321,7 @@ class BpfSource:
             self._sweep()
         return changed
 
+    @_open
     def scan(self, pids: list[int] | None = None) -> int:
         """Probe new CUDA objects mapped by ``pids`` (default: all processes); returns how many."""
         known = set(self.objects) | self.rejected
@@ -322,24 +341,36 @@ class BpfSource:
 
     def _attach_object(self, ref: discovery.ObjectRef) -> bool:
         """Probe one object; False if it has no CUDA entry points (or its process just exited:
-        then it is not marked, and the next process that maps it brings it back)."""
-        if not symbols.mentions_cuda(ref.open_path):
+        then it is not marked, and the next process that maps it brings it back).
+
+        The object is opened once and read and probed through that descriptor, so a process
+        that exits meanwhile cannot leave it half probed."""
+        try:
+            fd = os.open(ref.open_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
             return self._reject(ref)
-        syms = symbols.read_symbols(ref.open_path)
-        wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
-        if syms is None or not wanted:
-            return self._reject(ref)
-        assert self.uprobes is not None
-        attached = self.uprobes.attach(ref.open_path, [(probe, addr, off) for probe, addr in wanted
-                                                       if (off := syms.offset_of_vaddr(addr)) is not None])
-        if not attached and not os.path.exists(ref.open_path):
-            return False
+        try:
+            if os.fstat(fd).st_ino != ref.inode:
+                return False                # the path now leads elsewhere (a PID reused)
+            path = f"/proc/self/fd/{fd}"
+            if not symbols.mentions_cuda(path):
+                return self._reject(ref)
+            syms = symbols.read_symbols(path)
+            wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
+            if syms is None or not wanted:
+                return self._reject(ref)
+            assert self.uprobes is not None
+            self.uprobes.attach(path, [(probe, addr, off) for probe, addr in wanted
+                                       if (off := syms.offset_of_vaddr(addr)) is not None], name=ref.path)
+        finally:
+            os.close(fd)
+        syms.path = ref.open_path
         self._symcache[ref.key] = syms
         self.objects[ref.key] = ref.path
         return True
 
     def _reject(self, ref: discovery.ObjectRef) -> bool:
-        if os.path.exists(ref.open_path):       # still there: really not a CUDA object
+        if os.path.exists(ref.open_path):       # readable: really not a CUDA object
             self.rejected.add(ref.key)
         return False
 
@@ -411,6 +442,7 @@ class BpfSource:
                 out[tgid] = out.get(tgid, 0) + now - int(v.ts)
         return out
 
+    @_open
     def read(self) -> BpfReading:
         self.namer.begin_refresh()
         procs: dict[int, RawProc] = {}
@@ -495,6 +527,7 @@ class BpfSource:
         self._code_done = {c for c in self._code_done if c[0] != pid}
         self.namer.forget(pid)
 
+    @_open
     def forget(self, *pids: int) -> None:
         """Remove every record of processes that are gone (after their last interval was shown)."""
         gone = set(pids)
@@ -504,7 +537,7 @@ class BpfSource:
             table = self.table(name)
             for pid in gone:
                 table.pop(table.Key(pid), None)
-        self._delete_by_pid(gone, ("kernels", "names", "aliases", "allocs", "capturing", "capture_events"))
+        self._delete_by_pid(gone, ("kernels", "names", "aliases", "allocs", "capturing", "joined", "capture_events"))
         self._delete_ranges(gone, ("ranges", "code"))
         self._code_done = {c for c in self._code_done if c[0] not in gone}
         for pid in gone:
@@ -518,12 +551,16 @@ class BpfSource:
         return self.uprobes.probes if self.uprobes is not None else 0
 
     def close(self) -> None:
-        """Detach and unload everything; safe to call twice and from two threads (the exit hook)."""
-        with self._close_lock:
-            if self.bpf is not None:
-                atexit.unregister(self.close)
-                if self.uprobes is not None:
-                    self.uprobes.detach_all()
-                self.bpf.cleanup()
-                self.bpf = None
-            self.cost.stop()
+        """Detach and unload everything. Safe to call twice, and from the exit hook while the
+        collector thread is still busy: it waits for the collector's current call to finish."""
+        with self._lock:
+            bpf, self.bpf = self.bpf, None
+            try:
+                if bpf is not None:
+                    atexit.unregister(self.close)
+                    if self.uprobes is not None:
+                        self.uprobes.detach_all()
+            finally:
+                if bpf is not None:
+                    bpf.cleanup()
+                self.cost.stop()

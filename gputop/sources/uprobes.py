@@ -17,6 +17,7 @@ offset is always 0.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -54,11 +55,13 @@ class UprobeAttacher:
         """"links" (uprobe_multi) or "perf" (one perf event per probe)."""
         return "links" if self._multi else "perf"
 
-    def attach(self, path: str, wanted: Sequence[tuple[Probe, int, int]]) -> int:
+    def attach(self, path: str, wanted: Sequence[tuple[Probe, int, int]], name: str | None = None) -> int:
         """Attach ``(probe, vaddr, file_offset)`` in ``path``; return how many probes attached.
 
-        Return probes go first: an entry seen without its return would leave a stale depth.
-        A probe that cannot attach (an odd symbol) does not stop the others.
+        ``name`` identifies the object in event names and failures (default ``path``; give it
+        when ``path`` is a ``/proc/self/fd/N`` whose number is reused later). Return probes go
+        first: an entry seen without its return would leave a stale depth. A probe that cannot
+        attach (an odd symbol, a program the verifier refuses) does not stop the others.
         """
         groups: dict[tuple[str, bool], list[tuple[int, int]]] = {}
         for probe, vaddr, offset in wanted:
@@ -67,19 +70,23 @@ class UprobeAttacher:
         for probe, vaddr, offset in wanted:
             groups.setdefault((probe.entry, False), []).append((vaddr, offset))
         attached = 0
+        label = name or path
         for (fn, ret), where in groups.items():
+            try:
+                prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
+            except Exception as e:      # bcc raises Exception when the kernel refuses the program
+                self.failed.extend(f"{os.path.basename(label)}+0x{off:x} {fn}: {e}" for _v, off in where)
+                continue
             attach = self._attach_links if self._multi else self._attach_perf
-            attached += attach(path, fn, ret, where)
+            attached += attach(prog, path, label, fn, ret, where)
         self.probes += attached
         return attached
 
-    def _failed(self, path: str, fn: str, offset: int, err: int) -> None:
-        if err == errno.ENOENT:     # the process it was reached through exited: not a failure
-            return
+    def _failed(self, label: str, fn: str, offset: int, err: int) -> None:
         why = os.strerror(err)
         if err == errno.EINVAL:
-            why += " (another tracer's probe at this address may use a reference counter; see dmesg)"
-        self.failed.append(f"{os.path.basename(path)}+0x{offset:x} {fn}: {why}")
+            why += " (if dmesg says ref_ctr_offset mismatch: another tracer's probe is at this address)"
+        self.failed.append(f"{os.path.basename(label)}+0x{offset:x} {fn}: {why}")
 
     def _links_supported(self, fn: str) -> bool:
         """libbpf's probe: a link on "/" fails with EBADF exactly when the kernel has them."""
@@ -106,27 +113,27 @@ class UprobeAttacher:
         if prog is not None:
             os.close(prog.fd)
 
-    def _attach_links(self, path: str, fn: str, ret: bool, where: list[tuple[int, int]]) -> int:
-        prog = self._load(fn)
+    def _attach_links(self, prog: Any, path: str, label: str, fn: str, ret: bool,
+                      where: list[tuple[int, int]]) -> int:
         try:
             self._links.append(uprobe_multi_link(prog.fd, path, [off for _v, off in where], retprobe=ret))
             return len(where)
         except OSError as e:
             if len(where) == 1:
-                self._failed(path, fn, where[0][1], e.errno or errno.EINVAL)
+                self._failed(label, fn, where[0][1], e.errno or errno.EINVAL)
                 return 0
         # one bad address fails the whole link: attach the rest one by one
-        return sum(self._attach_links(path, fn, ret, [w]) for w in where)
+        return sum(self._attach_links(prog, path, label, fn, ret, [w]) for w in where)
 
-    def _attach_perf(self, path: str, fn: str, ret: bool, where: list[tuple[int, int]]) -> int:
-        prog = self._bpf.load_func(fn.encode(), _KPROBE)
+    def _attach_perf(self, prog: Any, path: str, label: str, fn: str, ret: bool,
+                     where: list[tuple[int, int]]) -> int:
         done = 0
         for _vaddr, offset in where:
-            ev_name = self._bpf._get_uprobe_evname(b"r" if ret else b"p", path.encode(), offset, -1)
+            ev_name = self._bpf._get_uprobe_evname(b"r" if ret else b"p", label.encode(), offset, -1)
             ctypes.set_errno(0)
             fd = self._attach_uprobe(prog.fd, 1 if ret else 0, ev_name, path.encode(), offset, -1, 0)
             if fd < 0:
-                self._failed(path, fn, offset, ctypes.get_errno() or errno.EINVAL)
+                self._failed(label, fn, offset, ctypes.get_errno() or errno.EINVAL)
                 continue
             self._bpf._add_uprobe_fd(ev_name, fd)     # bcc's cleanup() detaches it
             done += 1
@@ -135,6 +142,12 @@ class UprobeAttacher:
     def detach_all(self) -> None:
         """Close every link at once (their grace periods overlap); perf events stay for bcc's cleanup."""
         links, self._links = self._links, []
-        if links:
+        if not links:
+            return
+        try:
             with ThreadPoolExecutor(min(32, len(links)), thread_name_prefix="gputop-detach") as pool:
                 list(pool.map(os.close, links))
+        except RuntimeError:    # no new threads while the interpreter shuts down (the exit hook)
+            for fd in links:
+                with contextlib.suppress(OSError):
+                    os.close(fd)

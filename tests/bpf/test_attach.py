@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources import catalogue, discovery, symbols
+from gputop.sources import catalogue, discovery, symbols, uprobes
 from gputop.sources.bpf import BpfSource, load_bcc
 from gputop.sources.bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from gputop.sources.uprobes import UprobeAttacher
@@ -115,6 +115,28 @@ def test_an_object_whose_process_exited_during_discovery_is_tried_again(bpf_sour
     assert gone.key not in bpf_source.rejected and gone.key not in bpf_source.objects
     assert len(bpf_source.uprobes.failed) == failed  # type: ignore[union-attr]
     true = Path("/bin/true").resolve()
-    other = discovery.ObjectRef(0, 2, str(true), str(true), 1)
+    st = true.stat()
+    other = discovery.ObjectRef(st.st_dev, st.st_ino, str(true), str(true), 1)
     assert not bpf_source._attach_object(other)
     assert other.key in bpf_source.rejected          # readable and without CUDA entry points
+
+
+def test_close_from_the_exit_hook_still_detaches(waiting, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At interpreter shutdown no thread pool can start: the links are closed one by one."""
+    before = _probe_fds()
+    src = BpfSource()
+    src.start()
+    src.scan([waiting.pid])
+    assert _probe_fds() > before
+
+    class ShuttingDown:
+        def __init__(self, *args: object, **kwargs: object) -> None: ...
+
+        def __enter__(self) -> None:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+        def __exit__(self, *exc: object) -> None: ...
+
+    monkeypatch.setattr(uprobes, "ThreadPoolExecutor", ShuttingDown)
+    src.close()
+    assert _probe_fds() == before

@@ -55,7 +55,7 @@ class TmuxSession:
         self._dir = Path(tempfile.mkdtemp(prefix="gputop-tmux-"))
         # the server reads remain-on-exit from its config before the program starts, so even a
         # program that exits at once leaves its last screen to read
-        (self._dir / "tmux.conf").write_text("set-option -g remain-on-exit on\n")
+        (self._dir / "tmux.conf").write_text("set-option -g remain-on-exit on\nset-option -g default-shell /bin/sh\n")
         # the shell records the exit status: tmux 3.3 sometimes marks the pane dead without
         # reaping the program, and then has no status to report
         status = shlex.quote(str(self._dir / "status"))
