@@ -91,7 +91,9 @@ def _sampler(args: argparse.Namespace) -> object:
 
     cfg = SamplerConfig(interval_s=args.delay or 1.0, use_bpf=not args.no_bpf, use_nvml=not args.no_nvml,
                         filters=Filters(args.pid, args.user))
-    return Sampler(cfg)
+    sampler = Sampler(cfg)
+    sampler.notice = lambda message: print(f"gputop: {message}", file=sys.stderr, flush=True)
+    return sampler
 
 
 def _batch(args: argparse.Namespace) -> int:

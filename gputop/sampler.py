@@ -34,6 +34,8 @@ from gputop.sources.host import HostProc, HostSource
 from gputop.sources.nvml import NvmlProc, NvmlReading, NvmlSource
 
 TOP_KERNELS = 20
+STOP_NOTICE_S = 1.0         # stopping longer than this is announced (see Sampler.stop)
+STOP_TIMEOUT_S = 60.0       # then the exit hook finishes the job (BpfSource.close)
 UVM_UNAVAILABLE = "GPU faults, migrations and thrashing need kprobes on nvidia_uvm (not available here)"
 
 
@@ -126,6 +128,8 @@ class Sampler:
         self._paused = False
         self._hostname = socket.gethostname()
         self.bpf_error: BpfUnavailable | None = None
+        #: told when stopping takes long (the CLI prints it once the dashboard has closed)
+        self.notice: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------ life cycle
 
@@ -186,9 +190,18 @@ class Sampler:
         self.close()
 
     def stop(self) -> None:
+        """Stop the collector thread and wait for it to detach everything. When that takes more
+        than a second (perf-event uprobes detach one by one), ``notice`` says what is going on."""
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+        t = self._thread
+        if t is None or t is threading.current_thread():
+            return
+        t.join(timeout=STOP_NOTICE_S)
+        if t.is_alive():
+            if self.notice is not None:
+                probes = self._bpf.probes if self._bpf is not None else 0
+                self.notice(f"detaching {probes} probes…" if probes else "stopping the collector…")
+            t.join(timeout=STOP_TIMEOUT_S)
 
     def set_interval(self, interval_s: float) -> None:
         self.config.interval_s = max(0.1, float(interval_s))

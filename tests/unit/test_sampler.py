@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from gputop.derive import LaunchBoundRule
@@ -162,3 +163,37 @@ def test_filters_and_json_round_trip() -> None:
     snap = s.collect()
     assert [p.pid for p in snap.processes] == [2]
     assert snapshot_from_json(snapshot_to_json(snap)) == snap
+
+
+class SlowToDetach(FakeBpf):
+    probes = 137
+
+    def poll(self, timeout_s: float) -> bool:
+        time.sleep(min(timeout_s, 0.01))
+        return False
+
+    def close(self) -> None:
+        time.sleep(1.3)
+
+
+def test_stopping_slowly_is_announced_and_waited_for() -> None:
+    bpf = SlowToDetach([{}] * 100)
+    s = Sampler(SamplerConfig(interval_s=0.05), bpf=bpf, nvml=FakeNvml(None, {}), host=FakeHost(set()))  # type: ignore[arg-type]
+    notices: list[str] = []
+    s.notice = notices.append
+    s.start(lambda snap: None)
+    time.sleep(0.2)
+    s.stop()
+    assert notices == ["detaching 137 probes…"]
+    assert s._thread is not None and not s._thread.is_alive()
+
+
+def test_stopping_quickly_says_nothing() -> None:
+    s = Sampler(SamplerConfig(interval_s=0.05), bpf=FakeBpf([{}] * 100), nvml=FakeNvml(None, {}),  # type: ignore[arg-type]
+                host=FakeHost(set()))  # type: ignore[arg-type]
+    notices: list[str] = []
+    s.notice = notices.append
+    s.start(lambda snap: None)
+    time.sleep(0.2)
+    s.stop()
+    assert notices == []
