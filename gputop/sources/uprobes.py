@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,6 +30,7 @@ from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from .catalogue import Probe
 
 _KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)
+_EV_UNSAFE = re.compile(rb"[^a-zA-Z0-9_]")
 
 #: int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type, const char *ev_name,
 #:                       const char *binary_path, uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
@@ -129,13 +131,14 @@ class UprobeAttacher:
                      where: list[tuple[int, int]]) -> int:
         done = 0
         for _vaddr, offset in where:
-            ev_name = self._bpf._get_uprobe_evname(b"r" if ret else b"p", label.encode(), offset, -1)
+            # bcc's own naming, so its cleanup() detaches it like one of its own
+            ev_name = b"%s_%s_0x%x" % (b"r" if ret else b"p", _EV_UNSAFE.sub(b"_", label.encode()), offset)
             ctypes.set_errno(0)
             fd = self._attach_uprobe(prog.fd, 1 if ret else 0, ev_name, path.encode(), offset, -1, 0)
             if fd < 0:
                 self._failed(label, fn, offset, ctypes.get_errno() or errno.EINVAL)
                 continue
-            self._bpf._add_uprobe_fd(ev_name, fd)     # bcc's cleanup() detaches it
+            self._bpf.uprobe_fds[ev_name] = fd
             done += 1
         return done
 
