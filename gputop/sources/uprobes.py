@@ -77,18 +77,23 @@ class UprobeAttacher:
             try:
                 prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
             except Exception as e:      # bcc raises Exception when the kernel refuses the program
-                self.failed.extend(f"{os.path.basename(label)}+0x{off:x} {fn}: {e}" for _v, off in where)
+                for _v, off in where:
+                    self._failed(label, fn, off, str(e))
                 continue
             attach = self._attach_links if self._multi else self._attach_perf
             attached += attach(prog, path, label, fn, ret, where)
         self.probes += attached
         return attached
 
-    def _failed(self, label: str, fn: str, offset: int, err: int) -> None:
+    def _failed(self, label: str, fn: str, offset: int, why: str) -> None:
+        self.failed.append(f"{os.path.basename(label)}+0x{offset:x} {fn}: {why}")
+
+    @staticmethod
+    def _why(err: int) -> str:
         why = os.strerror(err)
         if err == errno.EINVAL:
             why += " (if dmesg says ref_ctr_offset mismatch: another tracer's probe is at this address)"
-        self.failed.append(f"{os.path.basename(label)}+0x{offset:x} {fn}: {why}")
+        return why
 
     def _links_supported(self, fn: str) -> bool:
         """libbpf's probe: a link on "/" fails with EBADF exactly when the kernel has them."""
@@ -122,7 +127,7 @@ class UprobeAttacher:
             return len(where)
         except OSError as e:
             if len(where) == 1:
-                self._failed(label, fn, where[0][1], e.errno or errno.EINVAL)
+                self._failed(label, fn, where[0][1], self._why(e.errno or errno.EINVAL))
                 return 0
         # one bad address fails the whole link: attach the rest one by one
         return sum(self._attach_links(prog, path, label, fn, ret, [w]) for w in where)
@@ -136,7 +141,7 @@ class UprobeAttacher:
             ctypes.set_errno(0)
             fd = self._attach_uprobe(prog.fd, 1 if ret else 0, ev_name, path.encode(), offset, -1, 0)
             if fd < 0:
-                self._failed(label, fn, offset, ctypes.get_errno() or errno.EINVAL)
+                self._failed(label, fn, offset, self._why(ctypes.get_errno() or errno.EINVAL))
                 continue
             self._bpf.uprobe_fds[ev_name] = fd
             done += 1

@@ -115,12 +115,12 @@ TABLE: list[Binding] = [
     Binding("end", "cursor_to(-1)", "Last", show=False, tooltip="last process"),
 ]
 
-DETAILS: list[Binding] = [
-    Binding("escape,q,backspace", "back", "Back", key_display="Esc", tooltip="back to the process list"),
-]
+_BACK = Binding("escape,q,backspace", "back", "Back", key_display="Esc", tooltip="back to the process list")
+
+DETAILS: list[Binding] = [_BACK]
 
 COMPARE: list[Binding] = [
-    Binding("escape,q,backspace", "back", "Back", key_display="Esc", tooltip="back to the process list"),
+    _BACK,
     Binding("x", "swap", "Swap A/B", tooltip="swap the two sides"),
     Binding("b", "next_baseline", "Baseline", tooltip="baseline: compare against the next recorded process"),
 ]
