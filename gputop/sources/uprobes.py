@@ -3,7 +3,7 @@
 Where the kernel has uprobe_multi links (Linux 6.6+), each BPF function gets one link per object
 holding all its addresses there; otherwise each address is a perf-event uprobe through bcc. The
 difference shows when gputop exits: the kernel detaches perf-event uprobes one at a time, each
-waiting for an RCU grace period (about 0.1 s here: 60 probes took 6.8 s), while links are
+waiting for an RCU grace period (about 0.1 s here: bench/exit_cost.py), while links are
 detached together, about as fast as one.
 
 Perf-event uprobes are attached through libbcc's C function, not ``BPF.attach_uprobe``: bcc 0.26's
