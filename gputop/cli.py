@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gputop", description="A top for CUDA processes: kernel launches, copies, allocations "
                 "and sync time per process, traced with eBPF, beside NVML's view of each GPU.",
                 epilog="subcommands: 'gputop doctor' checks the host; 'gputop demo' runs a fused vs unfused "
-                "comparison.")
+                "comparison; 'gputop exporter' serves Prometheus metrics.")
     p.add_argument("-d", "--delay", type=_positive, default=None, metavar="SECONDS",
                    help="refresh interval (default 1)")
     p.add_argument("-p", "--pid", type=_pids, default=frozenset(), metavar="PID[,PID...]",
@@ -188,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if len(argv) > 1:
                 raise GputopError(f"doctor takes no arguments: {' '.join(argv[1:])}", "run: gputop doctor", EX_USAGE)
             return doctor.run(sys.stdout)
+        if argv and argv[0] == "exporter":
+            from gputop.exporter import server
+
+            return server.main(argv[1:])
         if argv and argv[0] == "demo":
             from gputop import demo
 

@@ -34,6 +34,9 @@ class Counts:
     launches: int | None = None
     graph_launches: int | None = None
     captured_launches: int | None = None
+    #: sums of the launches' grid blocks and block threads, so averages compose over any window
+    grid_blocks_sum: int | None = None
+    block_threads_sum: int | None = None
     memcpy: Mapping[str, CallBytes] | None = None
     alloc_calls: int | None = None
     alloc_bytes: int | None = None

@@ -70,6 +70,8 @@ def _counts(raw: RawProc, base: RawProc | None, uvm_cpu: bool) -> Counts:
         launches=d("launches"),
         graph_launches=d("graph_launches"),
         captured_launches=d("captured_launches"),
+        grid_blocks_sum=d("grid_sum"),
+        block_threads_sum=d("block_sum"),
         memcpy=pairs(raw.memcpy_calls, raw.memcpy_bytes, base.memcpy_calls if base else None,
                      base.memcpy_bytes if base else None, MEMCPY_DIRECTIONS),
         alloc_calls=d("alloc_calls"),
@@ -292,9 +294,8 @@ class Sampler:
             interval = _counts(raw, base, uvm_cpu)
             total = _counts(raw, None, uvm_cpu)
             n = interval.launches or 0
-            b = base.counters if base else dict.fromkeys(raw.counters, 0)
-            grid_avg = _avg(raw.counters["grid_sum"] - b["grid_sum"], n)
-            block_avg = _avg(raw.counters["block_sum"] - b["block_sum"], n)
+            grid_avg = _avg(interval.grid_blocks_sum or 0, n)
+            block_avg = _avg(interval.block_threads_sum or 0, n)
             per_s = 1.0 / elapsed if elapsed > 0 else None
             rates = None if per_s is None else Rates(
                 launches_per_s=n * per_s,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import time
 
+from gputop.textsafe import sanitize
+
 NA = "N/A"
 
 _SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -62,7 +64,8 @@ def num(value: float | None, digits: int = 0) -> str:
 
 
 def text(value: object | None) -> str:
-    return NA if value is None else str(value)
+    """Any value for display; text from other processes is sanitised (see gputop.textsafe)."""
+    return NA if value is None else sanitize(str(value))
 
 
 def seconds(value: float | None) -> str:

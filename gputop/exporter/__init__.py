@@ -1,0 +1,1 @@
+"""The Prometheus exporter: ``metrics`` turns snapshots into metric families, ``server`` serves them."""

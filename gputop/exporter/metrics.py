@@ -1,0 +1,325 @@
+"""Prometheus exposition of the latest snapshot: a custom collector, no second copy of the counters.
+
+The collector thread hands every new ``Snapshot`` to ``SnapshotCollector.update``; a scrape turns the
+latest one into metric families. Counter values are exactly the snapshot's ``total`` counts; unknown
+values (``None``) are absent series, never 0. Every label value goes through the display sanitiser.
+Names and labels are a contract (DESIGN.md, "Exporter (Prometheus) and fleet view"; docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from gputop import __version__
+from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, UVM_DIRECTIONS, GpuSample, ProcSample, Snapshot
+from gputop.textsafe import sanitize
+
+#: label value caps (characters, after escaping)
+COMM_LIMIT = 64
+CONTAINER_LIMIT = 128
+CMDLINE_LIMIT = 512
+KERNEL_LIMIT = 128
+
+#: log2 buckets of the BPF side: bucket k holds values in [2^k, 2^(k+1)); the last one is open-ended
+LOG2_BUCKETS = 32
+#: finite ``le`` bounds exported per histogram (values are integers, so bucket k is ``le`` 2^(k+1) - 1);
+#: a block has at most 1024 threads, so its histogram stops at 2047
+GRID_FINITE = LOG2_BUCKETS - 1
+BLOCK_FINITE = 11
+COPY_FINITE = LOG2_BUCKETS - 1
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    exited_grace_s: float = 300.0
+    kernel_metrics: int = 0             # top N kernels per process as series (0: none)
+    max_processes: int | None = None    # cap on processes exported (None: all)
+    cmdline_label: bool = False         # command lines can hold secrets: off by default
+    node: str | None = None             # node label of gputop_build_info (None: the snapshot's host)
+
+
+def le_bounds(finite: int) -> list[str]:
+    """The ``le`` labels of a log2 histogram with ``finite`` finite buckets, then +Inf."""
+    return [floatToGoString(float((1 << (k + 1)) - 1)) for k in range(finite)] + ["+Inf"]
+
+
+def cumulative(hist: Mapping[str, int] | None, finite: int) -> list[tuple[str, float]] | None:
+    """Prometheus buckets (cumulative, ``le``) from the snapshot's ``{"2^k": count}`` log2 buckets."""
+    if hist is None:
+        return None
+    counts = [0] * LOG2_BUCKETS
+    for key, n in hist.items():
+        k = int(key.removeprefix("2^"))
+        counts[min(k, LOG2_BUCKETS - 1)] += int(n)
+    out: list[tuple[str, float]] = []
+    running = 0
+    for k, le in enumerate(le_bounds(finite)[:-1]):
+        running += counts[k]
+        out.append((le, float(running)))
+    out.append(("+Inf", float(sum(counts))))
+    return out
+
+
+def _kernel_label(name: str) -> str:
+    """A kernel's name for a label: sanitised, cut in the middle (templates differ at the end)."""
+    safe = sanitize(name, 1 << 16)
+    if len(safe) <= KERNEL_LIMIT:
+        return safe
+    tail = (KERNEL_LIMIT - 1) // 2
+    return safe[: KERNEL_LIMIT - 1 - tail] + "…" + safe[len(safe) - tail:]
+
+
+class _Families:
+    """Metric families being filled for one scrape, created on first use, yielded in order."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Metric] = {}
+
+    def counter(self, name: str, doc: str, labels: Sequence[str]) -> CounterMetricFamily:
+        m = self._by_name.get(name)
+        if m is None:
+            m = self._by_name[name] = CounterMetricFamily(name, doc, labels=labels)
+        assert isinstance(m, CounterMetricFamily)
+        return m
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
+        m = self._by_name.get(name)
+        if m is None:
+            m = self._by_name[name] = GaugeMetricFamily(name, doc, labels=labels)
+        assert isinstance(m, GaugeMetricFamily)
+        return m
+
+    def histogram(self, name: str, doc: str, labels: Sequence[str]) -> HistogramMetricFamily:
+        m = self._by_name.get(name)
+        if m is None:
+            m = self._by_name[name] = HistogramMetricFamily(name, doc, labels=labels)
+        assert isinstance(m, HistogramMetricFamily)
+        return m
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._by_name.values())
+
+
+# (metric name without _total, Counts field, help) of the per-process counters
+_PROC_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("gputop_kernel_launches", "launches", "Kernel launches that ran (captured ones excluded)."),
+    ("gputop_graph_launches", "graph_launches", "CUDA graph launches (cudaGraphLaunch, cuGraphLaunch)."),
+    ("gputop_captured_launches", "captured_launches", "Launches recorded into a graph by stream capture."),
+    ("gputop_alloc_calls", "alloc_calls", "Device, managed and pinned allocations."),
+    ("gputop_alloc_bytes", "alloc_bytes", "Bytes requested by allocations."),
+    ("gputop_free_calls", "free_calls", "Frees of tracked allocations."),
+    ("gputop_managed_alloc_calls", "managed_alloc_calls", "Managed (unified memory) allocations."),
+    ("gputop_managed_alloc_bytes", "managed_alloc_bytes", "Bytes of managed allocations."),
+    ("gputop_uvm_cpu_faults", "uvm_cpu_faults", "CPU page faults on managed memory."),
+    ("gputop_uvm_gpu_faults", "uvm_gpu_faults", "GPU page faults on managed memory (nvidia_uvm)."),
+    ("gputop_uvm_thrashing", "uvm_thrashing", "Thrashing events on managed memory (nvidia_uvm)."),
+    ("gputop_sync_calls", "sync_calls", "Stream, device, context and event synchronisations."),
+    ("gputop_sync_wait_seconds", "sync_wait_s", "Seconds blocked in synchronisation calls."),
+)
+
+# (metric name, GpuSample field, scale to base units, help) of the GPU gauges
+_GPU_GAUGES: tuple[tuple[str, str, float, str], ...] = (
+    ("gputop_gpu_utilization_ratio", "util_pct", 0.01, "Share of time a kernel ran (NVML), 0-1."),
+    ("gputop_gpu_memory_utilization_ratio", "mem_util_pct", 0.01, "Share of time memory was read or written, 0-1."),
+    ("gputop_gpu_memory_used_bytes", "mem_used_bytes", 1.0, "GPU memory in use."),
+    ("gputop_gpu_memory_total_bytes", "mem_total_bytes", 1.0, "GPU memory in total."),
+    ("gputop_gpu_temperature_celsius", "temp_c", 1.0, "GPU temperature."),
+    ("gputop_gpu_power_watts", "power_w", 1.0, "Power drawn."),
+    ("gputop_gpu_power_limit_watts", "power_limit_w", 1.0, "Power limit enforced."),
+    ("gputop_gpu_sm_clock_hertz", "sm_clock_mhz", 1e6, "SM clock."),
+    ("gputop_gpu_pcie_tx_bytes_per_second", "pcie_tx_bytes_per_s", 1.0, "PCIe bytes sent per second."),
+    ("gputop_gpu_pcie_rx_bytes_per_second", "pcie_rx_bytes_per_s", 1.0, "PCIe bytes received per second."),
+)
+_GPU_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("gputop_gpu_xid_errors", "xid_errors", "XID errors seen since gputop started."),
+    ("gputop_gpu_ecc_volatile_errors", "ecc_volatile_errors", "Volatile (since driver load) ECC errors."),
+)
+
+_GPU_LABELS = ("gpu", "mig", "uuid", "name")
+
+
+class SnapshotCollector(Collector):
+    """Holds the latest snapshot and the last sample of processes gone within the grace period."""
+
+    def __init__(self, options: ExportOptions, clock: Callable[[], float] = time.monotonic) -> None:
+        self.options = options
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._snap: Snapshot | None = None
+        self._seen: dict[int, tuple[ProcSample, float]] = {}     # pid -> (last sample, monotonic time)
+
+    # ------------------------------------------------------------ the collector thread's side
+
+    def update(self, snap: Snapshot) -> None:
+        now = self._clock()
+        with self._lock:
+            seen = {pid: v for pid, v in self._seen.items() if now - v[1] <= self.options.exited_grace_s}
+            for p in snap.processes:
+                seen[p.pid] = (p, now)
+            self._seen = seen
+            self._snap = snap
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self._snap
+
+    # ------------------------------------------------------------ scrapes
+
+    def describe(self) -> list[Metric]:
+        return []       # families depend on the snapshot: the registry must not pre-describe them
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._clock()
+        with self._lock:
+            snap = self._snap
+            procs = [p for p, t in self._seen.values() if now - t <= self.options.exited_grace_s]
+        fam = _Families()
+        node = self.options.node or (snap.host if snap else "")
+        fam.gauge("gputop_build_info", "gputop's version and the node it runs on (always 1).",
+                  ("version", "node")).add_metric([__version__, sanitize(node, 253)], 1.0)
+        if snap is not None:
+            self._sources(fam, snap)
+            for g in snap.gpus:
+                self._gpu(fam, g)
+        procs.sort(key=lambda p: (-(p.total.launches or 0) if p.total else 1, p.pid))
+        cap = self.options.max_processes
+        kept = procs if cap is None else procs[:cap]
+        fam.gauge("gputop_exporter_processes", "Processes exported (running, or gone within the grace period).",
+                  ()).add_metric([], float(len(kept)))
+        fam.gauge("gputop_exporter_processes_omitted", "Processes left out by --max-processes at this scrape.",
+                  ()).add_metric([], float(len(procs) - len(kept)))
+        for p in kept:
+            self._process(fam, p)
+        yield from fam
+
+    def _sources(self, fam: _Families, snap: Snapshot) -> None:
+        up = fam.gauge("gputop_source_up", "1 when the source works, 0 when it is starting or unavailable.",
+                       ("source",))
+        for name, st in sorted(snap.sources.items()):
+            up.add_metric([name], 1.0 if st.status == "ok" else 0.0)
+        bpf = snap.sources.get("bpf")
+        if bpf is None or bpf.status != "ok":
+            return
+        if bpf.probe_hits_per_s is not None:
+            fam.gauge("gputop_probe_hits_per_second", "Hits of gputop's probes per second (last statistics "
+                      "window).", ()).add_metric([], bpf.probe_hits_per_s)
+        if bpf.overhead_ns_per_s is not None:
+            fam.gauge("gputop_bpf_run_seconds_per_second", "CPU seconds per second gputop's BPF programs ran "
+                      "(last statistics window).", ()).add_metric([], bpf.overhead_ns_per_s / 1e9)
+        if bpf.dropped is not None:
+            fam.counter("gputop_dropped_records", "Records the BPF maps had no room for.",
+                        ()).add_metric([], float(bpf.dropped))
+        for name, value, doc in (("gputop_probes", bpf.probes, "Probes attached."),
+                                 ("gputop_probes_failed", bpf.probes_failed, "Probes the kernel refused."),
+                                 ("gputop_probed_objects", bpf.objects, "ELF objects probed.")):
+            if value is not None:
+                fam.gauge(name, doc, ()).add_metric([], float(value))
+
+    def _gpu(self, fam: _Families, g: GpuSample) -> None:
+        labels = [str(g.index), "" if g.mig_instance is None else str(g.mig_instance),
+                  sanitize(g.uuid or "", 128), sanitize(g.name or "", 128)]
+        for name, attr, scale, doc in _GPU_GAUGES:
+            value = getattr(g, attr)
+            if value is not None:
+                fam.gauge(name, doc, _GPU_LABELS).add_metric(labels, float(value) * scale)
+        for name, attr, doc in _GPU_COUNTERS:
+            value = getattr(g, attr)
+            if value is not None:
+                fam.counter(name, doc, _GPU_LABELS).add_metric(labels, float(value))
+
+    def _labels(self, p: ProcSample) -> tuple[tuple[str, ...], list[str]]:
+        names = ("pid", "comm", "container")
+        values = [str(p.pid), sanitize(p.comm or "", COMM_LIMIT), sanitize(p.container or "", CONTAINER_LIMIT)]
+        if self.options.cmdline_label:
+            names += ("cmdline",)
+            values.append(sanitize(p.cmdline or "", CMDLINE_LIMIT))
+        return names, values
+
+    def _process(self, fam: _Families, p: ProcSample) -> None:
+        names, values = self._labels(p)
+        t = p.total
+        if t is not None:
+            for name, attr, doc in _PROC_COUNTERS:
+                value = getattr(t, attr)
+                if value is not None:
+                    fam.counter(name, doc, names).add_metric(values, float(value))
+            if t.live_alloc_bytes is not None:
+                fam.gauge("gputop_live_alloc_bytes", "Bytes of allocations not freed yet (unknown for processes "
+                          "that allocated before gputop started).", names).add_metric(values, float(t.live_alloc_bytes))
+            for key, dirs, label, what in (("memcpy", MEMCPY_DIRECTIONS, "direction", "Memory copies"),
+                                           ("prefetch", PREFETCH_DIRECTIONS, "destination", "Managed-memory prefetches")):
+                pairs = getattr(t, key)
+                if pairs is None:
+                    continue
+                calls = fam.counter(f"gputop_{key}_calls", f"{what}, by {label}.", (*names, label))
+                nbytes = fam.counter(f"gputop_{key}_bytes", f"Bytes of {what.lower()}, by {label}.", (*names, label))
+                for d in dirs:
+                    if d in pairs:
+                        calls.add_metric([*values, d], float(pairs[d].calls))
+                        nbytes.add_metric([*values, d], float(pairs[d].bytes))
+            if t.uvm_migrated is not None:
+                mig = fam.counter("gputop_uvm_migrated_bytes", "Bytes migrated by nvidia_uvm, by direction.",
+                                  (*names, "direction"))
+                for d in UVM_DIRECTIONS:
+                    if d in t.uvm_migrated:
+                        mig.add_metric([*values, d], float(t.uvm_migrated[d]))
+            self._histograms(fam, p, names, values)
+        self._gpu_use(fam, p, names, values)
+        self._kernels(fam, p, names, values)
+
+    def _histograms(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
+        t = p.total
+        assert t is not None
+        for name, hist, finite, total, doc in (
+                ("gputop_kernel_grid_blocks", p.grid_blocks_hist, GRID_FINITE, t.grid_blocks_sum,
+                 "Blocks per grid of kernel launches (log2 buckets)."),
+                ("gputop_kernel_block_threads", p.block_threads_hist, BLOCK_FINITE, t.block_threads_sum,
+                 "Threads per block of kernel launches (log2 buckets).")):
+            buckets = cumulative(hist, finite)
+            if buckets is not None and total is not None:
+                fam.histogram(name, doc, names).add_metric(values, buckets, float(total))
+        if p.memcpy_size_hist is None or t.memcpy is None:
+            return
+        for d in MEMCPY_DIRECTIONS:
+            cb = t.memcpy.get(d)
+            buckets = cumulative(p.memcpy_size_hist.get(d), COPY_FINITE)
+            if cb is not None and cb.calls and buckets is not None:
+                fam.histogram("gputop_memcpy_size_bytes", "Bytes per memory copy, by direction (log2 buckets).",
+                              (*names, "direction")).add_metric([*values, d], buckets, float(cb.bytes))
+
+    def _gpu_use(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
+        if p.gpu_index is None:
+            return
+        labels = [*values, str(p.gpu_index)]
+        gnames = (*names, "gpu")
+        if p.gpu_mem_bytes is not None:
+            fam.gauge("gputop_process_gpu_memory_bytes", "GPU memory the process uses (NVML).",
+                      gnames).add_metric(labels, float(p.gpu_mem_bytes))
+        if p.gpu_util_pct is not None:
+            fam.gauge("gputop_process_sm_utilization_ratio", "Share of SM time the process used (NVML), 0-1.",
+                      gnames).add_metric(labels, p.gpu_util_pct / 100.0)
+        if p.launch_bound is not None:
+            fam.gauge("gputop_process_launch_bound", "1 when the process launches fast while its GPU idles "
+                      "(docs/nvml.md, the launch-bound rule).", gnames).add_metric(labels, float(p.launch_bound))
+
+    def _kernels(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
+        n = self.options.kernel_metrics
+        if n <= 0 or not p.kernels:
+            return
+        launches = fam.counter("gputop_kernel_function_launches", "Launches of one kernel (top kernels per "
+                               "process, with --kernel-metrics).", (*names, "kernel"))
+        used: set[str] = set()
+        for k in sorted(p.kernels, key=lambda k: -k.launches)[:n]:
+            label = _kernel_label(k.name)
+            base, i = label, 2
+            while label in used:        # two names that read alike once cut stay two series
+                label, i = f"{base} #{i}", i + 1
+            used.add(label)
+            launches.add_metric([*values, label], float(k.launches))

@@ -1,0 +1,219 @@
+"""``gputop exporter``: the live collector's snapshots over HTTP, as Prometheus metrics.
+
+``/metrics`` (Prometheus text or OpenMetrics, as the scraper asks), ``/healthz`` (200 with the sources'
+statuses as JSON once BPF is attached or known unavailable, 503 before). One collector thread, the
+same as the dashboard's; the HTTP server's threads only read the latest snapshot. SIGTERM, SIGINT and
+SIGHUP stop it cleanly: the server closes, then the collector detaches every probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NoReturn
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.process_collector import ProcessCollector
+
+from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
+from gputop.exporter.metrics import ExportOptions, SnapshotCollector
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+DEFAULT_INTERVAL_S = 5.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise GputopError(message, f"see '{self.prog} --help'", EX_USAGE)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (every address) -> (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port from 1 to 65535: {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise argparse.ArgumentTypeError(f"write an IPv6 address in brackets, [{host}]:{port_text}")
+    return host, int(port_text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v <= 7 * 86400:     # nan fails both comparisons
+        raise argparse.ArgumentTypeError(f"must be between 0 and 604800 seconds: {text!r}")
+    return v
+
+
+def _interval(text: str) -> float:
+    v = _seconds(text)
+    if v < 0.1:
+        raise argparse.ArgumentTypeError(f"must be at least 0.1 seconds: {text!r}")
+    return v
+
+
+def _natural(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number: {text!r}")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gputop.sampler import TOP_KERNELS
+
+    p = _Parser(prog="gputop exporter", description="Serve gputop's live per-process counters and NVML's GPU "
+                "values as Prometheus metrics (/metrics) with a health check (/healthz).")
+    p.add_argument("--listen", type=parse_listen, default=parse_listen(DEFAULT_LISTEN), metavar="HOST:PORT",
+                   help=f"address to serve on (default {DEFAULT_LISTEN}; ':9464' or '0.0.0.0:9464' for every "
+                   "interface)")
+    p.add_argument("-d", "--delay", type=_interval, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                   help=f"refresh interval of the collector (default {DEFAULT_INTERVAL_S:g})")
+    p.add_argument("--exited-grace", type=_seconds, default=300.0, metavar="SECONDS",
+                   help="keep an exited process's series this long (default 300)")
+    p.add_argument("--kernel-metrics", type=_natural, default=0, metavar="N",
+                   help=f"export the top N kernels of each process (at most {TOP_KERNELS}; default 0: none)")
+    p.add_argument("--max-processes", type=_natural, default=None, metavar="N",
+                   help="export at most N processes, those with the most launches (default: all)")
+    p.add_argument("--cmdline-label", action="store_true",
+                   help="add each process's command line as a label (command lines can hold secrets)")
+    p.add_argument("--node", default=os.environ.get("GPUTOP_NODE") or None,
+                   help="node name in gputop_build_info (default $GPUTOP_NODE, else the hostname)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
+    src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
+    p.add_argument("--no-nvml", action="store_true", help="run without NVML")
+    return p
+
+
+def health(collector: SnapshotCollector) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body): 200 once the BPF source is attached or known unavailable."""
+    snap = collector.snapshot
+    if snap is None:
+        return 503, {"status": "starting", "sources": {}}
+    sources = {k: {"status": v.status, "reason": v.reason} for k, v in snap.sources.items()}
+    bpf = snap.sources.get("bpf")
+    ready = bpf is None or bpf.status != "starting"
+    return (200 if ready else 503), {"status": "ok" if ready else "starting", "time": snap.time,
+                                     "sources": sources}
+
+
+def make_server(host: str, port: int, registry: CollectorRegistry,
+                collector: SnapshotCollector) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gputop-exporter"
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                self._reply(200, content_type, encoder(registry))
+            elif path == "/healthz":
+                code, body = health(collector)
+                self._reply(code, "application/json", (json.dumps(body) + "\n").encode())
+            elif path == "/":
+                self._reply(200, "text/plain; charset=utf-8",
+                            b"gputop exporter: /metrics (Prometheus), /healthz (sources as JSON)\n")
+            else:
+                self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n")
+
+        def _reply(self, code: int, content_type: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:     # noqa: A002 (the base class's name)
+            pass
+
+    family = socket.AF_INET
+    try:
+        if host and ipaddress.ip_address(host).version == 6:
+            family = socket.AF_INET6
+    except ValueError:
+        pass                                    # a host name: resolved as IPv4
+
+    class Server(ThreadingHTTPServer):
+        address_family = family
+        daemon_threads = True
+
+    try:
+        return Server((host, port), Handler)
+    except OSError as e:
+        where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        why = e.strerror or str(e)
+        if e.errno == errno.EADDRINUSE:
+            hint = f"another program serves port {port} (ss -ltnp 'sport = :{port}'); choose one with --listen"
+        elif e.errno == errno.EACCES:
+            hint = "ports below 1024 need root or CAP_NET_BIND_SERVICE; choose a higher one with --listen"
+        else:
+            hint = "give an address of this host with --listen HOST:PORT (127.0.0.1:9464, [::1]:9464, :9464)"
+        raise GputopError(f"cannot listen on {where}: {why}", hint, EX_ERROR) from None
+    except (socket.gaierror, UnicodeError) as e:
+        raise GputopError(f"cannot listen on {host}:{port}: {e}",
+                          "give an address of this host with --listen HOST:PORT", EX_ERROR) from None
+
+
+def main(argv: Sequence[str]) -> int:
+    from gputop.feed import Filters
+    from gputop.sampler import TOP_KERNELS, Sampler, SamplerConfig
+    from gputop.sources.bpf import has_privileges
+
+    args = build_parser().parse_args(list(argv))
+    if args.kernel_metrics > TOP_KERNELS:
+        raise GputopError(f"--kernel-metrics {args.kernel_metrics}: gputop keeps the top {TOP_KERNELS} kernels "
+                          "of each process", f"choose at most --kernel-metrics {TOP_KERNELS}", EX_USAGE)
+    if args.bpf and not has_privileges():
+        raise GputopError("tracing needs root or CAP_BPF and CAP_PERFMON",
+                          "run the exporter as root, or with the capabilities of deploy/gputop-exporter.service",
+                          EX_NOPERM)
+    options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
+                            max_processes=args.max_processes, cmdline_label=args.cmdline_label, node=args.node)
+    collector = SnapshotCollector(options)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    registry.register(ProcessCollector(registry=None))      # the exporter's own CPU and memory
+    host, port = args.listen
+    server = make_server(host, port, registry, collector)   # fails before the BPF compile
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    sampler = Sampler(SamplerConfig(interval_s=args.delay, use_bpf=not args.no_bpf, use_nvml=not args.no_nvml,
+                                    filters=Filters()))
+    sampler.notice = lambda message: print(f"gputop: {message}", file=sys.stderr, flush=True)
+    http = threading.Thread(target=server.serve_forever, name="gputop-http", daemon=True)
+    http.start()
+    bound = server.server_address
+    print(f"gputop: exporter serving http://{_show(bound[0], bound[1])}/metrics", file=sys.stderr, flush=True)
+    sampler.start(collector.update)
+    try:
+        while not stop.wait(0.5):
+            if args.bpf and sampler.bpf_error is not None:
+                raise sampler.bpf_error
+    finally:
+        server.shutdown()
+        server.server_close()
+        sampler.stop()
+    return EX_OK
+
+
+def _show(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,64 @@
+"""The one sanitiser for text that comes from other processes (names, command lines, user names,
+container ids, kernel names) at every boundary where a person or another program's parser sees it:
+the dashboard, the batch table, doctor, the exporter's labels.
+
+Stdlib only. The model keeps the raw value (JSON escapes it); this makes it safe to show:
+
+- control characters (C0, DEL, C1; ESC, BEL...) become ``\\xNN``;
+- bytes of invalid UTF-8 (decoded by Python as lone surrogates ``U+DC80``-``U+DCFF`` under
+  ``surrogateescape``) become ``\\xNN`` of the original byte, never a surrogate;
+- format characters (bidirectional overrides and isolates, zero-width spaces and joiners, BOM,
+  soft hyphen), other surrogates and line/paragraph separators become ``\\u{XXXX}``;
+- the result is capped at ``limit`` characters, the cut marked with ``…``.
+
+A name can then never move the cursor, change colours, ring the bell or reorder what follows it.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+#: the display cap when a caller names none (a megabyte command line stays a line)
+DEFAULT_LIMIT = 4096
+
+# categories escaped: controls, format (bidi, zero-width), surrogates, line/paragraph separators
+_ESCAPED = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+
+
+def _escape(ch: str) -> str:
+    cp = ord(ch)
+    if cp < 0x100:
+        return f"\\x{cp:02x}"
+    if 0xDC80 <= cp <= 0xDCFF:          # surrogateescape: the original byte was cp - 0xDC00
+        return f"\\x{cp - 0xDC00:02x}"
+    return f"\\u{{{cp:04x}}}"
+
+
+def sanitize(value: str, limit: int = DEFAULT_LIMIT) -> str:
+    """``value`` with every unsafe character escaped, cut to at most ``limit`` characters (an
+    escape is never cut in two)."""
+    if limit <= 0:
+        return ""
+    head = value[: limit + 1]
+    # fast path: printable text (str.isprintable is false for Cc, Cf, Cs, Zl, Zp and more)
+    if head.isprintable():
+        return head if len(value) <= limit else head[: limit - 1] + "…"
+    parts: list[str] = []
+    n = 0
+    for ch in head:
+        part = ch if ch == " " or unicodedata.category(ch) not in _ESCAPED else _escape(ch)
+        if n + len(part) > limit:
+            break
+        parts.append(part)
+        n += len(part)
+    else:
+        if len(value) <= limit:
+            return "".join(parts)
+    while parts and n > limit - 1:      # room for the mark
+        n -= len(parts.pop())
+    return "".join(parts) + "…"
+
+
+def sanitize_bytes(value: bytes, limit: int = DEFAULT_LIMIT) -> str:
+    """Raw bytes from the kernel (a comm, an ELF symbol): decoded, invalid UTF-8 kept as escapes."""
+    return sanitize(value.decode("utf-8", "surrogateescape"), limit)

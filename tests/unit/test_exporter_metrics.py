@@ -1,0 +1,209 @@
+"""The exporter's metric families from a known snapshot: exact values, absent series for unknowns,
+label sanitising, grace period, caps. promtool's lint runs in tests/bpf/test_exporter_prometheus.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gputop.exporter.metrics import ExportOptions, SnapshotCollector, cumulative, le_bounds
+from gputop.model import CallBytes, Counts, GpuSample, KernelStat, ProcSample, Snapshot, SourceStatus
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _total(launches: int) -> Counts:
+    return Counts(
+        launches=launches, graph_launches=2, captured_launches=31, grid_blocks_sum=80 * launches,
+        block_threads_sum=128 * launches,
+        memcpy={"h2d": CallBytes(4, 4000), "d2h": CallBytes(2, 1000), "d2d": CallBytes(0, 0),
+                "h2h": CallBytes(0, 0), "unknown": CallBytes(0, 0)},
+        alloc_calls=3, alloc_bytes=3 << 20, free_calls=1, live_alloc_bytes=2 << 20, managed_alloc_calls=1,
+        managed_alloc_bytes=1 << 20, prefetch={"to_device": CallBytes(1, 4096), "to_host": CallBytes(0, 0)},
+        uvm_cpu_faults=7, uvm_gpu_faults=None, uvm_migrated=None, uvm_thrashing=None, sync_calls=3,
+        sync_wait_s=0.25)
+
+
+def proc(pid: int, launches: int = 6000, **kw: object) -> ProcSample:
+    base: dict[str, object] = dict(
+        pid=pid, comm="wl_dynamic", cmdline="wl_dynamic --token=SECRET", user="root", container=None,
+        total=_total(launches), interval=Counts(launches=0),
+        grid_blocks_hist={"2^6": launches}, block_threads_hist={"2^7": launches},
+        memcpy_size_hist={"h2d": {"2^9": 4}, "d2h": {"2^8": 2}, "d2d": {}, "h2h": {}, "unknown": {}},
+        kernels=(KernelStat("fused_step(float*, float*, int)", launches, 80.0, 128.0),),
+        gpu_index=0, gpu_mem_bytes=1 << 30, gpu_util_pct=25.0, launch_bound=True)
+    base.update(kw)
+    return ProcSample(**base)  # type: ignore[arg-type]
+
+
+def snap(*procs: ProcSample, gpus: tuple[GpuSample, ...] = ()) -> Snapshot:
+    return Snapshot(time=1.0, interval_s=1.0, host="node-a", processes=procs, gpus=gpus, sources={
+        "bpf": SourceStatus("ok", objects=2, probes=137, dropped=0, overhead_ns_per_s=2e6,
+                            probe_hits_per_s=5000.0, probes_failed=0),
+        "nvml": SourceStatus("ok"), "uvm": SourceStatus("unavailable", "no kprobes")})
+
+
+def scrape(collector: SnapshotCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    text = generate_latest(reg).decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def lbl(**kw: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(kw.items()))
+
+
+P1 = {"pid": "41", "comm": "wl_dynamic", "container": ""}
+
+
+@pytest.fixture
+def clock() -> Iterator[Clock]:
+    yield Clock()
+
+
+def test_counters_are_the_snapshot_totals(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(), clock)
+    c.update(snap(proc(41)))
+    m = scrape(c)
+    assert m[("gputop_kernel_launches_total", lbl(**P1))] == 6000
+    assert m[("gputop_graph_launches_total", lbl(**P1))] == 2
+    assert m[("gputop_captured_launches_total", lbl(**P1))] == 31
+    assert m[("gputop_memcpy_bytes_total", lbl(**P1, direction="h2d"))] == 4000
+    assert m[("gputop_memcpy_calls_total", lbl(**P1, direction="d2h"))] == 2
+    assert m[("gputop_memcpy_calls_total", lbl(**P1, direction="unknown"))] == 0
+    assert m[("gputop_prefetch_bytes_total", lbl(**P1, destination="to_device"))] == 4096
+    assert m[("gputop_alloc_bytes_total", lbl(**P1))] == 3 << 20
+    assert m[("gputop_live_alloc_bytes", lbl(**P1))] == 2 << 20
+    assert m[("gputop_managed_alloc_calls_total", lbl(**P1))] == 1
+    assert m[("gputop_uvm_cpu_faults_total", lbl(**P1))] == 7
+    assert m[("gputop_sync_calls_total", lbl(**P1))] == 3
+    assert m[("gputop_sync_wait_seconds_total", lbl(**P1))] == 0.25
+    assert m[("gputop_process_gpu_memory_bytes", lbl(**P1, gpu="0"))] == 1 << 30
+    assert m[("gputop_process_sm_utilization_ratio", lbl(**P1, gpu="0"))] == 0.25
+    assert m[("gputop_process_launch_bound", lbl(**P1, gpu="0"))] == 1
+    assert m[("gputop_build_info", lbl(node="node-a", version="0.1.0"))] == 1
+    assert m[("gputop_source_up", lbl(source="bpf"))] == 1
+    assert m[("gputop_source_up", lbl(source="uvm"))] == 0
+    assert m[("gputop_probe_hits_per_second", ())] == 5000
+    assert m[("gputop_bpf_run_seconds_per_second", ())] == 0.002
+    assert m[("gputop_dropped_records_total", ())] == 0
+    assert m[("gputop_probes", ())] == 137
+
+
+def test_unknown_values_are_absent_series_never_zero(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(), clock)
+    nvml_only = ProcSample(pid=7, comm="nvml_only", gpu_index=1, gpu_mem_bytes=None, gpu_util_pct=None)
+    c.update(snap(proc(41), nvml_only, gpus=(GpuSample(index=0, name="H100", util_pct=None, temp_c=40.0),)))
+    m = scrape(c)
+    names = {k[0] for k in m}
+    assert not {"gputop_uvm_gpu_faults_total", "gputop_uvm_thrashing_total", "gputop_uvm_migrated_bytes_total",
+                "gputop_gpu_utilization_ratio"} & names
+    assert not [k for k in m if ("pid", "7") in k[1]]        # nothing known about pid 7 but its GPU
+    assert m[("gputop_gpu_temperature_celsius", lbl(gpu="0", mig="", uuid="", name="H100"))] == 40
+
+
+def test_histograms_have_exact_count_and_sum_and_cumulative_log2_buckets(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(), clock)
+    c.update(snap(proc(41, grid_blocks_hist={"2^0": 1, "2^6": 5999}, block_threads_hist={"2^7": 6000})))
+    m = scrape(c)
+    assert m[("gputop_kernel_grid_blocks_count", lbl(**P1))] == 6000
+    assert m[("gputop_kernel_grid_blocks_sum", lbl(**P1))] == 480000
+    assert m[("gputop_kernel_grid_blocks_bucket", lbl(**P1, le="1.0"))] == 1
+    assert m[("gputop_kernel_grid_blocks_bucket", lbl(**P1, le="63.0"))] == 1          # 2^6 = 64 is above 63
+    assert m[("gputop_kernel_grid_blocks_bucket", lbl(**P1, le="127.0"))] == 6000
+    assert m[("gputop_kernel_grid_blocks_bucket", lbl(**P1, le="+Inf"))] == 6000
+    assert len([k for k in m if k[0] == "gputop_kernel_grid_blocks_bucket"]) == 32
+    assert len([k for k in m if k[0] == "gputop_kernel_block_threads_bucket"]) == 12   # up to 2047, +Inf
+    assert m[("gputop_kernel_block_threads_sum", lbl(**P1))] == 768000
+    assert m[("gputop_memcpy_size_bytes_count", lbl(**P1, direction="h2d"))] == 4
+    assert m[("gputop_memcpy_size_bytes_sum", lbl(**P1, direction="h2d"))] == 4000
+    assert m[("gputop_memcpy_size_bytes_bucket", lbl(**P1, direction="h2d", le="1023.0"))] == 4
+    assert m[("gputop_memcpy_size_bytes_bucket", lbl(**P1, direction="h2d", le="511.0"))] == 0
+    # directions without copies have no histogram
+    assert ("gputop_memcpy_size_bytes_count", lbl(**P1, direction="d2d")) not in m
+
+
+def test_log2_bucket_bounds() -> None:
+    assert le_bounds(3) == ["1.0", "3.0", "7.0", "+Inf"]
+    assert cumulative({"2^1": 2, "2^31": 1}, 3) == [("1.0", 0.0), ("3.0", 2.0), ("7.0", 2.0), ("+Inf", 3.0)]
+    assert cumulative(None, 3) is None
+
+
+def test_labels_are_sanitised_and_the_command_line_only_on_request(clock: Clock) -> None:
+    evil = "\x1b[2J\x1b[31mEVIL\a\udc9b"
+    c = SnapshotCollector(ExportOptions(), clock)
+    c.update(snap(proc(41, comm=evil, container="ctr\u202e" + "x" * 500)))
+    m = scrape(c)
+    labels = dict(next(k for k in m if k[0] == "gputop_kernel_launches_total")[1])
+    assert labels["comm"] == "\\x1b[2J\\x1b[31mEVIL\\x07\\x9b"
+    assert labels["container"].startswith("ctr\\u{202e}xxx") and len(labels["container"]) == 128
+    assert "cmdline" not in labels
+    c = SnapshotCollector(ExportOptions(cmdline_label=True), clock)
+    c.update(snap(proc(41)))
+    labels = dict(next(k for k in scrape(c) if k[0] == "gputop_kernel_launches_total")[1])
+    assert labels["cmdline"] == "wl_dynamic --token=SECRET"
+
+
+def test_exited_processes_stay_for_the_grace_period_then_go(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(exited_grace_s=300), clock)
+    c.update(snap(proc(41), proc(42, launches=10)))
+    clock.t += 1
+    c.update(snap(proc(41, state="exited"), proc(42, launches=12)))
+    clock.t += 1
+    c.update(snap(proc(42, launches=14)))          # 41 is gone from the snapshots
+    clock.t += 299
+    c.update(snap(proc(42, launches=16)))
+    m = scrape(c)
+    assert m[("gputop_kernel_launches_total", lbl(**P1))] == 6000        # 299 s after its exit: kept
+    clock.t += 2
+    m = scrape(c)                                                          # 301 s: gone, even between refreshes
+    assert ("gputop_kernel_launches_total", lbl(**P1)) not in m
+    assert m[("gputop_kernel_launches_total", lbl(pid="42", comm="wl_dynamic", container=""))] == 16
+
+
+def test_max_processes_keeps_the_busiest_and_counts_the_rest(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(max_processes=2), clock)
+    c.update(snap(proc(1, launches=5), proc(2, launches=50), proc(3, launches=500)))
+    m = scrape(c)
+    pids = {dict(k[1])["pid"] for k in m if k[0] == "gputop_kernel_launches_total"}
+    assert pids == {"2", "3"}
+    assert m[("gputop_exporter_processes", ())] == 2
+    assert m[("gputop_exporter_processes_omitted", ())] == 1
+
+
+def test_kernel_series_only_on_request_top_n_with_distinct_names(clock: Clock) -> None:
+    long_a = "void at::native::vectorized_elementwise_kernel<4, " + "x" * 200 + ", float>(int)"
+    long_b = "void at::native::vectorized_elementwise_kernel<4, " + "x" * 200 + ", half>(int)"
+    kernels = (KernelStat(long_a, 300, 1.0, 1.0), KernelStat(long_b, 200, 1.0, 1.0),
+               KernelStat("k\x1bc", 100, 1.0, 1.0))
+    c = SnapshotCollector(ExportOptions(), clock)
+    c.update(snap(proc(41, kernels=kernels)))
+    assert not [k for k in scrape(c) if k[0] == "gputop_kernel_function_launches_total"]
+    c = SnapshotCollector(ExportOptions(kernel_metrics=2), clock)
+    c.update(snap(proc(41, kernels=kernels)))
+    series = {dict(k[1])["kernel"]: v for k, v in scrape(c).items()
+              if k[0] == "gputop_kernel_function_launches_total"}
+    assert len(series) == 2 and sorted(series.values()) == [200, 300]
+    assert all(len(name) <= 128 for name in series)
+    assert any(name.endswith("float>(int)") for name in series) and any(name.endswith("half>(int)") for name in series)
+
+
+def test_before_the_first_snapshot_only_build_info(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(node="gpu-node-7"), clock)
+    m = scrape(c)
+    assert m[("gputop_build_info", lbl(node="gpu-node-7", version="0.1.0"))] == 1
+    assert ("gputop_source_up", lbl(source="bpf")) not in m
