@@ -4,7 +4,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")" && pwd)
 cd "$ROOT"
 "$ROOT/scripts/setup.sh" --test || exit $?
-.venv/bin/ruff check gputop tests bench || exit 1
+.venv/bin/ruff check gputop tests bench deploy scripts || exit 1
 .venv/bin/mypy gputop || exit 1
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 rc=$?

@@ -26,7 +26,7 @@ has_candidate() {
 }
 
 want=(bpfcc-tools python3-bpfcc binutils gcc libc6-dev)
-[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux)
+[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux prometheus)
 python3 -c 'import venv, ensurepip' 2>/dev/null || want+=(python3-venv)
 missing=()
 for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
@@ -54,7 +54,13 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
     apt_update_once
     say "apt-get install ${missing[*]}"
+    # the tests start their own Prometheus on loopback: the package's service is not started
+    no_start=0
+    if [[ " ${missing[*]} " == *" prometheus "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && no_start=1
+    fi
     apt-get -q install -y --no-install-recommends "${missing[@]}" >/dev/null
+    [ $no_start = 0 ] || rm -f /usr/sbin/policy-rc.d
 fi
 
 # --- the venv --------------------------------------------------------------------------

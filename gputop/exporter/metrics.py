@@ -146,24 +146,29 @@ _GPU_LABELS = ("gpu", "mig", "uuid", "name")
 
 
 class SnapshotCollector(Collector):
-    """Holds the latest snapshot and the last sample of processes gone within the grace period."""
+    """Holds the latest snapshot, and the last sample of processes that exited within the grace period:
+    their counters stay exported (frozen) for that long, their gauges go at once (they use no GPU now)."""
 
     def __init__(self, options: ExportOptions, clock: Callable[[], float] = time.monotonic) -> None:
         self.options = options
         self._clock = clock
         self._lock = threading.Lock()
         self._snap: Snapshot | None = None
-        self._seen: dict[int, tuple[ProcSample, float]] = {}     # pid -> (last sample, monotonic time)
+        self._gone: dict[int, tuple[ProcSample, float]] = {}     # pid -> (last sample, monotonic time)
 
     # ------------------------------------------------------------ the collector thread's side
 
     def update(self, snap: Snapshot) -> None:
         now = self._clock()
         with self._lock:
-            seen = {pid: v for pid, v in self._seen.items() if now - v[1] <= self.options.exited_grace_s}
+            gone = {pid: v for pid, v in self._gone.items() if now - v[1] <= self.options.exited_grace_s}
             for p in snap.processes:
-                seen[p.pid] = (p, now)
-            self._seen = seen
+                if p.state == "exited":
+                    if p.total is not None:
+                        gone[p.pid] = (p, now)
+                elif p.total is not None:
+                    gone.pop(p.pid, None)       # a new traced process under that PID
+            self._gone = gone
             self._snap = snap
 
     @property
@@ -179,19 +184,23 @@ class SnapshotCollector(Collector):
         now = self._clock()
         with self._lock:
             snap = self._snap
-            procs = [p for p, t in self._seen.values() if now - t <= self.options.exited_grace_s]
+            gone = [p for p, t in self._gone.values() if now - t <= self.options.exited_grace_s]
         fam = _Families()
         node = self.options.node or (snap.host if snap else "")
         fam.gauge("gputop_build_info", "gputop's version and the node it runs on (always 1).",
                   ("version", "node")).add_metric([__version__, sanitize(node, 253)], 1.0)
+        running: list[ProcSample] = []
         if snap is not None:
             self._sources(fam, snap)
             for g in snap.gpus:
                 self._gpu(fam, g)
+            running = [p for p in snap.processes if p.state != "exited"]
+        traced = {p.pid for p in running if p.total is not None}
+        procs = running + [p for p in gone if p.pid not in traced]
         procs.sort(key=lambda p: (-(p.total.launches or 0) if p.total else 1, p.pid))
         cap = self.options.max_processes
         kept = procs if cap is None else procs[:cap]
-        fam.gauge("gputop_exporter_processes", "Processes exported (running, or gone within the grace period).",
+        fam.gauge("gputop_exporter_processes", "Processes exported (running, or exited within the grace period).",
                   ()).add_metric([], float(len(kept)))
         fam.gauge("gputop_exporter_processes_omitted", "Processes left out by --max-processes at this scrape.",
                   ()).add_metric([], float(len(procs) - len(kept)))
@@ -235,7 +244,7 @@ class SnapshotCollector(Collector):
                 fam.counter(name, doc, _GPU_LABELS).add_metric(labels, float(value))
 
     def _labels(self, p: ProcSample) -> tuple[tuple[str, ...], list[str]]:
-        names = ("pid", "comm", "container")
+        names: tuple[str, ...] = ("pid", "comm", "container")
         values = [str(p.pid), sanitize(p.comm or "", COMM_LIMIT), sanitize(p.container or "", CONTAINER_LIMIT)]
         if self.options.cmdline_label:
             names += ("cmdline",)
@@ -253,8 +262,9 @@ class SnapshotCollector(Collector):
             if t.live_alloc_bytes is not None:
                 fam.gauge("gputop_live_alloc_bytes", "Bytes of allocations not freed yet (unknown for processes "
                           "that allocated before gputop started).", names).add_metric(values, float(t.live_alloc_bytes))
-            for key, dirs, label, what in (("memcpy", MEMCPY_DIRECTIONS, "direction", "Memory copies"),
-                                           ("prefetch", PREFETCH_DIRECTIONS, "destination", "Managed-memory prefetches")):
+            for key, dirs, label, what in (
+                    ("memcpy", MEMCPY_DIRECTIONS, "direction", "Memory copies"),
+                    ("prefetch", PREFETCH_DIRECTIONS, "destination", "Managed-memory prefetches")):
                 pairs = getattr(t, key)
                 if pairs is None:
                     continue
@@ -271,7 +281,8 @@ class SnapshotCollector(Collector):
                     if d in t.uvm_migrated:
                         mig.add_metric([*values, d], float(t.uvm_migrated[d]))
             self._histograms(fam, p, names, values)
-        self._gpu_use(fam, p, names, values)
+        if p.state != "exited":
+            self._gpu_use(fam, p, names, values)
         self._kernels(fam, p, names, values)
 
     def _histograms(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:

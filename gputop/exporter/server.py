@@ -137,7 +137,7 @@ def make_server(host: str, port: int, registry: CollectorRegistry,
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:     # noqa: A002 (the base class's name)
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     family = socket.AF_INET
@@ -201,8 +201,7 @@ def main(argv: Sequence[str]) -> int:
     sampler.notice = lambda message: print(f"gputop: {message}", file=sys.stderr, flush=True)
     http = threading.Thread(target=server.serve_forever, name="gputop-http", daemon=True)
     http.start()
-    bound = server.server_address
-    print(f"gputop: exporter serving http://{_show(bound[0], bound[1])}/metrics", file=sys.stderr, flush=True)
+    print(f"gputop: exporter serving http://{_show(host, server.server_port)}/metrics", file=sys.stderr, flush=True)
     sampler.start(collector.update)
     try:
         while not stop.wait(0.5):

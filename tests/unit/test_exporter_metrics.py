@@ -207,3 +207,21 @@ def test_before_the_first_snapshot_only_build_info(clock: Clock) -> None:
     m = scrape(c)
     assert m[("gputop_build_info", lbl(node="gpu-node-7", version="0.1.0"))] == 1
     assert ("gputop_source_up", lbl(source="bpf")) not in m
+
+
+def test_an_exited_process_keeps_its_counters_but_not_its_gauges(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(exited_grace_s=300), clock)
+    c.update(snap(proc(41)))
+    clock.t += 1
+    c.update(snap(proc(41, state="exited")))
+    clock.t += 1
+    # NVML may list the PID a moment longer (no counters): the exited counters stay, no duplicate series
+    c.update(snap(ProcSample(pid=41, comm="wl_dynamic", gpu_index=0, gpu_mem_bytes=1 << 20)))
+    m = scrape(c)
+    assert m[("gputop_kernel_launches_total", lbl(**P1))] == 6000
+    assert ("gputop_process_launch_bound", lbl(**P1, gpu="0")) not in m
+    assert m[("gputop_process_gpu_memory_bytes", lbl(**P1, gpu="0"))] == 1 << 20
+    # the PID reused by a new traced process: only the new one's counters
+    clock.t += 1
+    c.update(snap(proc(41, launches=5)))
+    assert scrape(c)[("gputop_kernel_launches_total", lbl(**P1))] == 5

@@ -1,0 +1,134 @@
+"""A real Prometheus server (Debian's package) on loopback with a temporary config and data dir, and
+the real `gputop exporter` as a subprocess: for the exporter's and the deployment's tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import ROOT
+
+GPUTOP = [sys.executable, "-m", "gputop.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_until(what: str, check: Any, timeout_s: float = 30.0, step_s: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = check()
+        except (OSError, urllib.error.URLError):
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(step_s)
+
+
+class Exporter:
+    """`gputop exporter` on a free loopback port; stopped with SIGTERM."""
+
+    def __init__(self, *args: str, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 cwd: Path = ROOT) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([*prefix, *GPUTOP, "exporter", "--listen", f"127.0.0.1:{self.port}", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=cwd)
+
+    def healthy(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            assert self.proc.poll() is None, f"the exporter exited: {self.proc.communicate()[1]}"
+            code, body = http_get(self.url + "/healthz")
+            return json.loads(body) if code == 200 else None
+        body: dict[str, Any] = wait_until("the exporter's /healthz", check, timeout_s)
+        return body
+
+    def metrics(self) -> str:
+        code, body = http_get(self.url + "/metrics")
+        assert code == 200
+        return body
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return self.proc.returncode, err
+
+
+class Prometheus:
+    """Debian's `prometheus` on a free loopback port, scraping ``targets`` every ``scrape_s``."""
+
+    def __init__(self, tmp: Path, targets: list[str], scrape_s: float = 1.0) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.skip("Debian's prometheus package is not installed (scripts/setup.sh --test installs it)")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dir = tmp / "prometheus"
+        self.dir.mkdir()
+        config = self.dir / "prometheus.yml"
+        config.write_text(json.dumps({   # YAML is a superset of JSON
+            "global": {"scrape_interval": f"{scrape_s:g}s", "scrape_timeout": f"{scrape_s:g}s"},
+            "scrape_configs": [{"job_name": "gputop", "static_configs": [{"targets": targets}]}],
+        }))
+        self.log = open(self.dir / "log", "w")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
+                                      f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=self.dir)
+        wait_until("Prometheus to be ready", lambda: http_get(self.url + "/-/ready")[0] == 200)
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        code, body = http_get(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+        data = json.loads(body)
+        assert code == 200 and data["status"] == "success", f"{expr}: {body}"
+        result: list[dict[str, Any]] = data["data"]["result"]
+        return result
+
+    def value(self, expr: str) -> float | None:
+        """The single value of an instant query (None when it returns nothing)."""
+        result = self.query(expr)
+        assert len(result) <= 1, f"{expr}: {result}"
+        return float(result[0]["value"][1]) if result else None
+
+    def wait_value(self, expr: str, want: float, timeout_s: float = 30.0) -> None:
+        wait_until(f"{expr} == {want}", lambda: self.value(expr) == want, timeout_s, 0.25)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
