@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from support import ROOT
 
 DEPLOY = ROOT / "deploy"
