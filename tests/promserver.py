@@ -55,10 +55,10 @@ class Exporter:
     """`gputop exporter` on a free loopback port; stopped with SIGTERM."""
 
     def __init__(self, *args: str, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 cwd: Path = ROOT) -> None:
+                 cwd: Path = ROOT, command: tuple[str, ...] = tuple(GPUTOP)) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([*prefix, *GPUTOP, "exporter", "--listen", f"127.0.0.1:{self.port}", *args],
+        self.proc = subprocess.Popen([*prefix, *command, "exporter", "--listen", f"127.0.0.1:{self.port}", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=cwd)
 

@@ -1,0 +1,144 @@
+"""The least capability set of deploy/systemd/gputop-exporter.service, proven: the exporter as a
+non-root user with exactly those capabilities (setpriv) counts a host process and a process in its own
+mount namespace (a container) exactly; without CAP_SYS_PTRACE the container's process is missed,
+without CAP_DAC_READ_SEARCH tracing fails (tracefs is root-only)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import support
+from prometheus_client.parser import text_string_to_metric_families
+from promserver import Exporter
+from support import ROOT, Workloads
+
+UNIT = ROOT / "deploy" / "systemd" / "gputop-exporter.service"
+NOBODY = 65534
+SITE = next((ROOT / ".venv" / "lib").glob("python3*/site-packages"), None)
+
+
+def unit_caps() -> list[str]:
+    line = next(ln for ln in UNIT.read_text().splitlines() if ln.startswith("AmbientCapabilities="))
+    return [c.removeprefix("CAP_").lower() for c in line.split("=", 1)[1].split()]
+
+
+def as_nobody(caps: list[str]) -> tuple[str, ...]:
+    spec = ",".join(["-all", *(f"+{c}" for c in caps)])
+    return ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", f"--inh-caps={spec}",
+            f"--ambient-caps={spec}", f"--bounding-set={spec}")
+
+
+def _runs_as_nobody(python: str) -> bool:
+    res = subprocess.run([*as_nobody([]), python, "-c", "import prometheus_client"], capture_output=True,
+                         env={**os.environ, "PYTHONPATH": ""}, timeout=60)
+    return res.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def gputop_as_nobody() -> tuple[str, ...]:
+    """A command that runs gputop's CLI as an unprivileged user: this venv's Python when that user can
+    run it, else the distro's Python of the same version with the venv's packages (a Python built under
+    /root, as pyenv does, is out of reach of other users)."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    if _runs_as_nobody(sys.executable):
+        return (sys.executable, "-m", "gputop.cli")
+    distro = f"/usr/bin/python3.{sys.version_info.minor}"
+    if SITE is None or not Path(distro).exists():
+        pytest.skip(f"no Python {sys.version_info.major}.{sys.version_info.minor} that uid {NOBODY} can run")
+    boot = f"import site, sys; site.addsitedir({str(SITE)!r}); from gputop.cli import main; sys.exit(main())"
+    return (distro, "-c", boot)
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "cache"          # the unit's CacheDirectory: the fallback headers' merged tree
+    d.mkdir()
+    os.chown(d, NOBODY, NOBODY)
+    tmp_path.chmod(0o755)
+    yield d
+
+
+def launches(exp: Exporter) -> dict[int, float]:
+    out = {}
+    for fam in text_string_to_metric_families(exp.metrics()):
+        for s in fam.samples:
+            if s.name == "gputop_kernel_launches_total":
+                out[int(s.labels["pid"])] = s.value
+    return out
+
+
+def run_two_workloads(workloads: Workloads, testbed: support.Testbed, tmp: Path) -> tuple[int, int]:
+    """A host process (6,000 launches) and one in its own mount namespace whose runtime only exists
+    there (999 launches), both started after the exporter; returns their PIDs once both exited."""
+    go = tmp / "go"
+    hidden = tmp / "ns-only"
+    hidden.mkdir(exist_ok=True)
+    script = f"mount -t tmpfs tmpfs {hidden} && cp {testbed.libcudart} {hidden}/libcudart.so.12 && exec \"$@\""
+    host = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:6000:40,2,1:128,1,1:0", "sleep:300"],
+                            stdout=subprocess.PIPE)
+    ctr = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+                            str(workloads.dlopen), "--wait", str(go), "--cudart", f"{hidden}/libcudart.so.12",
+                            "launch:999:3,1,1:96,1,1:2", "sleep:300"], stdout=subprocess.PIPE)
+    pids = []
+    for p in (host, ctr):
+        assert p.stdout is not None
+        pids.append(int(p.stdout.readline().split()[1]))
+    time.sleep(1.5)                 # the exec events attach the exporter to both
+    go.touch()
+    for p in (host, ctr):
+        assert p.wait(timeout=60) == 0
+    go.unlink()
+    return pids[0], pids[1]
+
+
+def test_the_units_capabilities_count_host_and_container_processes_exactly(
+        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed, tmp_path: Path) -> None:
+    caps = unit_caps()
+    assert caps == ["bpf", "perfmon", "dac_read_search", "sys_ptrace"]
+    exp = Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=gputop_as_nobody,
+                   env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=tmp_path)
+    try:
+        assert exp.healthy(90)["sources"]["bpf"]["status"] == "ok"
+        host, ctr = run_two_workloads(workloads, testbed, tmp_path)
+        time.sleep(1.0)
+        seen = launches(exp)
+        assert (seen.get(host), seen.get(ctr)) == (6000, 999)
+    finally:
+        rc, err = exp.stop()
+    assert rc == 0, err
+
+
+def test_without_sys_ptrace_a_containers_process_is_missed(
+        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed, tmp_path: Path) -> None:
+    caps = [c for c in unit_caps() if c != "sys_ptrace"]
+    exp = Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=gputop_as_nobody,
+                   env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=tmp_path)
+    try:
+        assert exp.healthy(90)["sources"]["bpf"]["status"] == "ok"
+        _, ctr = run_two_workloads(workloads, testbed, tmp_path)
+        time.sleep(1.0)
+        assert ctr not in launches(exp)
+    finally:
+        rc, err = exp.stop()
+    assert rc == 0, err
+
+
+def test_without_dac_read_search_tracing_fails(gputop_as_nobody: tuple[str, ...], cache: Path,
+                                               tmp_path: Path) -> None:
+    caps = [c for c in unit_caps() if c != "dac_read_search"]
+    exp = Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=gputop_as_nobody,
+                   env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=tmp_path)
+    try:
+        rc = exp.proc.wait(timeout=90)
+    finally:
+        _, err = exp.stop()
+    assert rc == 1
+    assert "Permission denied: '/sys/kernel/tracing" in err and "Traceback" not in err
