@@ -100,7 +100,8 @@ def run_two_workloads(workloads: Workloads, testbed: support.Testbed, tmp: Path)
 
 
 def test_the_units_capabilities_count_host_and_container_processes_exactly(
-        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed, tmp_path: Path) -> None:
+        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed,
+        tmp_path: Path) -> None:
     caps = unit_caps()
     assert caps == ["bpf", "perfmon", "dac_read_search", "sys_ptrace"]
     exp = Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=gputop_as_nobody,
@@ -117,7 +118,8 @@ def test_the_units_capabilities_count_host_and_container_processes_exactly(
 
 
 def test_without_sys_ptrace_a_containers_process_is_missed(
-        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed, tmp_path: Path) -> None:
+        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed,
+        tmp_path: Path) -> None:
     caps = [c for c in unit_caps() if c != "sys_ptrace"]
     exp = Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=gputop_as_nobody,
                    env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=tmp_path)
