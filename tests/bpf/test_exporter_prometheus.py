@@ -184,3 +184,12 @@ def test_other_stop_signals_exit_cleanly(sig: str) -> None:
     rc, err = exp.stop()
     assert rc == 0, err
     assert "Traceback" not in err
+
+
+def test_bpf_required_without_privileges_exits_77() -> None:
+    res = subprocess.run(["setpriv", "--inh-caps=-all", "--bounding-set=-all", *GPUTOP, "exporter", "--bpf",
+                          "--no-nvml"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert res.returncode == 77
+    lines = res.stderr.splitlines()
+    assert lines[0] == "gputop: error: tracing needs root or CAP_BPF and CAP_PERFMON"
+    assert lines[1].startswith("hint: run the exporter as root, or with the capabilities of")

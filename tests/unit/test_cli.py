@@ -106,3 +106,27 @@ def test_version_and_help() -> None:
     for opt in ("-d SECONDS", "-p PID", "-s COLUMN", "--record FILE", "--replay FILE", "--baseline FILE",
                 "--bpf", "--no-nvml", "--theme", "--readonly"):
         assert opt in help_text
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--listen", "9464"], "expected HOST:PORT"),
+    (["--listen", "::1:9464"], "write an IPv6 address in brackets, [::1]:9464"),
+    (["--listen", "127.0.0.1:0"], "expected HOST:PORT with a port from 1 to 65535"),
+    (["-d", "0.01"], "must be at least 0.1 seconds"),
+    (["--exited-grace", "-1"], "must be between 0 and 604800 seconds"),
+    (["--exited-grace", "inf"], "must be between 0 and 604800 seconds"),
+    (["--kernel-metrics", "-3"], "expected a whole number"),
+    (["--max-processes", "x"], "expected a whole number"),
+    (["--bpf", "--no-bpf"], "not allowed with argument"),
+    (["--frobnicate"], "unrecognized arguments"),
+])
+def test_exporter_usage_errors_exit_2(args: list[str], message: str) -> None:
+    assert_error(gputop("exporter", *args), 2, message)
+
+
+def test_exporter_help_names_its_options() -> None:
+    res = gputop("exporter", "--help")
+    assert res.returncode == 0
+    for option in ("--listen HOST:PORT", "--exited-grace", "--kernel-metrics", "--max-processes", "--cmdline-label",
+                   "--node"):
+        assert option in res.stdout
