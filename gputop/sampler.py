@@ -42,6 +42,9 @@ UVM_UNAVAILABLE = "GPU faults, migrations and thrashing need kprobes on nvidia_u
 @dataclass
 class SamplerConfig:
     interval_s: float = 1.0
+    #: the first refresh after the BPF source started (None: ``interval_s``); the exporter's is short
+    #: so that its health check turns ready soon after start-up however long its refresh is
+    first_interval_s: float | None = None
     use_bpf: bool = True
     use_nvml: bool = True
     nvml_library: str | None = None
@@ -182,8 +185,10 @@ class Sampler:
     def _run(self, on_snapshot: SnapshotCallback) -> None:
         on_snapshot(self.starting_snapshot())
         self.open_bpf()
+        first = self.config.first_interval_s
         while not self._stop.is_set():
-            self.wait(self.config.interval_s)
+            self.wait(self.config.interval_s if first is None else first)
+            first = None
             if self._stop.is_set():
                 break
             snap = self.collect()

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -45,9 +46,10 @@ class ExportOptions:
     node: str | None = None             # node label of gputop_build_info (None: the snapshot's host)
 
 
-def le_bounds(finite: int) -> list[str]:
+@cache
+def le_bounds(finite: int) -> tuple[str, ...]:
     """The ``le`` labels of a log2 histogram with ``finite`` finite buckets, then +Inf."""
-    return [floatToGoString(float((1 << (k + 1)) - 1)) for k in range(finite)] + ["+Inf"]
+    return (*(floatToGoString(float((1 << (k + 1)) - 1)) for k in range(finite)), "+Inf")
 
 
 def cumulative(hist: Mapping[str, int] | None, finite: int) -> list[tuple[str, float]] | None:
@@ -155,6 +157,8 @@ class SnapshotCollector(Collector):
         self._lock = threading.Lock()
         self._snap: Snapshot | None = None
         self._gone: dict[int, tuple[ProcSample, float]] = {}     # pid -> (last sample, monotonic time)
+        #: bumped by every update: a scrape's output can be reused until the next one
+        self.version = 0
 
     # ------------------------------------------------------------ the collector thread's side
 
@@ -170,6 +174,7 @@ class SnapshotCollector(Collector):
                     gone.pop(p.pid, None)       # a new traced process under that PID
             self._gone = gone
             self._snap = snap
+            self.version += 1
 
     @property
     def snapshot(self) -> Snapshot | None:

@@ -29,7 +29,7 @@ from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
-DEFAULT_INTERVAL_S = 5.0
+DEFAULT_INTERVAL_S = 15.0     # Prometheus's default scrape interval: one refresh, one rendering per scrape
 
 
 class _Parser(argparse.ArgumentParser):
@@ -111,16 +111,39 @@ def health(collector: SnapshotCollector) -> tuple[int, dict[str, Any]]:
                                      "sources": sources}
 
 
+class RenderCache:
+    """The exposition of the latest snapshot, rendered once per snapshot and format: rendering is
+    most of a scrape's cost, and every scrape between two refreshes (Prometheus pairs, a curl) gets
+    the same bytes. The exporter's own process metrics and the grace period's end therefore move at
+    refreshes, not at scrapes."""
+
+    def __init__(self, registry: CollectorRegistry, collector: SnapshotCollector) -> None:
+        self._registry = registry
+        self._collector = collector
+        self._lock = threading.Lock()
+        self._key: tuple[int, str] | None = None
+        self._body = b""
+
+    def get(self, accept: str) -> tuple[str, bytes]:
+        encoder, content_type = choose_encoder(accept)
+        with self._lock:
+            key = (self._collector.version, content_type)
+            if key != self._key:
+                self._body, self._key = encoder(self._registry), key
+            return content_type, self._body
+
+
 def make_server(host: str, port: int, registry: CollectorRegistry,
                 collector: SnapshotCollector) -> ThreadingHTTPServer:
+    rendered = RenderCache(registry, collector)
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "gputop-exporter"
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._reply(200, content_type, encoder(registry))
+                self._reply(200, *rendered.get(self.headers.get("Accept", "")))
             elif path == "/healthz":
                 code, body = health(collector)
                 self._reply(code, "application/json", (json.dumps(body) + "\n").encode())
@@ -196,8 +219,8 @@ def main(argv: Sequence[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    sampler = Sampler(SamplerConfig(interval_s=args.delay, use_bpf=not args.no_bpf, use_nvml=not args.no_nvml,
-                                    filters=Filters()))
+    sampler = Sampler(SamplerConfig(interval_s=args.delay, first_interval_s=min(1.0, args.delay),
+                                    use_bpf=not args.no_bpf, use_nvml=not args.no_nvml, filters=Filters()))
     sampler.notice = lambda message: print(f"gputop: {message}", file=sys.stderr, flush=True)
     http = threading.Thread(target=server.serve_forever, name="gputop-http", daemon=True)
     http.start()

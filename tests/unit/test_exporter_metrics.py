@@ -138,7 +138,7 @@ def test_histograms_have_exact_count_and_sum_and_cumulative_log2_buckets(clock: 
 
 
 def test_log2_bucket_bounds() -> None:
-    assert le_bounds(3) == ["1.0", "3.0", "7.0", "+Inf"]
+    assert le_bounds(3) == ("1.0", "3.0", "7.0", "+Inf")
     assert cumulative({"2^1": 2, "2^31": 1}, 3) == [("1.0", 0.0), ("3.0", 2.0), ("7.0", 2.0), ("+Inf", 3.0)]
     assert cumulative(None, 3) is None
 
