@@ -53,6 +53,8 @@ def test_batch_json_exact_counts_and_exit(workloads, tmp_path) -> None:
         assert p["total"]["sync_calls"] == 3
         assert p["total"]["uvm_gpu_faults"] is None        # unknown here, never 0
         assert p["grid_blocks_hist"] == {"2^6": 6000} and p["block_threads_hist"] == {"2^7": 6000}
+        # sums compose: a whole run's average is total sum / total launches
+        assert (p["total"]["grid_blocks_sum"], p["total"]["block_threads_sum"]) == (6000 * 80, 6000 * 128)
         k = p["kernels"][0]
         assert (k["name"], k["launches"], k["grid_blocks_avg"], k["block_threads_avg"]) == (
             "fused_step(float*, float*, int)", 6000, 80.0, 128.0)

@@ -107,6 +107,8 @@ def test_interval_and_total_counts_and_rates() -> None:
         "h2d": 3072.0, "d2h": 0.0, "d2d": 0.0, "h2h": 0.0, "unknown": 0.0}
     assert b.rates.sync_wait_pct == 25.0                         # 0.5 s blocked in 2 s
     assert (b.grid_blocks_avg, b.block_threads_avg) == (8.0, 128.0)
+    assert (b.interval.grid_blocks_sum, b.interval.block_threads_sum) == (24000, 384000)
+    assert (b.total.grid_blocks_sum, b.total.block_threads_sum) == (24800, 396800)
     assert b.kernels[0].interval_launches == 3000 and b.kernels[0].launches_per_s == 1500.0
     assert b.interval.uvm_cpu_faults is None and b.interval.uvm_gpu_faults is None
     assert (b.comm, b.user, b.cpu_pct) == ("proc7", "alice", 12.5)
