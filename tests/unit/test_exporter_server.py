@@ -1,0 +1,69 @@
+"""The exporter's HTTP side without a network: /healthz's states, the render cache, --listen parsing."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gputop.exporter.metrics import ExportOptions, SnapshotCollector
+from gputop.exporter.server import RenderCache, health, parse_listen
+from gputop.model import Snapshot, SourceStatus
+
+
+def snap(bpf: str) -> Snapshot:
+    return Snapshot(time=5.0, interval_s=1.0, host="n", sources={"bpf": SourceStatus(bpf, "why"),
+                                                                 "nvml": SourceStatus("ok")})
+
+
+def test_healthz_is_ready_once_bpf_is_attached_or_known_unavailable() -> None:
+    c = SnapshotCollector(ExportOptions())
+    assert health(c) == (503, {"status": "starting", "sources": {}})
+    c.update(snap("starting"))
+    assert health(c)[0] == 503
+    c.update(snap("unavailable"))
+    code, body = health(c)
+    assert code == 200 and body["sources"]["bpf"] == {"status": "unavailable", "reason": "why"}
+    c.update(snap("ok"))
+    assert health(c)[0] == 200
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def collect(self) -> Iterator[Metric]:
+        self.calls += 1
+        yield GaugeMetricFamily("x", "x", value=self.calls)
+
+
+def test_a_snapshot_is_rendered_once_per_format() -> None:
+    c = SnapshotCollector(ExportOptions())
+    counting = Counting()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(counting)  # type: ignore[arg-type]
+    cache = RenderCache(reg, c)
+    first = cache.get("")
+    assert cache.get("") is not None and cache.get("")[1] == first[1] and counting.calls == 1
+    om = cache.get("application/openmetrics-text; version=1.0.0")
+    assert om[0].startswith("application/openmetrics-text") and om[1].endswith(b"# EOF\n")
+    assert counting.calls == 2
+    c.update(snap("ok"))                # a new snapshot: rendered anew
+    assert cache.get("")[1] != first[1] and counting.calls == 3
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("127.0.0.1:9464", ("127.0.0.1", 9464)), (":9464", ("", 9464)), ("[::1]:9100", ("::1", 9100)),
+    ("0.0.0.0:1", ("0.0.0.0", 1)), ("node-a:9464", ("node-a", 9464)),
+])
+def test_listen_addresses(text: str, parsed: tuple[str, int]) -> None:
+    assert parse_listen(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["9464", "host:", "host:http", "::1:9464", "[::1]:0", "h:65536"])
+def test_bad_listen_addresses(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_listen(text)
