@@ -37,6 +37,22 @@ class Testbed:
         return self.nvidia_dir / "libnvidia-ml.so.1"
 
 
+#: the fake NVML's script (tests/native/fake_nvml.c) of one H100 as GPU 0, with its driver version
+NVML_H100 = """\
+driver 550.54.15
+gpu 0 name NVIDIA H100 80GB HBM3
+gpu 0 uuid GPU-11111111-2222-3333-4444-555555555555
+gpu 0 util 87 45
+gpu 0 memory 85899345920 42949672960 536870912
+gpu 0 temp 61
+gpu 0 power 412345
+gpu 0 power_limit 700000
+gpu 0 sm_clock 1980
+gpu 0 pcie 1500 250
+gpu 0 ecc 7 2
+"""
+
+
 def build_native(source: str, out: str, *args: str) -> Path:
     """Compile ``tests/native/<source>`` with gcc into ``.cache/native/<out>`` (cached by mtime)."""
     BUILD.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -78,32 +79,30 @@ def _kernel_label(name: str) -> str:
     return safe[: KERNEL_LIMIT - 1 - tail] + "…" + safe[len(safe) - tail:]
 
 
+_M = TypeVar("_M", CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
+
+
 class _Families:
     """Metric families being filled for one scrape, created on first use, yielded in order."""
 
     def __init__(self) -> None:
         self._by_name: dict[str, Metric] = {}
 
-    def counter(self, name: str, doc: str, labels: Sequence[str]) -> CounterMetricFamily:
+    def _family(self, kind: type[_M], name: str, doc: str, labels: Sequence[str]) -> _M:
         m = self._by_name.get(name)
         if m is None:
-            m = self._by_name[name] = CounterMetricFamily(name, doc, labels=labels)
-        assert isinstance(m, CounterMetricFamily)
+            m = self._by_name[name] = kind(name, doc, labels=labels)
+        assert isinstance(m, kind)
         return m
+
+    def counter(self, name: str, doc: str, labels: Sequence[str]) -> CounterMetricFamily:
+        return self._family(CounterMetricFamily, name, doc, labels)
 
     def gauge(self, name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
-        m = self._by_name.get(name)
-        if m is None:
-            m = self._by_name[name] = GaugeMetricFamily(name, doc, labels=labels)
-        assert isinstance(m, GaugeMetricFamily)
-        return m
+        return self._family(GaugeMetricFamily, name, doc, labels)
 
     def histogram(self, name: str, doc: str, labels: Sequence[str]) -> HistogramMetricFamily:
-        m = self._by_name.get(name)
-        if m is None:
-            m = self._by_name[name] = HistogramMetricFamily(name, doc, labels=labels)
-        assert isinstance(m, HistogramMetricFamily)
-        return m
+        return self._family(HistogramMetricFamily, name, doc, labels)
 
     def __iter__(self) -> Iterator[Metric]:
         return iter(self._by_name.values())

@@ -66,6 +66,11 @@ def cache(tmp_path: Path) -> Iterator[Path]:
     yield d
 
 
+def exporter_as_nobody(caps: list[str], command: tuple[str, ...], cache: Path, cwd: Path) -> Exporter:
+    return Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=command,
+                    env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=cwd)
+
+
 def launches(exp: Exporter) -> dict[int, float]:
     out = {}
     for fam in text_string_to_metric_families(exp.metrics()):
@@ -104,8 +109,7 @@ def test_the_units_capabilities_count_host_and_container_processes_exactly(
         tmp_path: Path) -> None:
     caps = unit_caps()
     assert caps == ["bpf", "perfmon", "dac_read_search", "sys_ptrace"]
-    exp = Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=gputop_as_nobody,
-                   env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=tmp_path)
+    exp = exporter_as_nobody(caps, gputop_as_nobody, cache, tmp_path)
     try:
         assert exp.healthy(90)["sources"]["bpf"]["status"] == "ok"
         host, ctr = run_two_workloads(workloads, testbed, tmp_path)
@@ -121,8 +125,7 @@ def test_without_sys_ptrace_a_containers_process_is_missed(
         gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed,
         tmp_path: Path) -> None:
     caps = [c for c in unit_caps() if c != "sys_ptrace"]
-    exp = Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=gputop_as_nobody,
-                   env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=tmp_path)
+    exp = exporter_as_nobody(caps, gputop_as_nobody, cache, tmp_path)
     try:
         assert exp.healthy(90)["sources"]["bpf"]["status"] == "ok"
         _, ctr = run_two_workloads(workloads, testbed, tmp_path)
@@ -136,8 +139,7 @@ def test_without_sys_ptrace_a_containers_process_is_missed(
 def test_without_dac_read_search_tracing_fails(gputop_as_nobody: tuple[str, ...], cache: Path,
                                                tmp_path: Path) -> None:
     caps = [c for c in unit_caps() if c != "dac_read_search"]
-    exp = Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=gputop_as_nobody,
-                   env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=tmp_path)
+    exp = exporter_as_nobody(caps, gputop_as_nobody, cache, tmp_path)
     try:
         rc = exp.proc.wait(timeout=90)
     finally:

@@ -12,23 +12,10 @@ from pathlib import Path
 
 import pytest
 from promserver import GPUTOP, Exporter, Prometheus, http_get, wait_until
-from support import ROOT, Workloads, build_native
+from support import NVML_H100, ROOT, Workloads, build_native
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "gputop.json"
 GRACE_S = 6.0
-NVML_GPU0 = """\
-driver 550.54.15
-gpu 0 name NVIDIA H100 80GB HBM3
-gpu 0 uuid GPU-11111111-2222-3333-4444-555555555555
-gpu 0 util 87 45
-gpu 0 memory 85899345920 42949672960 536870912
-gpu 0 temp 61
-gpu 0 power 412345
-gpu 0 power_limit 700000
-gpu 0 sm_clock 1980
-gpu 0 pcie 1500 250
-gpu 0 ecc 7 2
-"""
 
 
 def panel_queries(dashboard: dict) -> list[tuple[str, str]]:
@@ -52,7 +39,7 @@ def instantiate(expr: str) -> str:
 
 def write_nvml_script(path: Path, pid: int | None) -> None:
     """The fake NVML's GPU 0, with ``pid`` on it (re-read by the library when the file changes)."""
-    text = NVML_GPU0
+    text = NVML_H100
     if pid is not None:
         text += f"proc 0 {pid} 1073741824\nputil 0 {pid} 3 1\n"
     tmp = path.with_suffix(".new")

@@ -12,25 +12,14 @@ from pathlib import Path
 
 import pytest
 import support
-from support import BUILD, ROOT, build_native
+from support import BUILD, NVML_H100, ROOT, build_native
 
 from gputop.model import GpuSample, SourceStatus
 from gputop.sources.nvml import ENV_LIBRARY, NOT_PER_MIG, NvmlProc, NvmlSource
 
 GiB = 1 << 30
 
-BASE = """\
-driver 550.54.15
-gpu 0 name NVIDIA H100 80GB HBM3
-gpu 0 uuid GPU-11111111-2222-3333-4444-555555555555
-gpu 0 util 87 45
-gpu 0 memory 85899345920 42949672960 536870912
-gpu 0 temp 61
-gpu 0 power 412345
-gpu 0 power_limit 700000
-gpu 0 sm_clock 1980
-gpu 0 pcie 1500 250
-gpu 0 ecc 7 2
+BASE = NVML_H100 + """\
 gpu 1 name Tesla V100-SXM2-16GB
 gpu 1 uuid GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee
 gpu 1 util 3 1
