@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
@@ -99,16 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def health(collector: SnapshotCollector) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, body): 200 once the BPF source is attached or known unavailable."""
+def health(collector: SnapshotCollector, max_age_s: float | None = None,
+           now: float | None = None) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body): 200 once the BPF source is attached or known unavailable; 503 while it
+    starts, and when the latest snapshot is older than ``max_age_s`` (the collector is stuck: a
+    liveness probe should restart the exporter)."""
     snap = collector.snapshot
     if snap is None:
         return 503, {"status": "starting", "sources": {}}
     sources = {k: {"status": v.status, "reason": v.reason} for k, v in snap.sources.items()}
+    body: dict[str, Any] = {"status": "ok", "time": snap.time, "sources": sources}
     bpf = snap.sources.get("bpf")
-    ready = bpf is None or bpf.status != "starting"
-    return (200 if ready else 503), {"status": "ok" if ready else "starting", "time": snap.time,
-                                     "sources": sources}
+    if bpf is not None and bpf.status == "starting":
+        return 503, {**body, "status": "starting"}
+    age = (time.time() if now is None else now) - snap.time
+    if max_age_s is not None and age > max_age_s:
+        return 503, {**body, "status": "stale", "age_s": round(age, 1)}
+    return 200, body
 
 
 class RenderCache:
@@ -133,8 +141,8 @@ class RenderCache:
             return content_type, self._body
 
 
-def make_server(host: str, port: int, registry: CollectorRegistry,
-                collector: SnapshotCollector) -> ThreadingHTTPServer:
+def make_server(host: str, port: int, registry: CollectorRegistry, collector: SnapshotCollector,
+                max_age_s: float | None = None) -> ThreadingHTTPServer:
     rendered = RenderCache(registry, collector)
 
     class Handler(BaseHTTPRequestHandler):
@@ -145,7 +153,7 @@ def make_server(host: str, port: int, registry: CollectorRegistry,
             if path == "/metrics":
                 self._reply(200, *rendered.get(self.headers.get("Accept", "")))
             elif path == "/healthz":
-                code, body = health(collector)
+                code, body = health(collector, max_age_s)
                 self._reply(code, "application/json", (json.dumps(body) + "\n").encode())
             elif path == "/":
                 self._reply(200, "text/plain; charset=utf-8",
@@ -211,7 +219,8 @@ def main(argv: Sequence[str]) -> int:
     registry.register(collector)
     registry.register(ProcessCollector(registry=None))      # the exporter's own CPU and memory
     host, port = args.listen
-    server = make_server(host, port, registry, collector)   # fails before the BPF compile
+    # a snapshot older than three refreshes (and a minute for a slow first compile) means a stuck collector
+    server = make_server(host, port, registry, collector, 3 * args.delay + 60)   # fails before the BPF compile
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

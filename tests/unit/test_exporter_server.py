@@ -29,6 +29,10 @@ def test_healthz_is_ready_once_bpf_is_attached_or_known_unavailable() -> None:
     assert code == 200 and body["sources"]["bpf"] == {"status": "unavailable", "reason": "why"}
     c.update(snap("ok"))
     assert health(c)[0] == 200
+    # a collector that stopped refreshing: stale, so that a liveness probe restarts the exporter
+    assert health(c, max_age_s=60, now=64.0)[0] == 200
+    code, body = health(c, max_age_s=60, now=66.0)
+    assert (code, body["status"], body["age_s"]) == (503, "stale", 61.0)
 
 
 class Counting:
