@@ -167,6 +167,16 @@ def test_runtime_calling_driver_counts_once(run_workload, workloads, testbed) ->
     assert 3 * 20e6 <= raw.counters["sync_ns"] < 3 * 20e6 + 2e9
 
 
+def test_direct_driver_launches_after_the_runtime_initialised(run_workload, workloads, testbed) -> None:
+    """PyTorch and Triton in one process: the runtime initialised (it called into the driver), then
+    the application calls cuLaunchKernel(Ex) itself. Handle 0: the real driver, once initialised,
+    dereferences other made-up handles and the workload would crash."""
+    raw = run_workload([workloads.dlopen, "--cudart", testbed.libcudart, "--cuda", testbed.libcuda,
+                        "launch:5:1,1,1:1,1,1:0", "cu_launch:100:4,1,1:128,1,1:0",
+                        "cu_launch_ex:7:1,1,1:1,1,1:0"]).go_and_wait()
+    assert raw.counters["launches"] == 112
+
+
 def test_default_copies_classified_from_tracked_allocations(run_workload, workloads, testbed) -> None:
     raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "classify:50:65536"],
                        env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
