@@ -196,6 +196,11 @@ class Sampler:
                 on_snapshot(snap)
         self.close()
 
+    @property
+    def running(self) -> bool:
+        """Whether the collector thread was started and has not ended."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self) -> None:
         """Stop the collector thread and wait for it to detach everything. When that takes more
         than a second (perf-event uprobes detach one by one), ``notice`` says what is going on."""

@@ -210,7 +210,8 @@ def main(argv: Sequence[str]) -> int:
                           "of each process", f"choose at most --kernel-metrics {TOP_KERNELS}", EX_USAGE)
     if args.bpf and not has_privileges():
         raise GputopError("tracing needs root or CAP_BPF and CAP_PERFMON",
-                          "run the exporter as root, or with the capabilities of deploy/gputop-exporter.service",
+                          "run the exporter as root, or with the capabilities of "
+                          "deploy/systemd/gputop-exporter.service",
                           EX_NOPERM)
     options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
                             max_processes=args.max_processes, cmdline_label=args.cmdline_label, node=args.node)
@@ -239,6 +240,10 @@ def main(argv: Sequence[str]) -> int:
         while not stop.wait(0.5):
             if args.bpf and sampler.bpf_error is not None:
                 raise sampler.bpf_error
+            if not sampler.running:         # a bug killed the collector: exit, so that a supervisor restarts it
+                raise GputopError("the collector thread stopped unexpectedly",
+                                  "see the messages above and report them; the exporter exits so that "
+                                  "systemd or Kubernetes restarts it", EX_ERROR)
     finally:
         server.shutdown()
         server.server_close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import pytest
+
 from gputop.derive import LaunchBoundRule
 from gputop.feed import Filters
 from gputop.model import GpuSample, SourceStatus, snapshot_from_json, snapshot_to_json
@@ -199,3 +201,28 @@ def test_stopping_quickly_says_nothing() -> None:
     time.sleep(0.2)
     s.stop()
     assert notices == []
+
+
+class BrokenHost(FakeHost):
+    def read(self, pids: list[int]) -> dict[int, HostProc]:
+        raise RuntimeError("a bug")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_running_says_whether_the_collector_thread_lives() -> None:
+    """The exporter exits when a bug ends the collector thread (a supervisor then restarts it)."""
+    s = Sampler(SamplerConfig(interval_s=0.05), bpf=FakeBpf([{}] * 100), nvml=FakeNvml(None, {}),  # type: ignore[arg-type]
+                host=FakeHost(set()))  # type: ignore[arg-type]
+    assert not s.running
+    s.start(lambda snap: None)
+    time.sleep(0.2)
+    assert s.running
+    s.stop()
+    assert not s.running
+    broken = Sampler(SamplerConfig(interval_s=0.05), bpf=FakeBpf([{}] * 100), nvml=FakeNvml(None, {}),  # type: ignore[arg-type]
+                     host=BrokenHost(set()))  # type: ignore[arg-type]
+    broken.start(lambda snap: None)
+    deadline = time.monotonic() + 5
+    while broken.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not broken.running
