@@ -183,18 +183,20 @@ class Sampler:
         self._thread.start()
 
     def _run(self, on_snapshot: SnapshotCallback) -> None:
-        on_snapshot(self.starting_snapshot())
-        self.open_bpf()
-        first = self.config.first_interval_s
-        while not self._stop.is_set():
-            self.wait(self.config.interval_s if first is None else first)
-            first = None
-            if self._stop.is_set():
-                break
-            snap = self.collect()
-            if not self._paused:
-                on_snapshot(snap)
-        self.close()
+        try:
+            on_snapshot(self.starting_snapshot())
+            self.open_bpf()
+            first = self.config.first_interval_s
+            while not self._stop.is_set():
+                self.wait(self.config.interval_s if first is None else first)
+                first = None
+                if self._stop.is_set():
+                    break
+                snap = self.collect()
+                if not self._paused:
+                    on_snapshot(snap)
+        finally:                # a bug ending the thread still detaches the probes and closes NVML
+            self.close()
 
     @property
     def running(self) -> bool:

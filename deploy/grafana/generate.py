@@ -5,8 +5,8 @@ own dashboards-as-code SDK (grafana-foundation-sdk, installed with gputop's test
 
 tests/bpf/test_exporter_prometheus.py evaluates every query below against a real Prometheus scraping
 a real exporter, and tests/unit/test_deploy.py checks that the committed JSON is this script's output.
-Process series carry ``instance`` (the scrape target); the node's name comes from ``gputop_build_info``
-and is joined in by ``instance``.
+Process series carry ``job`` and ``instance`` (the scrape target); the node's name comes from
+``gputop_build_info`` and is joined in by them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _IDS = itertools.count(1)
 
 def by_node(expr: str, keep: str = "node") -> str:
     """``expr`` restricted to the chosen nodes, with the node's name (``keep``) joined in."""
-    return f"({expr}) * on(instance) group_left({keep}) {NODE}"
+    return f"({expr}) * on(job, instance) group_left({keep}) {NODE}"
 
 
 def per_process(expr: str, extra: str = "") -> str:

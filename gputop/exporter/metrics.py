@@ -263,7 +263,7 @@ class SnapshotCollector(Collector):
                 value = getattr(t, attr)
                 if value is not None:
                     fam.counter(name, doc, names).add_metric(values, float(value))
-            if t.live_alloc_bytes is not None:
+            if t.live_alloc_bytes is not None and p.state != "exited":
                 fam.gauge("gputop_live_alloc_bytes", "Bytes of allocations not freed yet (unknown for processes "
                           "that allocated before gputop started).", names).add_metric(values, float(t.live_alloc_bytes))
             for key, dirs, label, what in (
@@ -330,11 +330,11 @@ class SnapshotCollector(Collector):
             return
         launches = fam.counter("gputop_kernel_function_launches", "Launches of one kernel (top kernels per "
                                "process, with --kernel-metrics).", (*names, "kernel"))
-        used: set[str] = set()
-        for k in sorted(p.kernels, key=lambda k: -k.launches)[:n]:
+        # one series per label: kernels whose names read the same (one module loaded per context, or
+        # names equal once cut) add up, so that a series never swaps values with another as ranks change
+        by_label: dict[str, int] = {}
+        for k in p.kernels:
             label = _kernel_label(k.name)
-            base, i = label, 2
-            while label in used:        # two names that read alike once cut stay two series
-                label, i = f"{base} #{i}", i + 1
-            used.add(label)
-            launches.add_metric([*values, label], float(k.launches))
+            by_label[label] = by_label.get(label, 0) + k.launches
+        for label, total in sorted(by_label.items(), key=lambda kv: (-kv[1], kv[0]))[:n]:
+            launches.add_metric([*values, label], float(total))

@@ -147,6 +147,7 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gputop-exporter"
+        timeout = 10            # a client that connects and sends nothing does not hold a thread for good
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -171,7 +172,9 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    family = socket.AF_INET
+    # ':PORT' (no host): every interface, IPv6 and IPv4 on one dual-stack socket where the host has IPv6
+    dual = not host and socket.has_ipv6
+    family = socket.AF_INET6 if dual else socket.AF_INET
     try:
         if host and ipaddress.ip_address(host).version == 6:
             family = socket.AF_INET6
@@ -182,8 +185,13 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
         address_family = family
         daemon_threads = True
 
+        def server_bind(self) -> None:
+            if dual:
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            super().server_bind()
+
     try:
-        return Server((host, port), Handler)
+        return Server(("::" if dual else host, port), Handler)
     except OSError as e:
         where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
         why = e.strerror or str(e)
@@ -234,7 +242,7 @@ def main(argv: Sequence[str]) -> int:
     sampler.notice = lambda message: print(f"gputop: {message}", file=sys.stderr, flush=True)
     http = threading.Thread(target=server.serve_forever, name="gputop-http", daemon=True)
     http.start()
-    print(f"gputop: exporter serving http://{_show(host, server.server_port)}/metrics", file=sys.stderr, flush=True)
+    print(f"gputop: exporter serving /metrics on {_show(host, server.server_port)}", file=sys.stderr, flush=True)
     sampler.start(collector.update)
     try:
         while not stop.wait(0.5):
@@ -252,4 +260,6 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _show(host: str, port: int) -> str:
+    if not host:
+        return f"*:{port} (every interface)"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -189,15 +189,16 @@ def test_kernel_series_only_on_request_top_n_with_distinct_names(clock: Clock) -
     long_a = "void at::native::vectorized_elementwise_kernel<4, " + "x" * 200 + ", float>(int)"
     long_b = "void at::native::vectorized_elementwise_kernel<4, " + "x" * 200 + ", half>(int)"
     kernels = (KernelStat(long_a, 300, 1.0, 1.0), KernelStat(long_b, 200, 1.0, 1.0),
-               KernelStat("k\x1bc", 100, 1.0, 1.0))
+               KernelStat("k\x1bc", 100, 1.0, 1.0), KernelStat("k\x1bc", 150, 1.0, 1.0))
     c = SnapshotCollector(ExportOptions(), clock)
     c.update(snap(proc(41, kernels=kernels)))
     assert not [k for k in scrape(c) if k[0] == "gputop_kernel_function_launches_total"]
-    c = SnapshotCollector(ExportOptions(kernel_metrics=2), clock)
+    c = SnapshotCollector(ExportOptions(kernel_metrics=3), clock)
     c.update(snap(proc(41, kernels=kernels)))
     series = {dict(k[1])["kernel"]: v for k, v in scrape(c).items()
               if k[0] == "gputop_kernel_function_launches_total"}
-    assert len(series) == 2 and sorted(series.values()) == [200, 300]
+    assert series["k\\x1bc"] == 250                  # two handles of one name: one series, launches added
+    assert sorted(series.values()) == [200, 250, 300]
     assert all(len(name) <= 128 for name in series)
     assert any(name.endswith("float>(int)") for name in series) and any(name.endswith("half>(int)") for name in series)
 
@@ -220,6 +221,7 @@ def test_an_exited_process_keeps_its_counters_but_not_its_gauges(clock: Clock) -
     m = scrape(c)
     assert m[("gputop_kernel_launches_total", lbl(**P1))] == 6000
     assert ("gputop_process_launch_bound", lbl(**P1, gpu="0")) not in m
+    assert ("gputop_live_alloc_bytes", lbl(**P1)) not in m          # a gauge: gone with the process
     assert m[("gputop_process_gpu_memory_bytes", lbl(**P1, gpu="0"))] == 1 << 20
     # the PID reused by a new traced process: only the new one's counters
     clock.t += 1

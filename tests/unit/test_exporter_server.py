@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector
-from gputop.exporter.server import RenderCache, health, parse_listen
+from gputop.exporter.server import RenderCache, health, make_server, parse_listen
 from gputop.model import Snapshot, SourceStatus
 
 
@@ -71,3 +71,23 @@ def test_listen_addresses(text: str, parsed: tuple[str, int]) -> None:
 def test_bad_listen_addresses(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         parse_listen(text)
+
+
+def test_every_interface_means_ipv6_and_ipv4() -> None:
+    import socket
+    import threading
+    import urllib.request
+
+    c = SnapshotCollector(ExportOptions())
+    c.update(snap("ok"))
+    server = make_server("", 0, CollectorRegistry(auto_describe=False), c)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        hosts = ["127.0.0.1"] + (["[::1]"] if socket.has_ipv6 else [])
+        for host in hosts:
+            with urllib.request.urlopen(f"http://{host}:{server.server_port}/healthz", timeout=10) as r:
+                assert r.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
