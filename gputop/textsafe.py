@@ -34,6 +34,11 @@ def _escape(ch: str) -> str:
     return f"\\u{{{cp:04x}}}"
 
 
+def _units(text: str) -> list[str]:
+    """``text`` as display units: a safe character, or the escape of an unsafe one."""
+    return [ch if ch == " " or unicodedata.category(ch) not in _ESCAPED else _escape(ch) for ch in text]
+
+
 def sanitize(value: str, limit: int = DEFAULT_LIMIT) -> str:
     """``value`` with every unsafe character escaped, cut to at most ``limit`` characters (an
     escape is never cut in two)."""
@@ -45,8 +50,7 @@ def sanitize(value: str, limit: int = DEFAULT_LIMIT) -> str:
         return head if len(value) <= limit else head[: limit - 1] + "…"
     parts: list[str] = []
     n = 0
-    for ch in head:
-        part = ch if ch == " " or unicodedata.category(ch) not in _ESCAPED else _escape(ch)
+    for part in _units(head):
         if n + len(part) > limit:
             break
         parts.append(part)
@@ -59,6 +63,24 @@ def sanitize(value: str, limit: int = DEFAULT_LIMIT) -> str:
     return "".join(parts) + "…"
 
 
-def sanitize_bytes(value: bytes, limit: int = DEFAULT_LIMIT) -> str:
-    """Raw bytes from the kernel (a comm, an ELF symbol): decoded, invalid UTF-8 kept as escapes."""
-    return sanitize(value.decode("utf-8", "surrogateescape"), limit)
+def sanitize_middle(value: str, limit: int) -> str:
+    """Like ``sanitize``, but a value too long is cut in the middle, keeping its start and its end
+    (kernel names: template arguments differ at the end); an escape is never cut in two."""
+    units = _units(value[: 1 << 16])
+    if sum(map(len, units)) <= limit:
+        return "".join(units)
+    tail_room = (limit - 1) // 2
+    tail: list[str] = []
+    n = 0
+    for part in reversed(units):
+        if n + len(part) > tail_room:
+            break
+        tail.append(part)
+        n += len(part)
+    head: list[str] = []
+    for part in units:
+        if n + len(part) > limit - 1:
+            break
+        head.append(part)
+        n += len(part)
+    return "".join(head) + "…" + "".join(reversed(tail))

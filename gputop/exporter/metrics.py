@@ -21,7 +21,7 @@ from prometheus_client.utils import floatToGoString
 
 from gputop import __version__
 from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, UVM_DIRECTIONS, GpuSample, ProcSample, Snapshot
-from gputop.textsafe import sanitize
+from gputop.textsafe import sanitize, sanitize_middle
 
 #: label value caps (characters, after escaping)
 COMM_LIMIT = 64
@@ -68,15 +68,6 @@ def cumulative(hist: Mapping[str, int] | None, finite: int) -> list[tuple[str, f
         out.append((le, float(running)))
     out.append(("+Inf", float(sum(counts))))
     return out
-
-
-def _kernel_label(name: str) -> str:
-    """A kernel's name for a label: sanitised, cut in the middle (templates differ at the end)."""
-    safe = sanitize(name, 1 << 16)
-    if len(safe) <= KERNEL_LIMIT:
-        return safe
-    tail = (KERNEL_LIMIT - 1) // 2
-    return safe[: KERNEL_LIMIT - 1 - tail] + "…" + safe[len(safe) - tail:]
 
 
 _M = TypeVar("_M", CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
@@ -334,7 +325,7 @@ class SnapshotCollector(Collector):
         # names equal once cut) add up, so that a series never swaps values with another as ranks change
         by_label: dict[str, int] = {}
         for k in p.kernels:
-            label = _kernel_label(k.name)
+            label = sanitize_middle(k.name, KERNEL_LIMIT)
             by_label[label] = by_label.get(label, 0) + k.launches
         for label, total in sorted(by_label.items(), key=lambda kv: (-kv[1], kv[0]))[:n]:
             launches.add_metric([*values, label], float(total))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputop.textsafe import sanitize, sanitize_bytes
+from gputop.textsafe import sanitize, sanitize_middle
 
 
 @pytest.mark.parametrize(("raw", "shown"), [
@@ -25,8 +25,9 @@ def test_unsafe_characters_become_visible_escapes(raw: str, shown: str) -> None:
 def test_invalid_utf8_is_shown_as_the_bytes_never_as_surrogates() -> None:
     raw = b"ok\x9b\xff\xc3(".decode("utf-8", "surrogateescape")
     assert sanitize(raw) == "ok\\x9b\\xff\\xc3("
-    assert sanitize_bytes(b"k\xe2\x80\xaeX") == "k\\u{202e}X"       # a valid bidi override in raw bytes
-    assert sanitize_bytes(b"bad\xed\xa0\x80") == "bad\\xed\\xa0\\x80"
+    raw_bytes = (b"k\xe2\x80\xaeX", b"bad\xed\xa0\x80")      # a valid bidi override; an encoded surrogate
+    assert [sanitize(b.decode("utf-8", "surrogateescape")) for b in raw_bytes] == ["k\\u{202e}X",
+                                                                                  "bad\\xed\\xa0\\x80"]
 
 
 def test_length_is_capped_and_an_escape_is_never_cut() -> None:
@@ -37,3 +38,10 @@ def test_length_is_capped_and_an_escape_is_never_cut() -> None:
     assert sanitize("ab\x1b", 5) == "ab…"
     assert sanitize("ab\x1b", 6) == "ab\\x1b"
     assert sanitize("anything", 0) == ""
+
+
+def test_middle_cut_keeps_start_and_end_and_never_cuts_an_escape() -> None:
+    assert sanitize_middle("short\x1b", 20) == "short\\x1b"
+    assert sanitize_middle("a" * 100 + "END", 11) == "aaaaa…aaEND"     # 10 characters of room: 5 for the end
+    cut = sanitize_middle("\x1b" * 40, 11)
+    assert cut == "\\x1b…\\x1b" and len(cut) <= 11
