@@ -14,6 +14,9 @@ Run as root after ./test.sh has set up the test bed:
    ``--cpu-seconds`` while it is scraped every 15 s, as % of one core; beside it, an exporter with
    --no-bpf (NVML and host data only) over the same time, side by side (A B A B), so the ratio says
    what tracing adds.
+4. With ``--breakdown``: where the traced exporter's CPU goes, unscraped over ``--cpu-seconds`` each:
+   the default 15 s refresh, and no refresh at all (``-d 600``: the event loop and the periodic rescan
+   of every process's maps); their difference over 15 s is the cost of one refresh.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def main() -> int:
     ap.add_argument("--scrapes", type=int, default=40, help="scrapes of a new snapshot (each 1.1 s apart)")
     ap.add_argument("--cpu-seconds", type=float, default=60.0)
     ap.add_argument("--rounds", type=int, default=2, help="A B rounds of the CPU measurement")
+    ap.add_argument("--breakdown", action="store_true", help="also measure the CPU without scrapes and refreshes")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gputop-exporter-bench-"))
@@ -76,9 +80,11 @@ def main() -> int:
     fast = Exporter("--no-nvml", "--bpf", "--kernel-metrics", "20", "-d", "1")
     traced = Exporter("--no-nvml", "--bpf", "--kernel-metrics", "20")
     plain = Exporter("--no-nvml", "--no-bpf")
+    idle = Exporter("--no-nvml", "--bpf", "--kernel-metrics", "20", "-d", "600") if args.breakdown else None
+    exporters = [e for e in (fast, traced, plain, idle) if e is not None]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for exp in (fast, traced, plain):
+        for exp in exporters:
             exp.healthy(90)
         procs = start_workloads(args.procs, args.kernels, go)
         time.sleep(2.0)                     # exec events attach the exporters to every process
@@ -129,11 +135,20 @@ def main() -> int:
         print(f"  CPU, default 15 s refresh, scraped every 15 s ({args.rounds} x {args.cpu_seconds:g} s each, "
               f"A B A B): traced {tr:.2f} % of a core, --no-bpf {pl:.2f} % (ratio {ratio:.2f})")
         print(f"  goal <= 1 % of a core: {'met' if tr <= 1.0 else 'NOT met'}")
+        if idle is not None:
+            unscraped = {}
+            for name, exp in (("15 s refresh", traced), ("no refresh (-d 600)", idle)):
+                c0, t0 = cpu_s(exp.proc.pid), time.monotonic()
+                time.sleep(args.cpu_seconds)
+                unscraped[name] = 100 * (cpu_s(exp.proc.pid) - c0) / (time.monotonic() - t0)
+            per_refresh_ms = (unscraped["15 s refresh"] - unscraped["no refresh (-d 600)"]) / 100 * 15 * 1e3
+            print("  unscraped, traced: " + ", ".join(f"{k} {v:.2f} %" for k, v in unscraped.items())
+                  + f" of a core; one refresh about {per_refresh_ms:.0f} ms")
     finally:
         for p in procs:
             p.kill()
             p.wait()
-        for exp in (fast, traced, plain):
+        for exp in exporters:
             exp.stop()
     return 0
 
