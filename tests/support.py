@@ -55,9 +55,9 @@ gpu 0 ecc 7 2
 
 def build_native(source: str, out: str, *args: str) -> Path:
     """Compile ``tests/native/<source>`` with gcc into ``.cache/native/<out>`` (cached by mtime)."""
-    BUILD.mkdir(parents=True, exist_ok=True)
     src = NATIVE / source
     dst = BUILD / out
+    dst.parent.mkdir(parents=True, exist_ok=True)       # ``out`` may name a folder (fake_nvml/libnvidia-ml.so.1)
     if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
         cc = shutil.which("gcc") or "cc"
         subprocess.run([cc, "-O1", "-g", "-Wall", "-o", str(dst), str(src), *args], check=True)

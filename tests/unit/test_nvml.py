@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import support
-from support import BUILD, NVML_H100, ROOT, build_native
+from support import NVML_H100, ROOT, build_native
 
 from gputop.model import GpuSample, SourceStatus
 from gputop.sources.nvml import ENV_LIBRARY, NOT_PER_MIG, NvmlProc, NvmlSource
@@ -105,7 +105,6 @@ ERRORS = {
 
 @pytest.fixture(scope="session")
 def fake_lib() -> Path:
-    (BUILD / "fake_nvml").mkdir(parents=True, exist_ok=True)
     return build_native("fake_nvml.c", "fake_nvml/libnvidia-ml.so.1", "-shared", "-fPIC")
 
 
