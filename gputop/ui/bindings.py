@@ -113,6 +113,14 @@ TABLE: list[Binding] = [
     Binding("pagedown", "page(1)", "Page down", show=False, tooltip="one page down"),
     Binding("home", "cursor_to(0)", "First", show=False, tooltip="first process"),
     Binding("end", "cursor_to(-1)", "Last", show=False, tooltip="last process"),
+    Binding(
+        "left", "hscroll(-1)", "Columns←", key_display="←", show=False,
+        tooltip="show the columns hidden on the left (◀) when the terminal is narrow",
+    ),
+    Binding(
+        "right", "hscroll(1)", "Columns→", key_display="→", show=False,
+        tooltip="show the columns hidden on the right (▶) when the terminal is narrow",
+    ),
 ]
 
 _BACK = Binding("escape,q,backspace", "back", "Back", key_display="Esc", tooltip="back to the process list")

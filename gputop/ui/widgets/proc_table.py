@@ -8,7 +8,8 @@ it; double-clicking (or Enter, bound by the screen) opens the details.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -28,26 +29,85 @@ from gputop.ui.columns import BY_KEY, Column
 GUTTER = 2  # tag mark and a space
 
 
-def layout(columns: Sequence[str], width: int) -> list[tuple[Column, int]]:
-    """Column widths for ``width`` cells: fixed widths, the flexible column takes the rest.
+@dataclass(frozen=True)
+class Layout:
+    """The columns shown at one width, in display order, and how many are scrolled off each side."""
 
-    Columns that do not fit are dropped from the right (the leftmost two always stay).
+    cols: tuple[tuple[Column, int], ...]
+    #: columns hidden to the left of the scrolled part (shown by a ◀ after the fixed columns)
+    hidden_left: int = 0
+    #: columns hidden to the right (shown by a ▶ at the end of the header)
+    hidden_right: int = 0
+    #: how many columns are fixed at the left (the first column, and the sort column when pinned)
+    fixed: int = 1
+    #: the horizontal scroll in effect (no more than needed to show the last column)
+    offset: int = 0
+
+    def __iter__(self) -> Iterator[tuple[Column, int]]:
+        return iter(self.cols)
+
+    def __len__(self) -> int:
+        return len(self.cols)
+
+
+def col_width(col: Column) -> int:
+    """A column's least width: its own, and never less than its header with a sort arrow."""
+    return max(col.width, cell_len(col.header) + 1)
+
+
+def layout(columns: Sequence[str], width: int, sort_key: str = "", offset: int = 0) -> Layout:
+    """Column widths for ``width`` cells; the flexible column takes what is left.
+
+    The first column always shows; the others scroll horizontally (``offset`` of them are
+    skipped). Columns that do not fit are hidden, and markers say so (◀ after the fixed columns,
+    ▶ at the end). The sort column is never hidden: when it is scrolled off, it is pinned after
+    the first column.
     """
     cols = [BY_KEY[k] for k in columns]
-    while True:
-        fixed = sum(c.width for c in cols) + len(cols) - 1 + GUTTER
-        if fixed <= width or len(cols) <= 2:
-            break
-        cols.pop()
-    spare = max(0, width - fixed)
-    flex = [c for c in cols if c.flex]
-    out = []
-    for c in cols:
-        w = c.width
-        if flex and c is flex[0]:
-            w += spare
-        out.append((c, w))
-    return out
+    if not cols:
+        return Layout(())
+    fixed = cols[:1]
+    rest = cols[1:]
+    offset = max(0, min(offset, max(0, len(rest) - 1)))
+
+    def cost(cs: Sequence[Column]) -> int:
+        return sum(col_width(c) + 1 for c in cs)
+
+    def fit(avail: int, candidates: Sequence[Column]) -> list[Column]:
+        out: list[Column] = []
+        for c in candidates:
+            if cost([*out, c]) > avail:
+                break
+            out.append(c)
+        return out
+
+    avail = width - GUTTER - sum(col_width(c) for c in fixed)
+    while offset > 0 and cost(rest[offset - 1:]) <= avail - 1:  # no need to hide that many
+        offset -= 1
+    if offset == 0 and cost(rest) <= avail:
+        window, pinned = list(rest), list[Column]()
+    else:
+        pinned = list[Column]()
+        sort_col = BY_KEY.get(sort_key)
+        candidates = rest[offset:]
+        left_mark = 1 if offset else 0
+        window = fit(avail - left_mark - 1, candidates)
+        if sort_col is not None and sort_col in rest and sort_col not in window:
+            pinned = [sort_col]
+            candidates = [c for c in candidates if c is not sort_col]
+            window = fit(avail - left_mark - 1 - cost(pinned), candidates)
+        if offset == 0 and len(window) == len(candidates):  # everything fits after all
+            left_mark = 0
+    shown = fixed + pinned + window
+    hidden = len(cols) - len(shown)
+    hidden_left = sum(1 for c in rest[:offset] if c not in pinned)
+    hidden_right = hidden - hidden_left
+    used = sum(col_width(c) for c in shown) + len(shown) - 1 + GUTTER
+    used += (1 if hidden_left else 0) + (1 if hidden_right else 0)
+    spare = max(0, width - used)
+    flex = next((c for c in shown if c.flex), None)
+    out = tuple((c, col_width(c) + (spare if c is flex else 0)) for c in shown)
+    return Layout(out, hidden_left, hidden_right, len(fixed) + len(pinned), offset)
 
 
 class ProcTable(ScrollView, can_focus=True):
@@ -105,8 +165,9 @@ class ProcTable(ScrollView, can_focus=True):
         self._cursor = 0
         self._selected_pid: int | None = None
         self._strips: dict[int, Strip] = {}
-        self._layout: list[tuple[Column, int]] = []
-        self._layout_width = -1
+        self._layout = Layout(())
+        self._layout_key: tuple[object, ...] = ()
+        self._hoffset = 0  #: columns scrolled off to the left (← →)
         self._base_style: Style | None = None
 
     # -- data ------------------------------------------------------------------------------
@@ -122,9 +183,7 @@ class ProcTable(ScrollView, can_focus=True):
         """Show ``rows`` in this order (already filtered and sorted)."""
         self._rows = list(rows)
         self._cells = [None] * len(self._rows)
-        if tuple(columns) != self._columns:
-            self._columns = tuple(columns)
-            self._layout_width = -1
+        self._columns = tuple(columns)
         self._sort_key = sort_key
         self._descending = descending
         self._tags = set(tags)
@@ -187,6 +246,18 @@ class ProcTable(ScrollView, can_focus=True):
     def action_cursor_to(self, index: int) -> None:
         self._set_cursor(index if index >= 0 else len(self._rows) - 1)
 
+    def action_hscroll(self, step: int) -> None:
+        """Scroll the columns right of the first one by ``step`` columns (while some are hidden)."""
+        lay = self._current_layout()
+        if (step > 0 and not lay.hidden_right) or (step < 0 and not lay.hidden_left):
+            return
+        self._hoffset = max(0, self._hoffset + step)
+        self.refresh()
+
+    @property
+    def current_layout(self) -> Layout:
+        return self._current_layout()
+
     # -- mouse -----------------------------------------------------------------------------
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
@@ -205,7 +276,10 @@ class ProcTable(ScrollView, can_focus=True):
 
     def _column_at(self, x: int) -> str | None:
         pos = GUTTER
-        for col, w in self._current_layout():
+        lay = self._current_layout()
+        for i, (col, w) in enumerate(lay):
+            if i == lay.fixed and lay.hidden_left:
+                pos += 1  # the ◀ marker
             if pos <= x < pos + w + 1:
                 return col.key
             pos += w + 1
@@ -221,11 +295,16 @@ class ProcTable(ScrollView, can_focus=True):
         self._strips.clear()
         self.virtual_size = Size(event.size.width, len(self._rows) + 1)
 
-    def _current_layout(self) -> list[tuple[Column, int]]:
+    def _current_layout(self) -> Layout:
+        """The layout for the current width, columns, sort column and scroll; the rows' cached
+        cells and lines are for one layout only, so a new one drops them."""
         width = self.scrollable_content_region.width
-        if width != self._layout_width:
-            self._layout = layout(self._columns, width)
-            self._layout_width = width
+        key = (width, self._columns, self._sort_key, self._hoffset)
+        if key != self._layout_key:
+            self._layout = layout(self._columns, width, self._sort_key, self._hoffset)
+            self._hoffset = self._layout.offset
+            self._layout_key = (width, self._columns, self._sort_key, self._hoffset)
+            self._cells = [None] * len(self._rows)
             self._strips.clear()
         return self._layout
 
@@ -256,7 +335,7 @@ class ProcTable(ScrollView, can_focus=True):
             self._strips[index] = strip
         return strip
 
-    def _header_strip(self, cols: list[tuple[Column, int]], width: int) -> Strip:
+    def _header_strip(self, cols: Layout, width: int) -> Strip:
         base = self._style("proc-table--header")
         sorted_style = self._style("proc-table--header-sorted")
         parts: list[tuple[str, Style]] = [(" " * GUTTER, base)]
@@ -267,12 +346,16 @@ class ProcTable(ScrollView, can_focus=True):
                 label += "▼" if self._descending else "▲"
                 style = sorted_style
             label = fmt.fit(label, w)
+            if i == cols.fixed and cols.hidden_left:
+                parts.append(("◀", base))
             if i:
                 parts.append((" ", base))
             parts.append((label.ljust(w) if col.align == "left" else label.rjust(w), style))
+        if cols.hidden_right:
+            parts.append((" " * (width - _used(parts) - 1) + "▶", base))
         return _strip(parts, width, base)
 
-    def _row_strip(self, index: int, cols: list[tuple[Column, int]], width: int) -> Strip:
+    def _row_strip(self, index: int, cols: Layout, width: int) -> Strip:
         p = self._rows[index]
         cells = self._cells[index]
         if cells is None:
@@ -293,10 +376,16 @@ class ProcTable(ScrollView, can_focus=True):
         for i, ((col, w), cell) in enumerate(zip(cols, cells, strict=True)):
             text = fmt.fit_middle(cell, w) if col.cut == "middle" else fmt.fit(cell, w)
             style = na if cell == fmt.NA else (flag if col.key == "launch_bound" and cell else base)
+            if i == cols.fixed and cols.hidden_left:
+                parts.append((" ", base))
             if i:
                 parts.append((" ", base))
             parts.append((text.ljust(w) if col.align == "left" else text.rjust(w), style))
         return _strip(parts, width, base)
+
+
+def _used(parts: list[tuple[str, Style]]) -> int:
+    return sum(cell_len(chunk) for chunk, _ in parts)
 
 
 def _strip(parts: list[tuple[str, Style]], width: int, fill: Style) -> Strip:
