@@ -1,60 +1,97 @@
-"""Batch mode (``-b``): snapshots to stdout as JSON Lines or a top-like text table."""
+"""Batch mode (``-b``): snapshots to stdout as JSON Lines or a top-like text table.
+
+The table is the dashboard's process table (``gputop.ui.columns.COLUMNS``: the same columns,
+headers, formatting and sort), except that COMMAND goes last and is printed whole, like the
+COMMAND of ``top -b``. No Textual: ``columns`` and ``format`` are pure.
+"""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TextIO
 
-from gputop.model import ProcSample, Snapshot, snapshot_to_json
+from gputop.model import GpuSample, ProcSample, Snapshot, snapshot_to_json
+from gputop.ui import columns
 from gputop.ui import format as fmt
 
-# (header, width) of the batch table's columns, in order; USER and COMMAND are left-aligned
-_COLUMNS: tuple[tuple[str, int], ...] = (
-    ("PID", 7), ("USER", 9), ("COMMAND", 16), ("LAUNCH/s", 9), ("GRID", 7), ("BLOCK", 6),
-    ("H2D/s", 8), ("D2H/s", 8), ("D2D/s", 8), ("LIVE", 8), ("SYNC%", 5), ("GPU", 3), ("GPUMEM", 8),
-    ("SM%", 4), ("CPU%", 5), ("LB", 3),
+#: the dashboard's columns in its order, COMMAND moved to the end
+TABLE_COLUMNS: tuple[columns.Column, ...] = (
+    *(c for c in columns.COLUMNS if c.key != "command"),
+    columns.BY_KEY["command"],
 )
 
-
-def _row(p: ProcSample) -> list[str]:
-    r = p.rates
-    bw = r.memcpy_bytes_per_s if r and r.memcpy_bytes_per_s is not None else None
-    return [
-        str(p.pid), fmt.text(p.user), fmt.text(p.comm) + (" (exited)" if p.state == "exited" else ""),
-        fmt.si(r.launches_per_s if r else None), fmt.num(p.grid_blocks_avg, 1), fmt.num(p.block_threads_avg),
-        fmt.bytes_(bw.get("h2d") if bw else None), fmt.bytes_(bw.get("d2h") if bw else None),
-        fmt.bytes_(bw.get("d2d") if bw else None),
-        fmt.bytes_(p.total.live_alloc_bytes if p.total else None), fmt.pct(r.sync_wait_pct if r else None),
-        fmt.text(p.gpu_index), fmt.bytes_(p.gpu_mem_bytes), fmt.pct(p.gpu_util_pct), fmt.pct(p.cpu_pct, 1),
-        "*" if p.launch_bound else ("N/A" if p.launch_bound is None else ""),
-    ]
+#: what follows the command of a process that is not running (``ProcSample.state``)
+_STATE_MARKS = {"exited": " (exited)", "stopped": " (stopped)"}
 
 
-def table(snap: Snapshot) -> str:
-    """One refresh as text: a summary line, GPU lines, then processes by launch rate."""
-    src = " ".join(f"{k}:{v.status}" for k, v in snap.sources.items())
+def _cell(col: columns.Column, p: ProcSample) -> str:
+    text = col.render(p)   # every render sanitises text from other processes (gputop.textsafe)
+    if col.key == "command":
+        text += _STATE_MARKS.get(p.state, "")
+    return text
+
+
+def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    out = []
+    for col, cell, width in zip(TABLE_COLUMNS, cells, widths, strict=True):
+        if col is TABLE_COLUMNS[-1]:
+            out.append(cell)                    # the command: last, whole, not padded
+        elif col.align == "left":
+            out.append(cell.ljust(width))
+        else:
+            out.append(cell.rjust(width))
+    return " ".join(out).rstrip()
+
+
+def process_table(procs: Sequence[ProcSample], sort: str = columns.DEFAULT_SORT, reverse: bool = False) -> list[str]:
+    """The header line and one line per process, sorted like the dashboard (``sort`` key, its natural
+    direction unless ``reverse``). A column is as wide as its header, its values and the dashboard's
+    width for it, whichever is widest."""
+    rows = [[_cell(c, p) for c in TABLE_COLUMNS] for p in columns.sort_processes(procs, sort, reverse)]
+    headers = [c.header for c in TABLE_COLUMNS]
+    widths = [max([c.width, len(c.header), *(len(r[i]) for r in rows)]) for i, c in enumerate(TABLE_COLUMNS)]
+    return [_line(headers, widths)] + [_line(r, widths) for r in rows]
+
+
+def _power(g: GpuSample) -> str:
+    if g.power_w is None:
+        return fmt.NA
+    limit = f"/{fmt.num(g.power_limit_w)}" if g.power_limit_w is not None else ""
+    return f"{fmt.num(g.power_w)}{limit}W"
+
+
+def _rate(bytes_per_s: float | None) -> str:
+    return fmt.NA if bytes_per_s is None else f"{fmt.bytes_(bytes_per_s)}/s"
+
+
+def gpu_line(g: GpuSample) -> str:
+    """One GPU as text, with the fields of the dashboard's GPU panel (without its bars and sparkline):
+    utilisation, memory used/total, temperature, power/limit, PCIe RX (↓) / TX (↑), XID errors."""
+    index = f"{g.index}" + (f".{g.mig_instance}" if g.mig_instance is not None else "")
+    temp = fmt.NA if g.temp_c is None else f"{g.temp_c:.0f}°C"
+    mem = fmt.NA if g.mem_used_bytes is None and g.mem_total_bytes is None else (
+        f"{fmt.bytes_(g.mem_used_bytes)}/{fmt.bytes_(g.mem_total_bytes)}")
+    return (f"GPU {index} {fmt.text(g.name)}  util {fmt.pct(g.util_pct)}  mem {mem}  temp {temp}  "
+            f"power {_power(g)}  pcie ↓{_rate(g.pcie_rx_bytes_per_s)} ↑{_rate(g.pcie_tx_bytes_per_s)}  "
+            f"xid {fmt.text(g.xid_errors)}")
+
+
+def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = False) -> str:
+    """One refresh as text: a summary line, GPU lines, then the process table."""
+    src = " ".join(f"{fmt.text(k)}:{fmt.text(v.status)}" for k, v in snap.sources.items())
     bpf = snap.sources.get("bpf")
     cost = ""
     if bpf is not None and bpf.status == "ok":
         cost = f"  probes {fmt.si(bpf.probe_hits_per_s)}/s  bpf cpu {fmt.cpu_share(bpf.overhead_ns_per_s)}"
-    lines = [f"gputop - {fmt.clock(snap.time)}  {snap.host}  interval {snap.interval_s:.2f}s  {src}{cost}"]
-    for g in snap.gpus:
-        lines.append(f"GPU {g.index} {fmt.text(g.name)}  util {fmt.pct(g.util_pct)}  "
-                     f"mem {fmt.bytes_(g.mem_used_bytes)}/{fmt.bytes_(g.mem_total_bytes)}  "
-                     f"temp {fmt.num(g.temp_c)}C  power {fmt.num(g.power_w)}/{fmt.num(g.power_limit_w)}W  "
-                     f"xid {fmt.text(g.xid_errors)}")
-    lines.append(" ".join(h.rjust(w) if i not in (1, 2) else h.ljust(w)
-                          for i, (h, w) in enumerate(_COLUMNS)))
-    procs = sorted(snap.processes, key=lambda p: -(p.rates.launches_per_s or 0.0) if p.rates else 1.0)
-    for p in procs:
-        cells = _row(p)
-        lines.append(" ".join(fmt.fit(c, w).rjust(w) if i not in (1, 2) else fmt.fit(c, w).ljust(w)
-                              for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS, strict=False))))
+    lines = [f"gputop - {fmt.clock(snap.time)}  {fmt.text(snap.host)}  interval {snap.interval_s:.2f}s  {src}{cost}"]
+    lines += [gpu_line(g) for g in snap.gpus]
+    lines += process_table(snap.processes, sort, reverse)
     return "\n".join(lines) + "\n"
 
 
-def emit(snaps: Iterable[Snapshot], form: str, out: TextIO = sys.stdout) -> None:
+def emit(snaps: Iterable[Snapshot], form: str, out: TextIO = sys.stdout, sort: str = columns.DEFAULT_SORT,
+         reverse: bool = False) -> None:
     for snap in snaps:
-        out.write(snapshot_to_json(snap) + "\n" if form == "json" else table(snap) + "\n")
+        out.write(snapshot_to_json(snap) + "\n" if form == "json" else table(snap, sort, reverse) + "\n")
         out.flush()

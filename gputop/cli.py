@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +54,32 @@ def _pids(text: str) -> frozenset[int]:
     return pids
 
 
+#: the largest uid; (uid_t)-1 is no user
+_UID_MAX = (1 << 32) - 2
+
+
+def _user(text: str, replay: bool = False) -> str:
+    """``-u USER`` as the process owner that the collector reports (psutil's user name): a user name
+    of this host, or a numeric uid, which becomes its name when the host has one and stays a number
+    otherwise (psutil reports a uid without a name as the number). A replay matches the recorded
+    names as given: the recording may come from another host."""
+    import pwd
+
+    if replay:
+        return text
+    try:
+        return pwd.getpwnam(text).pw_name
+    except (KeyError, ValueError):
+        pass
+    if text.isascii() and text.isdigit() and int(text) <= _UID_MAX:
+        try:
+            return pwd.getpwuid(int(text)).pw_name
+        except KeyError:
+            return str(int(text))
+    raise GputopError(f"no such user: {text!r}",
+                      "give a user name or a numeric uid of this host (getent passwd lists them)", EX_USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gputop", description="A top for CUDA processes: kernel launches, copies, allocations "
                 "and sync time per process, traced with eBPF, beside NVML's view of each GPU.",
@@ -62,23 +89,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refresh interval (default 1)")
     p.add_argument("-p", "--pid", type=_pids, default=frozenset(), metavar="PID[,PID...]",
                    help="only these processes")
-    p.add_argument("-u", "--user", default=None, help="only processes of this user")
-    p.add_argument("-s", "--sort", default=None, metavar="COLUMN", help="initial sort column (default launches)")
+    p.add_argument("-u", "--user", default=None, metavar="USER", help="only processes of this user (name or uid)")
+    p.add_argument("-s", "--sort", default=None, metavar="COLUMN",
+                   help="initial sort column (default launches); batch mode sorts by it")
     p.add_argument("-b", "--batch", action="store_true", help="batch mode: print refreshes to stdout")
     p.add_argument("-n", "--iterations", type=_count, default=None, metavar="N",
                    help="batch mode: stop after N refreshes")
-    p.add_argument("-f", "--format", choices=("json", "table"), default="table",
-                   help="batch mode output: JSON Lines (schema gputop/1) or a text table")
+    p.add_argument("-f", "--format", choices=("json", "table"), default=None,
+                   help="batch mode output: JSON Lines (schema gputop/1) or a text table (default)")
     p.add_argument("--record", type=Path, metavar="FILE", help="also write every snapshot to FILE (JSON Lines)")
     p.add_argument("--replay", type=Path, metavar="FILE", help="show a recording instead of live data")
-    p.add_argument("--baseline", type=Path, metavar="FILE", help="compare live processes against a recording")
+    p.add_argument("--baseline", type=Path, metavar="FILE",
+                   help="dashboard: compare live processes against a recording")
     p.add_argument("--baseline-pid", type=int, default=None, metavar="PID",
-                   help="the recorded process to compare against (default: the one with the most launches)")
+                   help="dashboard: the recorded process to compare against (default: the one with the most launches)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
     src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
     p.add_argument("--no-nvml", action="store_true", help="run without NVML")
-    p.add_argument("--theme", default=None, help="colour theme")
+    p.add_argument("--theme", default=None, help="colour theme of the dashboard (batch output has no colours)")
     p.add_argument("--readonly", action="store_true", help="never send signals")
     p.add_argument("--ebpf", action="store_true", help="print the BPF program and exit")
     p.add_argument("--version", action="version", version=f"gputop {__version__}")
@@ -103,14 +132,19 @@ def _batch(args: argparse.Namespace) -> int:
     from gputop.feed import Filters
     from gputop.record import Recorder, read_recording
     from gputop.sampler import Sampler
+    from gputop.ui.columns import DEFAULT_SORT
 
+    form = args.format or "table"
+    sort = args.sort or DEFAULT_SORT   # the dashboard's default; config.toml is the dashboard's, not batch's
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")   # a non-UTF-8 locale: escapes, not a crash
     recorder = Recorder(args.record) if args.record else None
     try:
         if args.replay:
             filters = Filters(args.pid, args.user)
             snaps = (filters.apply(s) for s in read_recording(args.replay))
             for snap in islice(snaps, args.iterations):
-                batch.emit([snap], args.format)
+                batch.emit([snap], form, sort=sort)
                 if recorder:
                     recorder.write(snap)
             return EX_OK
@@ -125,7 +159,7 @@ def _batch(args: argparse.Namespace) -> int:
             while args.iterations is None or i < args.iterations:
                 sampler.wait(sampler.config.interval_s)
                 snap = sampler.collect()
-                batch.emit([snap], args.format)
+                batch.emit([snap], form, sort=sort)
                 if recorder:
                     recorder.write(snap)
                 i += 1
@@ -161,12 +195,25 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> None:
     from gputop.ui.columns import SORT_KEYS
-    from gputop.ui.themes import theme_names
 
+    if args.batch:
+        for option, value in (("--baseline", args.baseline), ("--baseline-pid", args.baseline_pid)):
+            if value is not None:
+                raise GputopError(f"{option} works in the dashboard only",
+                                  "drop -b to compare in the dashboard; in batch mode, record both runs "
+                                  "(gputop -b -f json --record FILE) and compare the files", EX_USAGE)
+    elif args.format is not None:
+        raise GputopError("-f only applies to batch mode", f"add -b: gputop -b -f {args.format}", EX_USAGE)
+    if args.user is not None:
+        args.user = _user(args.user, replay=args.replay is not None)
     if args.sort is not None and args.sort not in SORT_KEYS:
         raise GputopError(f"unknown sort column {args.sort!r}", f"choose one of: {', '.join(SORT_KEYS)}", EX_USAGE)
-    if args.theme is not None and args.theme not in theme_names():
-        raise GputopError(f"unknown theme {args.theme!r}", f"choose one of: {', '.join(theme_names())}", EX_USAGE)
+    if args.theme is not None:
+        from gputop.ui.themes import theme_names  # loads textual: only when a theme is named
+
+        if args.theme not in theme_names():
+            raise GputopError(f"unknown theme {args.theme!r}", f"choose one of: {', '.join(theme_names())}",
+                              EX_USAGE)
     if args.baseline_pid is not None and args.baseline is None:
         raise GputopError("--baseline-pid needs --baseline FILE", "gputop --baseline run.jsonl --baseline-pid 123",
                         EX_USAGE)

@@ -70,3 +70,19 @@ class Workloads:
     static: Path        # libcudart_static.a linked in
     dlopen: Path        # loads --cudart / --cuda with dlopen
     shim_runtime: Path  # tests/native/shim_runtime.c: a runtime that calls the real libcuda.so.1
+
+
+def table_rows(out: str) -> list[dict[str, str]]:
+    """Every process row of `gputop -b -f table` output by header: the cells before COMMAND hold no
+    spaces (an empty LB cell is absent), COMMAND is the rest of the line."""
+    from gputop.batch import TABLE_COLUMNS
+
+    headers = [c.header for c in TABLE_COLUMNS]
+    rows: list[dict[str, str]] = []
+    at = 0
+    for line in out.splitlines():
+        if line.lstrip().startswith("PID "):
+            at = line.index("COMMAND")
+        elif line[:at].split()[:1] and line.split()[0].isdigit():
+            rows.append({**dict(zip(headers[:-1], line[:at].split(), strict=False)), "COMMAND": line[at:]})
+    return rows

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support import table_rows
+
 GPUTOP = [sys.executable, "-m", "gputop.cli"]
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -79,11 +81,12 @@ def test_batch_table_with_pid_filter_on_a_running_process(workloads, tmp_path) -
     finally:
         wl.wait()
         other.wait()
-    rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
-    assert {int(r[0]) for r in rows} == {wl.pid}        # -p hides the other process
+    rows = table_rows(out)
+    assert {int(r["PID"]) for r in rows} == {wl.pid}    # -p hides the other process
     last = rows[-1]
-    assert last[2] == "wl_dynamic"
-    rate = float(last[3].rstrip("k")) * (1000 if last[3].endswith("k") else 1)
+    assert last["COMMAND"] == f"wl_dynamic --wait {go} paced:2000:6000"    # whole, last
+    assert (last["USER"], last["GPU"]) == ("root", "N/A")
+    rate = float(last["LAUNCH/s"].rstrip("k")) * (1000 if last["LAUNCH/s"].endswith("k") else 1)
     assert 1500 <= rate <= 2500                         # paced at 2000/s over a 1 s refresh
 
 

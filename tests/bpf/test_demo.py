@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support import table_rows
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -21,12 +23,11 @@ def test_demo_batch_shows_unfused_at_three_times_the_fused_rate(testbed) -> None
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].startswith(f"demo without a GPU: launches through {testbed.libcudart}")
-    last_table = res.stdout.rsplit("gputop - ", 1)[1].splitlines()
-    rows = [ln.split() for ln in last_table if ln.split() and ln.split()[0].isdigit()]
+    rows = table_rows(res.stdout.rsplit("gputop - ", 1)[1])
     assert len(rows) == 2
-    rates = sorted(_rate(r[3]) for r in rows)
-    assert 900 <= rates[0] <= 1100 and 2700 <= rates[1] <= 3300      # fused 1k/s, unfused 3k/s
-    assert {r[4] for r in rows} == {"4096.0"} and {r[5] for r in rows} == {"256"}
+    rates = [_rate(r["LAUNCH/s"]) for r in rows]                      # sorted like the dashboard
+    assert 2700 <= rates[0] <= 3300 and 900 <= rates[1] <= 1100      # unfused 3k/s, fused 1k/s
+    assert {r["GRID"] for r in rows} == {"4096"} and {r["BLOCK"] for r in rows} == {"256"}
 
 
 def test_demo_workloads_die_with_gputop(testbed) -> None:

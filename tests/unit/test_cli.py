@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gputop.model import Snapshot, SourceStatus, snapshot_from_json, snapshot_to_json
+from gputop.ui.columns import sort_processes
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -42,9 +43,79 @@ def assert_error(res: subprocess.CompletedProcess[str], code: int, message: str)
     (["doctor", "--now"], "doctor takes no arguments"),
     (["--theme", "neon"], "unknown theme 'neon'"),
     (["--baseline-pid", "5"], "--baseline-pid needs --baseline FILE"),
+    (["-f", "json"], "-f only applies to batch mode"),
+    (["-u", "4294967295"], "no such user: '4294967295'"),
 ])
 def test_usage_errors_exit_2(args: list[str], message: str) -> None:
     assert_error(gputop(*args), 2, message)
+
+
+def assert_exact_error(res: subprocess.CompletedProcess[str], message: str, hint: str) -> None:
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.splitlines() == [f"gputop: error: {message}", f"hint: {hint}"]
+    assert res.stdout == ""
+
+
+@pytest.mark.parametrize("mode", [["-b"], []])
+def test_unknown_user_fails_at_argument_parsing(mode: list[str]) -> None:
+    assert_exact_error(gputop(*mode, "-u", "nosuchuser", "--no-bpf", "--no-nvml"), "no such user: 'nosuchuser'",
+                       "give a user name or a numeric uid of this host (getent passwd lists them)")
+
+
+@pytest.mark.parametrize("option", [["--baseline", "run.jsonl"], ["--baseline-pid", "5"]])
+def test_baseline_is_refused_in_batch_mode(option: list[str], tmp_path: Path) -> None:
+    (tmp_path / "run.jsonl").write_text("")
+    hint = ("drop -b to compare in the dashboard; in batch mode, record both runs (gputop -b -f json --record FILE) "
+            "and compare the files")
+    assert_exact_error(gputop("-b", "-n", "1", *option, cwd=tmp_path), f"{option[0]} works in the dashboard only",
+                       hint)
+
+
+def test_user_names_and_uids() -> None:
+    import pwd
+
+    from gputop.cli import _user
+    from gputop.errors import GputopError
+
+    root = pwd.getpwuid(0).pw_name
+    assert _user(root) == root and _user("0") == root          # a uid becomes the name psutil reports
+    free = next(u for u in range(4_000_000, 4_001_000) if not _has_uid(u))
+    assert _user(str(free)) == str(free)                       # a uid without a name (a container's) stays a number
+    assert _user("nosuchuser", replay=True) == "nosuchuser"    # a recording may come from another host
+    for bad in ("nosuchuser", "4294967295", "-1", "١", "a\x00b"):
+        with pytest.raises(GputopError) as e:
+            _user(bad)
+        assert e.value.code == 2 and e.value.message == f"no such user: {bad!r}"
+
+
+def _has_uid(uid: int) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def test_batch_accepts_a_numeric_uid() -> None:
+    res = gputop("-b", "-n", "1", "-d", "0.1", "--no-bpf", "--no-nvml", "-u", "0")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[1].split()[0] == "PID"
+
+
+def test_batch_table_is_sorted_by_s(tmp_path: Path) -> None:
+    src = sorted((ROOT / "tests" / "data").glob("*.jsonl"))[0]
+    snap = snapshot_from_json(src.read_text().splitlines()[2])
+    def pids(*args: str) -> list[int]:
+        res = gputop("-b", "-n", "3", "--replay", str(src), *args)
+        assert res.returncode == 0, res.stderr
+        last = res.stdout.rsplit("gputop - ", 1)[1].splitlines()
+        at = next(i for i, line in enumerate(last) if line.split()[:1] == ["PID"])
+        return [int(line.split()[0]) for line in last[at + 1:] if line.strip()]
+    assert pids() == [p.pid for p in sort_processes(snap.processes, "launches")]
+    assert pids("-s", "pid") == sorted(p.pid for p in snap.processes)
+    assert pids("-s", "cpu") == [p.pid for p in sort_processes(snap.processes, "cpu")] != pids("-s", "pid")
 
 
 def test_dashboard_without_terminal_is_a_usage_error() -> None:

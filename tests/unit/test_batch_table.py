@@ -1,0 +1,152 @@
+"""The batch table (`gputop -b -f table`): the dashboard's process table, COMMAND last and whole,
+hostile names escaped, GPU lines with the GPU panel's fields."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+
+from gputop import batch
+from gputop.model import Counts, GpuSample, ProcSample, Rates, Snapshot, SourceStatus, snapshot_to_json
+from gputop.ui import columns
+
+HOSTILE = "\x1b[2J\x1b[31mEVIL\x07"
+HEADERS = [c.header for c in columns.COLUMNS if c.key != "command"] + ["COMMAND"]
+
+
+def proc(pid: int, launches: float | None = 1000.0, **kw: object) -> ProcSample:
+    base: dict[str, object] = dict(
+        comm="python", cmdline="/usr/bin/python train.py", user="alice", gpu_index=0,
+        rates=Rates(launches_per_s=launches, memcpy_bytes_per_s={"h2d": 2048.0, "d2h": 1 << 20, "d2d": 0.0},
+                    uvm_faults_per_s=12.0, sync_wait_pct=25.0),
+        total=Counts(launches=5000, live_alloc_bytes=3 << 30), grid_blocks_avg=80.0, block_threads_avg=128.0,
+        gpu_mem_bytes=4 << 30, gpu_util_pct=55.0, cpu_pct=97.5, launch_bound=True)
+    base.update(kw)
+    return ProcSample(pid=pid, **base)  # type: ignore[arg-type]
+
+
+def snap(*procs: ProcSample, gpus: tuple[GpuSample, ...] = ()) -> Snapshot:
+    return Snapshot(time=1_700_000_000.0, interval_s=1.0, host="node-1",
+                    sources={"bpf": SourceStatus("ok"), "nvml": SourceStatus("ok")}, gpus=gpus, processes=procs)
+
+
+def rows(text: str) -> tuple[str, list[str]]:
+    """The header line and the process lines of one table."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("PID "))
+    return lines[at], lines[at + 1:]
+
+
+def split(header: str, row: str) -> tuple[list[str], str]:
+    """A row's cells before COMMAND (no cell holds a space) and its command (everything after)."""
+    at = header.index("COMMAND")
+    return row[:at].split(), row[at:]
+
+
+def test_headers_are_the_dashboards_in_order_with_command_last() -> None:
+    header, _ = rows(batch.table(snap(proc(1))))
+    assert re.fullmatch(r"\s*" + r"\s+".join(map(re.escape, HEADERS)), header), header
+    assert [c.key for c in batch.TABLE_COLUMNS] == [c.key for c in columns.COLUMNS if c.key != "command"] + [
+        "command"]
+
+
+def test_cells_are_the_dashboards_renders() -> None:
+    p = proc(4242)
+    header, (row,) = rows(batch.table(snap(p)))
+    cells, command = split(header, row)
+    assert cells == [c.render(p) for c in batch.TABLE_COLUMNS[:-1]]
+    assert cells == ["4242", "alice", "0", "1.0k", "80", "128", "2.0K", "1.0M", "0", "3.0G", "12", "25%", "4.0G",
+                     "55%", "98%", "◆"]
+    assert command == "python train.py"          # the dashboard's COMMAND: program without its directory
+
+
+def test_hostile_names_are_escaped_never_raw() -> None:
+    evil = proc(1, comm=HOSTILE, cmdline=None, user="bob\x1b]0;owned\x07")
+    bad_utf8 = proc(2, cmdline="/opt/ev\udcffil --x=\u202eexe.txt")   # byte 0xff (surrogateescape), bidi override
+    text = batch.table(snap(evil, bad_utf8))
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f\u202e\udc80-\udcff]", text.replace("\n", ""))
+    text.encode("utf-8")                            # no lone surrogate left
+    header, lines = rows(text)
+    by_pid = {split(header, ln)[0][0]: ln for ln in lines}
+    assert split(header, by_pid["1"])[1] == r"\x1b[2J\x1b[31mEVIL\x07"
+    assert split(header, by_pid["1"])[0][1] == r"bob\x1b]0;owned\x07"
+    assert split(header, by_pid["2"])[1] == r"ev\xffil --x=\u{202e}exe.txt"
+
+
+def test_a_long_command_is_printed_whole_and_last() -> None:
+    long_cmd = "/usr/bin/python serve.py " + " ".join(f"--option-{i}=value-{i}" for i in range(60)) + " --last"
+    header, (row,) = rows(batch.table(snap(proc(7, cmdline=long_cmd))))
+    assert len(long_cmd) > 1000
+    assert split(header, row)[1] == "python " + long_cmd.split(" ", 1)[1]
+    assert "…" not in row
+
+
+def test_columns_are_as_wide_as_their_values_and_aligned() -> None:
+    wide = proc(1234567, user="a-very-long-user-name", cpu_pct=12345.0)
+    short = proc(8, user="al", launches=5.0)
+    header, lines = rows(batch.table(snap(wide, short)))
+    at = header.index("COMMAND")
+    for line in lines:                              # every command starts under its header
+        assert line[at - 1] == " " and line[at] != " "
+    assert "a-very-long-user-name" in lines[0]      # not cut
+    # right-aligned numbers end under their header, left-aligned USER starts under its header
+    for h in ("PID", "LAUNCH/s", "CPU%"):
+        end = header.index(h) + len(h)
+        assert all(line[end - 1] != " " and line[end] == " " for line in lines), h
+    assert all(line[header.index("USER")] != " " for line in lines)
+
+
+def test_sorted_like_the_dashboard_unknown_last() -> None:
+    procs = [proc(3, launches=10.0), proc(1, launches=None), proc(2, launches=500.0), proc(4, launches=500.0)]
+    def order(sort: str = columns.DEFAULT_SORT, reverse: bool = False) -> list[str]:
+        header, lines = rows(batch.table(snap(*procs), sort, reverse))
+        return [split(header, ln)[0][0] for ln in lines]
+    assert order() == ["2", "4", "3", "1"] == [str(p.pid) for p in columns.sort_processes(procs, "launches")]
+    assert order("pid") == ["1", "2", "3", "4"]
+    assert order("launches", reverse=True) == ["3", "2", "4", "1"]
+
+
+def test_exited_and_stopped_are_marked_after_the_command() -> None:
+    text = batch.table(snap(proc(1, state="exited"), proc(2, state="stopped", launches=5.0), proc(3, launches=1.0)))
+    header, lines = rows(text)
+    assert [split(header, ln)[1] for ln in lines] == [
+        "python train.py (exited)", "python train.py (stopped)", "python train.py"]
+
+
+def test_unknown_values_are_na_and_an_unflagged_process_has_a_blank_lb() -> None:
+    bare = ProcSample(pid=9, comm=None)
+    calm = proc(10, launch_bound=False)
+    header, lines = rows(batch.table(snap(bare, calm)))
+    cells, command = split(header, lines[1])
+    assert cells[0] == "9" and set(cells[1:]) == {"N/A"} and command == "N/A"
+    cells, _ = split(header, lines[0])
+    assert len(cells) == len(HEADERS) - 2           # LB is empty: nothing between CPU% and the command
+
+
+def test_gpu_lines_carry_the_gpu_panels_fields() -> None:
+    full = GpuSample(index=0, name="NVIDIA H100 80GB HBM3", util_pct=87.0, mem_used_bytes=40 << 30,
+                     mem_total_bytes=80 << 30, temp_c=61.4, power_w=412.3, power_limit_w=700.0,
+                     pcie_rx_bytes_per_s=250 * 1024.0, pcie_tx_bytes_per_s=1500 * 1024.0, xid_errors=2)
+    unknown = GpuSample(index=1, mig_instance=3, name="A100\x1b[2J")
+    text = batch.table(snap(gpus=(full, unknown)))
+    first, second = text.splitlines()[1:3]
+    assert first == ("GPU 0 NVIDIA H100 80GB HBM3  util 87%  mem 40.0G/80.0G  temp 61°C  power 412/700W  "
+                     "pcie ↓250.0K/s ↑1.5M/s  xid 2")
+    assert second == r"GPU 1.3 A100\x1b[2J  util N/A  mem N/A  temp N/A  power N/A  pcie ↓N/A ↑N/A  xid N/A"
+
+
+def test_summary_line_first_and_json_unchanged() -> None:
+    s = snap(proc(1))
+    assert batch.table(s).splitlines()[0].startswith("gputop - ")
+    out = io.StringIO()
+    batch.emit([s, s], "json", out)
+    assert out.getvalue().splitlines() == [snapshot_to_json(s)] * 2
+
+
+def test_batch_does_not_load_textual() -> None:
+    code = ("import sys, gputop.batch, gputop.cli\n"
+            "bad = [m for m in ('textual', 'plotext', 'rich') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
