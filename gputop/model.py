@@ -142,10 +142,13 @@ class SourceStatus:
     headers: str | None = None
     attach: str | None = None           # "links" (uprobe_multi) | "perf" (a perf event per probe)
     probes_failed: int | None = None    # probes that did not attach (the first one's reason in ``reason``)
+    #: UVM only: what is traced when "ok": "cpu" (CPU faults on managed memory only) or "cpu+gpu"
+    scope: str | None = None
 
 
 _BPF_ONLY = ("objects", "probes", "dropped", "overhead_ns_per_s", "probe_hits_per_s", "headers", "attach",
              "probes_failed")
+_UVM_ONLY = ("scope",)
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,9 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
         sd = _plain(st)
         if name != "bpf":
             for k in _BPF_ONLY:
+                sd.pop(k, None)
+        if name != "uvm":
+            for k in _UVM_ONLY:
                 sd.pop(k, None)
         d["sources"][name] = sd
     return d

@@ -142,7 +142,7 @@ class GputopApp(App[int]):
     BINDINGS = bindings.of(bindings.GLOBAL + bindings.REPLAY)
     CSS = """
     Screen { background: $background; }
-    #banner { height: 1; background: $accent 25%; color: $foreground; text-style: bold; padding: 0 1; }
+    #banner { height: auto; background: $accent 25%; color: $foreground; text-style: bold; padding: 0 1; }
     """
 
     def __init__(
@@ -158,7 +158,7 @@ class GputopApp(App[int]):
         self.recorder = Recorder(self.options.record) if self.options.record else None  # RecordingError
         super().__init__()  # (Textual removes NO_COLOR from the environment here)
         self.feed = feed
-        self.history = History()
+        self.history = History(replay=self.is_replay)
         self.snapshot: Snapshot | None = None
         self.paused = False
         self.filter_text = ""
@@ -358,7 +358,9 @@ class GputopApp(App[int]):
         except RecordingError as e:
             self.say(e.message, "error")
             return
-        self.show_snapshot(self.options.filters.apply(snap))
+        snap = self.options.filters.apply(snap)
+        self.history.add(snap)      # a snapshot stepped to is charted like one played
+        self.show_snapshot(snap)
 
     def action_speed(self, factor: float) -> None:
         set_speed = getattr(self.feed, "set_speed", None)

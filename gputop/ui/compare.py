@@ -23,6 +23,10 @@ class Metric:
     value: Callable[[ProcSample], Value]
     render: Callable[[Value], str]
 
+    @property
+    def binary(self) -> bool:
+        return self.render is fmt.bytes_
+
 
 def _f(v: float | int | None) -> Value:
     return None if v is None else float(v)
@@ -32,18 +36,30 @@ def _count(name: str) -> Callable[[ProcSample], Value]:
     return lambda p: fields.interval_count(p, name)
 
 
+def _total(name: str) -> Callable[[ProcSample], Value]:
+    return lambda p: _f(getattr(p.total, name)) if p.total is not None else None
+
+
+def _total_copied(p: ProcSample) -> Value:
+    m = p.total.memcpy if p.total is not None else None
+    return None if m is None else float(sum(cb.bytes for cb in m.values()))
+
+
 METRICS: tuple[Metric, ...] = (
     Metric("launches/s", fields.launches_per_s, fmt.si),
-    Metric("launches (total)", lambda p: _f(fields.total_launches(p)), fmt.si),
+    Metric("launches total", lambda p: _f(fields.total_launches(p)), fmt.si),
     Metric("graph launches", _count("graph_launches"), fmt.si),
+    Metric("graph launch total", _total("graph_launches"), fmt.si),
     Metric("avg grid blocks", lambda p: p.grid_blocks_avg, lambda v: fmt.num(v, 1)),
     Metric("avg block threads", lambda p: p.block_threads_avg, lambda v: fmt.num(v, 1)),
     Metric("H2D B/s", fields.h2d_per_s, fmt.bytes_),
     Metric("D2H B/s", fields.d2h_per_s, fmt.bytes_),
     Metric("D2D B/s", fields.d2d_per_s, fmt.bytes_),
     Metric("H2H B/s", lambda p: fields.memcpy_per_s(p, "h2h"), fmt.bytes_),
-    Metric("unknown-dir B/s", lambda p: fields.memcpy_per_s(p, "unknown"), fmt.bytes_),
+    Metric("no-dir copy B/s", lambda p: fields.memcpy_per_s(p, "unknown"), fmt.bytes_),
+    Metric("copied total", _total_copied, fmt.bytes_),
     Metric("alloc calls", _count("alloc_calls"), fmt.si),
+    Metric("alloc calls total", _total("alloc_calls"), fmt.si),
     Metric("live alloc", lambda p: _f(fields.live_alloc_bytes(p)), fmt.bytes_),
     Metric("managed alloc", _count("managed_alloc_bytes"), fmt.bytes_),
     Metric("prefetch →GPU", lambda p: _f(fields.interval_prefetch_bytes(p, "to_device")), fmt.bytes_),
@@ -51,6 +67,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("UVM migrated H2D", lambda p: _f(fields.interval_uvm_migrated(p, "h2d")), fmt.bytes_),
     Metric("sync calls", _count("sync_calls"), fmt.si),
     Metric("sync wait %", fields.sync_wait_pct, lambda v: fmt.pct(v, 1)),
+    Metric("sync wait total", _total("sync_wait_s"), fmt.seconds),
     Metric("GPU mem", lambda p: _f(p.gpu_mem_bytes), fmt.bytes_),
     Metric("SM %", lambda p: p.gpu_util_pct, fmt.pct),
     Metric("CPU %", lambda p: p.cpu_pct, fmt.pct),
@@ -98,11 +115,23 @@ class Row:
 
 
 def rows(a: ProcSample | None, b: ProcSample | None) -> list[Row]:
-    """One row per metric: formatted A, B and B/A."""
+    """One row per metric: formatted A, B and B/A, the ratio of the values as shown (so that
+    0.0% against 0.0% is "=", and 1.0k against 20.0k is 20×)."""
     out = []
     for m in METRICS:
-        va = m.value(a) if a is not None else None
-        vb = m.value(b) if b is not None else None
-        r = ratio(va, vb)
-        out.append(Row(m.label, m.render(va), m.render(vb), format_ratio(r), notable(r)))
+        ta = m.render(m.value(a) if a is not None else None)
+        tb = m.render(m.value(b) if b is not None else None)
+        if m.render is fmt.seconds:
+            r = ratio(_seconds(ta), _seconds(tb))
+        else:
+            r = ratio(fmt.shown(ta, m.binary), fmt.shown(tb, m.binary))
+        out.append(Row(m.label, ta, tb, format_ratio(r), notable(r)))
     return out
+
+
+def _seconds(text: str) -> Value:
+    for suffix, scale in (("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)):
+        if text.endswith(suffix):
+            v = fmt.shown(text[: -len(suffix)])
+            return None if v is None else v * scale
+    return None

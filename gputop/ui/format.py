@@ -46,6 +46,25 @@ def bytes_(value: float | None, digits: int = 1) -> str:
     return f"{round(value)}"
 
 
+def shown(text: str, binary: bool = False) -> float | None:
+    """The number a formatted value shows (``si``, ``bytes_``, ``pct``, ``num``): "1.5k" → 1500,
+    "1.5M" → 1.5 × 2^20 (``binary``: a byte value), "45%" → 45; None for N/A. Arithmetic on what the screen
+    shows (the compare screen's ratios) stays consistent with it."""
+    text = text.strip().rstrip("%")
+    if not text or text == NA:
+        return None
+    scale = 1.0
+    for factor, suffix in _BIN if binary else _SI:
+        if text.endswith(suffix):
+            scale = factor
+            text = text[: -len(suffix)]
+            break
+    try:
+        return float(text) * scale
+    except ValueError:
+        return None
+
+
 def pct(value: float | None, digits: int = 0) -> str:
     if not _finite(value):
         return NA
@@ -93,7 +112,15 @@ def cpu_share(ns_per_s: float | None) -> str:
 
 
 def interval(seconds_: float) -> str:
-    return f"{seconds_:g}s"
+    """A refresh interval, rounded as a person says it: 1s, 0.25s, 2.5s (a recording's 1.0003 s is 1s)."""
+    if seconds_ >= 10:
+        return f"{seconds_:.0f}s"
+    return f"{round(seconds_, 2):g}s"
+
+
+def speed(factor: float) -> str:
+    """A playback speed factor: 1, 4, 0.5, 1.3 (two significant digits at most)."""
+    return f"{factor:.2g}" if factor < 10 else f"{factor:.0f}"
 
 
 def fit(value: str, width: int) -> str:
@@ -205,3 +232,59 @@ def kernel_name(name: str, width: int) -> str:
         name = _collapse(name, depth)
         depth -= 1
     return fit(name, width)
+
+
+def _strip_void(name: str) -> str:
+    return name[5:] if name.startswith("void ") else name
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _around(name: str, at: int, width: int) -> str:
+    """``name`` cut to ``width`` so that position ``at`` (where it differs from another) shows:
+    its start, an ellipsis, then the text from a little before ``at``."""
+    if len(name) <= width:
+        return name
+    if width < 12:
+        return fit(name, width)
+    head = width // 3
+    if at < width - 1:
+        return fit(name, width)
+    start = max(head + 1, at - (width - head - 1) // 3)
+    return fit(name[:head] + "…" + name[start:], width)
+
+
+def kernel_names(names: list[str], width: int) -> list[str]:
+    """Every name shortened with ``kernel_name``, but distinct names stay distinct: names that
+    would read the same (templates of one kernel) show where they differ instead; names that
+    still read the same get ``#2``, ``#3``."""
+    short = [kernel_name(n, width) for n in names]
+    groups: dict[str, list[int]] = {}
+    for i, text in enumerate(short):
+        groups.setdefault(text, []).append(i)
+    for members in groups.values():
+        full = {_strip_void(names[i]) for i in members}
+        if len(full) < 2:
+            continue
+        for i in members:
+            mine = _strip_void(names[i])
+            others = [other for other in full if other != mine]
+            at = max((_common_prefix(mine, other) for other in others), default=0)
+            short[i] = _around(mine, at, width)
+    seen: dict[str, int] = {}
+    for i, text in enumerate(short):
+        if text in seen:
+            seen[text] += 1
+            tag = f" #{seen[text]}"
+            short[i] = fit(text, max(1, width - len(tag))) + tag
+        else:
+            seen[text] = 1
+    return short

@@ -50,8 +50,11 @@ class Series:
 
 
 class History:
-    def __init__(self, maxlen: int = 600) -> None:
+    def __init__(self, maxlen: int = 600, *, replay: bool = False) -> None:
         self.maxlen = maxlen
+        #: snapshots may come again (a replay stepped back, then played on): keep each time once
+        self.replay = replay
+        self._first_time: float | None = None
         self._lock = threading.Lock()
         self._procs: dict[int, tuple[str | None, deque[Point]]] = {}
         self._gpus: dict[int, deque[tuple[float, float | None]]] = {}
@@ -59,9 +62,15 @@ class History:
 
     def add(self, snap: Snapshot) -> None:
         with self._lock:
-            if self._last_time is not None and snap.time < self._last_time:
-                self._procs.clear()  # a replay that loops (or a clock stepping back): start again
-                self._gpus.clear()
+            if self._last_time is not None and snap.time <= self._last_time:
+                if self.replay and self._first_time is not None and snap.time >= self._first_time:
+                    return  # seen already: a replay stepping back, or playing on from there
+                if snap.time < self._last_time:
+                    self._procs.clear()  # a replay that loops (or a clock stepping back): start again
+                    self._gpus.clear()
+                    self._first_time = None
+            if self._first_time is None:
+                self._first_time = snap.time
             self._last_time = snap.time
             for p in snap.processes:
                 entry = self._procs.get(p.pid)
@@ -75,10 +84,15 @@ class History:
             for pid in [pid for pid, (_, pts) in self._procs.items() if pts and pts[-1].time < horizon]:
                 del self._procs[pid]
 
-    def points(self, pid: int) -> list[Point]:
+    def points(self, pid: int, until: float | None = None) -> list[Point]:
+        """The points of ``pid``, up to the time ``until`` (the snapshot shown) when given: a
+        replay stepped back shows charts that end where it stands."""
         with self._lock:
             entry = self._procs.get(pid)
-            return list(entry[1]) if entry else []
+            pts = list(entry[1]) if entry else []
+        if until is not None:
+            pts = [pt for pt in pts if pt.time <= until]
+        return pts
 
     def gpu_util(self, index: int) -> list[float | None]:
         with self._lock:

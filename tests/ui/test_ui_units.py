@@ -18,7 +18,7 @@ from gputop.ui import format as fmt
 from gputop.ui.baseline import load_baseline, summarize
 from gputop.ui.charts import _nice_ticks, bar_chart, line_chart
 from gputop.ui.history import History, Series, series
-from gputop.ui.screens.details import hist_buckets, stats_rows
+from gputop.ui.screens.details import hist_buckets, stats_rows, without_live_values
 from gputop.ui.widgets.gpu_panel import gpu_line
 from gputop.ui.widgets.header import HeaderState, header_content
 from gputop.ui.widgets.proc_table import GUTTER, layout
@@ -420,11 +420,58 @@ def test_gpu_line_shows_na_for_unknowns() -> None:
 def test_details_stats_rows_cover_the_issue_items(scenario: list[Snapshot]) -> None:
     p = scenario[30].process(6001)
     assert p is not None
-    labels = [label for label, _ in stats_rows(p)]
-    for needle in ("alloc", "live alloc", "UVM faults/s", "prefetch", "sync"):
-        assert needle in labels
-    bare = stats_rows(ProcSample(pid=1, comm="x"))
-    assert all("N/A" in v for label, v in bare if label in ("launches/s", "live alloc", "sync"))
+    rows = {label: (now, total) for label, now, total in stats_rows(p)}
+    for needle in ("allocations", "frees", "live alloc", "UVM faults", "prefetch", "sync blocked"):
+        assert needle in rows
+    # every count says what it counts: no bare numbers side by side ("alloc 2 calls 0 free 1")
+    assert rows["allocations"][1].endswith(" calls, " + fmt.bytes_(p.total.alloc_bytes if p.total else None))
+    assert rows["frees"][1].endswith(" calls")
+    bare = {label: (now, total) for label, now, total in stats_rows(ProcSample(pid=1, comm="x"))}
+    assert bare["launches"] == ("N/A/s", "N/A")
+    assert bare["live alloc"][1] == "N/A"
+    assert "N/A" in bare["sync blocked"][0] and "N/A" in bare["sync blocked"][1]
+
+
+def test_details_totals_stay_beside_rates_of_an_idle_process() -> None:
+    p = proc(1, launches=0.0, total=Counts(launches=12345, grid_blocks_sum=12345 * 80,
+                                           block_threads_sum=12345 * 256))
+    rows = {label: (now, total) for label, now, total in stats_rows(p)}
+    assert rows["launches"] == ("0/s", "12.3k")
+    assert rows["avg grid×block"][1] == "80.0 × 256.0"
+    gone = without_live_values(p)
+    rows = {label: (now, total) for label, now, total in stats_rows(gone)}
+    assert rows["launches"] == ("N/A/s", "12.3k")
+
+
+def test_kernel_names_stay_distinct() -> None:
+    names = [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+        "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::mul_kernel<float>, "
+        "at::detail::Array<char*, 3> >(int, at::native::mul_kernel<float>, at::detail::Array<char*, 3>)",
+        "ampere_sgemm_128x64_nn",
+    ]
+    for width in (20, 30, 45, 60, 80):
+        short = fmt.kernel_names(names, width)
+        assert len(set(short)) == 3, (width, short)
+        assert all(len(s) <= width for s in short)
+        assert short[2] == fmt.fit("ampere_sgemm_128x64_nn", width)
+    # the same name twice (one module loaded per context) is numbered, not merged
+    assert fmt.kernel_names(["k", "k"], 10) == ["k", "k #2"]
+
+
+def test_compare_ratio_follows_the_values_shown() -> None:
+    a = proc(1, launches=1022.0, rates=Rates(launches_per_s=1022.0, sync_wait_pct=0.04))
+    b = proc(2, launches=19990.0, rates=Rates(launches_per_s=19990.0, sync_wait_pct=0.05))
+    rows = {r.label: r for r in compare.rows(a, b)}
+    assert (rows["launches/s"].a, rows["launches/s"].b, rows["launches/s"].ratio) == ("1.0k", "20.0k", "20.00×")
+    assert (rows["sync wait %"].a, rows["sync wait %"].b, rows["sync wait %"].ratio) == ("0.0%", "0.1%", "∞")
+    c = proc(3, rates=Rates(launches_per_s=1.0, sync_wait_pct=0.04))
+    assert compare.rows(c, a)[compare_index("sync wait %")].ratio == "="
+
+
+def compare_index(label: str) -> int:
+    return [m.label for m in compare.METRICS].index(label)
 
 
 def test_rates_from_model_are_shown_not_recomputed() -> None:

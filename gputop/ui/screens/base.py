@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from textual import events
 from textual.screen import Screen
 
 if TYPE_CHECKING:
@@ -11,7 +12,15 @@ if TYPE_CHECKING:
 
 
 class LiveScreen(Screen[None]):
-    """A screen redrawn from the app's state on each snapshot (only while visible)."""
+    """A screen redrawn from the app's state on each snapshot (only while visible).
+
+    Below ``NARROW`` cells the screen has the class ``-narrow``: side-by-side panels stack up and
+    the screen scrolls, so that every table and metric stays reachable."""
+
+    NARROW = 120
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < self.NARROW, "-narrow")
 
     @property
     def gapp(self) -> GputopApp:

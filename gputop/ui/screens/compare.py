@@ -4,15 +4,16 @@ series, and the top kernels of each. Side A is a live process or the ``--baselin
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer, Static
 
-from gputop.model import ProcSample
+from gputop.model import ProcSample, Snapshot
 from gputop.ui import bindings, charts, compare
 from gputop.ui import format as fmt
 from gputop.ui.history import Point, Series, series
 from gputop.ui.screens.base import LiveScreen
+from gputop.ui.screens.details import state_label, without_live_values
 from gputop.ui.themes import ChartPalette
 from gputop.ui.widgets.chart import Chart
 from gputop.ui.widgets.header import HeaderBar
@@ -45,27 +46,50 @@ def metrics_content(a: ProcSample | None, b: ProcSample | None) -> Content:
     return Content("\n").join(lines)
 
 
-def side_label(tag: str, style: str, p: ProcSample | None, pid: int | None, note: str = "") -> Content:
+def side_label(tag: str, style: str, p: ProcSample | None, pid: int | None, note: str = "",
+               gone: bool = False, width: int = 160) -> Content:
+    """``A 4242 [running] python train.py … --fused=0``: the command cut in the middle, so that two
+    commands with the same start still differ on screen."""
     if p is None:
         what = f"PID {pid}: waiting for it to appear…" if pid is not None else "—"
         return Content.assemble((f"{tag} ", style), (what, "$warning"))
-    return Content.assemble(
+    state = "" if note else state_label(p, gone)
+    head = Content.assemble(
         (f"{tag} ", style),
         (f"{p.pid} ", "bold"),
-        fmt.fit(fmt.text(p.cmdline or p.comm), 60),
-        (f" {note}" if note else "", "italic"),
+        (f"{state} " if state else "", "$success" if state == "[running]" else "$warning"),
     )
+    tail = Content.styled(f" {note}" if note else "", "italic")
+    room = max(16, width - head.cell_length - tail.cell_length)
+    return Content.assemble(head, fmt.fit_middle(fmt.text(p.cmdline or p.comm), room), tail)
+
+
+def _current(snap: Snapshot | None, pid: int, last: ProcSample | None) -> tuple[ProcSample | None, bool]:
+    """The process as the snapshot has it, else its last sample without live values (gone)."""
+    current = snap.process(pid) if snap else None
+    if current is not None:
+        return current, False
+    if last is None:
+        return None, False
+    return (without_live_values(last) if last.rates is not None else last), True
 
 
 class CompareScreen(LiveScreen):
     BINDINGS = bindings.of(bindings.COMPARE)
     DEFAULT_CSS = """
     CompareScreen #sides { height: 2; background: $surface; padding: 0 1; }
-    CompareScreen #upper { height: 1fr; }
-    CompareScreen #metrics { width: 52; height: 100%; }
+    CompareScreen #body { height: 1fr; }
+    CompareScreen #upper { height: 1fr; min-height: 28; }
+    CompareScreen #metrics { width: 52; height: auto; }
     CompareScreen #charts { width: 1fr; }
-    CompareScreen #kernels { height: 13; }
-    CompareScreen #kernels-a, CompareScreen #kernels-b { width: 1fr; height: 100%; }
+    CompareScreen #kernels { height: auto; }
+    CompareScreen #kernels-a, CompareScreen #kernels-b { width: 1fr; height: auto; }
+    CompareScreen.-narrow #upper { layout: vertical; height: auto; }
+    CompareScreen.-narrow #metrics { width: 100%; }
+    CompareScreen.-narrow #charts { width: 100%; height: auto; }
+    CompareScreen.-narrow Chart { height: 12; }
+    CompareScreen.-narrow #kernels { layout: vertical; }
+    CompareScreen.-narrow #kernels-a, CompareScreen.-narrow #kernels-b { width: 100%; }
     """
 
     def __init__(self, a: int | None, b: int) -> None:
@@ -89,14 +113,15 @@ class CompareScreen(LiveScreen):
         if self.gapp.options.banner:      # `gputop demo`: which kind of workload runs
             yield Static(self.gapp.options.banner, id="banner", markup=False)
         yield TextPanel(id="sides")
-        with Horizontal(id="upper"):
-            yield TextPanel(id="metrics")
-            with Vertical(id="charts"):
-                yield Chart(self._draw_launches, id="chart-launches")
-                yield Chart(self._draw_memcpy, id="chart-memcpy")
-        with Horizontal(id="kernels"):
-            yield KernelsPanel(limit=11, id="kernels-a")
-            yield KernelsPanel(limit=11, id="kernels-b")
+        with VerticalScroll(id="body"):
+            with Horizontal(id="upper"):
+                yield TextPanel(id="metrics")
+                with Vertical(id="charts"):
+                    yield Chart(self._draw_launches, id="chart-launches")
+                    yield Chart(self._draw_memcpy, id="chart-memcpy")
+            with Horizontal(id="kernels"):
+                yield KernelsPanel(limit=11, id="kernels-a")
+                yield KernelsPanel(limit=11, id="kernels-b")
         yield Footer()
 
     def update_view(self) -> None:
@@ -112,18 +137,22 @@ class CompareScreen(LiveScreen):
             self.a = cand.summary
             self._a_points = cand.points()
             note_a = f"(baseline {baseline.path.name}, mean of {len(cand.samples)} samples)"
-        else:
+        until = snap.time if snap else None
+        gone_a = False
+        if not self.uses_baseline:
             assert self.a_pid is not None
-            self.a = (snap.process(self.a_pid) if snap else None) or self.a
-            self._a_points = app.history.points(self.a_pid)
-        self.b = (snap.process(self.b_pid) if snap else None) or self.b
-        self._b_points = app.history.points(self.b_pid)
+            self.a, gone_a = _current(snap, self.a_pid, self.a)
+            self._a_points = app.history.points(self.a_pid, until=until)
+        self.b, gone_b = _current(snap, self.b_pid, self.b)
+        self._b_points = app.history.points(self.b_pid, until=until)
         self._now = snap.time if snap else 0.0
-        self.query_one("#sides", TextPanel).show(
+        sides = self.query_one("#sides", TextPanel)
+        width = sides.content_region.width or 160
+        sides.show(
             Content("\n").join(
                 [
-                    side_label("A", A_STYLE, self.a, self.a_pid, note_a),
-                    side_label("B", B_STYLE, self.b, self.b_pid),
+                    side_label("A", A_STYLE, self.a, self.a_pid, note_a, gone_a, width),
+                    side_label("B", B_STYLE, self.b, self.b_pid, gone=gone_b, width=width),
                 ]
             )
         )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer
 
-from gputop.model import ProcSample
+from gputop.model import Counts, ProcSample
 from gputop.ui import bindings, charts, fields
 from gputop.ui import format as fmt
 from gputop.ui.history import Point, series
@@ -17,7 +18,9 @@ from gputop.ui.screens.base import LiveScreen
 from gputop.ui.themes import ChartPalette
 from gputop.ui.widgets.chart import Chart
 from gputop.ui.widgets.header import HeaderBar
-from gputop.ui.widgets.panels import KernelsPanel, TextPanel, key_values
+from gputop.ui.widgets.panels import KernelsPanel, TextPanel
+
+_MUTED = "$foreground 60%"
 
 
 def hist_buckets(hist: Mapping[str, int] | None, limit: int = 24) -> tuple[list[str], list[float]]:
@@ -42,74 +45,133 @@ def _pair(a: str, b: str) -> str:
     return f"{a} / {b}"
 
 
-def stats_rows(p: ProcSample) -> list[tuple[str, str]]:
-    iv = p.interval
-    tot = p.total
+def _calls_bytes(calls: float | None, nbytes: float | None, unit: str = "calls") -> str:
+    return f"{fmt.si(calls)} {unit}, {fmt.bytes_(nbytes)}"
 
-    def ic(name: str) -> str:
-        return fmt.si(fields.interval_count(p, name))
 
-    migrated = " ".join(
-        f"{d.upper()} {fmt.bytes_(fields.interval_uvm_migrated(p, d))}" for d in ("h2d", "d2h")
-    )
-    prefetch = " ".join(
-        f"{arrow} {fmt.bytes_(fields.interval_prefetch_bytes(p, d))}"
-        for d, arrow in (("to_device", "→GPU"), ("to_host", "→CPU"))
-    )
-    memcpy = "  ".join(f"{d.upper()} {fmt.bytes_(fields.memcpy_per_s(p, d))}" for d in ("h2d", "d2h", "d2d"))
-    other = "  ".join(
-        f"{d.upper() if d == 'h2h' else d} {fmt.bytes_(fields.memcpy_per_s(p, d))}"
-        for d in ("h2h", "unknown")
-    )
-    return [
-        ("launches/s", f"{fmt.si(fields.launches_per_s(p))}   total {fmt.si(fields.total_launches(p))}"),
-        ("graph/captured", _pair(ic("graph_launches"), ic("captured_launches")) + " this interval"),
-        ("grid × block", f"{fmt.num(p.grid_blocks_avg, 1)} × {fmt.num(p.block_threads_avg, 1)}"),
-        ("memcpy B/s", memcpy),
-        ("", other),
-        (
-            "alloc",
-            f"{ic('alloc_calls')} calls {fmt.bytes_(fields.interval_count(p, 'alloc_bytes'))}  "
-            f"free {ic('free_calls')}",
-        ),
-        ("live alloc", fmt.bytes_(fields.live_alloc_bytes(p))),
-        (
-            "managed",
-            f"{fmt.si(tot.managed_alloc_calls if tot else None)} calls "
-            f"{fmt.bytes_(tot.managed_alloc_bytes if tot else None)} total",
-        ),
-        (
-            "UVM faults/s",
-            f"{fmt.si(fields.uvm_faults_per_s(p))}  (CPU {ic('uvm_cpu_faults')} GPU {ic('uvm_gpu_faults')})",
-        ),
-        ("UVM migrated", migrated + f"  thrash {ic('uvm_thrashing')}"),
-        ("prefetch", prefetch),
-        (
-            "sync",
-            f"{fmt.pct(fields.sync_wait_pct(p), 1)} blocked  {ic('sync_calls')} calls "
-            f"{fmt.seconds(iv.sync_wait_s if iv else None)}",
-        ),
-        ("GPU mem / SM", _pair(fmt.bytes_(p.gpu_mem_bytes), fmt.pct(p.gpu_util_pct))),
-        ("CPU / RSS", _pair(fmt.pct(p.cpu_pct), fmt.bytes_(p.rss_bytes))),
+def _cb(c: Counts | None, group: str, key: str) -> tuple[int | None, int | None]:
+    """(calls, bytes) of ``key`` in a memcpy or prefetch group of ``c``."""
+    table = getattr(c, group) if c is not None else None
+    if table is None:
+        return None, None
+    cb = table.get(key)
+    return (cb.calls, cb.bytes) if cb is not None else (None, None)
+
+
+def _avg(total: int | None, n: int | None) -> float | None:
+    return total / n if total is not None and n else None
+
+
+#: the stats table's column headers
+STATS_HEAD = ("", "last interval", "since first seen")
+
+
+def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
+    """(label, this interval, since gputop first saw the process) for every metric of the process.
+
+    The interval column shows the model's rates (``/s``) and the interval's counts; the total
+    column keeps its meaning when the process goes idle or exits."""
+    iv, tot = p.interval, p.total
+
+    def n(c: Counts | None, name: str) -> str:
+        return fmt.si(getattr(c, name) if c is not None else None)
+
+    def b(c: Counts | None, name: str) -> str:
+        return fmt.bytes_(getattr(c, name) if c is not None else None)
+
+    def copies(c: Counts | None, d: str) -> str:
+        calls, nbytes = _cb(c, "memcpy", d)
+        return _calls_bytes(calls, nbytes)
+
+    def prefetch(c: Counts | None) -> str:
+        return " ".join(f"{arrow} {fmt.bytes_(_cb(c, 'prefetch', d)[1])}"
+                        for d, arrow in (("to_device", "→GPU"), ("to_host", "→CPU")))
+
+    def migrated(c: Counts | None) -> str:
+        m = c.uvm_migrated if c is not None else None
+        return " ".join(f"{d.upper()} {fmt.bytes_(m.get(d) if m is not None else None)}" for d in ("h2d", "d2h"))
+
+    tot_grid = _avg(tot.grid_blocks_sum, tot.launches) if tot else None
+    tot_block = _avg(tot.block_threads_sum, tot.launches) if tot else None
+    rows = [
+        ("launches", f"{fmt.si(fields.launches_per_s(p))}/s", n(tot, "launches")),
+        ("graph launches", n(iv, "graph_launches"), n(tot, "graph_launches")),
+        ("captured", n(iv, "captured_launches"), n(tot, "captured_launches")),
+        ("avg grid×block", f"{fmt.num(p.grid_blocks_avg, 1)} × {fmt.num(p.block_threads_avg, 1)}",
+         f"{fmt.num(tot_grid, 1)} × {fmt.num(tot_block, 1)}"),
     ]
+    for d in ("h2d", "d2h", "d2d", "h2h", "unknown"):
+        label = "copies, no dir" if d == "unknown" else f"memcpy {d.upper()}"
+        rows.append((label, f"{fmt.bytes_(fields.memcpy_per_s(p, d))}/s", copies(tot, d)))
+    rows += [
+        ("allocations", _calls_bytes(getattr(iv, "alloc_calls", None), getattr(iv, "alloc_bytes", None)),
+         _calls_bytes(getattr(tot, "alloc_calls", None), getattr(tot, "alloc_bytes", None))),
+        ("frees", f"{n(iv, 'free_calls')} calls", f"{n(tot, 'free_calls')} calls"),
+        ("live alloc", "", fmt.bytes_(fields.live_alloc_bytes(p))),
+        ("managed alloc", _calls_bytes(getattr(iv, "managed_alloc_calls", None),
+                                       getattr(iv, "managed_alloc_bytes", None)),
+         _calls_bytes(getattr(tot, "managed_alloc_calls", None), getattr(tot, "managed_alloc_bytes", None))),
+        ("prefetch", prefetch(iv), prefetch(tot)),
+        ("UVM faults", f"{fmt.si(fields.uvm_faults_per_s(p))}/s", f"CPU {n(tot, 'uvm_cpu_faults')} "
+         f"GPU {n(tot, 'uvm_gpu_faults')}"),
+        ("UVM migrated", migrated(iv), migrated(tot)),
+        ("UVM thrashing", n(iv, "uvm_thrashing"), n(tot, "uvm_thrashing")),
+        ("sync blocked", f"{fmt.pct(fields.sync_wait_pct(p), 1)}, {n(iv, 'sync_calls')} calls",
+         f"{fmt.seconds(tot.sync_wait_s if tot else None)}, {n(tot, 'sync_calls')} calls"),
+        ("GPU mem / SM", _pair(fmt.bytes_(p.gpu_mem_bytes), fmt.pct(p.gpu_util_pct)), ""),
+        ("CPU / RSS", _pair(fmt.pct(p.cpu_pct), fmt.bytes_(p.rss_bytes)), ""),
+    ]
+    return rows
 
 
-def title_content(p: ProcSample | None, pid: int, gone: bool) -> Content:
+def stats_content(p: ProcSample) -> Content:
+    return table3([STATS_HEAD, *stats_rows(p)])
+
+
+def table3(rows: list[tuple[str, str, str]], widths: tuple[int, int] = (15, 25)) -> Content:
+    """Three columns: a bold label, then two values; the first row is the column heads."""
+    lines = []
+    for i, (label, a, b) in enumerate(rows):
+        if i == 0:
+            lines.append(Content.styled(f"{label:<{widths[0]}}{a:<{widths[1]}}{b}", "bold $primary"))
+            continue
+        lines.append(Content.assemble(
+            (label.ljust(widths[0]), "bold"),
+            ((a or "").ljust(widths[1]), _MUTED if fmt.NA in a else ""),
+            (b or "", _MUTED if fmt.NA in b else ""),
+        ))
+    return Content("\n").join(lines)
+
+
+def state_label(p: ProcSample, gone: bool) -> str:
+    """[running], [stopped], [exited] (its last interval) or [gone] (no longer reported)."""
+    return "[gone]" if gone else f"[{p.state}]"
+
+
+def title_content(p: ProcSample | None, pid: int, gone: bool, width: int = 160) -> Content:
     if p is None:
         return Content.styled(f"PID {pid}: waiting for it to appear…", "$warning")
-    state = "gone" if gone else p.state
+    state = state_label(p, gone)
     lb = "  ◆ launch-bound" if p.launch_bound else ""
-    return Content.assemble(
-        (f"PID {p.pid}", "bold $primary"),
+    head = Content.assemble((f"PID {p.pid}", "bold $primary"), "  ", (fmt.text(p.user), "bold"), "  ")
+    tail = Content.assemble(
         "  ",
-        (fmt.text(p.user), "bold"),
-        "  ",
-        (fmt.text(p.cmdline or p.comm), ""),
-        "  ",
-        (f"[{state}]", "$warning" if state != "running" else "$success"),
+        (state, "$success" if state == "[running]" else "$warning"),
         f"  GPU {fmt.text(p.gpu_index)}",
-        f"  container {p.container}" if p.container else "",
+        f"  container {fmt.text(p.container)[:12]}" if p.container else "",
         (lb, "$warning bold"),
+    )
+    room = max(16, width - head.cell_length - tail.cell_length)
+    return Content.assemble(head, fmt.fit_middle(fmt.text(p.cmdline or p.comm), room), tail)
+
+
+def without_live_values(p: ProcSample) -> ProcSample:
+    """A process no longer reported: its totals stay, its rates and levels are no longer known
+    (never frozen at its last, partial interval)."""
+    return replace(
+        p, interval=None, rates=None, grid_blocks_avg=None, block_threads_avg=None, gpu_mem_bytes=None,
+        gpu_util_pct=None, cpu_pct=None, rss_bytes=None, launch_bound=None,
+        kernels=tuple(replace(k, interval_launches=None, launches_per_s=None) for k in p.kernels),
     )
 
 
@@ -117,10 +179,15 @@ class DetailsScreen(LiveScreen):
     BINDINGS = bindings.of(bindings.DETAILS)
     DEFAULT_CSS = """
     DetailsScreen #title { height: 1; background: $surface; }
-    DetailsScreen #top { height: 16; }
-    DetailsScreen #stats { width: 62; height: 100%; }
-    DetailsScreen #kernels { width: 1fr; height: 100%; }
-    DetailsScreen #series, DetailsScreen #hists { height: 1fr; }
+    DetailsScreen #body { height: 1fr; }
+    DetailsScreen #top { height: auto; }
+    DetailsScreen #stats { width: 68; height: auto; }
+    DetailsScreen #kernels { width: 1fr; height: auto; }
+    DetailsScreen #series, DetailsScreen #hists { height: 1fr; min-height: 10; }
+    DetailsScreen.-narrow #top { layout: vertical; }
+    DetailsScreen.-narrow #stats, DetailsScreen.-narrow #kernels { width: 100%; }
+    DetailsScreen.-narrow #series, DetailsScreen.-narrow #hists { layout: vertical; height: auto; }
+    DetailsScreen.-narrow Chart { width: 100%; height: 12; }
     """
 
     def __init__(self, pid: int) -> None:
@@ -133,15 +200,16 @@ class DetailsScreen(LiveScreen):
     def compose(self) -> ComposeResult:
         yield HeaderBar()
         yield TextPanel(id="title")
-        with Horizontal(id="top"):
-            yield TextPanel(id="stats")
-            yield KernelsPanel(limit=14, id="kernels")
-        with Horizontal(id="series"):
-            yield Chart(self._draw_launches, id="chart-launches")
-            yield Chart(self._draw_memcpy, id="chart-memcpy")
-        with Horizontal(id="hists"):
-            yield Chart(self._draw_grid_hist, id="chart-grid")
-            yield Chart(self._draw_block_hist, id="chart-block")
+        with VerticalScroll(id="body"):
+            with Horizontal(id="top"):
+                yield TextPanel(id="stats")
+                yield KernelsPanel(limit=14, id="kernels")
+            with Horizontal(id="series"):
+                yield Chart(self._draw_launches, id="chart-launches")
+                yield Chart(self._draw_memcpy, id="chart-memcpy")
+            with Horizontal(id="hists"):
+                yield Chart(self._draw_grid_hist, id="chart-grid")
+                yield Chart(self._draw_block_hist, id="chart-block")
         yield Footer()
 
     def update_view(self) -> None:
@@ -149,15 +217,18 @@ class DetailsScreen(LiveScreen):
         self.query_one(HeaderBar).show(app.header_state())
         snap = app.snapshot
         current = snap.process(self.pid) if snap else None
+        gone = current is None and self.proc is not None
         if current is not None:
             self.proc = current
-        gone = current is None and self.proc is not None
-        self.query_one("#title", TextPanel).show(title_content(self.proc, self.pid, gone))
+        elif self.proc is not None and self.proc.rates is not None:
+            self.proc = without_live_values(self.proc)
+        title = self.query_one("#title", TextPanel)
+        title.show(title_content(self.proc, self.pid, gone, title.content_region.width or 160))
         if self.proc is None:
             return
-        self.query_one("#stats", TextPanel).show(key_values(stats_rows(self.proc)))
+        self.query_one("#stats", TextPanel).show(stats_content(self.proc))
         self.query_one(KernelsPanel).show(self.proc.kernels)
-        self._points = app.history.points(self.pid)
+        self._points = app.history.points(self.pid, until=snap.time if snap else None)
         self._now = snap.time if snap else 0.0
         for chart in self.query(Chart):
             chart.redraw()
@@ -198,11 +269,12 @@ class DetailsScreen(LiveScreen):
     def _draw_grid_hist(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
         p = self.proc
         return self._draw_hist(
-            p.grid_blocks_hist if p else None, "launches by grid blocks", w, h, palette, colorless
+            p.grid_blocks_hist if p else None, "launches by grid blocks (since first seen)", w, h, palette, colorless
         )
 
     def _draw_block_hist(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
         p = self.proc
         return self._draw_hist(
-            p.block_threads_hist if p else None, "launches by threads per block", w, h, palette, colorless
+            p.block_threads_hist if p else None, "launches by threads per block (since first seen)", w, h, palette,
+            colorless,
         )

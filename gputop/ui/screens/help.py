@@ -44,7 +44,8 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = bindings.of(bindings.HELP)
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 100; height: 90%; border: round $primary; background: $surface;
+    HelpScreen > VerticalScroll { width: 100; max-width: 100%; height: 90%; border: round $primary;
+                                  background: $surface;
                                   padding: 0 1; }
     """
 

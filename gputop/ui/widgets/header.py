@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textual.content import Content
+from textual.geometry import Size
 from textual.widget import Widget
 
 from gputop.model import Snapshot, SourceStatus
 from gputop.ui import format as fmt
+from gputop.ui.flow import flow
 
 _STATUS_STYLE = {"ok": "$success", "starting": "$warning"}
 _MUTED = "$foreground 60%"
+MAX_LINES = 3
 
 
 @dataclass(frozen=True)
@@ -25,11 +28,13 @@ class HeaderState:
     error: str | None = None
 
 
-def _source(name: str, st: SourceStatus | None) -> list[tuple[str, str] | str]:
+def _source(name: str, st: SourceStatus | None) -> Content:
     if st is None:
-        return [(f"{name} ", "bold"), ("n/a", _MUTED)]
+        return Content.assemble((f"{name} ", "bold"), ("n/a", _MUTED))
     style = _STATUS_STYLE.get(st.status, _MUTED)
     label = st.status if st.status != "unavailable" else "off"
+    if name == "UVM" and st.status == "ok" and st.scope == "cpu":
+        label = "CPU only"      # GPU faults and migrations are not traced
     parts: list[tuple[str, str] | str] = [(f"{name} ", "bold"), (label, style)]
     if name == "BPF" and st.status == "ok":
         if st.probes is not None:
@@ -38,46 +43,50 @@ def _source(name: str, st: SourceStatus | None) -> list[tuple[str, str] | str]:
             parts.append((f" {st.probes_failed} failed", "$warning bold"))
         if st.dropped:
             parts.append((f" dropped {fmt.si(st.dropped)}", "$warning bold"))
-    return parts
-
-
-def header_content(state: HeaderState) -> Content:
-    snap = state.snapshot
-    parts: list[tuple[str, str] | str] = [(" gputop ", "bold $primary")]
-    if snap is None:
-        parts += [" ", ("starting…", "$warning"), ("  loading probes and GPU handles", _MUTED)]
-        if state.error:
-            parts += ["  ", (state.error, "$error bold")]
-        return Content.assemble(*parts)
-    parts += [
-        (snap.host, "bold"),
-        "  ",
-        fmt.clock(snap.time),
-        "  ",
-        (f"every {fmt.interval(state.interval_s)}", _MUTED),
-    ]
-    if state.paused:
-        parts += ["  ", (" PAUSED ", "reverse $warning bold")]
-    if state.replay is not None:
-        shown, total, speed = state.replay
-        parts += ["  ", (f" REPLAY {shown}/{total} ×{speed:g} ", "reverse $accent")]
-    for label, key in (("BPF", "bpf"), ("NVML", "nvml"), ("UVM", "uvm")):
-        parts += ["  ", *_source(label, snap.sources.get(key))]
-    bpf = snap.sources.get("bpf")
-    if bpf is not None and bpf.status == "ok":
-        hits = fmt.si(bpf.probe_hits_per_s)
-        parts += ["  ", ("cost ", "bold"), f"{hits} hits/s {fmt.cpu_share(bpf.overhead_ns_per_s)} CPU"]
-    if state.filter:
-        parts += ["  ", ("filter: ", "bold"), (state.filter, "$accent")]
-    if state.error:
-        parts += ["  ", (state.error, "$error bold")]
     return Content.assemble(*parts)
+
+
+def header_pieces(state: HeaderState) -> list[Content]:
+    """The header's pieces in order of importance to keep on the first line."""
+    snap = state.snapshot
+    pieces = [Content.styled(" gputop", "bold $primary")]
+    if snap is None:
+        pieces += [Content.styled("starting…", "$warning"), Content.styled("loading probes and GPU handles", _MUTED)]
+    else:
+        pieces += [Content.styled(fmt.text(snap.host), "bold"), Content(fmt.clock(snap.time)),
+                   Content.styled(f"every {fmt.interval(state.interval_s)}", _MUTED)]
+        if state.paused:
+            pieces.append(Content.styled(" PAUSED ", "reverse $warning bold"))
+        if state.replay is not None:
+            shown, total, speed = state.replay
+            pieces.append(Content.styled(f" REPLAY {shown}/{total} ×{fmt.speed(speed)} ", "reverse $accent"))
+        for label, key in (("BPF", "bpf"), ("NVML", "nvml"), ("UVM", "uvm")):
+            pieces.append(_source(label, snap.sources.get(key)))
+        bpf = snap.sources.get("bpf")
+        if bpf is not None and bpf.status == "ok":
+            hits = fmt.si(bpf.probe_hits_per_s)
+            pieces.append(Content.assemble(("cost ", "bold"),
+                                           f"{hits} hits/s {fmt.cpu_share(bpf.overhead_ns_per_s)} CPU"))
+        if state.filter:
+            pieces.append(Content.assemble(("filter: ", "bold"), (fmt.text(state.filter), "$accent")))
+    if state.error:
+        pieces.append(Content.styled(fmt.text(state.error), "$error bold"))
+    return pieces
+
+
+def header_lines(state: HeaderState, width: int) -> list[Content]:
+    """The header at ``width`` cells: one line when it fits, else up to MAX_LINES (sources first)."""
+    return flow(header_pieces(state), max(1, width), indent=" ", max_lines=MAX_LINES)
+
+
+def header_content(state: HeaderState, width: int = 10_000) -> Content:
+    return Content("\n").join(header_lines(state, width))
 
 
 class HeaderBar(Widget):
     DEFAULT_CSS = """
     HeaderBar {
-        height: 1; background: $panel; color: $foreground; text-wrap: nowrap; text-overflow: ellipsis;
+        height: auto; max-height: 3; background: $panel; color: $foreground; text-wrap: nowrap;
     }
     """
 
@@ -87,12 +96,17 @@ class HeaderBar(Widget):
 
     def show(self, state: HeaderState) -> None:
         if state != self._state:
+            old = len(header_lines(self._state, self.content_region.width or 10_000))
             self._state = state
-            self.refresh()
+            new = len(header_lines(state, self.content_region.width or 10_000))
+            self.refresh(layout=old != new)
 
     @property
     def state(self) -> HeaderState:
         return self._state
 
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(header_lines(self._state, width))
+
     def render(self) -> Content:
-        return header_content(self._state)
+        return header_content(self._state, self.content_region.width or 10_000)

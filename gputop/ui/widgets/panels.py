@@ -58,9 +58,12 @@ def kernels_table(
     lines = [Content.styled(head, "bold $primary")]
     if not kernels:
         lines.append(Content.styled("no kernels seen yet", _MUTED))
-    for k in list(kernels)[:limit]:
-        name = k.name if k.name else (f"0x{k.address:x}" if k.address is not None else "?")
-        name = fmt.kernel_name(name, name_w)
+    shown = list(kernels)[:limit]
+    names = fmt.kernel_names(
+        [fmt.text(k.name) if k.name else (f"0x{k.address:x}" if k.address is not None else "?") for k in shown],
+        name_w,
+    )
+    for k, name in zip(shown, names, strict=True):
         cells = [
             fmt.si(k.launches_per_s),
             fmt.num(k.grid_blocks_avg, 1),
