@@ -86,7 +86,7 @@ class ProcSample:
     cmdline: str | None = None
     user: str | None = None
     container: str | None = None
-    state: str = "running"
+    state: str = "running"  # "running" | "stopped" (by a signal or a tracer) | "exited" (shown once more)
     interval: Counts | None = None
     total: Counts | None = None
     rates: Rates | None = None

@@ -29,7 +29,7 @@ from gputop.model import (
     Snapshot,
     SourceStatus,
 )
-from gputop.sources.bpf import BpfReading, BpfSource, BpfUnavailable, RawKernel, RawProc
+from gputop.sources.bpf import BpfReading, BpfSource, BpfUnavailable, IdleProc, RawKernel, RawProc
 from gputop.sources.host import HostProc, HostSource
 from gputop.sources.nvml import NvmlProc, NvmlReading, NvmlSource
 
@@ -92,6 +92,21 @@ def _counts(raw: RawProc, base: RawProc | None, uvm_cpu: bool) -> Counts:
         uvm_thrashing=None,
         sync_calls=d("sync_calls"),
         sync_wait_s=d("sync_ns") / 1e9,
+    )
+
+
+def _zero_counts(uvm_cpu: bool, complete: bool) -> Counts:
+    """The counts of a process with no record: no probe of it fired since gputop first saw it."""
+    none = CallBytes(0, 0)
+    return Counts(
+        launches=0, graph_launches=0, captured_launches=0, grid_blocks_sum=0, block_threads_sum=0,
+        memcpy=dict.fromkeys(MEMCPY_DIRECTIONS, none),
+        alloc_calls=0, alloc_bytes=0, free_calls=0,
+        live_alloc_bytes=0 if complete else None,       # as _counts: unknown if it ran CUDA before
+        managed_alloc_calls=0, managed_alloc_bytes=0,
+        prefetch=dict.fromkeys(PREFETCH_DIRECTIONS, none),
+        uvm_cpu_faults=0 if uvm_cpu else None,
+        sync_calls=0, sync_wait_s=0.0,
     )
 
 
@@ -250,7 +265,7 @@ class Sampler:
                 reading = BpfReading(self._bpf_status)
         nv = self._nvml.read() if self._nvml is not None else NvmlReading(
             SourceStatus("unavailable", "disabled with --no-nvml"), (), {})
-        pids = set(reading.procs) | set(nv.procs)
+        pids = set(reading.procs) | set(reading.idle) | set(nv.procs)
         hosts = self._host.read(sorted(pids))
         self._host_cache.update(hosts)
         gpu_util = {g.index: g.util_pct for g in nv.gpus if g.mig_instance is None}
@@ -258,11 +273,15 @@ class Sampler:
         gone: list[int] = []
         for pid in sorted(pids):
             raw = reading.procs.get(pid)
+            idle = reading.idle.get(pid) if raw is None else None
             host = hosts.get(pid) or self._host_cache.get(pid)
-            exited = raw.exited if raw else False
-            if raw is not None and not exited and pid not in hosts and not _alive(pid):
+            exited = raw.exited if raw else (idle.exited if idle else False)
+            if (raw is not None or idle is not None) and not exited and pid not in hosts and not _alive(pid):
                 exited = True
-            procs.append(self._proc(pid, raw, host, nv.procs.get(pid), gpu_util, elapsed, exited,
+            state = "exited" if exited else ("stopped" if pid in hosts and hosts[pid].stopped else "running")
+            # a process without a record may be one whose record could not be stored: then unknown
+            idle_known = idle if idle is not None and reading.procs_dropped == 0 else None
+            procs.append(self._proc(pid, raw, idle_known, host, nv.procs.get(pid), gpu_util, elapsed, state,
                                     reading.uvm_cpu_faults))
             if exited:
                 gone.append(pid)
@@ -294,8 +313,10 @@ class Sampler:
             return SourceStatus("ok", "CPU faults on managed memory only; " + UVM_UNAVAILABLE)
         return SourceStatus("unavailable", "tracepoint exceptions:page_fault_user is missing; " + UVM_UNAVAILABLE)
 
-    def _proc(self, pid: int, raw: RawProc | None, host: HostProc | None, nvp: NvmlProc | None,
-              gpu_util: dict[int, float | None], elapsed: float, exited: bool, uvm_cpu: bool) -> ProcSample:
+    def _proc(self, pid: int, raw: RawProc | None, idle: IdleProc | None, host: HostProc | None,
+              nvp: NvmlProc | None, gpu_util: dict[int, float | None], elapsed: float, state: str,
+              uvm_cpu: bool) -> ProcSample:
+        """One process's sample; ``idle``: it has no record and its counts are known to be zero."""
         interval = total = None
         rates = None
         grid_avg = block_avg = None
@@ -321,6 +342,16 @@ class Sampler:
                 "block_threads_hist": _hist(raw.block_hist),
                 "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist, strict=False)},
             }
+        elif idle is not None:
+            interval = total = _zero_counts(uvm_cpu, idle.complete)
+            rates = None if elapsed <= 0 else Rates(
+                launches_per_s=0.0,
+                memcpy_bytes_per_s=dict.fromkeys(MEMCPY_DIRECTIONS, 0.0),
+                uvm_faults_per_s=0.0 if uvm_cpu else None,
+                sync_wait_pct=0.0,
+            )
+            extra = {"grid_blocks_hist": {}, "block_threads_hist": {},
+                     "memcpy_size_hist": {d: {} for d in MEMCPY_DIRECTIONS}}
         gpu_index = nvp.gpu_index if nvp else None
         launch_bound = None
         if rates is not None and gpu_index is not None:
@@ -334,7 +365,7 @@ class Sampler:
             user=host.user if host else None,
             container=host.container if host else None,
             nspid=host.nspid if host else None,
-            state="exited" if exited else "running",
+            state=state,
             interval=interval,
             total=total,
             rates=rates,

@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import wraps
 from pathlib import Path
@@ -36,7 +36,7 @@ from gputop.sources.bpfsys import (
 from gputop.sources.kernelnames import KernelNamer
 from gputop.sources.uprobes import UprobeAttacher
 
-__all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "RawKernel", "RawProc", "aligned_blocks",
+__all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "IdleProc", "RawKernel", "RawProc", "aligned_blocks",
            "ensure_tracefs", "has_privileges", "load_bcc", "tracepoint_exists", "use_headers"]
 
 NDIR = 5
@@ -138,6 +138,18 @@ class RawProc:
 
 
 @dataclass(frozen=True)
+class IdleProc:
+    """A process that maps a probed object but has no record: no probe of it fired since gputop saw
+    it (its probes were attached when it was scanned), unless its record could not be stored."""
+
+    pid: int
+    #: it exited (still shown once, like a process with a record)
+    exited: bool = False
+    #: gputop saw the process before it mapped CUDA (so it has no live allocations)
+    complete: bool = True
+
+
+@dataclass(frozen=True)
 class BpfReading:
     status: SourceStatus
     procs: dict[int, RawProc] = field(default_factory=dict)
@@ -145,6 +157,10 @@ class BpfReading:
     #: gputop's own cost, measured over the last statistics window (see SelfCost)
     overhead_ns_per_s: float | None = None
     probe_hits_per_s: float | None = None
+    #: processes that map a probed object and have no record in ``procs`` (never gputop itself)
+    idle: dict[int, IdleProc] = field(default_factory=dict)
+    #: process records that could not be stored since start (a process without one may have called)
+    procs_dropped: int = 0
 
 
 _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_bytes", "free_calls",
@@ -224,6 +240,9 @@ class BpfSource:
         self.cost = SelfCost(self._prog_stats, clock)
         self._symcache: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
         self._maps: dict[int, list[discovery.Mapping]] = {}   # last known executable maps by pid
+        self._cuda_pids: set[int] = set()         # processes whose known maps hold a probed object
+        #: processes with no record whose exit was seen: pid -> whether a read reported it yet
+        self._idle_exited: dict[int, bool] = {}
         self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
         self._code_dropped = 0
         self._partial: set[int] = set()       # processes already running CUDA when gputop attached
@@ -286,8 +305,12 @@ class BpfSource:
         tgid, kind = int(ev.tgid), int(ev.type)
         if kind == 3:
             self._exited.add(tgid)
-        elif kind == 4:
-            self.forget(tgid)            # exited without a record to show
+        elif kind == 4:                  # exited without a record
+            if tgid in self._cuda_pids:  # listed: its BPF entries go, the listing once read (then forget)
+                self._delete_tables({tgid})
+                self._idle_exited.setdefault(tgid, False)
+            else:
+                self.forget(tgid)
         elif kind == 5:
             if discovery.tgid_of(tgid) == tgid:     # a new process, not a thread
                 self._rescan.add(tgid)
@@ -334,10 +357,19 @@ class BpfSource:
                 # processes that map it already may have allocated before: their live bytes are unknown
                 self._partial.update(p for p, pm in maps.items() if any((m.dev, m.inode) == ref.key for m in pm))
         self._maps.update(maps)
+        self._update_cuda_pids(self._maps if new else maps)
         for pid, pmaps in maps.items():
             self._scanned_ns[pid] = before_ns
             self._add_code_ranges(pid, pmaps)
         return new
+
+    def _update_cuda_pids(self, pids: Iterable[int]) -> None:
+        """Whether each of ``pids`` maps a probed object, from its last known maps."""
+        for pid in pids:
+            if any((m.dev, m.inode) in self.objects for m in self._maps.get(pid, ())):
+                self._cuda_pids.add(pid)
+            else:
+                self._cuda_pids.discard(pid)
 
     def _attach_object(self, ref: discovery.ObjectRef) -> bool:
         """Probe one object; False if it has no CUDA entry points (or its process just exited:
@@ -411,8 +443,12 @@ class BpfSource:
         procs = self.table("procs")
         alive = set(discovery.all_pids())
         recorded = {int(k.value) for k in procs}
-        self.forget(*(pid for pid in {p for p, _s, _k in self._code_done} | set(self._maps)
-                      if pid not in alive and pid not in recorded))
+        dead = {pid for pid in {p for p, _s, _k in self._code_done} | set(self._maps)
+                if pid not in alive and pid not in recorded}
+        # a listed process without a record is reported exited by one read before it goes
+        for pid in dead & self._cuda_pids:
+            self._idle_exited.setdefault(pid, False)
+        self.forget(*(pid for pid in dead if self._idle_exited.get(pid, True)))
 
     # ------------------------------------------------------------ reading
 
@@ -474,14 +510,21 @@ class BpfSource:
                 comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
                 complete=pid not in self._partial,
             )
-        dropped = sum(self.dropped().values())
+        drops = self.dropped()
+        dropped = sum(drops.values())
+        me = os.getpid()
+        idle = {pid: IdleProc(pid, pid in self._idle_exited, pid not in self._partial)
+                for pid in sorted(self._cuda_pids) if pid not in procs and pid != me}
+        for pid in self._idle_exited:
+            self._idle_exited[pid] = True
         up = self.uprobes
         failed = up.failed if up else []
         reason = (f"{len(failed)} probe(s) did not attach, first: {failed[0]}" if failed else None)
         status = SourceStatus("ok", reason, objects=len(self.objects), probes=self.probes, dropped=dropped,
                               headers=self.headers.detail if self.headers else None,
                               attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)
-        return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s)
+        return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s,
+                          idle=idle, procs_dropped=drops["procs"])
 
     def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
         name, obj = self.namer.name(pid, addr) if named else (None, None)
@@ -527,12 +570,8 @@ class BpfSource:
         self._code_done = {c for c in self._code_done if c[0] != pid}
         self.namer.forget(pid)
 
-    @_open
-    def forget(self, *pids: int) -> None:
-        """Remove every record of processes that are gone (after their last interval was shown)."""
-        gone = set(pids)
-        if not gone:
-            return
+    def _delete_tables(self, gone: set[int]) -> None:
+        """Delete what the BPF side holds about processes that are gone."""
         for name in ("procs", "tracked"):
             table = self.table(name)
             for pid in gone:
@@ -541,10 +580,21 @@ class BpfSource:
         self._delete_ranges(gone, ("ranges", "code"))
         self._code_done = {c for c in self._code_done if c[0] not in gone}
         for pid in gone:
+            self.namer.forget(pid)
+
+    @_open
+    def forget(self, *pids: int) -> None:
+        """Remove every record of processes that are gone (after their last interval was shown)."""
+        gone = set(pids)
+        if not gone:
+            return
+        self._delete_tables(gone)
+        for pid in gone:
             self._maps.pop(pid, None)
+            self._cuda_pids.discard(pid)
+            self._idle_exited.pop(pid, None)
             self._scanned_ns.pop(pid, None)
             self._partial.discard(pid)
-            self.namer.forget(pid)
 
     @property
     def probes(self) -> int:

@@ -37,6 +37,8 @@ class HostProc:
     #: like top: % of one core used since the previous read; None the first time the process is seen
     cpu_pct: float | None
     rss_bytes: int | None
+    #: stopped by a signal (SIGSTOP, SIGTSTP...) or by a tracer (``T``/``t`` in /proc/PID/stat)
+    stopped: bool = False
 
 
 # ------------------------------------------------------------------ cgroup → container
@@ -103,6 +105,10 @@ def cpu_pct(prev_cpu_s: float, prev_wall_s: float, cpu_s: float, wall_s: float) 
 
 
 # ------------------------------------------------------------------ the source
+
+
+#: psutil's states of a process that does not run until someone resumes it
+_STOPPED = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
 
 
 @dataclass
@@ -173,7 +179,8 @@ class HostSource:
         p = cached.proc
         try:
             with p.oneshot():
-                if p.status() == psutil.STATUS_ZOMBIE:
+                status = p.status()
+                if status == psutil.STATUS_ZOMBIE:
                     return None
                 comm = p.name()
                 ppid = _field(p.ppid)
@@ -185,8 +192,8 @@ class HostSource:
         except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone (or a zombie), or status/name refused
             return None
         cgroup = _read_text(f"/proc/{pid}/cgroup")
-        status = _read_text(f"/proc/{pid}/status")
-        if cgroup is None and status is None and not p.is_running():
+        status_text = _read_text(f"/proc/{pid}/status")
+        if cgroup is None and status_text is None and not p.is_running():
             return None  # it went away while being read
 
         pct: float | None = None
@@ -202,7 +209,8 @@ class HostSource:
             cmdline=" ".join(cmd) if cmd else None,
             user=user,
             container=parse_container(cgroup) if cgroup is not None else None,
-            nspid=parse_nspid(status, pid) if status is not None else None,
+            nspid=parse_nspid(status_text, pid) if status_text is not None else None,
             cpu_pct=pct,
             rss_bytes=int(mem.rss) if mem is not None else None,
+            stopped=status in _STOPPED,
         )

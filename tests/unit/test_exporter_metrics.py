@@ -227,3 +227,13 @@ def test_an_exited_process_keeps_its_counters_but_not_its_gauges(clock: Clock) -
     clock.t += 1
     c.update(snap(proc(41, launches=5)))
     assert scrape(c)[("gputop_kernel_launches_total", lbl(**P1))] == 5
+
+
+def test_a_stopped_process_is_exported_as_a_live_one(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(), clock)
+    c.update(snap(proc(41, state="stopped")))
+    m = scrape(c)
+    assert m[("gputop_kernel_launches_total", lbl(**P1))] == 6000
+    assert m[("gputop_live_alloc_bytes", lbl(**P1))] == 2 << 20        # its gauges stay: it still holds them
+    assert m[("gputop_process_gpu_memory_bytes", lbl(**P1, gpu="0"))] == 1 << 30
+    assert m[("gputop_exporter_processes", ())] == 1

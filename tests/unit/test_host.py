@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +68,32 @@ def test_read_child_process(sleeper: subprocess.Popen[bytes]) -> None:
     time.sleep(0.05)
     again = src.read([sleeper.pid])[sleeper.pid]
     assert again.cpu_pct == 0.0  # sleep used no CPU time between the reads
+
+
+def _wait_status(pid: int, want: set[str]) -> str:
+    deadline = time.monotonic() + 5
+    status = psutil.Process(pid).status()
+    while status not in want and time.monotonic() < deadline:
+        time.sleep(0.005)
+        status = psutil.Process(pid).status()
+    return status
+
+
+def test_stopped_process_is_marked_stopped_until_continued() -> None:
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        _wait_asleep(p.pid)
+        src = HostSource()
+        assert src.read([p.pid])[p.pid].stopped is False
+        os.kill(p.pid, signal.SIGSTOP)
+        assert _wait_status(p.pid, {psutil.STATUS_STOPPED}) == psutil.STATUS_STOPPED
+        assert src.read([p.pid])[p.pid].stopped is True
+        os.kill(p.pid, signal.SIGCONT)
+        assert _wait_status(p.pid, {psutil.STATUS_SLEEPING, psutil.STATUS_RUNNING}) != psutil.STATUS_STOPPED
+        assert src.read([p.pid])[p.pid].stopped is False
+    finally:
+        p.kill()
+        p.wait()
 
 
 def test_psutil_process_objects_are_cached(sleeper: subprocess.Popen[bytes]) -> None:

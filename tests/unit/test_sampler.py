@@ -9,9 +9,9 @@ import pytest
 
 from gputop.derive import LaunchBoundRule
 from gputop.feed import Filters
-from gputop.model import GpuSample, SourceStatus, snapshot_from_json, snapshot_to_json
+from gputop.model import MEMCPY_DIRECTIONS, CallBytes, GpuSample, SourceStatus, snapshot_from_json, snapshot_to_json
 from gputop.sampler import Sampler, SamplerConfig
-from gputop.sources.bpf import BpfReading, RawKernel, RawProc
+from gputop.sources.bpf import BpfReading, IdleProc, RawKernel, RawProc
 from gputop.sources.host import HostProc
 from gputop.sources.nvml import NvmlProc, NvmlReading
 
@@ -33,6 +33,10 @@ def raw(pid: int, launches: int, *, grid: int = 0, block: int = 0, h2d: tuple[in
 class FakeBpf:
     readings: list[dict[int, RawProc]]
     forgotten: list[int] = field(default_factory=list)
+    #: processes without a record, per reading (none when the list runs out)
+    idle: list[dict[int, IdleProc]] = field(default_factory=list)
+    procs_dropped: int = 0
+    uvm_cpu_faults: bool = False
 
     def start(self) -> None: ...
 
@@ -41,8 +45,9 @@ class FakeBpf:
 
     def read(self) -> BpfReading:
         st = SourceStatus("ok", objects=1, probes=10, dropped=0)
-        return BpfReading(st, self.readings.pop(0), uvm_cpu_faults=False, overhead_ns_per_s=2e5,
-                          probe_hits_per_s=1500.0)
+        return BpfReading(st, self.readings.pop(0), uvm_cpu_faults=self.uvm_cpu_faults, overhead_ns_per_s=2e5,
+                          probe_hits_per_s=1500.0, idle=self.idle.pop(0) if self.idle else {},
+                          procs_dropped=self.procs_dropped)
 
     def forget(self, *pids: int) -> None:
         self.forgotten.extend(pids)
@@ -62,11 +67,13 @@ class FakeNvml:
 
 
 class FakeHost:
-    def __init__(self, alive: set[int]) -> None:
+    def __init__(self, alive: set[int], stopped: set[int] | None = None) -> None:
         self.alive = alive
+        self.stopped = stopped if stopped is not None else set()
 
     def read(self, pids: list[int]) -> dict[int, HostProc]:
-        return {p: HostProc(p, 1, f"proc{p}", f"proc{p} --x", "alice", None, None, 12.5, 1 << 20)
+        return {p: HostProc(p, 1, f"proc{p}", f"proc{p} --x", "alice", None, None, 12.5, 1 << 20,
+                            stopped=p in self.stopped)
                 for p in pids if p in self.alive}
 
 
@@ -226,3 +233,101 @@ def test_running_says_whether_the_collector_thread_lives() -> None:
     while broken.running and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not broken.running
+
+
+# ------------------------------------------------------------------ processes without a record
+
+#: no process has this PID: PIDs stay below pid_max, which is at most 2^22
+NO_SUCH_PID = 1 << 22
+ZERO = CallBytes(0, 0)
+
+
+def test_idle_cuda_process_listed_with_zero_counts_then_counted_from_its_first_call() -> None:
+    s, clock, bpf = make([{}, {}, {4: raw(4, 7, grid=14, block=224)}], {4, 5})
+    bpf.idle = [{4: IdleProc(4), 5: IdleProc(5, complete=False)}, {4: IdleProc(4), 5: IdleProc(5, complete=False)},
+                {5: IdleProc(5, complete=False)}]
+    bpf.uvm_cpu_faults = True
+    clock.t += 1
+    first = s.collect()
+    assert [p.pid for p in first.processes] == [4, 5]
+    p4, p5 = first.process(4), first.process(5)
+    assert p4 is not None and p5 is not None
+    assert (p4.state, p4.comm, p4.user) == ("running", "proc4", "alice")
+    assert p4.interval is not None and p4.total is not None and p4.rates is not None
+    for c in (p4.interval, p4.total):
+        assert (c.launches, c.graph_launches, c.captured_launches, c.grid_blocks_sum, c.block_threads_sum) == (
+            0, 0, 0, 0, 0)
+        assert c.memcpy == dict.fromkeys(MEMCPY_DIRECTIONS, ZERO)
+        assert c.prefetch == {"to_device": ZERO, "to_host": ZERO}
+        assert (c.alloc_calls, c.alloc_bytes, c.free_calls, c.live_alloc_bytes) == (0, 0, 0, 0)
+        assert (c.managed_alloc_calls, c.managed_alloc_bytes, c.sync_calls, c.sync_wait_s) == (0, 0, 0, 0.0)
+        assert c.uvm_cpu_faults == 0                     # traced here (uvm_cpu_faults on)
+        assert (c.uvm_gpu_faults, c.uvm_migrated, c.uvm_thrashing) == (None, None, None)
+    assert (p4.rates.launches_per_s, p4.rates.uvm_faults_per_s, p4.rates.sync_wait_pct) == (0.0, 0.0, 0.0)
+    assert p4.rates.memcpy_bytes_per_s == dict.fromkeys(MEMCPY_DIRECTIONS, 0.0)
+    assert (p4.grid_blocks_avg, p4.block_threads_avg, p4.kernels) == (None, None, ())
+    assert (p4.grid_blocks_hist, p4.block_threads_hist) == ({}, {})
+    # it ran CUDA before gputop attached: what it allocated then is not known
+    assert p5.total is not None and p5.total.launches == 0 and p5.total.live_alloc_bytes is None
+    assert snapshot_from_json(snapshot_to_json(first)) == first
+    clock.t += 1
+    again = s.collect().process(4)                       # idle for a while: still listed
+    assert again is not None and again.total is not None and again.total.launches == 0
+    clock.t += 2
+    third = s.collect()
+    after = third.process(4)                             # its first calls: the record starts at 0
+    assert after is not None and after.interval is not None and after.total is not None and after.rates is not None
+    assert (after.interval.launches, after.total.launches, after.rates.launches_per_s) == (7, 7, 3.5)
+    assert (after.grid_blocks_avg, after.block_threads_avg) == (2.0, 32.0)
+    p5 = third.process(5)
+    assert p5 is not None and p5.total is not None and p5.total.launches == 0
+    assert bpf.forgotten == []
+
+
+def test_idle_process_counts_unknown_once_process_records_were_dropped() -> None:
+    s, clock, bpf = make([{3: raw(3, 9)}], {3, 4})
+    bpf.idle = [{4: IdleProc(4)}]
+    bpf.procs_dropped = 1                # its record may be the one that could not be stored
+    clock.t += 1
+    snap = s.collect()
+    p = snap.process(4)
+    assert p is not None and p.state == "running" and p.comm == "proc4"
+    assert (p.interval, p.total, p.rates, p.grid_blocks_hist) == (None, None, None, None)
+    recorded = snap.process(3)           # a process with a record is counted as before
+    assert recorded is not None and recorded.total is not None and recorded.total.launches == 9
+
+
+def test_idle_process_that_exits_is_shown_once_then_forgotten() -> None:
+    # 6: its exit seen by the BPF source; NO_SUCH_PID: gone without an event (found dead here)
+    s, clock, bpf = make([{}, {}, {}], {6, NO_SUCH_PID})
+    bpf.idle = [{6: IdleProc(6), NO_SUCH_PID: IdleProc(NO_SUCH_PID)},
+                {6: IdleProc(6, exited=True), NO_SUCH_PID: IdleProc(NO_SUCH_PID)}, {}]
+    clock.t += 1
+    first = s.collect()
+    assert [(p.pid, p.state) for p in first.processes] == [(6, "running"), (NO_SUCH_PID, "running")]
+    s._host.alive.clear()  # type: ignore[attr-defined]
+    clock.t += 1
+    gone = s.collect()
+    assert [(p.pid, p.state, p.comm) for p in gone.processes] == [(6, "exited", "proc6"),
+                                                                   (NO_SUCH_PID, "exited", f"proc{NO_SUCH_PID}")]
+    assert all(p.total is not None and p.total.launches == 0 for p in gone.processes)
+    assert bpf.forgotten == [6, NO_SUCH_PID]
+    clock.t += 1
+    assert s.collect().processes == ()
+
+
+def test_stopped_process_is_not_shown_running() -> None:
+    s, clock, bpf = make([{7: raw(7, 2)}, {7: raw(7, 2)}, {7: raw(7, 5, exited=True)}], {7, 8})
+    bpf.idle = [{8: IdleProc(8)}] * 3
+    s._host.stopped = {7, 8}  # type: ignore[attr-defined]
+    clock.t += 1
+    snap = s.collect()
+    assert [(p.pid, p.state) for p in snap.processes] == [(7, "stopped"), (8, "stopped")]
+    assert snapshot_from_json(snapshot_to_json(snap)) == snap
+    s._host.stopped = set()  # type: ignore[attr-defined]
+    clock.t += 1
+    assert [(p.pid, p.state) for p in s.collect().processes] == [(7, "running"), (8, "running")]
+    s._host.stopped = {7}  # type: ignore[attr-defined]  # read stopped, then its exit was recorded
+    clock.t += 1
+    p = s.collect().process(7)
+    assert p is not None and p.state == "exited" and p.interval is not None and p.interval.launches == 3
