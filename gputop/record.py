@@ -57,6 +57,10 @@ class Recorder:
         self.count = 0
 
     def write(self, snap: Snapshot) -> None:
+        """Append ``snap``; a snapshot that covers no time (the collector's "starting" one) is
+        not a frame and is not written."""
+        if snap.interval_s <= 0:
+            return
         line = snapshot_to_json(snap) + "\n"
         with self._lock:
             if self._file is None:
@@ -350,6 +354,11 @@ class ReplayFeed:
             return found[1]
 
     # -- thread ----------------------------------------------------------------------------
+    def playback_speed(self, interval_s: float) -> float:
+        """How fast the recording really plays: recorded seconds per second of playback."""
+        base = self._interval_override if self._interval_override is not None else interval_s
+        return interval_s * self.speed / max(0.01, base)
+
     def _delay(self, snap: Snapshot) -> float:
         base = self._interval_override if self._interval_override is not None else snap.interval_s
         return max(0.01, base) / self.speed

@@ -310,7 +310,7 @@ class Sampler:
         if reading.status.status != "ok":
             return SourceStatus("unavailable", "needs the BPF source")
         if reading.uvm_cpu_faults:
-            return SourceStatus("ok", "CPU faults on managed memory only; " + UVM_UNAVAILABLE)
+            return SourceStatus("ok", "CPU faults on managed memory only; " + UVM_UNAVAILABLE, scope="cpu")
         return SourceStatus("unavailable", "tracepoint exceptions:page_fault_user is missing; " + UVM_UNAVAILABLE)
 
     def _proc(self, pid: int, raw: RawProc | None, idle: IdleProc | None, host: HostProc | None,

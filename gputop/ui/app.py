@@ -139,7 +139,7 @@ class FeedFailed(Message):
 class GputopApp(App[int]):
     TITLE = "gputop"
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = bindings.of(bindings.GLOBAL + bindings.REPLAY)
+    BINDINGS = bindings.of(bindings.GLOBAL + bindings.REPLAY + bindings.REPLAY_ONLY)
     CSS = """
     Screen { background: $background; }
     #banner { height: auto; background: $accent 25%; color: $foreground; text-style: bold; padding: 0 1; }
@@ -248,8 +248,13 @@ class GputopApp(App[int]):
         error = (self.feed_error or getattr(self.feed, "error", None)
                  or (f"recording stopped: {self.record_error}" if self.record_error else None))
         interval = self.settings.interval_s
-        if self.replay_paced and self.snapshot is not None:
+        if self.is_replay and self.snapshot is not None and self.snapshot.interval_s > 0:
+            # the recording's own interval, and the speed it really plays at (a step of 0.25 s
+            # through 1 s snapshots plays at ×4)
             interval = self.snapshot.interval_s
+            playback = getattr(self.feed, "playback_speed", None)
+            if replay is not None and playback is not None:
+                replay = (replay[0], replay[1], float(playback(interval)))
         return HeaderState(self.snapshot, interval, self.paused, replay, self.filter_text, error)
 
     def save_settings(self, **changed: object) -> None:
@@ -324,7 +329,9 @@ class GputopApp(App[int]):
         self.refresh_views()
 
     def action_interval(self, direction: int) -> None:
-        current = self.header_state().interval_s
+        current = self.settings.interval_s
+        if self.replay_paced and self.snapshot is not None and self.snapshot.interval_s > 0:
+            current = self.snapshot.interval_s
         self.replay_paced = False
         if direction > 0:
             new = next((s for s in INTERVAL_STEPS if s > current + 1e-9), INTERVAL_STEPS[-1])
@@ -372,7 +379,13 @@ class GputopApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("step", "speed"):
             return self.is_replay
+        if action == "replay_only":
+            return not self.is_replay
         return True
+
+    def action_replay_only(self) -> None:
+        self.say("live mode: . , [ ] step and pace a replay; record with --record FILE, "
+                 "then open it with --replay FILE", "warning", timeout=5)
 
     # -- signals ---------------------------------------------------------------------------
     def signal_refusal(self) -> str | None:

@@ -64,6 +64,17 @@ REPLAY: list[Binding] = [
     ),
 ]
 
+#: live mode: the replay keys say what they are for instead of doing nothing (hidden)
+REPLAY_ONLY: list[Binding] = [
+    Binding(
+        "full_stop,comma,left_square_bracket,right_square_bracket",
+        "replay_only",
+        "Replay keys",
+        show=False,
+        tooltip="live: say that . , [ ] step and pace a replay (--replay FILE)",
+    ),
+]
+
 #: the main screen
 MAIN: list[Binding] = [
     Binding(
@@ -103,6 +114,9 @@ MAIN: list[Binding] = [
         "k", "signal", "Kill", tooltip="send a signal to the tagged or selected processes, after confirming"
     ),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
+    Binding(
+        "k", "signal_refused", "Kill", show=False, tooltip="read-only or replay: say why no signal can be sent"
+    ),
 ]
 
 #: the process table (when it has focus); the mouse also works: click a row, click a header to sort

@@ -13,7 +13,7 @@ import math
 import random
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +68,32 @@ class Workload:
     wave: float = 0.0  # relative amplitude of a slow sine on the rates
     period: float = 30.0
     total: dict[str, float] = field(default_factory=dict)
+    #: everything counted since first seen, and the launch-shape histograms (as the live sampler has them)
+    counts: Counts | None = None
+    grid_hist: dict[str, int] = field(default_factory=dict)
+    block_hist: dict[str, int] = field(default_factory=dict)
+
+
+def _plus(a: object, b: object) -> object:
+    """a + b for counts and {key: CallBytes | int} maps (None: not counted)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, CallBytes) and isinstance(b, CallBytes):
+        return CallBytes(a.calls + b.calls, a.bytes + b.bytes)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _plus(a.get(k), b.get(k)) for k in {**a, **b}}
+    return a + b  # type: ignore[operator]
+
+
+def _accumulate(total: Counts | None, iv: Counts) -> Counts:
+    """The totals after one more interval; live bytes are a level, not a sum."""
+    if total is None:
+        return iv
+    summed = {f.name: _plus(getattr(total, f.name), getattr(iv, f.name)) for f in fields(Counts)}
+    summed["live_alloc_bytes"] = iv.live_alloc_bytes
+    return Counts(**summed)  # type: ignore[arg-type]
 
 
 def _bucket(n: float) -> str:
@@ -85,11 +111,14 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
     faults = round(w.uvm_faults * k * interval)
     sync_s = min(interval, w.sync_pct / 100 * interval * (k if k else 1.0))
     per_kernel = []
-    grid_hist: dict[str, int] = {}
-    block_hist: dict[str, int] = {}
+    grid_hist = w.grid_hist        # histograms count since first seen, like the sampler's
+    block_hist = w.block_hist
     grid_sum = block_sum = 0.0
-    for name, share, grid, block in w.kernels:
-        n = round(launches * share)
+    left = launches
+    for i, (name, share, grid, block) in enumerate(w.kernels):
+        # the last kernel takes what rounding left, so the kernels (and histograms) add up to launches
+        n = left if i == len(w.kernels) - 1 else min(left, round(launches * share))
+        left -= n
         tot = w.total.get(name, 0.0) + n
         w.total[name] = tot
         per_kernel.append(
@@ -114,6 +143,8 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
         launches=launches,
         graph_launches=0,
         captured_launches=0,
+        grid_blocks_sum=round(grid_sum),
+        block_threads_sum=round(block_sum),
         memcpy=memcpy,
         alloc_calls=rng.randint(0, 3) if launches else 0,
         alloc_bytes=rng.randint(0, 3) * 64 * MIB if launches else 0,
@@ -125,25 +156,15 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
             "to_device": CallBytes(4, 512 * MIB) if w.managed else CallBytes(0, 0),
             "to_host": CallBytes(0, 0),
         },
-        uvm_cpu_faults=faults // 3,
-        uvm_gpu_faults=faults - faults // 3,
-        uvm_migrated={"h2d": faults * 64 * 1024, "d2h": faults * 16 * 1024, "d2d": 0},
-        uvm_thrashing=faults // 500,
+        # CPU faults on managed memory only: GPU-side UVM needs kprobes (null, as live on such hosts)
+        uvm_cpu_faults=faults,
+        uvm_gpu_faults=None,
+        uvm_migrated=None,
+        uvm_thrashing=None,
         sync_calls=round(w.sync_calls * k * interval),
         sync_wait_s=sync_s,
     )
-    for key, value in (("launches", launches), ("sync_calls", iv.sync_calls or 0), ("faults", faults)):
-        w.total[f"_{key}"] = w.total.get(f"_{key}", 0.0) + value
-    tot = Counts(
-        launches=int(w.total["_launches"]),
-        graph_launches=0,
-        captured_launches=0,
-        live_alloc_bytes=w.live_mem,
-        managed_alloc_calls=1 if w.managed else 0,
-        managed_alloc_bytes=w.live_mem if w.managed else 0,
-        sync_calls=int(w.total["_sync_calls"]),
-        uvm_cpu_faults=int(w.total["_faults"]) // 3,
-    )
+    tot = w.counts = _accumulate(w.counts, iv)
     rates = Rates(
         launches_per_s=launches / interval,
         memcpy_bytes_per_s={d: cb.bytes / interval for d, cb in memcpy.items()},
@@ -163,8 +184,8 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
         rates=rates,
         grid_blocks_avg=grid_sum / counted if counted else None,
         block_threads_avg=block_sum / counted if counted else None,
-        grid_blocks_hist=grid_hist,
-        block_threads_hist=block_hist,
+        grid_blocks_hist=dict(grid_hist),
+        block_threads_hist=dict(block_hist),
         kernels=tuple(per_kernel[:20]),
         gpu_index=w.gpu,
         gpu_mem_bytes=w.gpu_mem,
@@ -411,7 +432,7 @@ def _sources(n_procs: int, launches: float) -> dict[str, SourceStatus]:
             probe_hits_per_s=launches * 1.3 + 800,
         ),
         "nvml": SourceStatus("ok"),
-        "uvm": SourceStatus("ok"),
+        "uvm": SourceStatus("ok", "CPU faults on managed memory only", scope="cpu"),
     }
 
 

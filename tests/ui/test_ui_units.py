@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Rates, Snapshot
+from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Rates, Snapshot, SourceStatus
 from gputop.record import Recorder, RecordingError
 from gputop.ui import columns, compare, themes
 from gputop.ui import format as fmt
@@ -19,9 +19,9 @@ from gputop.ui.baseline import load_baseline, summarize
 from gputop.ui.charts import _nice_ticks, bar_chart, line_chart
 from gputop.ui.history import History, Series, series
 from gputop.ui.screens.details import hist_buckets, stats_rows, without_live_values
-from gputop.ui.widgets.gpu_panel import gpu_line
-from gputop.ui.widgets.header import HeaderState, header_content
-from gputop.ui.widgets.proc_table import GUTTER, layout
+from gputop.ui.widgets.gpu_panel import gpu_line, gpu_lines
+from gputop.ui.widgets.header import HeaderState, header_content, header_lines
+from gputop.ui.widgets.proc_table import GUTTER, col_width, layout
 
 from .ui_helpers import SCENARIO, proc, snapshot
 
@@ -396,7 +396,7 @@ def test_hist_buckets_fill_gaps_in_order() -> None:
 def test_header_shows_status_and_cost(scenario: list[Snapshot]) -> None:
     text = header_content(HeaderState(scenario[0], 1.0, paused=True, replay=(1, 90, 2.0), filter="py")).plain
     for needle in ("gpu-node-07", "09:00:00", "every 1s", "PAUSED", "REPLAY 1/90 ×2", "BPF ok 212p/7obj",
-                   "NVML ok", "UVM ok", "hits/s", "% CPU", "filter: py"):
+                   "NVML ok", "UVM CPU only", "hits/s", "% CPU", "filter: py"):
         assert needle in text, needle
     off = replace(scenario[0], sources={"bpf": replace(scenario[0].sources["bpf"], status="unavailable")})
     text = header_content(HeaderState(off)).plain
@@ -478,3 +478,80 @@ def test_rates_from_model_are_shown_not_recomputed() -> None:
     p = proc(1, rates=Rates(launches_per_s=7.0, memcpy_bytes_per_s=None), interval=Counts(launches=1000))
     assert columns.BY_KEY["launches"].render(p) == "7"
     assert columns.BY_KEY["h2d"].render(p) == "N/A"
+
+
+def test_header_wraps_and_keeps_its_sources_when_narrow(scenario: list[Snapshot]) -> None:
+    error = "skipped a bad line (/var/tmp/a-very-long-recording-name.jsonl:17: not JSON: Expecting value)"
+    state = HeaderState(scenario[0], 1.0, replay=(1, 90, 1.0), error=error)
+    for width in (160, 100, 80, 60):
+        lines = header_lines(state, width)
+        assert 1 <= len(lines) <= 3
+        assert all(line.cell_length <= width for line in lines), width
+        text = "\n".join(line.plain for line in lines)
+        for needle in ("BPF ok", "NVML ok", "UVM CPU only", "REPLAY 1/90"):
+            assert needle in text, (width, needle)
+        assert "skipped a bad line" in text
+
+
+def test_uvm_label_says_what_is_traced() -> None:
+    snap = snapshot()
+    for status, label in ((SourceStatus("ok", scope="cpu"), "UVM CPU only"),
+                          (SourceStatus("ok", scope="cpu+gpu"), "UVM ok"),
+                          (SourceStatus("unavailable", "no kprobes"), "UVM off")):
+        text = header_content(HeaderState(replace(snap, sources={**snap.sources, "uvm": status}))).plain
+        assert label in text
+
+
+def test_interval_and_speed_read_as_a_person_says_them() -> None:
+    assert [fmt.interval(s) for s in (1.0003, 0.25, 2.5, 0.999, 30.2)] == ["1s", "0.25s", "2.5s", "1s", "30s"]
+    assert [fmt.speed(x) for x in (1.0, 4.0, 0.5, 1.333, 64.0)] == ["1", "4", "0.5", "1.3", "64"]
+
+
+def test_scenario_follows_the_live_semantics(scenario: list[Snapshot]) -> None:
+    """Histograms count since first seen (they add up to the total launches); GPU-side UVM is null."""
+    checked = 0
+    for snap in scenario:
+        for p in snap.processes:
+            assert p.total is not None and p.total.launches is not None
+            assert sum((p.grid_blocks_hist or {}).values()) == p.total.launches
+            assert sum((p.block_threads_hist or {}).values()) == p.total.launches
+            assert p.total.uvm_gpu_faults is None and p.total.uvm_migrated is None
+            checked += 1
+    assert checked > 500
+    assert scenario[0].sources["uvm"].scope == "cpu"
+
+
+def test_gpu_panel_wraps_instead_of_cutting() -> None:
+    g = GpuSample(index=0, name="NVIDIA H100 80GB HBM3", util_pct=50.0, mem_used_bytes=2**30,
+                  mem_total_bytes=2**32, temp_c=61.0, power_w=300.0, power_limit_w=700.0,
+                  pcie_rx_bytes_per_s=2**30, pcie_tx_bytes_per_s=2**20, xid_errors=0)
+    for width in (200, 120, 80, 60):
+        lines = gpu_lines(g, [], width)
+        assert all(line.cell_length <= width for line in lines), width
+        text = " ".join(line.plain for line in lines)
+        for needle in ("61°C", "300/700W", "PCIe ↓1.0G/s ↑1.0M/s", "XID 0", "50%"):
+            assert needle in text, (width, needle)
+    assert len(gpu_lines(g, [], 200)) == 1 and len(gpu_lines(g, [], 80)) == 2
+
+
+def test_every_header_fits_its_sort_arrow() -> None:
+    for c in columns.COLUMNS:
+        assert col_width(c) >= len(c.header) + 1, c.key
+
+
+def test_narrow_layout_scrolls_and_never_hides_the_sort_column() -> None:
+    cols = columns.SORT_KEYS
+    for width in (120, 80, 40):
+        for sort in cols:
+            for offset in range(len(cols)):
+                lay = layout(cols, width, sort, offset)
+                keys = [c.key for c, _ in lay]
+                assert sort in keys and keys[0] == "pid"
+                used = sum(w for _, w in lay) + len(lay) - 1 + GUTTER
+                assert used + bool(lay.hidden_left) + bool(lay.hidden_right) <= width or len(lay) <= 2
+                assert len(keys) + lay.hidden_left + lay.hidden_right == len(cols)
+    # scrolling right reaches the last column, then stops
+    lay = layout(cols, 80, "launches", 0)
+    assert lay.hidden_right and not lay.hidden_left
+    far = layout(cols, 80, "launches", len(cols))
+    assert far.cols[-1][0].key == "launch_bound" and not far.hidden_right and far.hidden_left

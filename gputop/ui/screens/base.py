@@ -21,6 +21,7 @@ class LiveScreen(Screen[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < self.NARROW, "-narrow")
+        self.call_after_refresh(self.update_view)  # text laid out for a width (titles) follows it
 
     @property
     def gapp(self) -> GputopApp:

@@ -137,6 +137,20 @@ class MainScreen(LiveScreen):
             )
 
     # -- signals ---------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`k` is not offered (nor in the footer) where no signal can be sent; pressed anyway, it says why."""
+        refused = self.gapp.signal_refusal() is not None
+        if action == "signal":
+            return not refused
+        if action == "signal_refused":
+            return refused
+        return True
+
+    def action_signal_refused(self) -> None:
+        refusal = self.gapp.signal_refusal()
+        if refusal:
+            self.gapp.say(refusal, "error")
+
     def action_signal(self) -> None:
         from gputop.ui.screens.signal import SignalScreen
 

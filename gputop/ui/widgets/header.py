@@ -62,15 +62,16 @@ def header_pieces(state: HeaderState) -> list[Content]:
             pieces.append(Content.styled(f" REPLAY {shown}/{total} ×{fmt.speed(speed)} ", "reverse $accent"))
         for label, key in (("BPF", "bpf"), ("NVML", "nvml"), ("UVM", "uvm")):
             pieces.append(_source(label, snap.sources.get(key)))
+    if state.error:     # before the cost: a narrow header drops from its end
+        pieces.append(Content.styled(fmt.text(state.error), "$error bold"))
+    if snap is not None:
+        if state.filter:
+            pieces.append(Content.assemble(("filter: ", "bold"), (fmt.text(state.filter), "$accent")))
         bpf = snap.sources.get("bpf")
         if bpf is not None and bpf.status == "ok":
             hits = fmt.si(bpf.probe_hits_per_s)
             pieces.append(Content.assemble(("cost ", "bold"),
                                            f"{hits} hits/s {fmt.cpu_share(bpf.overhead_ns_per_s)} CPU"))
-        if state.filter:
-            pieces.append(Content.assemble(("filter: ", "bold"), (fmt.text(state.filter), "$accent")))
-    if state.error:
-        pieces.append(Content.styled(fmt.text(state.error), "$error bold"))
     return pieces
 
 

@@ -82,26 +82,30 @@ def layout(columns: Sequence[str], width: int, sort_key: str = "", offset: int =
         return out
 
     avail = width - GUTTER - sum(col_width(c) for c in fixed)
-    while offset > 0 and cost(rest[offset - 1:]) <= avail - 1:  # no need to hide that many
-        offset -= 1
-    if offset == 0 and cost(rest) <= avail:
-        window, pinned = list(rest), list[Column]()
-    else:
-        pinned = list[Column]()
-        sort_col = BY_KEY.get(sort_key)
+    sort_col = BY_KEY.get(sort_key)
+
+    def attempt(offset: int) -> tuple[list[Column], list[Column], int]:
+        """(pinned, window, columns hidden on the right) when ``offset`` columns are scrolled off."""
+        if offset == 0 and cost(rest) <= avail:
+            return [], list(rest), 0
         candidates = rest[offset:]
-        left_mark = 1 if offset else 0
-        window = fit(avail - left_mark - 1, candidates)
+        marks = (1 if offset else 0) + 1
+        window = fit(avail - marks, candidates)
+        pinned: list[Column] = []
         if sort_col is not None and sort_col in rest and sort_col not in window:
             pinned = [sort_col]
             candidates = [c for c in candidates if c is not sort_col]
-            window = fit(avail - left_mark - 1 - cost(pinned), candidates)
-        if offset == 0 and len(window) == len(candidates):  # everything fits after all
-            left_mark = 0
+            window = fit(avail - marks - cost(pinned), candidates)
+        return pinned, window, len(candidates) - len(window)
+
+    pinned, window, hidden_right = attempt(offset)
+    while offset > 0:                       # never scrolled further than the last column needs
+        p2, w2, h2 = attempt(offset - 1)
+        if h2:
+            break
+        offset, pinned, window, hidden_right = offset - 1, p2, w2, h2
     shown = fixed + pinned + window
-    hidden = len(cols) - len(shown)
     hidden_left = sum(1 for c in rest[:offset] if c not in pinned)
-    hidden_right = hidden - hidden_left
     used = sum(col_width(c) for c in shown) + len(shown) - 1 + GUTTER
     used += (1 if hidden_left else 0) + (1 if hidden_right else 0)
     spare = max(0, width - used)
