@@ -30,3 +30,10 @@ def test_screen(snap_compare: Any, name: str, theme: str) -> None:
 def test_narrow_terminal(snap_compare: Any) -> None:
     app, before = build_app("main", "dark")
     assert snap_compare(app, terminal_size=(100, 30), run_before=before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=["80x24", "100x30"])
+@pytest.mark.parametrize("name", ["main", "details", "compare", "help"])
+def test_small_terminals(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
+    app, before = build_app(name, "dark")
+    assert snap_compare(app, terminal_size=size, run_before=before)
