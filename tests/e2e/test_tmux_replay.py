@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,5 +90,35 @@ def test_replay_in_tmux_shows_rows_rates_and_sort_order(dashboard: TmuxSession) 
     screen = dashboard.wait_for(lambda s: len(table(s)[1]) == 1, timeout=5)
     assert table(screen)[1][0].split()[0] == "5120"
 
+    dashboard.send_keys("q")
+    assert dashboard.wait_exit(timeout=10) == 0
+
+
+SIZES = [(200, 60), (160, 45), (120, 40), (80, 24), (40, 12), (20, 5)]
+
+
+@pytest.mark.parametrize("keys", [(), ("Enter",), ("Space", "Down", "Space", "c"), ("h",), ("s",)],
+                         ids=["main", "details", "compare", "help", "sort-menu"])
+def test_resize_in_tmux_never_crashes(dashboard: TmuxSession, keys: tuple[str, ...]) -> None:
+    """Resizing the terminal through every size and back, on every screen: the dashboard keeps
+    running and redraws at the new size (160×45 → 80×24 and back used to end it with a traceback)."""
+    dashboard.wait_for(lambda s: "gpu-node-07" in s and "4242" in s, timeout=20)
+    dashboard.send_keys("p")
+    dashboard.wait_for("PAUSED", timeout=5)
+    for k in keys:
+        dashboard.send_keys(k)
+    for w, h in SIZES + SIZES[-2::-1] + [(150, 45), (120, 45), (150, 45)]:
+        dashboard.resize(w, h)
+        screen = dashboard.wait_for(lambda s, w=w: max(len(line) for line in s.splitlines()) <= w and
+                                    bool(s.strip()), timeout=5)
+        assert dashboard.alive, f"the dashboard ended at {w}×{h}:\n{screen}"
+    screen = dashboard.wait_for(lambda s: "gputop" in s or "Sort by" in s, timeout=5)
+    assert "Traceback" not in screen
+    if not keys:
+        header, rows = table(screen)
+        assert "LAUNCH/s▼" in header and rows[0].split()[0] == "4242"
+    dashboard.send_keys("Escape")       # back to the process list (or nothing there), then quit
+    time.sleep(0.3)                     # ESC then q at once would read as alt+q
+    dashboard.wait_for(lambda s: "PID USER" in s and "COMMAND" in s, timeout=5)
     dashboard.send_keys("q")
     assert dashboard.wait_exit(timeout=10) == 0

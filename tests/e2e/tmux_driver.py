@@ -87,6 +87,11 @@ class TmuxSession:
             args.append("-l")
         self._tmux(*args, *keys)
 
+    def resize(self, width: int, height: int) -> None:
+        """Resize the window (the program gets SIGWINCH, as when a user drags a terminal)."""
+        self._tmux("resize-window", "-t", self.name, "-x", str(width), "-y", str(height))
+        self.width, self.height = width, height
+
     def capture(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", self.name).stdout
 
