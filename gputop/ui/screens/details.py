@@ -179,13 +179,13 @@ class DetailsScreen(LiveScreen):
     BINDINGS = bindings.of(bindings.DETAILS)
     DEFAULT_CSS = """
     DetailsScreen #title { height: 1; background: $surface; }
-    DetailsScreen #body { height: 1fr; }
+    DetailsScreen #body { height: 1fr; overflow-x: auto; }
     DetailsScreen #top { height: auto; }
-    DetailsScreen #stats { width: 68; height: auto; }
+    DetailsScreen #stats { width: 68; height: auto; text-wrap: nowrap; }
     DetailsScreen #kernels { width: 1fr; height: auto; }
     DetailsScreen #series, DetailsScreen #hists { height: 1fr; min-height: 10; }
-    DetailsScreen.-narrow #top { layout: vertical; }
-    DetailsScreen.-narrow #stats, DetailsScreen.-narrow #kernels { width: 100%; }
+    DetailsScreen.-narrow #top { layout: vertical; min-width: 70; }
+    DetailsScreen.-narrow #stats, DetailsScreen.-narrow #kernels { width: 100%; min-width: 68; }
     DetailsScreen.-narrow #series, DetailsScreen.-narrow #hists { layout: vertical; height: auto; }
     DetailsScreen.-narrow Chart { width: 100%; height: 12; }
     """

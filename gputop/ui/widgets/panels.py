@@ -81,7 +81,8 @@ class KernelsPanel(Widget):
     """The top-kernels table, laid out at the panel's current width."""
 
     DEFAULT_CSS = """
-    KernelsPanel { height: auto; background: $surface; color: $foreground; padding: 0 1; }
+    KernelsPanel { height: auto; background: $surface; color: $foreground; padding: 0 1;
+                   text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, *, limit: int = 10, id: str | None = None) -> None:
