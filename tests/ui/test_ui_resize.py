@@ -8,19 +8,24 @@ the app is still running and every line of the process table is exactly the term
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
 from gputop.feed import Feed
-from gputop.model import Snapshot
-from gputop.record import ReplayFeed, read_recording
+from gputop.record import ReplayFeed
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.widgets.proc_table import ProcTable
 
 from .ui_helpers import SCENARIO, ManualFeed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from screenshots import frames
 
 SIZES = [(200, 60), (160, 45), (120, 40), (80, 24), (40, 12), (20, 5)]
 WALK = SIZES + SIZES[-2::-1] + [(150, 45), (120, 45), (150, 45)]
@@ -35,15 +40,6 @@ SCREENS: dict[str, tuple[str, ...]] = {
     "signal": ("k",),
     "scrolled": ("right", "right", "right"),
 }
-
-
-def frames(n: int = 30) -> list[Snapshot]:
-    out = []
-    for i, snap in enumerate(read_recording(SCENARIO)):
-        if i >= n:
-            break
-        out.append(snap)
-    return out
 
 
 async def walk(app: GputopApp, pilot: Pilot[Any], screen: str) -> None:
@@ -83,7 +79,7 @@ def test_resize_live(screen: str) -> None:
     options = DashboardOptions(compare_pids=(4242, 4243) if screen == "compare" else None)
 
     def deliver() -> None:
-        for snap in frames():
+        for snap in frames(30):
             feed.push(snap)
 
     run(feed, options, lambda app, pilot: walk(app, pilot, screen), deliver)
