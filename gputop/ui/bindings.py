@@ -114,9 +114,11 @@ MAIN: list[Binding] = [
         "k", "signal", "Kill", tooltip="send a signal to the tagged or selected processes, after confirming"
     ),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
-    Binding(
-        "k", "signal_refused", "Kill", show=False, tooltip="read-only or replay: say why no signal can be sent"
-    ),
+]
+
+#: the main screen, where `k` cannot send (read-only, replay): say why (hidden, not in the help)
+SIGNAL_REFUSED: list[Binding] = [
+    Binding("k", "signal_refused", "Kill", show=False, tooltip="say why no signal can be sent"),
 ]
 
 #: the process table (when it has focus); the mouse also works: click a row, click a header to sort

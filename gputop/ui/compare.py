@@ -91,6 +91,8 @@ def format_ratio(r: Value) -> str:
         return "∞"
     if r == 1.0:
         return "="
+    if r == 0:
+        return "0×"
     if r >= 100:
         return f"{r:.0f}×"
     if r >= 0.1:

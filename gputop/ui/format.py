@@ -238,6 +238,12 @@ def _strip_void(name: str) -> str:
     return name[5:] if name.startswith("void ") else name
 
 
+def _base(short: str) -> str:
+    """A shortened name up to its first collapsed bracket (the kernel, not its instance)."""
+    cut = min((i for i in (short.find("<…"), short.find("(…")) if i >= 0), default=-1)
+    return short if cut < 0 else short[:cut]
+
+
 def _common_prefix(a: str, b: str) -> int:
     """How many leading characters ``a`` and ``b`` share."""
     n = 0
@@ -256,7 +262,7 @@ def _around(name: str, at: int, width: int) -> str:
     if width < 12:
         return fit(name, width)
     head = width // 3
-    if at < width - 1:
+    if at + max(8, width // 5) < width:     # the difference shows, with some of what follows
         return fit(name, width)
     start = max(head + 1, at - (width - head - 1) // 3)
     return fit(name[:head] + "…" + name[start:], width)
@@ -269,7 +275,8 @@ def kernel_names(names: list[str], width: int) -> list[str]:
     short = [kernel_name(n, width) for n in names]
     groups: dict[str, list[int]] = {}
     for i, text in enumerate(short):
-        groups.setdefault(text, []).append(i)
+        # one kernel's template instances ("k<…>(…)" and "k<…>") read alike even when they differ
+        groups.setdefault(_base(text), []).append(i)
     for members in groups.values():
         full = {_strip_void(names[i]) for i in members}
         if len(full) < 2:

@@ -94,9 +94,9 @@ class History:
             pts = [pt for pt in pts if pt.time <= until]
         return pts
 
-    def gpu_util(self, index: int) -> list[float | None]:
+    def gpu_util(self, index: int, until: float | None = None) -> list[float | None]:
         with self._lock:
-            return [u for _, u in self._gpus.get(index, ())]
+            return [u for t, u in self._gpus.get(index, ()) if until is None or t <= until]
 
     @property
     def last_time(self) -> float | None:

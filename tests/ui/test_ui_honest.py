@@ -99,7 +99,7 @@ def test_details_marks_a_stopped_then_gone_process_and_unfreezes_its_rates() -> 
         stats = app.screen.query_one("#stats", TextPanel).content.plain
         assert "[gone]" in title
         launches = next(line for line in stats.splitlines() if line.startswith("launches"))
-        assert launches.split() == ["launches", "N/A/s", "12.3k"]  # the total stays, the rate is unknown
+        assert launches.split() == ["launches", "N/A", "12.3k"]  # the total stays, the rate is unknown
 
     run(None, body)
 

@@ -9,7 +9,7 @@ from textual.content import Content
 from textual.widgets import Footer, Static
 
 from gputop.model import ProcSample, Snapshot
-from gputop.ui import bindings, charts, compare
+from gputop.ui import bindings, charts, compare, fields
 from gputop.ui import format as fmt
 from gputop.ui.history import Point, Series, series
 from gputop.ui.screens.base import LiveScreen
@@ -61,7 +61,7 @@ def side_label(tag: str, style: str, p: ProcSample | None, pid: int | None, note
     )
     tail = Content.styled(f" {note}" if note else "", "italic")
     room = max(16, width - head.cell_length - tail.cell_length)
-    return Content.assemble(head, fmt.fit_middle(fmt.text(p.cmdline or p.comm), room), tail)
+    return Content.assemble(head, fmt.fit_middle(fmt.text(fields.command(p)), room), tail)
 
 
 def _current(snap: Snapshot | None, pid: int, last: ProcSample | None) -> tuple[ProcSample | None, bool]:

@@ -58,6 +58,10 @@ def _cb(c: Counts | None, group: str, key: str) -> tuple[int | None, int | None]
     return (cb.calls, cb.bytes) if cb is not None else (None, None)
 
 
+def _per_s(text: str) -> str:
+    return text if text == fmt.NA else f"{text}/s"
+
+
 def _avg(total: int | None, n: int | None) -> float | None:
     return total / n if total is not None and n else None
 
@@ -94,15 +98,15 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
     tot_grid = _avg(tot.grid_blocks_sum, tot.launches) if tot else None
     tot_block = _avg(tot.block_threads_sum, tot.launches) if tot else None
     rows = [
-        ("launches", f"{fmt.si(fields.launches_per_s(p))}/s", n(tot, "launches")),
+        ("launches", _per_s(fmt.si(fields.launches_per_s(p))), n(tot, "launches")),
         ("graph launches", n(iv, "graph_launches"), n(tot, "graph_launches")),
         ("captured", n(iv, "captured_launches"), n(tot, "captured_launches")),
         ("avg grid×block", f"{fmt.num(p.grid_blocks_avg, 1)} × {fmt.num(p.block_threads_avg, 1)}",
          f"{fmt.num(tot_grid, 1)} × {fmt.num(tot_block, 1)}"),
     ]
     for d in ("h2d", "d2h", "d2d", "h2h", "unknown"):
-        label = "copies, no dir" if d == "unknown" else f"memcpy {d.upper()}"
-        rows.append((label, f"{fmt.bytes_(fields.memcpy_per_s(p, d))}/s", copies(tot, d)))
+        label = "memcpy unknown" if d == "unknown" else f"memcpy {d.upper()}"
+        rows.append((label, _per_s(fmt.bytes_(fields.memcpy_per_s(p, d))), copies(tot, d)))
     rows += [
         ("allocations", _calls_bytes(getattr(iv, "alloc_calls", None), getattr(iv, "alloc_bytes", None)),
          _calls_bytes(getattr(tot, "alloc_calls", None), getattr(tot, "alloc_bytes", None))),
@@ -112,7 +116,7 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
                                        getattr(iv, "managed_alloc_bytes", None)),
          _calls_bytes(getattr(tot, "managed_alloc_calls", None), getattr(tot, "managed_alloc_bytes", None))),
         ("prefetch", prefetch(iv), prefetch(tot)),
-        ("UVM faults", f"{fmt.si(fields.uvm_faults_per_s(p))}/s", f"CPU {n(tot, 'uvm_cpu_faults')} "
+        ("UVM faults", _per_s(fmt.si(fields.uvm_faults_per_s(p))), f"CPU {n(tot, 'uvm_cpu_faults')} "
          f"GPU {n(tot, 'uvm_gpu_faults')}"),
         ("UVM migrated", migrated(iv), migrated(tot)),
         ("UVM thrashing", n(iv, "uvm_thrashing"), n(tot, "uvm_thrashing")),
@@ -162,7 +166,7 @@ def title_content(p: ProcSample | None, pid: int, gone: bool, width: int = 160) 
         (lb, "$warning bold"),
     )
     room = max(16, width - head.cell_length - tail.cell_length)
-    return Content.assemble(head, fmt.fit_middle(fmt.text(p.cmdline or p.comm), room), tail)
+    return Content.assemble(head, fmt.fit_middle(fmt.text(fields.command(p)), room), tail)
 
 
 def without_live_values(p: ProcSample) -> ProcSample:
@@ -177,6 +181,7 @@ def without_live_values(p: ProcSample) -> ProcSample:
 
 class DetailsScreen(LiveScreen):
     BINDINGS = bindings.of(bindings.DETAILS)
+    NARROW = 140        # below, the kernels table would leave its names too few cells
     DEFAULT_CSS = """
     DetailsScreen #title { height: 1; background: $surface; }
     DetailsScreen #body { height: 1fr; overflow-x: auto; }

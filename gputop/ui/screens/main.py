@@ -15,7 +15,7 @@ from gputop.ui.widgets.proc_table import ProcTable
 
 
 class MainScreen(LiveScreen):
-    BINDINGS = bindings.of(bindings.MAIN)
+    BINDINGS = bindings.of(bindings.MAIN + bindings.SIGNAL_REFUSED)
     AUTO_FOCUS = "ProcTable"
     DEFAULT_CSS = """
     MainScreen #filter { height: 1; border: none; padding: 0 1; display: none; background: $panel; }

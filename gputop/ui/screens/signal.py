@@ -36,7 +36,8 @@ class SignalScreen(ModalScreen[int | None]):
     DEFAULT_CSS = """
     SignalScreen { align: center middle; }
     SignalScreen > Vertical {
-        width: 72; height: auto; border: thick $error; background: $surface; padding: 0 1;
+        width: 72; max-width: 100%; height: auto; max-height: 100%; border: thick $error;
+        background: $surface; padding: 0 1;
     }
     SignalScreen OptionList { height: auto; border: none; background: $surface; }
     SignalScreen #signal-title { text-style: bold; color: $error; }

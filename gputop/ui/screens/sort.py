@@ -23,7 +23,7 @@ class SortScreen(ModalScreen[None]):
     BINDINGS = bindings.of(bindings.SORT_MENU)
     DEFAULT_CSS = """
     SortScreen { align: center middle; }
-    SortScreen > Vertical { width: 92; height: auto; max-height: 90%; border: round $primary;
+    SortScreen > Vertical { width: 92; max-width: 100%; height: auto; max-height: 90%; border: round $primary;
                             background: $surface; padding: 0 1; }
     SortScreen OptionList { height: auto; max-height: 24; border: none; background: $surface; }
     SortScreen #sort-title { text-style: bold; color: $primary; }
@@ -75,6 +75,9 @@ class SortScreen(ModalScreen[None]):
         if key in current:
             if key == "pid":
                 self.gapp.say("PID is always shown", "warning")
+                return
+            if key == self.gapp.settings.sort:
+                self.gapp.say("the list is sorted by this column: sort by another one first", "warning")
                 return
             current.remove(key)
         else:

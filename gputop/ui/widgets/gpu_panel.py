@@ -83,11 +83,12 @@ def gpu_line(g: GpuSample, history: list[float | None], width: int) -> Content:
 
 class GpuPanel(Widget):
     DEFAULT_CSS = """
-    GpuPanel { height: auto; max-height: 12; background: $surface; color: $foreground;
+    GpuPanel { height: auto; max-height: 30%; background: $surface; color: $foreground;
                text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def __init__(self, history: Callable[[int], list[float | None]], *, id: str | None = None) -> None:
+    def __init__(self, history: Callable[[int, float | None], list[float | None]], *,
+                 id: str | None = None) -> None:
         super().__init__(id=id)
         self._history = history
         self._snapshot: Snapshot | None = None
@@ -113,7 +114,8 @@ class GpuPanel(Widget):
                 reason = f": {fmt.text(nvml.reason)}" if nvml.reason else ""
                 return [Content.styled(f" NVML unavailable{reason} (GPU panel empty)", _MUTED)]
             return [Content.styled(" no GPUs", _MUTED)]
-        return [line for g in snap.gpus for line in gpu_lines(g, self._history(g.index), width)]
+        # the sparkline ends at the snapshot shown (a replay stepped back)
+        return [line for g in snap.gpus for line in gpu_lines(g, self._history(g.index, snap.time), width)]
 
     def render(self) -> Content:
         return Content("\n").join(self._lines(self.content_region.width or 160))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from textual.content import Content
 from textual.geometry import Size
@@ -14,7 +14,7 @@ from gputop.ui.flow import flow
 
 _STATUS_STYLE = {"ok": "$success", "starting": "$warning"}
 _MUTED = "$foreground 60%"
-MAX_LINES = 3
+MAX_LINES = 4
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class HeaderState:
     replay: tuple[int, int, float] | None = None
     filter: str = ""
     error: str | None = None
+    #: cells available (set by ``header_lines``)
+    width: int = 10_000
 
 
 def _source(name: str, st: SourceStatus | None) -> Content:
@@ -61,7 +63,10 @@ def header_pieces(state: HeaderState) -> list[Content]:
             shown, total, speed = state.replay
             pieces.append(Content.styled(f" REPLAY {shown}/{total} ×{fmt.speed(speed)} ", "reverse $accent"))
         for label, key in (("BPF", "bpf"), ("NVML", "nvml"), ("UVM", "uvm")):
-            pieces.append(_source(label, snap.sources.get(key)))
+            st = snap.sources.get(key)
+            if label == "BPF" and st is not None and st.status == "ok" and state.width < 60:
+                st = replace(st, probes=None)   # a narrow header keeps the states, not the counts
+            pieces.append(_source(label, st))
     if state.error:     # before the cost: a narrow header drops from its end
         pieces.append(Content.styled(fmt.text(state.error), "$error bold"))
     if snap is not None:
@@ -77,7 +82,7 @@ def header_pieces(state: HeaderState) -> list[Content]:
 
 def header_lines(state: HeaderState, width: int) -> list[Content]:
     """The header at ``width`` cells: one line when it fits, else up to MAX_LINES (sources first)."""
-    return flow(header_pieces(state), max(1, width), indent=" ", max_lines=MAX_LINES)
+    return flow(header_pieces(replace(state, width=width)), max(1, width), indent=" ", max_lines=MAX_LINES)
 
 
 def header_content(state: HeaderState, width: int = 10_000) -> Content:
