@@ -114,7 +114,8 @@ def test_resize_in_tmux_never_crashes(dashboard: TmuxSession, keys: tuple[str, .
         assert dashboard.alive, f"the dashboard ended at {w}×{h}:\n{screen}"
     screen = dashboard.wait_for(lambda s: "gputop" in s or "Sort by" in s, timeout=5)
     assert "Traceback" not in screen
-    if not keys:
+    if not keys:    # redrawn at 150×45: the whole table is back
+        screen = dashboard.wait_for(lambda s: "LAUNCH/s▼" in s and "COMMAND" in s, timeout=5)
         header, rows = table(screen)
         assert "LAUNCH/s▼" in header and rows[0].split()[0] == "4242"
     dashboard.send_keys("Escape")       # back to the process list (or nothing there), then quit

@@ -12,6 +12,8 @@ from textual.pilot import Pilot
 from gputop.model import Counts, Rates, Snapshot
 from gputop.record import Recorder, ReplayFeed, read_recording
 from gputop.ui.app import DashboardOptions, GputopApp
+from gputop.ui.columns import COLUMNS
+from gputop.ui.history import History
 from gputop.ui.screens.compare import CompareScreen
 from gputop.ui.screens.details import DetailsScreen
 from gputop.ui.screens.main import MainScreen
@@ -194,3 +196,31 @@ def test_idle_process_keeps_totals_in_details() -> None:
         assert launches.split() == ["launches", "0/s", "5.0k"]
 
     run(None, body)
+
+
+def test_the_sort_column_cannot_be_hidden() -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        await push(pilot, feed, three())
+        await pilot.press("s")
+        await pilot.pause()
+        menu = app.screen
+        from textual.widgets import OptionList
+
+        ol = menu.query_one(OptionList)
+        ol.highlighted = [c.key for c in COLUMNS].index("launches")
+        await pilot.press("x")
+        await pilot.pause()
+        assert "launches" in app.settings.columns
+        assert any("sorted by this column" in n for n in notes(app))
+
+    run(None, body)
+
+
+def test_gpu_sparkline_ends_at_the_snapshot_shown() -> None:
+    history = History(replay=True)
+    snaps = [s for s, _ in zip(read_recording(SCENARIO), range(10), strict=False)]
+    for s in snaps:
+        history.add(s)
+    assert len(history.gpu_util(0)) == 10
+    assert history.gpu_util(0, until=snaps[3].time) == [g.util_pct for s in snaps[:4] for g in s.gpus
+                                                        if g.index == 0]
