@@ -45,8 +45,8 @@ def _pair(a: str, b: str) -> str:
     return f"{a} / {b}"
 
 
-def _calls_bytes(calls: float | None, nbytes: float | None, unit: str = "calls") -> str:
-    return f"{fmt.si(calls)} {unit}, {fmt.bytes_(nbytes)}"
+def _calls_bytes(calls: float | None, nbytes: float | None) -> str:
+    return f"{fmt.si(calls)} calls, {fmt.bytes_(nbytes)}"
 
 
 def _cb(c: Counts | None, group: str, key: str) -> tuple[int | None, int | None]:
@@ -83,6 +83,9 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
     def b(c: Counts | None, name: str) -> str:
         return fmt.bytes_(getattr(c, name) if c is not None else None)
 
+    def calls_bytes(c: Counts | None, calls: str, nbytes: str) -> str:
+        return f"{n(c, calls)} calls, {b(c, nbytes)}"
+
     def copies(c: Counts | None, d: str) -> str:
         calls, nbytes = _cb(c, "memcpy", d)
         return _calls_bytes(calls, nbytes)
@@ -108,13 +111,11 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
         label = "memcpy unknown" if d == "unknown" else f"memcpy {d.upper()}"
         rows.append((label, _per_s(fmt.bytes_(fields.memcpy_per_s(p, d))), copies(tot, d)))
     rows += [
-        ("allocations", _calls_bytes(getattr(iv, "alloc_calls", None), getattr(iv, "alloc_bytes", None)),
-         _calls_bytes(getattr(tot, "alloc_calls", None), getattr(tot, "alloc_bytes", None))),
+        ("allocations", calls_bytes(iv, "alloc_calls", "alloc_bytes"), calls_bytes(tot, "alloc_calls", "alloc_bytes")),
         ("frees", f"{n(iv, 'free_calls')} calls", f"{n(tot, 'free_calls')} calls"),
         ("live alloc", "", fmt.bytes_(fields.live_alloc_bytes(p))),
-        ("managed alloc", _calls_bytes(getattr(iv, "managed_alloc_calls", None),
-                                       getattr(iv, "managed_alloc_bytes", None)),
-         _calls_bytes(getattr(tot, "managed_alloc_calls", None), getattr(tot, "managed_alloc_bytes", None))),
+        ("managed alloc", calls_bytes(iv, "managed_alloc_calls", "managed_alloc_bytes"),
+         calls_bytes(tot, "managed_alloc_calls", "managed_alloc_bytes")),
         ("prefetch", prefetch(iv), prefetch(tot)),
         ("UVM faults", _per_s(fmt.si(fields.uvm_faults_per_s(p))), f"CPU {n(tot, 'uvm_cpu_faults')} "
          f"GPU {n(tot, 'uvm_gpu_faults')}"),

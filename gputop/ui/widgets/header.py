@@ -99,20 +99,22 @@ class HeaderBar(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._state = HeaderState()
+        self._lines = 1     #: the height the last layout gave the header
 
     def show(self, state: HeaderState) -> None:
         if state != self._state:
-            old = len(header_lines(self._state, self.content_region.width or 10_000))
             self._state = state
-            new = len(header_lines(state, self.content_region.width or 10_000))
-            self.refresh(layout=old != new)
+            lines = len(header_lines(state, self.content_region.width or 10_000))
+            self.refresh(layout=lines != self._lines)     # a new height only when the count changes
+            self._lines = lines
 
     @property
     def state(self) -> HeaderState:
         return self._state
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(header_lines(self._state, width))
+        self._lines = len(header_lines(self._state, width))   # the height laid out (resizes too)
+        return self._lines
 
     def render(self) -> Content:
         return header_content(self._state, self.content_region.width or 10_000)

@@ -39,15 +39,6 @@ class TextPanel(Widget):
         return self._content
 
 
-def key_values(rows: Sequence[tuple[str, str]], key_width: int = 15) -> Content:
-    """``label  value`` lines; N/A values dimmed."""
-    lines = []
-    for label, value in rows:
-        style = _MUTED if value == fmt.NA else ""
-        lines.append(Content.assemble((label.ljust(key_width), "bold"), (value, style)))
-    return Content("\n").join(lines)
-
-
 def kernels_table(
     kernels: Sequence[KernelStat], width: int, limit: int = 10, title: str = "top kernels"
 ) -> Content:
