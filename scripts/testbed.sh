@@ -1,34 +1,48 @@
 #!/usr/bin/env bash
 # Fetch the GPU-less test bed into .cache/testbed (idempotent, cached):
 #   cudart/   libcudart.so.12 + libcudart_static.a  (PyPI nvidia-cuda-runtime-cu12)
+#   cudart13/ libcudart.so.13 + libcudart_static.a  (PyPI nvidia-cuda-runtime 13.x, what PyTorch's cu130 wheels load)
 #   nvidia/   libcuda.so.1 + libnvidia-ml.so.1      (Debian libcuda1, libnvidia-ml1, non-free)
 # The machine's own apt configuration and lists are left untouched: apt runs with a
 # private Dir::State::Lists and a private sources file under .cache/testbed/apt.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TB="${GPUTOP_TESTBED:-$ROOT/.cache/testbed}"
-CUDART_VERSION=12.9.79
 PY="$ROOT/.venv/bin/python"
 mkdir -p "$TB"
 
-# --- runtime from the wheel -------------------------------------------------------------
-if [ ! -f "$TB/cudart/libcudart.so.12" ] || [ ! -f "$TB/cudart/libcudart_static.a" ]; then
-    echo "testbed: fetching nvidia-cuda-runtime-cu12==$CUDART_VERSION"
+# --- runtimes from the wheels -----------------------------------------------------------
+# fetch_runtime DIR WHEEL-SPEC SONAME: libcudart.so.N and libcudart_static.a from the wheel's lib folder
+fetch_runtime() {
+    local dir=$1 spec=$2 soname=$3
+    if [ -f "$TB/$dir/$soname" ] && [ -f "$TB/$dir/libcudart_static.a" ]; then
+        return 0
+    fi
+    echo "testbed: fetching $spec"
+    local tmp
     tmp=$(mktemp -d)
-    "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "nvidia-cuda-runtime-cu12==$CUDART_VERSION"
-    "$PY" - "$tmp" "$TB/cudart" <<'PYEOF'
+    "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$spec" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+    "$PY" - "$tmp" "$TB/$dir" "$soname" <<'PYEOF'
 import sys, zipfile, pathlib, glob
-src, dst = sys.argv[1], pathlib.Path(sys.argv[2])
+src, dst, soname = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+wheels = glob.glob(src + "/*.whl")
+if not wheels:
+    sys.exit("testbed: the runtime wheel could not be downloaded (see pip's output above)")
 dst.mkdir(parents=True, exist_ok=True)
-whl = glob.glob(src + "/*.whl")[0]
-with zipfile.ZipFile(whl) as z:
+with zipfile.ZipFile(wheels[0]) as z:
     for n in z.namelist():
         base = n.rsplit("/", 1)[-1]
-        if n.startswith("nvidia/cuda_runtime/lib/") and base in ("libcudart.so.12", "libcudart_static.a"):
+        # nvidia/cuda_runtime/lib/ (12.x wheels) or nvidia/cu13/lib/ (13.x)
+        if n.startswith("nvidia/") and "/lib/" in n and base in (soname, "libcudart_static.a"):
             (dst / base).write_bytes(z.read(n))
+for base in (soname, "libcudart_static.a"):
+    if not (dst / base).is_file():
+        sys.exit(f"testbed: {base} is not in {wheels[0]}")
 PYEOF
     rm -rf "$tmp"
-fi
+}
+fetch_runtime cudart nvidia-cuda-runtime-cu12==12.9.79 libcudart.so.12
+fetch_runtime cudart13 nvidia-cuda-runtime==13.0.96 libcudart.so.13
 
 # --- driver + NVML from Debian non-free ---------------------------------------------------
 NV="$TB/nvidia"
