@@ -11,16 +11,18 @@ from typing import NoReturn
 
 from gputop import __version__
 from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
+from gputop.textsafe import sanitize
 
 
 def fail(message: str, hint: str, code: int) -> int:
-    sys.stderr.write(f"gputop: error: {message}\nhint: {hint}\n")
+    """Two lines on stderr, whatever the message quotes (a path, a name): sanitised, one line each."""
+    sys.stderr.write(f"gputop: error: {sanitize(message)}\nhint: {sanitize(hint)}\n")
     return code
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"gputop: error: {message}\nhint: see '{self.prog} --help'\n")
+        sys.stderr.write(f"gputop: error: {sanitize(message)}\nhint: see '{self.prog} --help'\n")
         raise SystemExit(EX_USAGE)
 
 

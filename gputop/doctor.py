@@ -11,6 +11,7 @@ from typing import TextIO
 
 from gputop.sources import bpf, catalogue, discovery, kheaders, symbols
 from gputop.sources.uprobes import UprobeAttacher
+from gputop.textsafe import sanitize
 
 
 @dataclass(frozen=True)
@@ -171,9 +172,10 @@ def run(out: TextIO) -> int:
     for fn in CHECKS:
         res = fn()
         for c in res if isinstance(res, list) else [res]:
-            line = f"{c.level:<4}  {c.name}: {c.detail}"
+            # details quote paths and errors from other processes' files: sanitised (gputop.textsafe)
+            line = f"{c.level:<4}  {sanitize(c.name)}: {sanitize(c.detail)}"
             if c.fix:
-                line += f"\n      fix: {c.fix}"
+                line += f"\n      fix: {sanitize(c.fix)}"
             out.write(line + "\n")
             failed = failed or (c.level == "FAIL" and c.needed_for_bpf)
     out.write("gputop can trace with BPF\n" if not failed else "gputop cannot trace with BPF here (see FAIL)\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -203,8 +204,35 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
     return d
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_text(m: re.Match[str]) -> str:
+    cp = ord(m.group())
+    return f"\\x{cp - 0xDC00:02x}" if 0xDC80 <= cp <= 0xDCFF else f"\\u{{{cp:04x}}}"
+
+
+def _valid_unicode(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return _SURROGATE.sub(_surrogate_text, obj)
+    if isinstance(obj, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_valid_unicode(v) for v in obj]
+    return obj
+
+
 def snapshot_to_json(snap: Snapshot) -> str:
-    return json.dumps(snapshot_to_dict(snap), separators=(",", ":"), allow_nan=False)
+    """One line of JSON, ASCII only. Text holds what the process or ELF file gave, except bytes
+    that are not valid UTF-8 (Python's ``surrogateescape`` lone surrogates U+DC80-U+DCFF): each
+    is written as the four characters ``\\xNN`` (Python's ``backslashreplace``), as every display
+    shows it, so that the JSON is valid Unicode for every reader (a lone ``\\udcNN`` escape is
+    not); any other lone surrogate becomes ``\\u{XXXX}``."""
+    d = snapshot_to_dict(snap)
+    text = json.dumps(d, separators=(",", ":"), allow_nan=False)
+    if "\\ud" in text:   # a lone surrogate, or (most often) an astral character's pair: rare either way
+        text = json.dumps(_valid_unicode(d), separators=(",", ":"), allow_nan=False)
+    return text
 
 
 def _callbytes_map(d: Mapping[str, Any] | None) -> dict[str, CallBytes] | None:

@@ -7,8 +7,11 @@ Stdlib only. The model keeps the raw value (JSON escapes it); this makes it safe
 - control characters (C0, DEL, C1; ESC, BEL...) become ``\\xNN``;
 - bytes of invalid UTF-8 (decoded by Python as lone surrogates ``U+DC80``-``U+DCFF`` under
   ``surrogateescape``) become ``\\xNN`` of the original byte, never a surrogate;
-- format characters (bidirectional overrides and isolates, zero-width spaces and joiners, BOM,
-  soft hyphen), other surrogates and line/paragraph separators become ``\\u{XXXX}``;
+- format characters (bidirectional marks, overrides and isolates: U+200E/F, U+202A-202E,
+  U+2066-2069, U+061C; zero-width spaces and joiners U+200B-200D, U+2060, BOM U+FEFF, soft
+  hyphen), other surrogates, line/paragraph separators, private-use and unassigned code points,
+  and the invisible fillers that render as nothing (U+034F, U+115F, U+1160, U+17B4, U+17B5,
+  U+3164, U+FFA0) become ``\\u{XXXX}``;
 - the result is capped at ``limit`` characters, the cut marked with ``…``.
 
 A name can then never move the cursor, change colours, ring the bell or reorder what follows it.
@@ -16,13 +19,18 @@ A name can then never move the cursor, change colours, ring the bell or reorder 
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 #: the display cap when a caller names none (a megabyte command line stays a line)
 DEFAULT_LIMIT = 4096
 
-# categories escaped: controls, format (bidi, zero-width), surrogates, line/paragraph separators
-_ESCAPED = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+# categories escaped: controls, format (bidi, zero-width), surrogates, private use, unassigned,
+# line/paragraph separators
+_ESCAPED = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+# printable by Unicode's categories, yet invisible: a name could hide in them
+_INVISIBLE = "\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0"
+_HAS_INVISIBLE = re.compile(f"[{_INVISIBLE}]")
 
 
 def _escape(ch: str) -> str:
@@ -36,7 +44,8 @@ def _escape(ch: str) -> str:
 
 def _units(text: str) -> list[str]:
     """``text`` as display units: a safe character, or the escape of an unsafe one."""
-    return [ch if ch == " " or unicodedata.category(ch) not in _ESCAPED else _escape(ch) for ch in text]
+    return [ch if ch == " " or (unicodedata.category(ch) not in _ESCAPED and ch not in _INVISIBLE) else _escape(ch)
+            for ch in text]
 
 
 def sanitize(value: str, limit: int = DEFAULT_LIMIT) -> str:
@@ -45,8 +54,8 @@ def sanitize(value: str, limit: int = DEFAULT_LIMIT) -> str:
     if limit <= 0:
         return ""
     head = value[: limit + 1]
-    # fast path: printable text (str.isprintable is false for Cc, Cf, Cs, Zl, Zp and more)
-    if head.isprintable():
+    # fast path: printable text (str.isprintable is false for Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs but space)
+    if head.isprintable() and _HAS_INVISIBLE.search(head) is None:
         return head if len(value) <= limit else head[: limit - 1] + "…"
     parts: list[str] = []
     n = 0

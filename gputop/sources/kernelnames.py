@@ -59,7 +59,7 @@ class KernelNamer:
         for _ in range(MAX_ALIAS_HOPS + 1):
             raw = self._captured(pid, addr)
             if raw is not None:
-                text = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+                text = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 if len(text) < NAME_LEN - 1:
                     return symbols.demangle_cached(text), None
                 cut = text

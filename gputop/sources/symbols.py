@@ -15,8 +15,9 @@ import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from elftools.common.utils import parse_cstring_from_stream
 from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
+from elftools.elf.sections import Symbol, SymbolTableSection
 
 # a cheap pre-filter: objects that mention none of these never hold CUDA entry points
 _MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", b"cudaMalloc", b"cuMemAlloc")
@@ -115,6 +116,16 @@ def mentions_cuda(path: str) -> bool:
         return False
 
 
+def _name(sec: SymbolTableSection, sym: Symbol) -> str:
+    """The symbol's name; bytes that are not UTF-8 are kept as ``surrogateescape`` (shown as
+    ``\\xNN``), not pyelftools' U+FFFD."""
+    if "\ufffd" not in sym.name:
+        return str(sym.name)
+    strtab = sec.stringtable
+    raw = parse_cstring_from_stream(strtab.stream, strtab["sh_offset"] + sym["st_name"]) or b""
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def read_symbols(path: str) -> ObjectSymbols | None:
     """Function symbols of the ELF object at ``path``; None if it is not a readable ELF."""
     try:
@@ -135,7 +146,7 @@ def read_symbols(path: str) -> ObjectSymbols | None:
                         continue
                     if sym["st_shndx"] == "SHN_UNDEF" or not sym["st_value"]:
                         continue
-                    name = sym.name.split("@", 1)[0]
+                    name = _name(sec, sym).split("@", 1)[0]
                     if not name:
                         continue
                     if secname == ".dynsym" and sym["st_info"]["bind"] != "STB_LOCAL":
@@ -174,8 +185,8 @@ def demangle(names: list[str]) -> list[str]:
     if exe is None:
         return list(names)
     try:
-        res = subprocess.run([exe], input="\n".join(todo) + "\n", capture_output=True, text=True,
-                             timeout=10, check=True)
+        res = subprocess.run([exe], input="\n".join(todo) + "\n", capture_output=True, encoding="utf-8",
+                             errors="surrogateescape", timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return list(names)
     out_lines = res.stdout.splitlines()

@@ -26,6 +26,7 @@ from gputop.feed import Feed, Filters
 from gputop.model import Snapshot
 from gputop.record import Recorder, RecordingError
 from gputop.ui import bindings, columns, themes
+from gputop.ui import format as fmt
 from gputop.ui.baseline import Baseline, load_baseline
 from gputop.ui.history import History
 from gputop.ui.screens.base import LiveScreen
@@ -298,8 +299,9 @@ class GputopApp(App[int]):
     def say(
         self, message: str, severity: SeverityLevel = "information", timeout: float | None = None
     ) -> None:
-        """A notification (thread-safe); plain text, never markup."""
-        self.notify(message, severity=severity, timeout=timeout, markup=False)
+        """A notification (thread-safe); plain text, never markup, sanitised (it may quote a process's
+        name, a path or an error about them: gputop.textsafe)."""
+        self.notify(fmt.text(message), severity=severity, timeout=timeout, markup=False)
 
     # -- screens ---------------------------------------------------------------------------
     def open_details(self, pid: int) -> None:
@@ -409,12 +411,13 @@ class GputopApp(App[int]):
         name = signal.Signals(signum).name
         for pid, comm in targets:
             try:
-                with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-                    now = f.read().strip()
+                with open(f"/proc/{pid}/comm", "rb") as f:   # comm: up to 15 bytes, any bytes
+                    now = f.read().removesuffix(b"\n")     # the kernel's newline; the name may hold one
                 if comm is None:
                     raise LookupError(f"the command of PID {pid} is unknown, so a reused PID cannot be ruled out")
-                if now != comm[:15]:
-                    raise LookupError(f"PID {pid} now runs {now!r}, not {comm!r} (PID reused)")
+                if now != comm.encode("utf-8", "surrogateescape")[:15]:
+                    shown = now.decode("utf-8", "surrogateescape")
+                    raise LookupError(f"PID {pid} now runs '{shown}', not '{comm}' (PID reused)")
                 os.kill(pid, signum)
             except (OSError, LookupError) as e:
                 msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 
-from gputop.textsafe import sanitize
+from gputop.textsafe import DEFAULT_LIMIT, sanitize
 
 NA = "N/A"
 
@@ -82,9 +82,10 @@ def num(value: float | None, digits: int = 0) -> str:
     return f"{value:.{digits}f}"
 
 
-def text(value: object | None) -> str:
-    """Any value for display; text from other processes is sanitised (see gputop.textsafe)."""
-    return NA if value is None else sanitize(str(value))
+def text(value: object | None, limit: int = DEFAULT_LIMIT) -> str:
+    """Any value for display; text from other processes is sanitised and capped at ``limit``
+    characters (see gputop.textsafe: an escape is never cut in two)."""
+    return NA if value is None else sanitize(str(value), limit)
 
 
 def seconds(value: float | None) -> str:

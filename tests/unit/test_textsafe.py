@@ -16,6 +16,13 @@ from gputop.textsafe import sanitize, sanitize_middle
     ("a\u2066b\u2069", "a\\u{2066}b\\u{2069}"),                               # isolates
     ("zero\u200bwidth\ufeff", "zero\\u{200b}width\\u{feff}"),
     ("line\u2028sep", "line\\u{2028}sep"),
+    ("l\u200er\u200fa\u061cb", "l\\u{200e}r\\u{200f}a\\u{061c}b"),      # bidi marks
+    ("\u202a\u202b\u202c\u202d", "\\u{202a}\\u{202b}\\u{202c}\\u{202d}"),  # embeddings, pop, LTR override
+    ("j\u200cn\u200dw\u2060", "j\\u{200c}n\\u{200d}w\\u{2060}"),       # zero-width non-joiner, joiner, word joiner
+    ("nel\x85csi\x9b", "nel\\x85csi\\x9b"),                                # C1 controls as characters
+    ("pua\ue000un\u0378", "pua\\u{e000}un\\u{0378}"),                     # private use, unassigned
+    ("a\u3164b\u115fc\u034fd", "a\\u{3164}b\\u{115f}c\\u{034f}d"),        # invisible fillers
+    ("soft\u00adhyphen", "soft\\xadhyphen"),
     ("naïve 名前 ", "naïve 名前 "),                                             # printable text is kept
 ])
 def test_unsafe_characters_become_visible_escapes(raw: str, shown: str) -> None:
@@ -45,3 +52,35 @@ def test_middle_cut_keeps_start_and_end_and_never_cuts_an_escape() -> None:
     assert sanitize_middle("a" * 100 + "END", 11) == "aaaaa…aaEND"     # 10 characters of room: 5 for the end
     cut = sanitize_middle("\x1b" * 40, 11)
     assert cut == "\\x1b…\\x1b" and len(cut) <= 11
+
+
+
+HOSTILE = b"\x1b[2J\x1b[31mEVIL\x07\x9b\xe2\x80\xaeok".decode("utf-8", "surrogateescape")
+
+
+def test_json_keeps_raw_text_and_writes_invalid_utf8_as_visible_escapes() -> None:
+    """JSON (batch -f json, recordings) keeps the raw value, escaped by JSON; a byte of invalid
+    UTF-8 becomes the text \\xNN (Python's backslashreplace), never a lone \\udcNN escape."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from gputop.model import snapshot_from_json, snapshot_to_json
+
+    line = (Path(__file__).resolve().parents[1] / "data" / "scenario.jsonl").read_text().splitlines()[2]
+    snap = snapshot_from_json(line)
+    p = snap.processes[0]
+    kernel = dataclasses.replace(p.kernels[0], name=HOSTILE + "_kernel")
+    p = dataclasses.replace(p, comm=HOSTILE, cmdline=HOSTILE + " --x", user="u\udcff", container="c\u202e",
+                            kernels=(kernel, *p.kernels[1:]))
+    text = snapshot_to_json(dataclasses.replace(snap, processes=(p, *snap.processes[1:])))
+    assert text.isascii() and "\\udc" not in text
+    text.encode("utf-8", "strict")                      # valid for every reader
+    d = json.loads(text)["processes"][0]
+    shown = "\x1b[2J\x1b[31mEVIL\x07\\x9b\u202eok"   # control characters raw (JSON escapes them); the byte as text
+    assert (d["comm"], d["cmdline"], d["user"], d["container"]) == (shown, shown + " --x", "u\\xff", "c\u202e")
+    assert d["kernels"][0]["name"] == shown + "_kernel"
+    assert '"comm":"\\u001b[2J\\u001b[31mEVIL\\u0007\\\\x9b\\u202eok"' in text
+    # displays show the same either way: live (a surrogate) or replayed (the text \\x9b)
+    assert sanitize(d["comm"]) == sanitize(HOSTILE) == "\\x1b[2J\\x1b[31mEVIL\\x07\\x9b\\u{202e}ok"
+    assert snapshot_to_json(snap) == line                # text without surrogates is written as before

@@ -163,7 +163,7 @@ def title_content(p: ProcSample | None, pid: int, gone: bool, width: int = 160) 
         "  ",
         (state, "$success" if state == "[running]" else "$warning"),
         f"  GPU {fmt.text(p.gpu_index)}",
-        f"  container {fmt.text(p.container)[:12]}" if p.container else "",
+        f"  container {fmt.text(p.container[:12])}" if p.container else "",
         (lb, "$warning bold"),
     )
     room = max(16, width - head.cell_length - tail.cell_length)
