@@ -105,6 +105,10 @@ class ProcSample:
     launch_bound: bool | None = None
     #: PID inside the process's own PID namespace (containers), when it differs
     nspid: int | None = None
+    #: when the process started (unix seconds, the kernel's 10 ms resolution); with ``pid`` the
+    #: process's identity: a PID the kernel gives to a new process is a new row whose counts start
+    #: from zero. None: unknown (the process went before gputop read it)
+    start_time: float | None = None
 
 
 @dataclass(frozen=True)

@@ -267,6 +267,17 @@ class Sampler:
             SourceStatus("unavailable", "disabled with --no-nvml"), (), {})
         pids = set(reading.procs) | set(reading.idle) | set(nv.procs)
         hosts = self._host.read(sorted(pids))
+        # a process whose last record is still shown under a PID the kernel gave to a new process:
+        # that row keeps the old process's host data; the new process's counts start from zero
+        reused = {pid for pid, h in hosts.items() if self._reused(pid, h)}
+        fresh: set[int] = set()
+        for pid in reused:
+            raw = reading.procs.get(pid)
+            if raw is not None and raw.exited:
+                del hosts[pid]
+            else:
+                self._new_identity(pid)
+                fresh.add(pid)
         self._host_cache.update(hosts)
         gpu_util = {g.index: g.util_pct for g in nv.gpus if g.mig_instance is None}
         procs: list[ProcSample] = []
@@ -285,20 +296,30 @@ class Sampler:
                                     reading.uvm_cpu_faults))
             if exited:
                 gone.append(pid)
-                self._prev.pop(pid, None)
-                self._host_cache.pop(pid, None)
+                self._new_identity(pid)
             elif raw is not None:
                 self._prev[pid] = raw
-        if gone:
-            dead = set(gone)
+        if gone or fresh:
+            dead = set(gone) | fresh
             self._prev_kernels = {k: v for k, v in self._prev_kernels.items() if k[0] not in dead}
-            if self._bpf is not None:
-                self._bpf.forget(*gone)
+        if gone and self._bpf is not None:
+            self._bpf.forget(*gone)
         sources = {"bpf": self._bpf_source_status(reading), "nvml": nv.status,
                    "uvm": self._uvm_status(reading)}
         snap = Snapshot(time=time.time(), interval_s=elapsed, host=self._hostname, sources=sources,
                         gpus=tuple(nv.gpus), processes=tuple(procs))
         return self.config.filters.apply(snap)
+
+    def _reused(self, pid: int, host: HostProc) -> bool:
+        """Whether ``pid`` now belongs to another process than the one gputop knew under it."""
+        known = self._host_cache.get(pid)
+        return (known is not None and known.start_time is not None and host.start_time is not None
+                and known.start_time != host.start_time)
+
+    def _new_identity(self, pid: int) -> None:
+        """Forget what was known of the process at ``pid`` (it exited, or the PID was reused)."""
+        self._prev.pop(pid, None)
+        self._host_cache.pop(pid, None)
 
     def _bpf_source_status(self, reading: BpfReading) -> SourceStatus:
         if reading.status.status != "ok":
@@ -378,6 +399,7 @@ class Sampler:
             cpu_pct=host.cpu_pct if host else None,
             rss_bytes=host.rss_bytes if host else None,
             launch_bound=launch_bound,
+            start_time=host.start_time if host else None,
             **extra,
         )
 

@@ -39,6 +39,8 @@ class HostProc:
     rss_bytes: int | None
     #: stopped by a signal (SIGSTOP, SIGTSTP...) or by a tracer (``T``/``t`` in /proc/PID/stat)
     stopped: bool = False
+    #: creation time (unix seconds, psutil's ``create_time``): with ``pid``, the process's identity
+    start_time: float | None = None
 
 
 # ------------------------------------------------------------------ cgroup → container
@@ -213,4 +215,5 @@ class HostSource:
             cpu_pct=pct,
             rss_bytes=int(mem.rss) if mem is not None else None,
             stopped=status in _STOPPED,
+            start_time=_field(p.create_time),
         )

@@ -38,6 +38,13 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     p.wait()
 
 
+def _start_time(pid: int) -> float:
+    """The kernel's start time of ``pid`` in unix seconds: boot time plus field 22 of /proc/PID/stat."""
+    btime = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime"))
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK") + btime
+
+
 def _me() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
@@ -61,6 +68,7 @@ def test_read_child_process(sleeper: subprocess.Popen[bytes]) -> None:
             nspid=None,
             cpu_pct=None,  # first sight
             rss_bytes=rss,
+            start_time=_start_time(sleeper.pid),
         )
     }
     # this machine runs the tests on the host (its cgroup names no container)
