@@ -26,13 +26,17 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EX_USAGE)
 
 
+#: the shortest refresh interval (the dashboard's and config.toml's too) and the longest
+MIN_DELAY_S, MAX_DELAY_S = 0.05, 86400.0
+
+
 def _positive(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v > 0 or v > 86400:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 86400 seconds: {text!r}")
+    if not MIN_DELAY_S <= v <= MAX_DELAY_S:   # false for nan too
+        raise argparse.ArgumentTypeError(f"must be from {MIN_DELAY_S:g} to {MAX_DELAY_S:g} seconds: {text!r}")
     return v
 
 
@@ -46,12 +50,21 @@ def _count(text: str) -> int:
     return v
 
 
+#: Linux's largest possible PID (PID_MAX_LIMIT on 64-bit: pid_max can be raised up to it)
+PID_LIMIT = 1 << 22
+
+
+def _pid(text: str) -> int:
+    """One PID: decimal ASCII digits (int() would take '1_0', ' 7' or Arabic digits), 1..PID_LIMIT."""
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or not 1 <= int(t) <= PID_LIMIT:
+        raise argparse.ArgumentTypeError(f"not a PID (1 to {PID_LIMIT}): {text!r}")
+    return int(t)
+
+
 def _pids(text: str) -> frozenset[int]:
-    try:
-        pids = frozenset(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated PIDs: {text!r}") from None
-    if not pids or min(pids) < 1:
+    pids = frozenset(_pid(p) for p in text.split(",") if p.strip())
+    if not pids:
         raise argparse.ArgumentTypeError(f"expected comma-separated PIDs: {text!r}")
     return pids
 
@@ -103,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replay", type=Path, metavar="FILE", help="show a recording instead of live data")
     p.add_argument("--baseline", type=Path, metavar="FILE",
                    help="dashboard: compare live processes against a recording")
-    p.add_argument("--baseline-pid", type=int, default=None, metavar="PID",
+    p.add_argument("--baseline-pid", type=_pid, default=None, metavar="PID",
                    help="dashboard: the recorded process to compare against (default: the one with the most launches)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
@@ -123,8 +136,12 @@ def _sampler(args: argparse.Namespace) -> object:
     cfg = SamplerConfig(interval_s=args.delay or 1.0, use_bpf=not args.no_bpf, use_nvml=not args.no_nvml,
                         filters=Filters(args.pid, args.user))
     sampler = Sampler(cfg)
-    sampler.notice = lambda message: print(f"gputop: {message}", file=sys.stderr, flush=True)
+    sampler.notice = _notice
     return sampler
+
+
+def _notice(message: str) -> None:
+    print(f"gputop: {sanitize(message)}", file=sys.stderr, flush=True)
 
 
 def _batch(args: argparse.Namespace) -> int:
@@ -144,7 +161,7 @@ def _batch(args: argparse.Namespace) -> int:
     try:
         if args.replay:
             filters = Filters(args.pid, args.user)
-            snaps = (filters.apply(s) for s in read_recording(args.replay))
+            snaps = (filters.apply(s) for s in read_recording(args.replay, notice=_notice))
             for snap in islice(snaps, args.iterations):
                 batch.emit([snap], form, sort=sort)
                 if recorder:
@@ -221,9 +238,16 @@ def _validate(args: argparse.Namespace) -> None:
                         EX_USAGE)
     for name in ("replay", "baseline"):
         path = getattr(args, name)
-        if path is not None and not path.is_file():
-            raise GputopError(f"--{name}: no such file: {path}", "give the path of a file written by --record",
-                              EX_USAGE)
+        if path is None:
+            continue
+        try:
+            is_file, exists = path.is_file(), path.exists()
+        except PermissionError:      # a folder on the way that this user may not enter
+            raise GputopError(f"--{name}: cannot read {path}: permission denied",
+                              "make it readable to this user (ls -ld shows each folder's owner and mode)") from None
+        if not is_file:
+            what = "not a file" if exists else "no such file"
+            raise GputopError(f"--{name}: {what}: {path}", "give the path of a file written by --record", EX_USAGE)
     if args.iterations is not None and not args.batch:
         raise GputopError("-n only applies to batch mode", "add -b: gputop -b -n 5", EX_USAGE)
 

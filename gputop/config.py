@@ -2,7 +2,10 @@
 
 Holds the theme, the refresh interval, the sort column and direction and the visible columns.
 Reading never fails the program: a missing file gives defaults, a broken one gives defaults plus
-warnings to show. Writing merges into the file, so keys written by others are kept.
+warnings to show. Writing merges into the file, so keys written by others are kept; a file that
+gputop would not write back as it is (content it cannot parse, comments, the user's own layout)
+is first copied to ``config.toml.bak`` (``.bak.1``... when that holds something else), so nothing
+the user wrote is ever lost. A file that cannot be read is never replaced.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import tomli_w
 
 #: the keys this module owns in config.toml
 KEYS: tuple[str, ...] = ("theme", "interval_s", "sort", "reverse", "columns")
+HEADER = b"# gputop dashboard settings, saved when changed in the dashboard\n"
 
 
 @dataclass(frozen=True)
@@ -96,26 +100,60 @@ def load_config(path: Path | None = None) -> tuple[Config, list[str]]:
     except FileNotFoundError:
         return Config(), warnings
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        warnings.append(f"config: cannot read {path}: {e}; using defaults")
+        warnings.append(f"config: cannot read {path}: {e}; using defaults (the file is kept: saving settings "
+                        f"copies it to {path.name}.bak first)")
         return Config(), warnings
     return _typed(raw, warnings), warnings
 
 
-def save_config(cfg: Config, path: Path | None = None) -> None:
+def _backup(path: Path, data: bytes) -> Path:
+    """Copy ``data`` (the file's bytes) next to it, to the first of ``NAME.bak``, ``NAME.bak.1``...
+    that is free or already holds the same bytes; never overwrite another backup."""
+    for n in range(1000):
+        bak = path.with_name(f"{path.name}.bak" + (f".{n}" if n else ""))
+        try:
+            with bak.open("xb") as f:
+                f.write(data)
+            return bak
+        except FileExistsError:
+            try:
+                if bak.read_bytes() == data:
+                    return bak
+            except OSError:
+                continue
+    raise FileExistsError(f"no free name for a backup of {path}")
+
+
+def save_config(cfg: Config, path: Path | None = None) -> Path | None:
     """Write the fields of ``cfg`` that are set into the file (atomically); keys not set and keys of
-    others stay as they are. May raise OSError."""
+    others stay as they are. When the file held what gputop would not write back as it was
+    (content it cannot parse, comments, formatting), it is backed up first: return the backup's
+    path (else None). May raise OSError (then the file is untouched)."""
     path = path or config_path()
+    raw: dict[str, Any] = {}
+    backup: Path | None = None
     try:
-        raw = _read_raw(path)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        raw = {}
+        data: bytes | None = path.read_bytes()      # any other OSError: never replace what cannot be read
+    except FileNotFoundError:
+        data = None
+    if data is not None:
+        try:
+            raw = tomllib.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+            raw = {}
+        if data != HEADER + tomli_w.dumps(raw).encode():
+            backup = _backup(path, data)
     for key in KEYS:
         value = getattr(cfg, key)
         if value is not None:
             raw[key] = list(value) if isinstance(value, tuple) else value
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as f:
-        f.write(b"# gputop dashboard settings, saved when changed in the dashboard\n")
-        tomli_w.dump(raw, f)
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as f:
+            f.write(HEADER)
+            tomli_w.dump(raw, f)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return backup

@@ -7,7 +7,10 @@
   (times ``speed``), with pause, step and speed controls for the dashboard.
 
 Files ending in ``.gz`` are read and written compressed. Bad files raise ``RecordingError``
-with a message naming the file and line, and a hint.
+with a message naming the file and line, and a hint. A last line cut short (the recorder was
+killed mid-write) is skipped with a notice. Memory stays bounded whatever the file's size: lines
+are streamed (batch) or indexed by offset (dashboard), and a line longer than ``MAX_LINE_BYTES``
+is refused rather than read.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import threading
 import time
-from collections.abc import Iterator
+from array import array
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -26,6 +31,10 @@ from gputop.feed import SnapshotCallback
 from gputop.model import SCHEMA, Snapshot, snapshot_from_dict, snapshot_to_json
 
 _REQUIRED = ("time", "interval_s", "host")
+
+#: a snapshot line is kilobytes to a few megabytes; a longer "line" is some other file, and is
+#: refused rather than held in memory
+MAX_LINE_BYTES = 64 << 20
 
 
 class RecordingError(GputopError):
@@ -99,6 +108,12 @@ def _decode(path: Path, lineno: int, line: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise RecordingError(f"{path}:{lineno}: expected a JSON object, got {type(d).__name__}")
     schema = d.get("schema")
+    newer = re.fullmatch(r"gputop/(\d+)", schema) if isinstance(schema, str) else None
+    if newer is not None and int(newer.group(1)) > int(SCHEMA.split("/")[1]):
+        raise RecordingError(
+            f"{path}:{lineno}: written by a newer gputop (schema {schema!r}; this gputop reads {SCHEMA!r})",
+            "replay it with the gputop version that recorded it, or upgrade gputop",
+        )
     if schema != SCHEMA:
         raise RecordingError(
             f"{path}:{lineno}: unsupported schema {schema!r} (this gputop reads {SCHEMA!r})",
@@ -117,42 +132,76 @@ def _parse(path: Path, lineno: int, d: dict[str, Any]) -> Snapshot:
         raise RecordingError(f"{path}:{lineno}: malformed snapshot ({type(e).__name__}: {e})") from e
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, ends with a newline) of each non-blank line."""
+def _open_binary(path: Path) -> IO[bytes]:
     try:
-        f = _open_text(path, "r")
+        if path.suffix == ".gz":
+            return cast("IO[bytes]", gzip.open(path, "rb"))
+        return path.open("rb")
     except FileNotFoundError as e:
         raise RecordingError(f"no such recording: {path}", "check the path given to --replay/--baseline") from e
     except IsADirectoryError as e:
         raise RecordingError(f"{path} is a directory, not a recording") from e
+    except PermissionError as e:
+        raise RecordingError(f"cannot read recording {path}: permission denied",
+                             "make it readable to this user (ls -l shows its owner and mode)") from e
     except OSError as e:
         raise RecordingError(f"cannot read recording {path}: {e.strerror or e}") from e
-    with f:
+
+
+def _raw_lines(path: Path, f: IO[bytes]) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, offset, bytes with the newline) of every line, blank ones too; one line in
+    memory at a time, never more than ``MAX_LINE_BYTES``."""
+    offset = 0
+    lineno = 0
+    while True:
         try:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    yield lineno, line, line.endswith("\n")
-        except (UnicodeDecodeError, OSError, EOFError) as e:
-            raise RecordingError(f"{path}: not a text recording ({e})") from e
+            raw = f.readline(MAX_LINE_BYTES + 1)
+        except (OSError, EOFError) as e:       # gzip.BadGzipFile is an OSError
+            raise RecordingError(f"{path}: not a readable recording ({e})") from e
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > MAX_LINE_BYTES:
+            limit = f"{MAX_LINE_BYTES >> 20} MiB" if MAX_LINE_BYTES >= 1 << 20 else f"{MAX_LINE_BYTES} bytes"
+            raise RecordingError(f"{path}:{lineno}: a line longer than {limit}: not a recording")
+        yield lineno, offset, raw
+        offset += len(raw)
 
 
-def read_recording(path: Path | str) -> Iterator[Snapshot]:
-    """Yield the snapshots of a recording in order.
+def _text(path: Path, lineno: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RecordingError(f"{path}:{lineno}: not UTF-8 text: not a recording") from e
+
+
+def _cut_notice(path: Path, lineno: int, kept: int) -> str:
+    return (f"{path}:{lineno}: the last line is cut short (the recorder stopped mid-write); "
+            f"replaying the {kept} complete snapshot(s) before it")
+
+
+def read_recording(path: Path | str, notice: Callable[[str], None] | None = None) -> Iterator[Snapshot]:
+    """Yield the snapshots of a recording in order, reading one line at a time.
 
     A last line cut short (no newline, not valid JSON: the recorder was killed mid-write) is
-    skipped; any other bad line raises ``RecordingError``. An empty file raises too.
+    skipped and reported to ``notice``; any other bad line raises ``RecordingError``. An empty
+    file raises too.
     """
     path = Path(path)
     seen = 0
-    for lineno, line, complete in _lines(path):
-        if not complete:  # only the last line can lack its newline
-            try:
-                json.loads(line)
-            except json.JSONDecodeError:
+    with _open_binary(path) as f:
+        for lineno, _, raw in _raw_lines(path, f):
+            if not raw.strip():
+                continue
+            # only the last line can lack its newline; cut short after complete snapshots, it is
+            # skipped (alone, it is an error below: a file of one broken line is not a recording)
+            if seen and not raw.endswith(b"\n") and not _is_json(raw):
+                if notice is not None:
+                    notice(_cut_notice(path, lineno, seen))
                 break
-        d = _decode(path, lineno, line)
-        seen += 1
-        yield _parse(path, lineno, d)
+            d = _decode(path, lineno, _text(path, lineno, raw))
+            seen += 1
+            yield _parse(path, lineno, d)
     if seen == 0:
         raise RecordingError(f"{path}: empty recording (no snapshots)")
 
@@ -160,49 +209,59 @@ def read_recording(path: Path | str) -> Iterator[Snapshot]:
 #: recordings up to this size are decoded completely in the background once a replay starts
 #: (then playing costs no parsing); larger ones are decoded a snapshot at a time as they play
 PRELOAD_BYTES = 64 << 20
+#: a larger recording keeps at most this many decoded snapshots, of at most this many bytes of JSON
+CACHE_SNAPSHOTS = 64
+CACHE_BYTES = 8 << 20
 
 
 class _LineIndex:
-    """Where each snapshot line of a recording starts, so any one can be decoded on demand."""
+    """Where each snapshot line of a recording starts, so any one can be decoded on demand: two
+    integers per line in memory, whatever the file's size. A compressed recording is kept
+    decompressed in memory only up to ``PRELOAD_BYTES``; a larger one is read through gzip's
+    seeking (forward is cheap, a step back decompresses again from the start)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._file = _open_binary(path)
+        self.offsets = array("q")
+        self.linenos = array("q")
+        #: the line skipped because the recorder was stopped in the middle of it
+        self.cut_line: int | None = None
+        self.size = 0
         try:
-            if path.suffix == ".gz":
-                with gzip.open(path, "rb") as g:
-                    self._file: IO[bytes] = io.BytesIO(g.read())
-            else:
-                self._file = path.open("rb")
-        except FileNotFoundError as e:
-            raise RecordingError(f"no such recording: {path}", "check the path given to --replay") from e
-        except IsADirectoryError as e:
-            raise RecordingError(f"{path} is a directory, not a recording") from e
-        except (OSError, EOFError) as e:
-            raise RecordingError(f"cannot read recording {path}: {e}") from e
-        self.size = path.stat().st_size
-        self.lines: list[tuple[int, int, int]] = []  # (line number, offset, length)
-        offset = 0
-        for lineno, raw in enumerate(self._file, 1):
-            if raw.strip():
-                self.lines.append((lineno, offset, len(raw)))
-            offset += len(raw)
-        if self.lines and not raw.endswith(b"\n") and not _is_json(raw):
-            self.lines.pop()  # the recorder was stopped in the middle of this line
+            last = b""
+            for lineno, offset, raw in _raw_lines(path, self._file):
+                if raw.strip():
+                    self.offsets.append(offset)
+                    self.linenos.append(lineno)
+                    last = raw
+                self.size = offset + len(raw)
+            if len(self.offsets) > 1 and not last.endswith(b"\n") and not _is_json(last):
+                self.offsets.pop()
+                self.cut_line = self.linenos.pop()
+            if isinstance(self._file, gzip.GzipFile) and self.size <= PRELOAD_BYTES:
+                self._file.seek(0)
+                data = self._file.read()
+                self._file.close()
+                self._file = io.BytesIO(data)
+        except BaseException:
+            self._file.close()
+            raise
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return len(self.offsets)
 
-    def snapshot(self, i: int) -> Snapshot:
-        lineno, offset, length = self.lines[i]
-        with self._lock:
-            self._file.seek(offset)
-            raw = self._file.read(length)
+    def snapshot(self, i: int) -> tuple[Snapshot, int]:
+        """The ``i``-th snapshot and the length of its line in bytes."""
+        lineno = self.linenos[i]
         try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordingError(f"{self.path}:{lineno}: not UTF-8 text") from e
-        return _parse(self.path, lineno, _decode(self.path, lineno, text))
+            with self._lock:
+                self._file.seek(self.offsets[i])
+                raw = self._file.readline(MAX_LINE_BYTES + 1)
+        except (OSError, EOFError) as e:
+            raise RecordingError(f"{self.path}:{lineno}: cannot read it again ({e})") from e
+        return _parse(self.path, lineno, _decode(self.path, lineno, _text(self.path, lineno, raw))), len(raw)
 
     def close(self) -> None:
         with self._lock:
@@ -236,7 +295,13 @@ class ReplayFeed:
         if not len(self._index):
             self._index.close()
             raise RecordingError(f"{self.path}: empty recording (no snapshots)")
+        #: what the dashboard says once at start (a last line cut short)
+        self.notices: list[str] = []
+        if self._index.cut_line is not None:
+            self.notices.append(_cut_notice(self.path, self._index.cut_line, len(self._index)))
         self._cache: dict[int, Snapshot] = {}
+        self._cache_sizes: dict[int, int] = {}
+        self._cache_bytes = 0
         self._preload = self._index.size <= PRELOAD_BYTES if preload is None else preload
         try:
             self._load(0)
@@ -260,10 +325,17 @@ class ReplayFeed:
     def _load(self, i: int) -> Snapshot:
         snap = self._cache.get(i)
         if snap is None:
-            snap = self._index.snapshot(i)
+            snap, size = self._index.snapshot(i)
             self._cache[i] = snap
-            if not self._preload and len(self._cache) > 64:
-                self._cache.pop(next(iter(self._cache)))
+            self._cache_sizes[i] = size
+            self._cache_bytes += size
+            # a large recording keeps the last few snapshots only, by count and by size (a line can
+            # hold a megabyte command line)
+            while not self._preload and len(self._cache) > 1 and (
+                    len(self._cache) > CACHE_SNAPSHOTS or self._cache_bytes > CACHE_BYTES):
+                oldest = next(iter(self._cache))
+                del self._cache[oldest]
+                self._cache_bytes -= self._cache_sizes.pop(oldest)
         return snap
 
     def _get(self, i: int, direction: int = 1) -> tuple[int, Snapshot] | None:

@@ -181,7 +181,7 @@ class GputopApp(App[int]):
         from gputop.ui.screens.main import MainScreen
 
         self.push_screen(MainScreen())
-        for w in self.startup_warnings:
+        for w in [*self.startup_warnings, *getattr(self.feed, "notices", ())]:   # config; a replay's cut line
             self.say(w, "warning", timeout=8)
         if self.options.compare_pids is not None:
             a, b = self.options.compare_pids
@@ -269,9 +269,13 @@ class GputopApp(App[int]):
 
     def _save_config(self, cfg: config_mod.Config) -> None:
         try:
-            config_mod.save_config(cfg, self.config_path)
+            backup = config_mod.save_config(cfg, self.config_path)
         except OSError as e:
             self.say(f"cannot save settings: {e}", "warning")
+        else:
+            if backup is not None:
+                self.say(f"settings saved; the file as it was (comments, or content gputop cannot read) is kept "
+                         f"in {backup}", "warning", timeout=10)
 
     def set_sort(self, key: str, reverse: bool | None = None) -> None:
         self.settings.sort = columns.check_sort_key(key)

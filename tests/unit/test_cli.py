@@ -30,10 +30,29 @@ def assert_error(res: subprocess.CompletedProcess[str], code: int, message: str)
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["-d", "0"], "must be between 0 and 86400"),
+    (["-d", "0"], "must be from 0.05 to 86400 seconds: '0'"),
+    (["-d", "-1"], "must be from 0.05 to 86400 seconds: '-1'"),
+    (["-d", "nan"], "must be from 0.05 to 86400 seconds: 'nan'"),
+    (["-d", "inf"], "must be from 0.05 to 86400 seconds: 'inf'"),
+    (["--delay=-inf"], "must be from 0.05 to 86400 seconds: '-inf'"),
+    (["-d", "-inf"], "argument -d/--delay: expected one argument"),     # argparse: an option, not a value
+    (["-d", "1e-300"], "must be from 0.05 to 86400 seconds: '1e-300'"),
+    (["-d", "86401"], "must be from 0.05 to 86400 seconds: '86401'"),
     (["-d", "abc"], "not a number"),
+    (["-d"], "expected one argument"),
+    (["-p", "abc"], "not a PID (1 to 4194304): 'abc'"),
+    (["-p", "-1"], "not a PID (1 to 4194304): '-1'"),
+    (["-p", "0"], "not a PID (1 to 4194304): '0'"),
+    (["-p", "4194305"], "not a PID (1 to 4194304): '4194305'"),
+    (["-p", "1_0"], "not a PID (1 to 4194304): '1_0'"),
+    (["-p", "١٢"], "not a PID (1 to 4194304): '١٢'"),
+    (["-p", ","], "expected comma-separated PIDs: ','"),
+    (["--baseline-pid", "-5", "--baseline", "x"], "not a PID (1 to 4194304): '-5'"),
+    (["-s", "\x1b[31mred"], "unknown sort column '\\x1b[31mred'"),     # quoted as an escape, never raw
+    (["--theme", "dark\u202e"], "unknown theme 'dark\\u202e'"),
+    (["-b", "--replay", "."], "--replay: not a file: ."),
     (["-n", "0", "-b"], "must be at least 1"),
-    (["-p", "12,x"], "expected comma-separated PIDs"),
+    (["-p", "12,x"], "not a PID (1 to 4194304): 'x'"),
     (["-f", "xml", "-b"], "invalid choice"),
     (["--bpf", "--no-bpf"], "not allowed with argument"),
     (["--frobnicate"], "unrecognized arguments"),
@@ -126,6 +145,76 @@ def test_bad_recording_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     assert_error(gputop("-b", "--replay", str(bad)), 1, str(bad))
+
+
+SCENARIO = ROOT / "tests" / "data" / "scenario.jsonl"
+NOT_A_RECORDING = "record one with: gputop --record FILE (JSON Lines, schema gputop/1)"
+
+
+@pytest.mark.parametrize(("content", "message", "hint"), [
+    (bytes(range(255, -1, -1)) * 64, "r.jsonl:1: not UTF-8 text: not a recording", NOT_A_RECORDING),
+    (b"\x1f\x8b\x08\x00garbage\xff", "r.jsonl:1: not UTF-8 text: not a recording", NOT_A_RECORDING),
+    (b"PK\x03\x04 a zip, say\n", "r.jsonl:1: not JSON (Expecting value at column 1)",
+     "a recording holds one JSON snapshot per line (gputop --record FILE)"),
+    (b'{"schema":"gputop/2","time":1,"interval_s":1,"host":"h"}\n',
+     "r.jsonl:1: written by a newer gputop (schema 'gputop/2'; this gputop reads 'gputop/1')",
+     "replay it with the gputop version that recorded it, or upgrade gputop"),
+    (b"", "r.jsonl: empty recording (no snapshots)", NOT_A_RECORDING),
+], ids=["binary", "gzip-bytes", "zip", "future-schema", "empty"])
+def test_garbage_and_future_recordings_exit_1(tmp_path: Path, content: bytes, message: str, hint: str) -> None:
+    (tmp_path / "r.jsonl").write_bytes(content)
+    for form in ("json", "table"):
+        res = gputop("-b", "-f", form, "--replay", "r.jsonl", cwd=tmp_path)
+        assert res.returncode == 1 and res.stdout == ""
+        assert res.stderr.splitlines() == [f"gputop: error: {message}", f"hint: {hint}"]
+
+
+def test_garbage_gzip_recording_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "r.jsonl.gz").write_bytes(b"not gzip at all\n")
+    res = gputop("-b", "--replay", "r.jsonl.gz", cwd=tmp_path)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.splitlines() == ["gputop: error: r.jsonl.gz: not a readable recording (Not a gzipped file "
+                                       "(b'no'))", f"hint: {NOT_A_RECORDING}"]
+
+
+def test_unreadable_recording_exits_1(tmp_path: Path) -> None:
+    """As a user who may not read it (root reads everything: setpriv drops to nobody)."""
+    import shutil
+
+    if shutil.which("setpriv") is None or not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid():
+        pytest.skip("needs root and setpriv to become another user")
+    import tempfile
+
+    def as_nobody(path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                               "gputop.cli", "-b", "--replay", str(path)], capture_output=True, text=True, cwd=ROOT,
+                              timeout=60, stdin=subprocess.DEVNULL, env={"PYTHONPATH": str(ROOT), "HOME": "/"})
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:     # pytest's tmp_path lies in a folder only root enters
+        Path(d).chmod(0o755)
+        rec = Path(d) / "r.jsonl"
+        rec.write_bytes(SCENARIO.read_bytes()[:100_000])
+        rec.chmod(0o000)
+        res = as_nobody(rec)
+        assert res.returncode == 1 and res.stdout == ""
+        assert res.stderr.splitlines() == [f"gputop: error: cannot read recording {rec}: permission denied",
+                                           "hint: make it readable to this user (ls -l shows its owner and mode)"]
+        Path(d).chmod(0o700)                                 # now the folder cannot be entered
+        res = as_nobody(rec)
+        assert res.returncode == 1 and res.stdout == ""
+        assert res.stderr.splitlines() == [f"gputop: error: --replay: cannot read {rec}: permission denied",
+                                           "hint: make it readable to this user (ls -ld shows each folder's owner "
+                                           "and mode)"]
+
+
+def test_a_last_line_cut_short_is_a_notice_and_the_rest_replays(tmp_path: Path) -> None:
+    lines = SCENARIO.read_text().splitlines(keepends=True)[:5]
+    (tmp_path / "r.jsonl").write_text("".join(lines[:4]) + lines[4][:1000])     # the recorder killed mid-line
+    res = gputop("-b", "-f", "json", "--replay", "r.jsonl", cwd=tmp_path)
+    assert res.returncode == 0
+    assert [snapshot_from_json(out) for out in res.stdout.splitlines()] == [snapshot_from_json(x) for x in lines[:4]]
+    assert res.stderr.splitlines() == ["gputop: r.jsonl:5: the last line is cut short (the recorder stopped "
+                                       "mid-write); replaying the 4 complete snapshot(s) before it"]
 
 
 def test_batch_replays_a_recording_with_filters(tmp_path: Path) -> None:

@@ -82,7 +82,9 @@ def test_write_after_close(tmp_path: Path) -> None:
         ("\n\n", "empty recording"),
         ("hello\n", ":1: not JSON"),
         ("[1, 2]\n", ":1: expected a JSON object"),
-        ('{"schema": "gputop/9", "time": 1, "interval_s": 1, "host": "h"}\n', "unsupported schema 'gputop/9'"),
+        ('{"schema": "gputop/9", "time": 1, "interval_s": 1, "host": "h"}\n',
+         "written by a newer gputop (schema 'gputop/9'; this gputop reads 'gputop/1')"),
+        ('{"schema": "other/1", "time": 1}\n', "unsupported schema 'other/1'"),
         ('{"time": 1}\n', "unsupported schema None"),
         ('{"schema": "gputop/1", "time": 1}\n', ":1: snapshot lacks interval_s, host"),
         ('{"schema": "gputop/1", "time": "x", "interval_s": 1, "host": "h"}\n', ":1: malformed snapshot"),
@@ -108,10 +110,47 @@ def test_bad_line_is_named_by_number(tmp_path: Path) -> None:
         next(it)
 
 
-def test_last_line_cut_short_is_skipped(tmp_path: Path) -> None:
+def test_last_line_cut_short_is_skipped_with_a_notice(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text(snapshot_to_json(snap(0)) + "\n" + snapshot_to_json(snap(1))[:40])
-    assert list(read_recording(path)) == [snap(0)]
+    notices: list[str] = []
+    assert list(read_recording(path, notice=notices.append)) == [snap(0)]
+    cut = (f"{path}:2: the last line is cut short (the recorder stopped mid-write); replaying the 1 complete "
+           "snapshot(s) before it")
+    assert notices == [cut]
+    for preload in (True, False):
+        feed = ReplayFeed(path, preload=preload)
+        assert (len(feed), feed.notices) == (1, [cut])
+        feed.stop()
+    path.write_text(snapshot_to_json(snap(0)) + "\n")
+    assert ReplayFeed(path).notices == []
+
+
+def test_a_file_of_one_cut_line_is_an_error_not_an_empty_recording(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(snapshot_to_json(snap(0))[:40])
+    with pytest.raises(RecordingError, match=":1: not JSON"):
+        list(read_recording(path))
+    with pytest.raises(RecordingError, match=":1: not JSON"):
+        ReplayFeed(path)
+
+
+def test_a_line_longer_than_the_limit_is_refused_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-gigabyte file without newlines is not held in memory: reading stops at the limit."""
+    from gputop import record
+
+    monkeypatch.setattr(record, "MAX_LINE_BYTES", 4096)
+    path = tmp_path / "r.jsonl"
+    path.write_text(snapshot_to_json(snap(0)) + "\n" + "x" * 5000 + "\n")
+    message = f"{path}:2: a line longer than 4096 bytes: not a recording"
+    it = read_recording(path)
+    assert next(it) == snap(0)
+    with pytest.raises(RecordingError) as e:
+        next(it)
+    assert e.value.message == message
+    with pytest.raises(RecordingError) as e:
+        ReplayFeed(path)
+    assert e.value.message == message
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:
