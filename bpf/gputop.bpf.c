@@ -14,6 +14,9 @@
 #define D_UNK 4
 #define NB 32           // log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0
 #define NAME_LEN 256
+#ifndef BATCH_MAX      // entries of one batch call (copies, prefetches) counted; the rest are dropped
+#define BATCH_MAX 64
+#endif
 
 // allocation kinds (also used for memcpy classification)
 #define K_NONE 0
@@ -121,7 +124,7 @@ BPF_TABLE("lru_hash", u64, u8, exec_mmap, 1024);
 BPF_HASH(aliases, struct tkey_t, u64, MAX_NAMES);
 BPF_PERCPU_ARRAY(zero_proc, struct proc_t, 1);
 BPF_PERCPU_ARRAY(name_scratch, struct name_t, 1);
-// 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures, 6 events
+// 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures, 6 events, 7 batch entries past BATCH_MAX
 BPF_ARRAY(dropped, u64, 8);
 BPF_RINGBUF_OUTPUT(events, 64);
 
@@ -151,15 +154,18 @@ static __always_inline struct proc_t *proc_get(u32 tgid) {
     return p;
 }
 
+// floor(log2(v)) clamped to NB - 1 (NB is 32), without a branch: each step's (x + 2^k - 1) >> k is 1
+// when x (< 2^(2k)) is non-zero. Branches here would multiply the paths the verifier walks in the
+// batch loops (copy_batch) by 64 per entry.
 static __always_inline u32 log2_bucket(u64 v) {
-    u32 r = 0;
-    if (v >> 32) { v >>= 32; r += 32; }
-    if (v >> 16) { v >>= 16; r += 16; }
-    if (v >> 8) { v >>= 8; r += 8; }
-    if (v >> 4) { v >>= 4; r += 4; }
-    if (v >> 2) { v >>= 2; r += 2; }
-    if (v >> 1) { r += 1; }
-    return r < NB ? r : NB - 1;
+    u64 r, s;
+    r = (((v >> 32) + 0xffffffffULL) >> 32) << 5; v >>= r;
+    s = (((v >> 16) + 0xffffULL) >> 16) << 4; v >>= s; r |= s;
+    s = (((v >> 8) + 0xffULL) >> 8) << 3; v >>= s; r |= s;
+    s = (((v >> 4) + 0xfULL) >> 4) << 2; v >>= s; r |= s;
+    s = (((v >> 2) + 0x3ULL) >> 2) << 1; v >>= s; r |= s;
+    r |= v >> 1;
+    return (r - (r >> 5) * (r - (NB - 1))) & (NB - 1);    // the mask tells the verifier r < NB
 }
 
 static __always_inline u64 read_u64(u64 addr) {
@@ -473,14 +479,17 @@ static __always_inline u32 kind_of(u32 tgid, u64 addr) {
 }
 
 // direction of a copy whose kind is not in the call: only device and pinned host memory that
-// gputop saw allocated are classified; everything else is "unknown", never a guess
+// gputop saw allocated are classified; everything else is "unknown", never a guess. A table of 3-bit
+// directions indexed by (source kind, destination kind), so that classifying adds no branch:
+//   device -> device d2d, pinned -> device h2d, device -> pinned d2h, pinned -> pinned h2h
+#define DIR_AT(s, d, dir) ((u64)(dir) << (3 * ((s) * 4 + (d))))
+#define DIR_UNK_ALL 0x924924924924ULL    // D_UNK (4 = 0b100) in all 16 3-bit slots
+#define DIR_TABLE (DIR_UNK_ALL \
+    ^ DIR_AT(K_DEVICE, K_DEVICE, D_UNK ^ D_D2D) ^ DIR_AT(K_PINNED, K_DEVICE, D_UNK ^ D_H2D) \
+    ^ DIR_AT(K_DEVICE, K_PINNED, D_UNK ^ D_D2H) ^ DIR_AT(K_PINNED, K_PINNED, D_UNK ^ D_H2H))
 static __always_inline u32 classify(u32 tgid, u64 dst, u64 src) {
-    u32 d = kind_of(tgid, dst), s = kind_of(tgid, src);
-    if (s == K_DEVICE && d == K_DEVICE) return D_D2D;
-    if (s == K_PINNED && d == K_DEVICE) return D_H2D;
-    if (s == K_DEVICE && d == K_PINNED) return D_D2H;
-    if (s == K_PINNED && d == K_PINNED) return D_H2H;
-    return D_UNK;
+    u32 d = kind_of(tgid, dst) & 3, s = kind_of(tgid, src) & 3;
+    return (DIR_TABLE >> (3 * (s * 4 + d))) & 7;
 }
 
 static __always_inline int copy_kind(struct pt_regs *ctx, int driver, u64 dst, u64 src, u64 bytes,
@@ -539,6 +548,39 @@ int drv_memcpy(struct pt_regs *ctx) {
 int drv_memcpy_peer(struct pt_regs *ctx) {
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM5(ctx), 3);
 }
+
+// Batch copies: cudaMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, [failIdx,]
+// stream) and the driver's cuMemcpyBatchAsync(_v2) with the same first four arguments. One call of
+// `count` copies counts `count` copies, each with its own size; a batch carries no copy kind, so each
+// is classified from its pointers like cudaMemcpyDefault. Entries past BATCH_MAX are counted as dropped.
+static __always_inline void count_dropped(u32 what, u64 n) {
+    u64 *d = dropped.lookup(&what);
+    if (d)
+        __sync_fetch_and_add(d, n);
+}
+
+static __always_inline int copy_batch(struct pt_regs *ctx, int driver) {
+    u32 tgid = current_tgid();
+    if (driver && nested(ctx, tgid))
+        return 0;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    u64 dsts = PT_REGS_PARM1(ctx), srcs = PT_REGS_PARM2(ctx), sizes = PT_REGS_PARM3(ctx);
+    u64 count = PT_REGS_PARM4(ctx);
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < BATCH_MAX; i++) {
+        if (i >= count)
+            break;
+        u64 dst = read_u64(dsts + 8 * (u64)i), src = read_u64(srcs + 8 * (u64)i);
+        count_copy(p, classify(tgid, dst, src), read_u64(sizes + 8 * (u64)i));
+    }
+    if (count > BATCH_MAX)
+        count_dropped(7, count - BATCH_MAX);
+    return 0;
+}
+int rt_memcpy_batch(struct pt_regs *ctx) { return copy_batch(ctx, 0); }
+int drv_memcpy_batch(struct pt_regs *ctx) { return copy_batch(ctx, 1); }
 
 // ------------------------------------------------------------------ allocations
 
@@ -681,6 +723,45 @@ static __always_inline u32 loc_to_host(u64 loc) {
 }
 int rt_prefetch_loc(struct pt_regs *ctx) { return prefetch(ctx, 0, loc_to_host(PT_REGS_PARM3(ctx))); }
 int drv_prefetch_loc(struct pt_regs *ctx) { return prefetch(ctx, 1, loc_to_host(PT_REGS_PARM3(ctx))); }
+
+
+// cudaMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags,
+// stream), cuMemPrefetchBatchAsync alike: range i goes to prefetchLocs[k] for the last k with
+// prefetchLocIdxs[k] <= i (the indices start at 0 and increase). Each range counts as one prefetch.
+static __always_inline int prefetch_batch(struct pt_regs *ctx, int driver) {
+    u32 tgid = current_tgid();
+    if (driver && nested(ctx, tgid))
+        return 0;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    u64 sizes = PT_REGS_PARM2(ctx), count = PT_REGS_PARM3(ctx), locs = PT_REGS_PARM4(ctx);
+    u64 idxs = PT_REGS_PARM5(ctx), nlocs = PT_REGS_PARM6(ctx);
+    if (nlocs == 0)
+        return 0;
+    u64 k = 0;
+    u32 to_host = loc_to_host(read_u64(locs));
+    u64 next = nlocs > 1 ? read_u64(idxs + 8) : ~0ULL;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < BATCH_MAX; i++) {
+        if (i >= count)
+            break;
+        if (i >= next) {
+            k++;
+            to_host = loc_to_host(read_u64(locs + 8 * k));
+            next = k + 1 < nlocs ? read_u64(idxs + 8 * (k + 1)) : ~0ULL;
+        }
+        if (to_host > 1)
+            continue;
+        __sync_fetch_and_add(&p->prefetch_calls[to_host & 1], 1);
+        __sync_fetch_and_add(&p->prefetch_bytes[to_host & 1], read_u64(sizes + 8 * (u64)i));
+    }
+    if (count > BATCH_MAX)
+        count_dropped(7, count - BATCH_MAX);
+    return 0;
+}
+int rt_prefetch_batch(struct pt_regs *ctx) { return prefetch_batch(ctx, 0); }
+int drv_prefetch_batch(struct pt_regs *ctx) { return prefetch_batch(ctx, 1); }
 
 // ------------------------------------------------------------------ sync (time blocked)
 

@@ -19,6 +19,7 @@ class Testbed:
     root: Path
     cudart_dir: Path  # libcudart.so.12, libcudart_static.a
     nvidia_dir: Path  # libcuda.so.1, libnvidia-ml.so.1
+    cudart13_dir: Path = TESTBED / "cudart13"  # libcudart.so.13, libcudart_static.a (CUDA 13)
 
     @property
     def libcudart(self) -> Path:
@@ -62,6 +63,28 @@ def build_native(source: str, out: str, *args: str) -> Path:
         cc = shutil.which("gcc") or "cc"
         subprocess.run([cc, "-O1", "-g", "-Wall", "-o", str(dst), str(src), *args], check=True)
     return dst
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One CUDA runtime of the test bed (12.x or 13.x) with the workloads built against it."""
+    major: int
+    lib: Path           # libcudart.so.<major>, for --cudart
+    dynamic: Path       # linked against it
+    static: Path        # its libcudart_static.a linked in
+
+
+def runtime(tb: Testbed, major: int) -> Runtime:
+    d = tb.cudart_dir if major == 12 else tb.cudart13_dir
+    so = f"libcudart.so.{major}"
+    linked = ("-DLINKED", "-DHAVE_INTERNAL_LAUNCH")
+    suffix = "" if major == 12 else str(major)
+    return Runtime(
+        major, d / so,
+        dynamic=build_native("cuda_workload.c", f"wl_dynamic{suffix}", *linked, f"-L{d}", f"-l:{so}",
+                             f"-Wl,-rpath,{d}", "-ldl", "-lpthread"),
+        static=build_native("cuda_workload.c", f"wl_static{suffix}", *linked, str(d / "libcudart_static.a"),
+                            "-ldl", "-lpthread", "-lrt"))
 
 
 @dataclass(frozen=True)

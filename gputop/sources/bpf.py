@@ -25,11 +25,14 @@ from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
 from gputop.sources import catalogue, discovery, kheaders, symbols
 from gputop.sources.bpfsys import (
+    ENABLE_HINT,
     TRACEFS,
     aligned_blocks,
+    coverage_gaps,
     enable_stats,
     ensure_tracefs,
     has_privileges,
+    privileges_error,
     prog_run_stats,
     tracepoint_exists,
 )
@@ -43,7 +46,7 @@ NDIR = 5
 NB = 32
 LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAMES": 16384,
           "MAX_THREADS": 16384, "MAX_CODE": 262144}
-DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events")
+DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch")
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
 STATS_WINDOW_S = 1.0  # BPF run-time statistics are on for this long...
@@ -237,6 +240,7 @@ class BpfSource:
         self.objects: dict[tuple[int, int], str] = {}        # probed objects -> path
         self.rejected: set[tuple[int, int]] = set()           # objects without CUDA entry points
         self.uvm_cpu_faults = False
+        self._gaps: str | None = None         # why some processes may go untraced (capabilities)
         self.cost = SelfCost(self._prog_stats, clock)
         self._symcache: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
         self._maps: dict[int, list[discovery.Mapping]] = {}   # last known executable maps by pid
@@ -269,9 +273,12 @@ class BpfSource:
 
         Raises BpfUnavailable with the reason and a hint.
         """
-        if not has_privileges():
-            raise BpfUnavailable("tracing needs root or CAP_BPF and CAP_PERFMON",
-                                 "run gputop as root (sudo), or give it CAP_BPF and CAP_PERFMON", noperm=True)
+        refusal = privileges_error()
+        if refusal is not None:
+            raise BpfUnavailable(refusal, ENABLE_HINT, noperm=True)
+        gaps = coverage_gaps()
+        self._gaps = (f"missing {', '.join(gaps)}: processes of other users, in containers or with deleted "
+                      "libraries may go untraced" if gaps else None)
         bcc = load_bcc()
         err = ensure_tracefs()
         if err:
@@ -519,7 +526,7 @@ class BpfSource:
             self._idle_exited[pid] = True
         up = self.uprobes
         failed = up.failed if up else []
-        reason = (f"{len(failed)} probe(s) did not attach, first: {failed[0]}" if failed else None)
+        reason = (f"{len(failed)} probe(s) did not attach, first: {failed[0]}" if failed else self._gaps)
         status = SourceStatus("ok", reason, objects=len(self.objects), probes=self.probes, dropped=dropped,
                               headers=self.headers.detail if self.headers else None,
                               attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)

@@ -63,6 +63,10 @@ COPY = (
     + _variants(("cuMemcpy", "cuMemcpy_ptds", "cuMemcpyAsync", "cuMemcpyAsync_ptsz"), "drv_memcpy")
     + _variants(("cuMemcpyPeer", "cuMemcpyPeer_ptds", "cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"),
                 "drv_memcpy_peer")
+    # batches (CUDA 12.8+): one call counts each of its copies (bpf/gputop.bpf.c, copy_batch)
+    + _variants(("cudaMemcpyBatchAsync", "cudaMemcpyBatchAsync_ptsz"), "rt_memcpy_batch")
+    + _variants(("cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz", "cuMemcpyBatchAsync_v2",
+                 "cuMemcpyBatchAsync_v2_ptsz"), "drv_memcpy_batch")
 )
 
 ALLOC = (
@@ -78,6 +82,9 @@ PREFETCH = (
     _variants(("cudaMemPrefetchAsync_v2", "cudaMemPrefetchAsync_v2_ptsz"), "rt_prefetch_loc")
     + _variants(("cuMemPrefetchAsync", "cuMemPrefetchAsync_ptsz"), "drv_prefetch_dev")
     + _variants(("cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz"), "drv_prefetch_loc")
+    # batches (CUDA 13): each range of a call counts as one prefetch (bpf/gputop.bpf.c, prefetch_batch)
+    + _variants(("cudaMemPrefetchBatchAsync", "cudaMemPrefetchBatchAsync_ptsz"), "rt_prefetch_batch")
+    + _variants(("cuMemPrefetchBatchAsync", "cuMemPrefetchBatchAsync_ptsz"), "drv_prefetch_batch")
 )
 #: cudaMemPrefetchAsync changed its signature in CUDA 13 (a cudaMemLocation instead of a device)
 PREFETCH_RT_PLAIN = ("cudaMemPrefetchAsync", "cudaMemPrefetchAsync_ptsz")

@@ -23,8 +23,8 @@ def kernel(raw: RawProc, name: str):  # type: ignore[no-untyped-def]
     return found[0]
 
 
-def test_runtime_launches_exact_with_grid_block_and_names(run_workload, workloads) -> None:
-    raw = run_workload([workloads.dynamic, "launch:12345:40,2,1:128,1,1:0", "launch:500:3,3,3:16,16,1:1"]).go_and_wait()
+def test_runtime_launches_exact_with_grid_block_and_names(run_workload, rt) -> None:
+    raw = run_workload([rt.dynamic, "launch:12345:40,2,1:128,1,1:0", "launch:500:3,3,3:16,16,1:1"]).go_and_wait()
     c = raw.counters
     assert c["launches"] == 12345 + 500
     assert c["grid_sum"] == 12345 * 80 + 500 * 27
@@ -33,15 +33,15 @@ def test_runtime_launches_exact_with_grid_block_and_names(run_workload, workload
     assert (fused.launches, fused.grid_sum / fused.launches, fused.block_sum / fused.launches) == (12345, 80, 128)
     unfused = kernel(raw, UNFUSED)
     assert (unfused.launches, unfused.grid_sum, unfused.block_sum) == (500, 500 * 27, 500 * 256)
-    assert fused.object is not None and fused.object.endswith("wl_dynamic")
+    assert fused.object is not None and fused.object.endswith(rt.dynamic.name)
     # log2 histograms: 80 blocks -> 2^6, 27 -> 2^4; 128 threads -> 2^7, 256 -> 2^8
     assert raw.grid_hist[6] == 12345 and raw.grid_hist[4] == 500 and sum(raw.grid_hist) == 12845
     assert raw.block_hist[7] == 12345 and raw.block_hist[8] == 500 and sum(raw.block_hist) == 12845
     assert raw.exited
 
 
-def test_ptsz_from_four_threads(run_workload, workloads) -> None:
-    raw = run_workload([workloads.dynamic, "--threads", "4", "launch_ptsz:2500:7,1,1:64,2,1:2"]).go_and_wait()
+def test_ptsz_from_four_threads(run_workload, rt) -> None:
+    raw = run_workload([rt.dynamic, "--threads", "4", "launch_ptsz:2500:7,1,1:64,2,1:2"]).go_and_wait()
     assert raw.counters["launches"] == 10000
     k = kernel(raw, SAXPY)
     assert (k.launches, k.grid_sum, k.block_sum) == (10000, 70000, 1280000)
@@ -57,8 +57,8 @@ def test_several_processes_counted_apart(run_workload, workloads, bpf_source) ->
     bpf_source.forget(*new)
 
 
-def test_launch_exc_cooperative_and_internal_each_once(run_workload, workloads) -> None:
-    raw = run_workload([workloads.dynamic, "launch_exc:77:2,3,4:8,4,2:0", "launch_coop:11:5,1,1:32,1,1:1",
+def test_launch_exc_cooperative_and_internal_each_once(run_workload, rt) -> None:
+    raw = run_workload([rt.dynamic, "launch_exc:77:2,3,4:8,4,2:0", "launch_coop:11:5,1,1:32,1,1:1",
                         "launch_internal:13:1,1,1:1,1,1:2"]).go_and_wait()
     assert raw.counters["launches"] == 77 + 11 + 13
     assert kernel(raw, FUSED).grid_sum == 77 * 24
@@ -77,8 +77,8 @@ def test_driver_launches(run_workload, workloads, testbed) -> None:
     assert by_key[0xABC0].name is None      # a driver handle nobody named
 
 
-def test_memcpy_every_kind(run_workload, workloads, testbed) -> None:
-    raw = run_workload([workloads.dlopen, "--cudart", testbed.libcudart, "--cuda", testbed.libcuda,
+def test_memcpy_every_kind(run_workload, workloads, testbed, rt) -> None:
+    raw = run_workload([workloads.dlopen, "--cudart", rt.lib, "--cuda", testbed.libcuda,
                         "memcpy:3:1:1000", "memcpy:4:2:10", "memcpy:5:3:7", "memcpy:6:0:1", "memcpy:7:4:64",
                         "memcpy_async:2:1:4096", "memcpy2d:2:100:10:3", "memcpy_peer:3:555",
                         "cu_htod:8:11", "cu_dtoh:9:12", "cu_dtod:10:13", "cu_memcpy:11:14"]).go_and_wait()
@@ -88,8 +88,8 @@ def test_memcpy_every_kind(run_workload, workloads, testbed) -> None:
     assert (raw.copy_hist[H2D][9], raw.copy_hist[H2D][12], raw.copy_hist[H2D][3]) == (3, 2, 8)
 
 
-def test_allocations_and_sync(run_workload, workloads) -> None:
-    raw = run_workload([workloads.dynamic, "malloc:6:4096", "malloc_host:2:100", "malloc_managed:3:8192",
+def test_allocations_and_sync(run_workload, rt) -> None:
+    raw = run_workload([rt.dynamic, "malloc:6:4096", "malloc_host:2:100", "malloc_managed:3:8192",
                         "free:4", "sync:9", "device_sync:2"]).go_and_wait()
     c = raw.counters
     assert (c["alloc_calls"], c["alloc_bytes"]) == (11, 6 * 4096 + 200 + 3 * 8192)
@@ -100,8 +100,8 @@ def test_allocations_and_sync(run_workload, workloads) -> None:
     assert c["sync_ns"] > 0
 
 
-def test_statically_linked_runtime(run_workload, workloads) -> None:
-    raw = run_workload([workloads.static, "launch:4321:9,1,1:32,1,1:0", "launch_internal:5:1,1,1:1,1,1:1",
+def test_statically_linked_runtime(run_workload, rt) -> None:
+    raw = run_workload([rt.static, "launch:4321:9,1,1:32,1,1:0", "launch_internal:5:1,1,1:1,1,1:1",
                         "memcpy:3:2:100"]).go_and_wait()
     assert raw.counters["launches"] == 4326
     assert kernel(raw, FUSED).launches == 4321
@@ -109,10 +109,10 @@ def test_statically_linked_runtime(run_workload, workloads) -> None:
     assert raw.memcpy_calls[D2H] == 3
 
 
-def test_late_dlopen_attached_by_mmap_event(run_workload, workloads, testbed, bpf_source, tmp_path) -> None:
+def test_late_dlopen_attached_by_mmap_event(run_workload, workloads, rt, bpf_source, tmp_path) -> None:
     # a private copy: a new inode that no probe covers yet
-    lib = tmp_path / "libcudart-late.so.12"
-    shutil.copy(testbed.libcudart, lib)
+    lib = tmp_path / f"libcudart-late.so.{rt.major}"
+    shutil.copy(rt.lib, lib)
     run = run_workload([workloads.dlopen, "--dlopen-delay-ms", "300", "--cudart", lib,
                         "sleep:400", "launch:2222:2,1,1:64,1,1:0"])
     run.go.touch()                  # go right away: the library is not even loaded yet
@@ -125,9 +125,9 @@ def test_late_dlopen_attached_by_mmap_event(run_workload, workloads, testbed, bp
     assert str(lib) in bpf_source.objects.values()
 
 
-def test_preexisting_process_found_at_start(workloads, tmp_path) -> None:
+def test_preexisting_process_found_at_start(rt, tmp_path) -> None:
     go = tmp_path / "go"
-    proc = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:777:1,1,1:1,1,1:0"],
+    proc = subprocess.Popen([str(rt.dynamic), "--wait", str(go), "launch:777:1,1,1:1,1,1:0"],
                             stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline().startswith(b"ready")
     src = BpfSource()
@@ -141,14 +141,14 @@ def test_preexisting_process_found_at_start(workloads, tmp_path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare (util-linux) is not installed")
-def test_mount_namespaced_process(run_workload, workloads, testbed, tmp_path) -> None:
+def test_mount_namespaced_process(run_workload, workloads, rt, tmp_path) -> None:
     hidden = tmp_path / "ns-only"
     hidden.mkdir()
-    script = (f"mount -t tmpfs tmpfs {hidden} && cp {testbed.libcudart} {hidden}/libcudart.so.12 && "
+    script = (f"mount -t tmpfs tmpfs {hidden} && cp {rt.lib} {hidden}/{rt.lib.name} && "
               f"exec \"$@\"")
-    run = run_workload([workloads.dlopen, "--cudart", f"{hidden}/libcudart.so.12", "launch:999:3,1,1:96,1,1:2"],
+    run = run_workload([workloads.dlopen, "--cudart", f"{hidden}/{rt.lib.name}", "launch:999:3,1,1:96,1,1:2"],
                        prefix=["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"])
-    assert not (hidden / "libcudart.so.12").exists()     # invisible from the host namespace
+    assert not (hidden / rt.lib.name).exists()     # invisible from the host namespace
     raw = run.go_and_wait()
     assert raw.counters["launches"] == 999
     assert kernel(raw, SAXPY).block_sum == 999 * 96
@@ -167,11 +167,11 @@ def test_runtime_calling_driver_counts_once(run_workload, workloads, testbed) ->
     assert 3 * 20e6 <= raw.counters["sync_ns"] < 3 * 20e6 + 2e9
 
 
-def test_direct_driver_launches_after_the_runtime_initialised(run_workload, workloads, testbed) -> None:
+def test_direct_driver_launches_after_the_runtime_initialised(run_workload, workloads, testbed, rt) -> None:
     """PyTorch and Triton in one process: the runtime initialised (it called into the driver), then
     the application calls cuLaunchKernel(Ex) itself. Handle 0: the real driver, once initialised,
     dereferences other made-up handles and the workload would crash."""
-    raw = run_workload([workloads.dlopen, "--cudart", testbed.libcudart, "--cuda", testbed.libcuda,
+    raw = run_workload([workloads.dlopen, "--cudart", rt.lib, "--cuda", testbed.libcuda,
                         "launch:5:1,1,1:1,1,1:0", "cu_launch:100:4,1,1:128,1,1:0",
                         "cu_launch_ex:7:1,1,1:1,1,1:0"]).go_and_wait()
     assert raw.counters["launches"] == 112
@@ -201,9 +201,9 @@ def test_streams_joining_a_capture_through_events_are_captured_until_it_ends(run
     assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (31, 18, 1)
 
 
-def test_failed_capture_captures_nothing(run_workload, workloads, testbed) -> None:
+def test_failed_capture_captures_nothing(run_workload, workloads, rt) -> None:
     # the real runtime without a driver: cudaStreamBeginCapture fails, so every launch is a launch
-    raw = run_workload([workloads.dlopen, "--cudart", testbed.libcudart, "capture:40:7"]).go_and_wait()
+    raw = run_workload([workloads.dlopen, "--cudart", rt.lib, "capture:40:7"]).go_and_wait()
     c = raw.counters
     assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (0, 47, 1)
 

@@ -16,6 +16,15 @@
 //   cu_htod:N:BYTES  cu_dtoh:N:BYTES  cu_dtod:N:BYTES  cu_memcpy:N:BYTES
 //   malloc:N:BYTES  malloc_managed:N:BYTES  malloc_host:N:BYTES  free:N
 //   sync:N  device_sync:N  cu_ctx_sync:N  graph_launch:N
+//   prefetch:N:BYTES:DEV      cudaMemPrefetchAsync to device DEV (-1: the host), with the runtime's
+//                             plain signature: an int device (CUDA 12) or a cudaMemLocation (CUDA 13,
+//                             whose runtime has cudaMemPrefetchBatchAsync and no _v2)
+//   prefetch_v2:N:BYTES:DEV   cudaMemPrefetchAsync_v2 (CUDA 12.2+ runtimes): a cudaMemLocation
+//   prefetch_batch:N:C:BYTES  cudaMemPrefetchBatchAsync of C ranges, range i of BYTES*(i+1) bytes; the
+//                             first C/2 ranges go to device 0, the rest to the host (two locations)
+//   memcpy_batch:N:C:BYTES    cudaMemcpyBatchAsync of C copies, copy i of BYTES*(i+1) bytes
+//   classify_batch:N:BYTES    allocate 2 device + 1 pinned buffers, then N cudaMemcpyBatchAsync calls of 4
+//                             copies of BYTES each: h2d, d2h, d2d and pageable->device (unknown)
 //   classify:N:BYTES   allocate 2 device + 2 pinned buffers, then N times each cudaMemcpyDefault
 //                      h2d, d2h, d2d, h2h (interior pointers too) and pageable->device (unknown);
 //                      then free one device buffer and copy into it once more (unknown)
@@ -86,6 +95,14 @@ typedef int (*begin_capture_t)(void *, int);
 typedef int (*get_kernel_t)(void **, const void *);
 typedef void (*reg_fn_t)(void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *);
 typedef int (*end_capture_t)(void *, void **);
+typedef struct { int type; int id; } mem_location;      // cudaMemLocation: type 1 device, 2 host
+typedef int (*prefetch_dev_t)(const void *, size_t, int, void *);
+typedef int (*prefetch_loc_t)(const void *, size_t, mem_location, unsigned, void *);
+typedef int (*prefetch_batch_t)(void **, size_t *, size_t, mem_location *, size_t *, size_t, unsigned long long,
+                                void *);
+// CUDA 12.8/12.9: (..., numAttrs, size_t *failIdx, stream); CUDA 13: (..., numAttrs, stream). Passing
+// NULL for both trailing arguments suits either.
+typedef int (*memcpy_batch_t)(void **, void **, size_t *, size_t, void *, size_t *, size_t, void *, void *);
 
 static struct {
     launch_t launch, launch_ptsz, launch_coop, launch_internal;
@@ -109,6 +126,11 @@ static struct {
     end_capture_t end_capture;
     get_kernel_t get_kernel;
     reg_fn_t register_function;
+    void *prefetch_plain;       // prefetch_dev_t or prefetch_loc_t, see plain_takes_location
+    int plain_takes_location;
+    prefetch_loc_t prefetch_v2;
+    prefetch_batch_t prefetch_batch;
+    memcpy_batch_t memcpy_batch;
 } api;
 
 #ifdef LINKED
@@ -185,6 +207,11 @@ static void bind_cudart(const char *path) {
     SYM(h, end_capture, "cudaStreamEndCapture");
     SYM(h, get_kernel, "__cudaGetKernel");
     SYM(h, register_function, "__cudaRegisterFunction");
+    SYM(h, prefetch_plain, "cudaMemPrefetchAsync");
+    SYM(h, prefetch_v2, "cudaMemPrefetchAsync_v2");
+    SYM(h, prefetch_batch, "cudaMemPrefetchBatchAsync");
+    SYM(h, memcpy_batch, "cudaMemcpyBatchAsync");
+    api.plain_takes_location = !api.prefetch_v2 && api.prefetch_batch;
 }
 
 static void bind_cuda(const char *path) {
@@ -347,6 +374,46 @@ static void run_op(const char *op) {
         api.memcpy_(d1, h1, 64, 4);
         return;
     }
+    if (!strcmp(name, "prefetch_batch") || !strcmp(name, "memcpy_batch")) {
+        size_t count = strtoull(a, NULL, 10), unit = strtoull(b, NULL, 10);
+        void **ptrs = calloc(count ? count : 1, sizeof(void *)), **srcs = calloc(count ? count : 1, sizeof(void *));
+        size_t *sizes = calloc(count ? count : 1, sizeof(size_t));
+        for (size_t i = 0; i < count; i++) {
+            ptrs[i] = host_buf + 64 * (i % 1024);
+            srcs[i] = host_buf + 32;
+            sizes[i] = unit * (i + 1);
+        }
+        mem_location locs[2] = {{1, 0}, {2, 0}};
+        size_t idxs[2] = {0, count / 2};
+        for (long i = 0; i < n; i++) {
+            if (name[0] == 'p') {
+                NEED(prefetch_batch);
+                api.prefetch_batch(ptrs, sizes, count, locs, idxs, count / 2 ? 2 : 1, 0, NULL);
+            } else {
+                NEED(memcpy_batch);
+                api.memcpy_batch(ptrs, srcs, sizes, count, NULL, NULL, 0, NULL, NULL);
+            }
+        }
+        free(ptrs);
+        free(srcs);
+        free(sizes);
+        return;
+    }
+    if (!strcmp(name, "classify_batch")) {
+        NEED(malloc_);
+        NEED(malloc_host);
+        NEED(memcpy_batch);
+        size_t sz = strtoull(a, NULL, 10);
+        char *d1 = NULL, *d2 = NULL, *h1 = NULL;
+        api.malloc_((void **)&d1, sz);
+        api.malloc_((void **)&d2, sz);
+        api.malloc_host((void **)&h1, sz);
+        void *dsts[4] = {d1, h1, d2, d1}, *srcs[4] = {h1, d1, d1, host_buf};
+        size_t sizes[4] = {sz, sz, sz, sz};
+        for (long i = 0; i < n; i++)
+            api.memcpy_batch(dsts, srcs, sizes, 4, NULL, NULL, 0, NULL, NULL);
+        return;
+    }
     if (!strcmp(name, "managed_touch")) {
         NEED(malloc_managed);
         volatile char *p = NULL;
@@ -433,6 +500,20 @@ static void run_op(const char *op) {
         } else if (!strcmp(name, "cu_ctx_sync")) {
             NEED(cu_ctx_sync);
             api.cu_ctx_sync();
+        } else if (!strcmp(name, "prefetch")) {
+            NEED(prefetch_plain);
+            int dev = atoi(b);
+            if (api.plain_takes_location) {
+                mem_location loc = {dev < 0 ? 2 : 1, dev < 0 ? 0 : dev};
+                ((prefetch_loc_t)api.prefetch_plain)(host_buf, strtoull(a, NULL, 10), loc, 0, NULL);
+            } else {
+                ((prefetch_dev_t)api.prefetch_plain)(host_buf, strtoull(a, NULL, 10), dev, NULL);
+            }
+        } else if (!strcmp(name, "prefetch_v2")) {
+            NEED(prefetch_v2);
+            int dev = atoi(b);
+            mem_location loc = {dev < 0 ? 2 : 1, dev < 0 ? 0 : dev};
+            api.prefetch_v2(host_buf, strtoull(a, NULL, 10), loc, 0, NULL);
         } else if (!strcmp(name, "graph_launch")) {
             NEED(graph_launch);
             api.graph_launch((void *)0x1234, NULL);

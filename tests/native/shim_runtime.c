@@ -70,6 +70,12 @@ int cudaMalloc(void **p, size_t size) { *p = shim_alloc(size); return *p ? 0 : 2
 int cudaMallocHost(void **p, size_t size) { *p = shim_alloc(size); return *p ? 0 : 2; }
 int cudaMallocManaged(void **p, size_t size, unsigned flags) { (void)flags; *p = shim_alloc(size); return *p ? 0 : 2; }
 int cudaFree(void *p) { (void)p; return 0; }
+// a batch whose copies are classified from the allocations above (nothing is copied)
+int cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count, void *attrs, size_t *attrsIdxs,
+                         size_t numAttrs, void *stream) {
+    (void)dsts; (void)srcs; (void)sizes; (void)count; (void)attrs; (void)attrsIdxs; (void)numAttrs; (void)stream;
+    return 0;
+}
 // nvcc 12.8+ launch stubs: a handle for the host stub, then a launch by handle
 int __cudaGetKernel(void **kernel, const void *hostFun) {
     *kernel = malloc(16);                 // an opaque heap handle, as the real runtime returns

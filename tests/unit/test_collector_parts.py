@@ -78,6 +78,24 @@ def test_symbols_of_the_real_runtime(testbed) -> None:
     # libcudart exports only CUDA functions: its whole text is runtime code, internal code included
     assert syms.all_exports_cuda
     assert syms.cuda_code_runs() == [(v, v + size) for v, _o, size in syms.segments]
+    assert probes["cudaMemcpyBatchAsync"] == probes["cudaMemcpyBatchAsync_ptsz"] == "rt_memcpy_batch"
+    assert "cudaMemPrefetchBatchAsync" not in probes                 # new in CUDA 13
+
+
+def test_symbols_of_the_real_cuda13_runtime(testbed) -> None:
+    syms = symbols.read_symbols(str(testbed.cudart13_dir / "libcudart.so.13"))
+    assert syms is not None
+    f = syms.functions
+    assert syms.jump_target("__cudaLaunchKernel") == f["cudaLaunchKernel"]
+    probes = dict((p.symbol, p.entry) for p, _ in catalogue.probes_for(f, syms.jump_target))
+    assert "__cudaLaunchKernel" not in probes and probes["cudaLaunchKernel"] == "rt_launch"
+    # CUDA 13 has no cudaMemPrefetchAsync_v2: the plain name took over its location signature
+    assert "cudaMemPrefetchAsync_v2" not in f
+    assert probes["cudaMemPrefetchAsync"] == probes["cudaMemPrefetchAsync_ptsz"] == "rt_prefetch_loc"
+    assert probes["cudaMemPrefetchBatchAsync"] == probes["cudaMemPrefetchBatchAsync_ptsz"] == "rt_prefetch_batch"
+    assert probes["cudaMemcpyBatchAsync"] == "rt_memcpy_batch"
+    # discarding moves no data: not a prefetch
+    assert "cudaMemDiscardAndPrefetchBatchAsync" in f and "cudaMemDiscardAndPrefetchBatchAsync" not in probes
 
 
 def test_libcuda_text_is_all_driver_code(testbed) -> None:
