@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Fetch the GPU-less test bed into .cache/testbed (idempotent, cached):
-#   cudart/   libcudart.so.12 + libcudart_static.a  (PyPI nvidia-cuda-runtime-cu12)
-#   cudart13/ libcudart.so.13 + libcudart_static.a  (PyPI nvidia-cuda-runtime 13.x, what PyTorch's cu130 wheels load)
-#   nvidia/   libcuda.so.1 + libnvidia-ml.so.1      (Debian libcuda1, libnvidia-ml1, non-free)
-# The machine's own apt configuration and lists are left untouched: apt runs with a
-# private Dir::State::Lists and a private sources file under .cache/testbed/apt.
+#   cudart/   libcudart.so.12 + libcudart_static.a  (wheel nvidia-cuda-runtime-cu12)
+#   cudart13/ libcudart.so.13 + libcudart_static.a  (wheel nvidia-cuda-runtime 13.x, what PyTorch's cu130 wheels load)
+#   nvidia/   libcuda.so.1 + libnvidia-ml.so.1      (Debian libcuda1 + libnvidia-ml1 from non-free; on
+#             Ubuntu the newest libnvidia-compute-NNN from restricted)
+# The mirrors are those of the machine's own apt sources for its release; its package lists and
+# dpkg database are left untouched: apt runs with a private state under .cache/testbed/apt.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TB="${GPUTOP_TESTBED:-$ROOT/.cache/testbed}"
@@ -44,28 +45,11 @@ PYEOF
 fetch_runtime cudart nvidia-cuda-runtime-cu12==12.9.79 libcudart.so.12
 fetch_runtime cudart13 nvidia-cuda-runtime==13.0.96 libcudart.so.13
 
-# --- driver + NVML from Debian non-free ---------------------------------------------------
+# --- driver + NVML from the distro: Debian's libcuda1 + libnvidia-ml1 (non-free), Ubuntu's
+# libnvidia-compute-NNN (restricted), from the mirrors of the machine's own apt sources (scripts/privapt.py)
 NV="$TB/nvidia"
 if [ ! -e "$NV/libcuda.so.1" ] || [ ! -e "$NV/libnvidia-ml.so.1" ]; then
-    echo "testbed: fetching libcuda1 and libnvidia-ml1 (Debian non-free) with a private apt state"
-    A="$TB/apt"
-    mkdir -p "$A/lists/partial" "$A/archives/partial" "$A/debs"
-    # the distro's codename; Ubuntu hosts fetch from Debian bookworm as well
-    cat > "$A/sources.list" <<SRC
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm non-free
-SRC
-    OPTS=(-o "Dir::State::Lists=$A/lists" -o "Dir::Etc::SourceList=$A/sources.list"
-          -o "Dir::Etc::SourceParts=/dev/null" -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache="
-          -o "Dir::Cache::Archives=$A/archives" -o "APT::Get::List-Cleanup=0"
-          -o "APT::Sandbox::User=root" -o "Acquire::AllowInsecureRepositories=false")
-    apt-get "${OPTS[@]}" -q update >/dev/null
-    (cd "$A/debs" && apt-get "${OPTS[@]}" -q download libcuda1 libnvidia-ml1 >/dev/null)
-    rm -rf "$A/x"; mkdir -p "$A/x" "$NV"
-    for deb in "$A"/debs/*.deb; do dpkg -x "$deb" "$A/x"; done
-    for lib in libcuda.so.1 libnvidia-ml.so.1; do
-        real=$(find "$A/x" -name "$lib" | head -n1)
-        [ -n "$real" ] || { echo "testbed: $lib not found in the Debian packages" >&2; exit 1; }
-        cp -L "$real" "$NV/$lib"
-    done
+    echo "testbed: fetching libcuda.so.1 and libnvidia-ml.so.1 with a private apt state"
+    python3 "$ROOT/scripts/privapt.py" nvidia-libs "$TB/apt" "$NV"
 fi
 echo "testbed: ready in $TB"
