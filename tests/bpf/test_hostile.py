@@ -1,0 +1,61 @@
+"""Hostile names (issue 10) in batch output, for real: a workload named ESC[2J ESC[31m EVIL BEL 0x9b
+launches 3,000 kernels through the real libcudart, whose host stub's ELF symbol is crafted the same
+way (plus a right-to-left override). The table shows visible escapes and never writes a control
+byte; the JSON keeps the raw text (escaped by JSON), the invalid byte as the text \\x9b."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hostile_names import COMM_JSON, COMM_SHOWN, KERNEL_JSON, hostile_workload
+from support import table_rows
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+#: what must never reach a terminal from a name: C0 controls but newline, DEL, C1, bidi/zero-width
+_UNSAFE = {chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x0A} | {"\u202e", "\u200b"}
+
+
+def test_hostile_names_in_batch_table_and_json(workloads, tmp_path: Path) -> None:
+    wl_path = hostile_workload(workloads.dynamic, tmp_path)
+    go = tmp_path / "go"
+    rec = tmp_path / "rec.jsonl"
+    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "table", "-d", "0.5", "--no-nvml", "--bpf",
+                           "--record", str(rec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert gt.stdout is not None and gt.stdout.readline().startswith(b"gputop - ")      # attached, first refresh
+    ops = ["launch:3000:40,2,1:128,1,1:2", "sleep:1500"]
+    wl = subprocess.Popen([str(wl_path), "--wait", str(go), *ops], stdout=subprocess.PIPE)
+    try:
+        assert wl.stdout is not None and wl.stdout.readline().startswith(b"ready")
+        time.sleep(1.0)                  # the exec event attaches gputop to the new process
+        go.touch()
+        assert wl.wait(timeout=60) == 0
+        time.sleep(1.5)                  # shown exited once, in the next refresh
+    finally:
+        wl.kill()
+        gt.terminate()
+        out_bytes, err = gt.communicate(timeout=60)
+    out = out_bytes.decode("utf-8", "strict")         # valid UTF-8: no stray byte either
+    assert not _UNSAFE & set(out), sorted(_UNSAFE & set(out))
+    assert b"Traceback" not in err
+    # every refresh is its summary line, then the table's header (no GPU lines without NVML)
+    lines = out.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("gputop - ")]
+    assert len(heads) >= 4 and all(lines[i + 1].split()[:2] == ["PID", "USER"] for i in heads)
+    rows = [r for r in table_rows(out) if r["PID"] == str(wl.pid)]
+    command = f"{COMM_SHOWN} --wait {go} {' '.join(ops)}"
+    assert rows and {r["COMMAND"] for r in rows} == {command, command + " (exited)"}
+    assert rows[-1]["COMMAND"] == command + " (exited)"
+    assert [(r["GRID"], r["BLOCK"]) for r in rows if r["GRID"] != "N/A"] == [("80", "128")]    # one refresh
+    # the same refreshes as JSON (--record): the raw text, valid Unicode, exact counts
+    snaps = [json.loads(line) for line in rec.read_text(encoding="utf-8").splitlines()]
+    mine = [p for s in snaps for p in s["processes"] if p["pid"] == wl.pid]
+    last = mine[-1]
+    assert last["state"] == "exited" and last["comm"] == COMM_JSON
+    assert last["cmdline"] == f"{tmp_path}/{COMM_JSON} --wait {go} {' '.join(ops)}"
+    assert last["total"]["launches"] == 3000 and sum(p["interval"]["launches"] for p in mine) == 3000
+    assert last["grid_blocks_hist"] == {"2^6": 3000} and last["block_threads_hist"] == {"2^7": 3000}
+    assert [(k["name"], k["launches"], k["grid_blocks_avg"]) for k in last["kernels"]] == [(KERNEL_JSON, 3000, 80.0)]
