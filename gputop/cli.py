@@ -258,9 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] == "doctor":
             from gputop import doctor
 
-            if len(argv) > 1:
-                raise GputopError(f"doctor takes no arguments: {' '.join(argv[1:])}", "run: gputop doctor", EX_USAGE)
-            return doctor.run(sys.stdout)
+            return doctor.main(argv[1:], sys.stdout)
         if argv and argv[0] == "exporter":
             from gputop.exporter import server
 

@@ -7,7 +7,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from gputop.sources import bpf, catalogue, discovery, kheaders, symbols
 from gputop.sources.uprobes import UprobeAttacher
@@ -180,3 +180,31 @@ def run(out: TextIO) -> int:
             failed = failed or (c.level == "FAIL" and c.needed_for_bpf)
     out.write("gputop can trace with BPF\n" if not failed else "gputop cannot trace with BPF here (see FAIL)\n")
     return 1 if failed else 0
+
+
+def main(argv: list[str], out: TextIO) -> int:
+    """`gputop doctor [--selftest [-n N] [--cudart PATH]]`."""
+    import argparse
+
+    from gputop.errors import EX_USAGE, GputopError
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise GputopError(message, "run: gputop doctor [--selftest [-n N] [--cudart PATH]]", EX_USAGE)
+
+    p = Parser(prog="gputop doctor", description="Check what gputop needs here and say how to fix each gap.")
+    p.add_argument("--selftest", action="store_true",
+                   help="on a GPU host: launch and copy known work in this process and check that gputop counts "
+                        "every figure exactly (exit 0 only then)")
+    p.add_argument("-n", type=int, default=1000, metavar="N", help="launches per layer in the self-test (default 1000)")
+    p.add_argument("--cudart", metavar="PATH", help="the libcudart the self-test uses (default: the newest found)")
+    args = p.parse_args(argv)
+    if not args.selftest and (args.cudart or args.n != 1000):
+        p.error("-n and --cudart apply to --selftest only")
+    if not 1 <= args.n <= 10_000_000:
+        p.error(f"-n must be from 1 to 10000000, not {args.n}")
+    if args.selftest:
+        from gputop import selftest
+
+        return selftest.run(out, launches=args.n, cudart=args.cudart)
+    return run(out)
