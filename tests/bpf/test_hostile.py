@@ -6,12 +6,15 @@ byte; the JSON keeps the raw text (escaped by JSON), the invalid byte as the tex
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from hostile_names import COMM_JSON, COMM_SHOWN, KERNEL_JSON, hostile_workload
+from hostile_names import COMM, COMM_JSON, COMM_SHOWN, KERNEL_JSON, hostile_workload
 from support import table_rows
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -49,7 +52,8 @@ def test_hostile_names_in_batch_table_and_json(workloads, tmp_path: Path) -> Non
     command = f"{COMM_SHOWN} --wait {go} {' '.join(ops)}"
     assert rows and {r["COMMAND"] for r in rows} == {command, command + " (exited)"}
     assert rows[-1]["COMMAND"] == command + " (exited)"
-    assert [(r["GRID"], r["BLOCK"]) for r in rows if r["GRID"] != "N/A"] == [("80", "128")]    # one refresh
+    shapes = [(r["GRID"], r["BLOCK"]) for r in rows if r["GRID"] != "N/A"]     # refreshes with launches
+    assert shapes and set(shapes) == {("80", "128")}
     # the same refreshes as JSON (--record): the raw text, valid Unicode, exact counts
     snaps = [json.loads(line) for line in rec.read_text(encoding="utf-8").splitlines()]
     mine = [p for s in snaps for p in s["processes"] if p["pid"] == wl.pid]
@@ -59,3 +63,21 @@ def test_hostile_names_in_batch_table_and_json(workloads, tmp_path: Path) -> Non
     assert last["total"]["launches"] == 3000 and sum(p["interval"]["launches"] for p in mine) == 3000
     assert last["grid_blocks_hist"] == {"2^6": 3000} and last["block_threads_hist"] == {"2^7": 3000}
     assert [(k["name"], k["launches"], k["grid_blocks_avg"]) for k in last["kernels"]] == [(KERNEL_JSON, 3000, 80.0)]
+
+
+def test_hostile_path_in_doctor(workloads, testbed, tmp_path: Path) -> None:
+    """`gputop doctor` lists the CUDA objects each process maps: a libcudart under a folder named
+    with escapes is listed with visible escapes. In a PID namespace of its own, so that the
+    process is among the 20 doctor lists whatever else runs on the host."""
+    folder = Path(os.fsdecode(os.fsencode(tmp_path) + b"/" + COMM))
+    folder.mkdir()
+    lib = folder / "libcudart.so.12"
+    shutil.copy(testbed.libcudart, lib)
+    script = (f"{shlex.quote(str(workloads.dlopen))} --cudart \"$LIB\" sleep:60000 & "
+              f"sleep 1; {shlex.quote(sys.executable)} -m gputop.cli doctor; kill $!")
+    res = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", script], capture_output=True,
+                         cwd=ROOT, timeout=300, env={**os.environ, "LIB": os.fsdecode(os.fsencode(lib))})
+    out = res.stdout.decode("utf-8", "strict")
+    assert not _UNSAFE & set(out), sorted(_UNSAFE & set(out))
+    shown = f"{tmp_path}/{COMM_SHOWN}/libcudart.so.12"
+    assert f"OK      pid 2: {shown}" in out.splitlines(), out     # pid 1 is the shell
