@@ -75,14 +75,16 @@ def program_path() -> Path:
 
 
 def load_bcc() -> ModuleType:
-    """The distro's bcc module (python3-bpfcc), whatever else is called ``bcc`` on sys.path."""
+    """The distro's bcc module (python3-bpfcc), whatever else is called ``bcc`` on sys.path: the first
+    in the dist-packages folders on sys.path (PYTHONPATH: an offline bundle's, docs/offline-install.md),
+    then the distro's. Only a package with bcc's ``libbcc.py`` counts (the PyPI ``bcc`` has none)."""
     mod = sys.modules.get("bcc")
     if mod is not None and hasattr(mod, "BPF"):
         return mod
     sys.modules.pop("bcc", None)
-    for d in _DIST_DIRS:
+    for d in dict.fromkeys([*(p for p in sys.path if Path(p).name == "dist-packages"), *_DIST_DIRS]):
         init = Path(d) / "bcc" / "__init__.py"
-        if not init.is_file():
+        if not init.is_file() or not (init.parent / "libbcc.py").is_file():
             continue
         spec = importlib.util.spec_from_file_location("bcc", init, submodule_search_locations=[str(init.parent)])
         if spec is None or spec.loader is None:
