@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -144,6 +145,20 @@ def _notice(message: str) -> None:
     print(f"gputop: {sanitize(message)}", file=sys.stderr, flush=True)
 
 
+def tracing_off(reason: str, hint: str) -> str:
+    """The one-line banner of a live view without the BPF source."""
+    return f"gputop: tracing is off ({reason}): NVML and host data only. To trace: {hint}"
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP end batch mode and the dashboard as SIGINT does: the probes detach, exit 0."""
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
 def _batch(args: argparse.Namespace) -> int:
     from itertools import islice
 
@@ -169,10 +184,13 @@ def _batch(args: argparse.Namespace) -> int:
             return EX_OK
         sampler = _sampler(args)
         assert isinstance(sampler, Sampler)
+        _stop_on_signals()
         sampler.open_bpf()
         if sampler.bpf_error is not None and args.bpf:
             sampler.close()
             raise sampler.bpf_error
+        if sampler.bpf_error is not None:       # one line: why, and how to turn it on
+            sys.stderr.write(sanitize(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint)) + "\n")
         try:
             i = 0
             while args.iterations is None or i < args.iterations:
@@ -193,19 +211,21 @@ def _batch(args: argparse.Namespace) -> int:
 def _dashboard(args: argparse.Namespace) -> int:
     from gputop.feed import Filters
     from gputop.record import ReplayFeed
-    from gputop.sources.bpf import has_privileges
+    from gputop.sources.bpfsys import ENABLE_HINT, privileges_error
     from gputop.ui.app import DashboardOptions, run_dashboard
 
     if not sys.stdout.isatty() or not sys.stdin.isatty():
         raise GputopError("the dashboard needs a terminal", "use batch mode: gputop -b -n 5 [-f json]", EX_USAGE)
-    if args.bpf and not args.replay and not has_privileges():
-        raise GputopError("tracing needs root or CAP_BPF and CAP_PERFMON", "run gputop as root (sudo gputop)",
-                        EX_NOPERM)
+    refusal = None if args.replay or args.no_bpf else privileges_error()
+    if args.bpf and refusal is not None:
+        raise GputopError(refusal, ENABLE_HINT, EX_NOPERM)
     # None: the interval, sort and theme saved in config.toml apply
     opts = DashboardOptions(interval_s=args.delay, sort=args.sort, filters=Filters(args.pid, args.user),
                             theme=args.theme, readonly=args.readonly, baseline=args.baseline,
-                            baseline_pid=args.baseline_pid, record=args.record)
+                            baseline_pid=args.baseline_pid, record=args.record,
+                            banner=tracing_off(refusal, ENABLE_HINT).removeprefix("gputop: ") if refusal else None)
     feed = ReplayFeed(args.replay) if args.replay else _sampler(args)
+    _stop_on_signals()      # as SIGINT: the app closes, the terminal is restored, the probes detach
     try:
         return run_dashboard(feed, opts)  # type: ignore[arg-type]
     except ValueError as e:

@@ -210,14 +210,15 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
 def main(argv: Sequence[str]) -> int:
     from gputop.feed import Filters
     from gputop.sampler import TOP_KERNELS, Sampler, SamplerConfig
-    from gputop.sources.bpf import has_privileges
+    from gputop.sources.bpfsys import privileges_error
 
     args = build_parser().parse_args(list(argv))
     if args.kernel_metrics > TOP_KERNELS:
         raise GputopError(f"--kernel-metrics {args.kernel_metrics}: gputop keeps the top {TOP_KERNELS} kernels "
                           "of each process", f"choose at most --kernel-metrics {TOP_KERNELS}", EX_USAGE)
-    if args.bpf and not has_privileges():
-        raise GputopError("tracing needs root or CAP_BPF and CAP_PERFMON",
+    refusal = privileges_error() if args.bpf else None
+    if refusal is not None:
+        raise GputopError(refusal,
                           "run the exporter as root, or with the capabilities of "
                           "deploy/systemd/gputop-exporter.service",
                           EX_NOPERM)

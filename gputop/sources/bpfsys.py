@@ -12,21 +12,106 @@ from pathlib import Path
 TRACEFS = Path("/sys/kernel/tracing")
 
 
-def has_privileges() -> bool:
-    """CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON, in the effective set (root normally has all)."""
+#: capability numbers (linux/capability.h)
+CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38,
+               "CAP_BPF": 39, "CAP_CHECKPOINT_RESTORE": 40}
+
+#: the least capability set that traces every process fully, and what each one is for; measured
+#: with setpriv as uid 65534 in tests/bpf/test_privileges.py (root has them all)
+TRACING_CAPS: dict[str, str] = {
+    "CAP_BPF": "load the BPF program and its maps",
+    "CAP_PERFMON": "attach uprobes and tracepoints",
+    "CAP_DAC_READ_SEARCH": "read tracefs (/sys/kernel/tracing is root's only) for the tracepoints",
+    "CAP_SYS_PTRACE": "read other users' /proc/PID/maps and /proc/PID/root: their CUDA libraries, containers",
+    "CAP_CHECKPOINT_RESTORE": "open /proc/PID/map_files: libraries deleted or replaced since a process loaded them",
+}
+#: without these, nothing is traced (the others only narrow what is)
+_REQUIRED = ("CAP_BPF", "CAP_PERFMON", "CAP_DAC_READ_SEARCH")
+#: what CAP_SYS_ADMIN also grants (older kernels know only it)
+_ADMIN_COVERS = ("CAP_BPF", "CAP_PERFMON", "CAP_CHECKPOINT_RESTORE")
+ENABLE_HINT = ("run gputop as root (sudo gputop), or grant it " + ",".join(TRACING_CAPS)
+               + " (setcap, systemd AmbientCapabilities=, or a container's capabilities)")
+
+
+def effective_caps() -> int:
+    """The effective capability set of this process as a bit mask (0 when unreadable)."""
     try:
         text = Path("/proc/self/status").read_text()
-        eff = int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("CapEff:")), 16)
+        return int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("CapEff:")), 16)
     except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def missing_caps(eff: int | None = None) -> list[str]:
+    """The capabilities of TRACING_CAPS this process lacks, in that order."""
+    eff = effective_caps() if eff is None else eff
+
+    def has(name: str) -> bool:
+        return bool(eff & (1 << CAP_NUMBERS[name]))
+
+    admin = has("CAP_SYS_ADMIN")
+    return [c for c in TRACING_CAPS if not has(c) and not (admin and c in _ADMIN_COVERS)]
+
+
+def _tracefs_readable() -> bool:
+    try:
+        return os.access(TRACEFS, os.R_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids)
+    except OSError:
         return False
-    cap_perfmon, cap_bpf, cap_sys_admin = 38, 39, 21
-    return bool(eff & (1 << cap_sys_admin)) or (bool(eff & (1 << cap_bpf)) and bool(eff & (1 << cap_perfmon)))
+
+
+def tracing_blockers(eff: int | None = None) -> list[str]:
+    """The missing capabilities without which nothing can be traced ([]: tracing can start).
+    CAP_DAC_READ_SEARCH counts only where tracefs is not readable without it."""
+    missing = missing_caps(eff)
+    return [c for c in _REQUIRED if c in missing and (c != "CAP_DAC_READ_SEARCH" or not _tracefs_readable())]
+
+
+def privileges_error() -> str | None:
+    """Why tracing cannot start for lack of privileges, naming each missing capability; None if it can."""
+    blockers = tracing_blockers()
+    if not blockers:
+        return None
+    return f"tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (root has them): missing {', '.join(blockers)}"
+
+
+def coverage_gaps() -> list[str]:
+    """The missing capabilities that leave some processes untraced while tracing works."""
+    return [c for c in missing_caps() if c not in _REQUIRED]
+
+
+def has_privileges() -> bool:
+    """Whether tracing can start: CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) in the effective set,
+    and tracefs readable (root, or CAP_DAC_READ_SEARCH)."""
+    return not tracing_blockers()
+
+
+def _is_dir(path: Path) -> bool:
+    """Path.is_dir, False where a directory on the way cannot be searched (tracefs without privileges)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def tracefs_mounted() -> bool | None:
+    """Whether tracefs is mounted at TRACEFS; None when that cannot be told (TRACEFS is unreadable)."""
+    try:
+        (TRACEFS / "events").stat()
+    except PermissionError:
+        return None
+    except OSError:
+        return False
+    return True
 
 
 def ensure_tracefs() -> str | None:
     """Mount tracefs if it is not mounted (bcc needs it for tracepoints); None or an error."""
-    if (TRACEFS / "events").is_dir():
+    mounted = tracefs_mounted()
+    if mounted:
         return None
+    if mounted is None:
+        return f"{TRACEFS} is not readable: tracing needs root or CAP_DAC_READ_SEARCH"
     try:
         subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True,
                        timeout=10)
@@ -36,7 +121,7 @@ def ensure_tracefs() -> str | None:
 
 
 def tracepoint_exists(category: str, event: str) -> bool:
-    return (TRACEFS / "events" / category / event).is_dir()
+    return _is_dir(TRACEFS / "events" / category / event)
 
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from support import table_rows
 
+from gputop.sources.bpfsys import ENABLE_HINT
+
 GPUTOP = [sys.executable, "-m", "gputop.cli"]
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -90,6 +92,11 @@ def test_batch_table_with_pid_filter_on_a_running_process(workloads, tmp_path) -
     assert 1500 <= rate <= 2500                         # paced at 2000/s over a 1 s refresh
 
 
+#: root without capabilities (its tracefs is its own: CAP_DAC_READ_SEARCH is not needed)
+NOPERM = ("tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (root has them): missing CAP_BPF, "
+          "CAP_PERFMON")
+
+
 def test_bpf_required_without_privileges_exits_77(tmp_path) -> None:
     # root without capabilities, as in a container without CAP_BPF
     cmd = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", *GPUTOP, "-b", "-n", "1", "-f", "json", "--no-nvml"]
@@ -97,11 +104,12 @@ def test_bpf_required_without_privileges_exits_77(tmp_path) -> None:
     res = subprocess.run([*cmd, "--bpf"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert res.returncode == 77
     lines = res.stderr.splitlines()
-    assert lines[0].startswith("gputop: error: tracing needs root") and lines[1].startswith("hint: ")
+    assert lines == [f"gputop: error: {NOPERM}", f"hint: {ENABLE_HINT}"]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert res.returncode == 0, res.stderr
+    # without --bpf: one line says why tracing is off and how to turn it on, the snapshot follows
+    assert res.stderr == f"gputop: tracing is off ({NOPERM}): NVML and host data only. To trace: {ENABLE_HINT}\n"
     snap = json.loads(res.stdout)
-    assert snap["sources"]["bpf"] == {"status": "unavailable", "reason": "tracing needs root or CAP_BPF and "
-                                      "CAP_PERFMON", "objects": None, "probes": None, "dropped": None,
-                                      "overhead_ns_per_s": None, "probe_hits_per_s": None, "headers": None,
-                                      "attach": None, "probes_failed": None}
+    assert snap["sources"]["bpf"] == {"status": "unavailable", "reason": NOPERM, "objects": None, "probes": None,
+                                      "dropped": None, "overhead_ns_per_s": None, "probe_hits_per_s": None,
+                                      "headers": None, "attach": None, "probes_failed": None}

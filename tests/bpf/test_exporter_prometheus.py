@@ -178,5 +178,6 @@ def test_bpf_required_without_privileges_exits_77() -> None:
                           "--no-nvml"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 77
     lines = res.stderr.splitlines()
-    assert lines[0] == "gputop: error: tracing needs root or CAP_BPF and CAP_PERFMON"
+    assert lines[0] == ("gputop: error: tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (root has them): "
+                        "missing CAP_BPF, CAP_PERFMON")
     assert lines[1].startswith("hint: run the exporter as root, or with the capabilities of")
