@@ -136,7 +136,7 @@ class CompareScreen(LiveScreen):
             cand = baseline.candidates[self.baseline_index % len(baseline.candidates)]
             self.a = cand.summary
             self._a_points = cand.points()
-            note_a = f"(baseline {baseline.path.name}, mean of {len(cand.samples)} samples)"
+            note_a = f"(baseline {fmt.text(baseline.path.name)}, mean of {len(cand.samples)} samples)"
         until = snap.time if snap else None
         gone_a = False
         if not self.uses_baseline:
