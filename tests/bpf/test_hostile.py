@@ -81,3 +81,31 @@ def test_hostile_path_in_doctor(workloads, testbed, tmp_path: Path) -> None:
     assert not _UNSAFE & set(out), sorted(_UNSAFE & set(out))
     shown = f"{tmp_path}/{COMM_SHOWN}/libcudart.so.12"
     assert f"OK      pid 2: {shown}" in out.splitlines(), out     # pid 1 is the shell
+
+
+def test_hostile_kernel_name_captured_at_registration(workloads, testbed, tmp_path: Path) -> None:
+    """A kernel named at __cudaRegisterFunction (the BPF side captures the name's bytes): the JSON
+    keeps it (the invalid byte as the text \\x9b), never U+FFFD, with exact counts."""
+    name = b"\x1b[31mREG\x07\x9b\xe2\x80\xaeK"
+    go = tmp_path / "go"
+    rec = tmp_path / "rec.jsonl"
+    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf",
+                           "--record", str(rec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert gt.stdout is not None and gt.stdout.readline().startswith(b"{")
+    argv = [os.fsencode(workloads.dlopen), b"--wait", os.fsencode(go), b"--cudart", os.fsencode(workloads.shim_runtime),
+            b"register:2:" + name, b"launch:700:3,1,1:32,1,1:2", b"sleep:1500"]
+    wl = subprocess.Popen(argv, stdout=subprocess.PIPE, env={**os.environ, "SHIM_LIBCUDA": str(testbed.libcuda)})
+    try:
+        assert wl.stdout is not None and wl.stdout.readline().startswith(b"ready")
+        time.sleep(1.0)
+        go.touch()
+        assert wl.wait(timeout=60) == 0
+        time.sleep(1.5)
+    finally:
+        wl.kill()
+        gt.terminate()
+        out, _ = gt.communicate(timeout=60)
+    assert not _UNSAFE & set(out.decode("utf-8", "strict"))         # JSON escapes every control character
+    mine = [p for line in rec.read_text().splitlines() for p in json.loads(line)["processes"] if p["pid"] == wl.pid]
+    assert mine[-1]["state"] == "exited" and mine[-1]["total"]["launches"] == 700
+    assert [(k["name"], k["launches"]) for k in mine[-1]["kernels"]] == [("\x1b[31mREG\x07\\x9b\u202eK", 700)]
