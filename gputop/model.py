@@ -109,6 +109,19 @@ class ProcSample:
     #: process's identity: a PID the kernel gives to a new process is a new row whose counts start
     #: from zero. None: unknown (the process went before gputop read it)
     start_time: float | None = None
+    #: fleet view (``gputop --prometheus``): the exporter's node name (``gputop_build_info``) and its
+    #: Prometheus scrape target; None on a single host
+    node: str | None = None
+    instance: str | None = None
+
+    @property
+    def key(self) -> ProcKey:
+        """The process's identity in a view: PIDs repeat across nodes (and exporters) of a fleet."""
+        return (self.instance, self.pid)
+
+
+#: (instance, pid): instance is None on a single host
+ProcKey = tuple[str | None, int]
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,8 @@ class GpuSample:
     mig_instance: int | None = None
     #: why values are None (NotSupported, NoPermission, GPU lost...), by field
     reasons: Mapping[str, str] | None = None
+    #: fleet view: the node (``gputop_build_info``'s node label) the GPU is in; None on a single host
+    node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,9 +181,10 @@ class Snapshot:
     processes: tuple[ProcSample, ...] = ()
     schema: str = SCHEMA
 
-    def process(self, pid: int) -> ProcSample | None:
+    def process(self, which: int | ProcKey) -> ProcSample | None:
+        """The process with this PID (the first one), or with this key (``ProcSample.key``)."""
         for p in self.processes:
-            if p.pid == pid:
+            if p.pid == which if isinstance(which, int) else p.key == which:
                 return p
         return None
 
