@@ -18,7 +18,7 @@ Commands:
   privapt.py sources [--nvidia]          print the private sources (deb822) this machine yields
   privapt.py nvidia-libs STATE DEST      libcuda.so.1 + libnvidia-ml.so.1 into DEST (the test bed)
   privapt.py bundle STATE DEST [--kernel RELEASE]... [--headers-meta PKG]
-                                          bcc's packages and fallback kernel headers into DEST/debs and
+                                          bcc's and binutils' packages and fallback kernel headers into DEST/debs and
                                           DEST/headers, their list in DEST/debs.json (the offline bundle)
 """
 
@@ -41,8 +41,9 @@ from pathlib import Path
 ETC_APT = Path("/etc/apt")
 OS_RELEASE = Path("/etc/os-release")
 
-#: the packages gputop needs from the distro (python3-bpfcc pulls libbpfcc, LLVM, clang and python3)
-BCC_PACKAGES = ("python3-bpfcc",)
+#: the packages gputop needs from the distro: python3-bpfcc (with libbpfcc, LLVM, clang and python3) and
+#: binutils (c++filt demangles kernel names)
+BUNDLE_PACKAGES = ("python3-bpfcc", "binutils")
 #: the Debian packages holding libcuda.so.1 and libnvidia-ml.so.1 (component non-free)
 DEBIAN_NVIDIA = ("libcuda1", "libnvidia-ml1")
 #: pockets of a release that belong to it (its fixes), beside the release itself; never -backports/-proposed.
@@ -286,20 +287,21 @@ class Deb:
     filename: str       # as apt-get download names it (epoch's ':' as %3a)
     size: int
     uri: str
-    checksum: str       # "<Type>:<hex>" from the index
+    checksum: str       # "<Type>:<hex>" from the index, or ""
     sha256: str = field(default="", compare=False)
 
 
 def parse_print_uris(text: str) -> list[Deb]:
-    """``apt-get --print-uris`` lines: 'URI' file size hash."""
+    """``apt-get --print-uris`` lines: 'URI' file size hash (the hash may be missing, as it is for
+    packages of Debian's security archive)."""
     out: list[Deb] = []
     for line in text.splitlines():
-        m = re.match(r"^'([^']+)'\s+(\S+)\s+(\d+)\s+(\S+)", line)
+        m = re.match(r"^'([^']+)'\s+(\S+)\s+(\d+)(?:\s+(\S+))?", line)
         if m is None or not m.group(2).endswith(".deb"):
             continue
         uri, filename, size, checksum = m.groups()
         name, version, arch = urllib.parse.unquote(filename[:-4]).split("_")
-        out.append(Deb(name, version, arch, filename, int(size), uri, checksum))
+        out.append(Deb(name, version, arch, filename, int(size), uri, checksum or ""))
     return out
 
 
@@ -450,7 +452,7 @@ def bundle(state: Path, dest: Path, kernels: Sequence[str], headers_meta: str | 
     apt, release = machine_apt(state)
     apt.update()
     base = apt.base()
-    debs = [d for d in apt.closure(BCC_PACKAGES) if d.name not in base]
+    debs = [d for d in apt.closure(BUNDLE_PACKAGES) if d.name not in base]
     meta = headers_meta or ("linux-headers-generic" if release.family == "ubuntu" else
                             "linux-headers-" + subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
                                                               text=True, check=True).stdout.strip())
