@@ -59,7 +59,7 @@ def assert_error(res: subprocess.CompletedProcess[str], code: int, message: str)
     (["-s", "nosuchcolumn"], "unknown sort column 'nosuchcolumn'"),
     (["-n", "3"], "-n only applies to batch mode"),
     (["-b", "--replay", "/nonexistent.jsonl"], "no such file"),
-    (["doctor", "--now"], "doctor takes no arguments"),
+    (["doctor", "--now"], "unrecognized arguments: --now"),
     (["--theme", "neon"], "unknown theme 'neon'"),
     (["--baseline-pid", "5"], "--baseline-pid needs --baseline FILE"),
     (["-f", "json"], "-f only applies to batch mode"),

@@ -65,7 +65,7 @@ def test_json_keeps_raw_text_and_writes_invalid_utf8_as_visible_escapes() -> Non
     import json
     from pathlib import Path
 
-    from gputop.model import snapshot_from_json, snapshot_to_json
+    from gputop.model import snapshot_from_json, snapshot_to_dict, snapshot_to_json
 
     line = (Path(__file__).resolve().parents[1] / "data" / "scenario.jsonl").read_text().splitlines()[2]
     snap = snapshot_from_json(line)
@@ -83,4 +83,5 @@ def test_json_keeps_raw_text_and_writes_invalid_utf8_as_visible_escapes() -> Non
     assert '"comm":"\\u001b[2J\\u001b[31mEVIL\\u0007\\\\x9b\\u202eok"' in text
     # displays show the same either way: live (a surrogate) or replayed (the text \\x9b)
     assert sanitize(d["comm"]) == sanitize(HOSTILE) == "\\x1b[2J\\x1b[31mEVIL\\x07\\x9b\\u{202e}ok"
-    assert snapshot_to_json(snap) == line                # text without surrogates is written as before
+    # text without lone surrogates is written as json.dumps writes it
+    assert snapshot_to_json(snap) == json.dumps(snapshot_to_dict(snap), separators=(",", ":"))
