@@ -80,6 +80,44 @@ WHEEL=$(ls "$TMP"/build/gputop-*.whl 2>/dev/null | head -n1)
 ls "$TMP"/wheels/*.whl >/dev/null 2>&1 && [ -n "$(ls "$TMP"/wheels/gputop-*.whl 2>/dev/null)" ] \
     || die "the wheels of gputop's dependencies could not be downloaded (see pip's output above)" \
         "check pip's configuration (pip config list) and that wheels exist for Python $PYVER"
+# pip evaluates environment markers (python_version < "3.11": tomli) for the Python it runs on, not for
+# --python-version: add what the target's markers ask for until nothing is missing
+"$PIP_PY" - "$TMP/wheels" "$PYVER" "$ARCH" "${PLATFORMS[@]}" <<'PYEOF' || die "the wheels for Python $PYVER are \
+incomplete (see above)" "check that wheels of every dependency exist for Python $PYVER"
+import re, subprocess, sys, zipfile
+from pathlib import Path
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+wheels, pyver, arch, platforms = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+env = {"python_version": pyver, "python_full_version": pyver + ".0", "implementation_name": "cpython",
+       "platform_python_implementation": "CPython", "sys_platform": "linux", "platform_system": "Linux",
+       "platform_machine": arch, "os_name": "posix", "extra": ""}
+def canon(name): return re.sub(r"[-_.]+", "-", name).lower()
+for _ in range(20):
+    have, need = set(), {}
+    for whl in wheels.glob("*.whl"):
+        with zipfile.ZipFile(whl) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+            text = z.read(meta).decode()
+        have.add(canon(re.search(r"^Name: (.+)$", text, re.M).group(1).strip()))
+        for line in re.findall(r"^Requires-Dist: (.+)$", text, re.M):
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate(env):
+                need[canon(req.name)] = f"{req.name}{req.specifier}"
+    missing = [spec for name, spec in need.items() if name not in have]
+    if not missing:
+        sys.exit(0)
+    print(f"offline-bundle: for Python {pyver} also {', '.join(missing)}", file=sys.stderr)
+    res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                          "--python-version", pyver, "--implementation", "cp", *platforms, "-d", str(wheels),
+                          *missing], stderr=subprocess.PIPE, text=True)
+    sys.stderr.writelines(l for l in res.stderr.splitlines(True) if not l.startswith("WARNING: Location"))
+    if res.returncode != 0:
+        sys.exit(1)
+sys.exit("offline-bundle: the requirements do not settle")
+PYEOF
 rm -rf "$DIR/wheels"
 mv "$TMP/wheels" "$DIR/wheels"
 
