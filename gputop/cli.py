@@ -211,7 +211,7 @@ def _batch(args: argparse.Namespace) -> int:
 def _dashboard(args: argparse.Namespace) -> int:
     from gputop.feed import Filters
     from gputop.record import ReplayFeed
-    from gputop.sources.bpfsys import ENABLE_HINT, privileges_error
+    from gputop.sources.bpfsys import ENABLE_HINT, privileges_error, tracing_blockers
     from gputop.ui.app import DashboardOptions, run_dashboard
 
     if not sys.stdout.isatty() or not sys.stdin.isatty():
@@ -223,7 +223,8 @@ def _dashboard(args: argparse.Namespace) -> int:
     opts = DashboardOptions(interval_s=args.delay, sort=args.sort, filters=Filters(args.pid, args.user),
                             theme=args.theme, readonly=args.readonly, baseline=args.baseline,
                             baseline_pid=args.baseline_pid, record=args.record,
-                            banner=tracing_off(refusal, ENABLE_HINT).removeprefix("gputop: ") if refusal else None)
+                            banner=f"tracing is off (missing {', '.join(tracing_blockers())}): NVML and host data "
+                            "only. To trace: sudo gputop, or grant what gputop doctor lists" if refusal else None)
     feed = ReplayFeed(args.replay) if args.replay else _sampler(args)
     _stop_on_signals()      # as SIGINT: the app closes, the terminal is restored, the probes detach
     try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from gputop.sources import bpf, catalogue, discovery, kheaders, symbols
+from gputop.sources import bpf, bpfsys, catalogue, discovery, kheaders, symbols
 from gputop.sources.uprobes import UprobeAttacher
 from gputop.textsafe import sanitize
 
@@ -24,15 +24,22 @@ class Check:
     needed_for_bpf: bool = True
 
 
-def _privileges() -> Check:
-    if bpf.has_privileges() and os.geteuid() == 0:
-        return Check("privileges", "OK", "running as root")
-    if bpf.has_privileges():
-        return Check("privileges", "WARN", "CAP_BPF and CAP_PERFMON, not root: other users' processes "
-                     "cannot be inspected (/proc/PID/maps, map_files), so their CUDA libraries are not found",
-                     "add CAP_SYS_PTRACE and CAP_CHECKPOINT_RESTORE, or run as root", needed_for_bpf=False)
-    return Check("privileges", "FAIL", "neither root nor CAP_BPF + CAP_PERFMON",
-                 "run as root (sudo gputop) or grant CAP_BPF,CAP_PERFMON")
+def _privileges() -> list[Check]:
+    """One line for the whole, then one per missing capability of the least set that traces fully."""
+    missing = bpfsys.missing_caps()
+    blockers = bpfsys.tracing_blockers()
+    who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+    if not missing:
+        return [Check("privileges", "OK", f"{who}, with every capability tracing needs: "
+                      f"{', '.join(bpfsys.TRACING_CAPS)}")]
+    if blockers:
+        head = Check("privileges", "FAIL", f"{who}: tracing is off, missing {', '.join(blockers)}", bpfsys.ENABLE_HINT)
+    else:
+        head = Check("privileges", "WARN", f"{who}: tracing works, but some processes may go untraced",
+                     bpfsys.ENABLE_HINT, needed_for_bpf=False)
+    return [head] + [Check(f"  {cap}", "FAIL" if cap in blockers else "WARN", f"missing: needed to {why}",
+                           needed_for_bpf=cap in blockers)
+                     for cap, why in bpfsys.TRACING_CAPS.items() if cap in missing]
 
 
 def _kernel() -> list[Check]:
@@ -57,7 +64,10 @@ def _kernel() -> list[Check]:
 
 
 def _tracefs() -> list[Check]:
-    mounted = (bpf.TRACEFS / "events").is_dir()
+    mounted = bpfsys.tracefs_mounted()
+    if mounted is None:
+        return [Check("tracefs", "FAIL", f"{bpf.TRACEFS} is not readable (root's only): tracepoints cannot be "
+                      "checked or used", "run as root, or grant CAP_DAC_READ_SEARCH")]
     out = [Check("tracefs", "OK" if mounted else "WARN",
                  f"mounted at {bpf.TRACEFS}" if mounted else f"not mounted at {bpf.TRACEFS}",
                  "" if mounted else "gputop mounts it when it starts; or: mount -t tracefs nodev /sys/kernel/tracing",
@@ -99,7 +109,7 @@ def _compile() -> list[Check]:
     """Compile and load a one-line BPF program with the chosen headers: proof the chain works.
     Then ask the kernel how uprobes will attach."""
     if not bpf.has_privileges():
-        return [Check("BPF compile", "FAIL", "skipped: needs privileges", "run as root")]
+        return [Check("BPF compile", "FAIL", "skipped: tracing is off (see privileges)", bpfsys.ENABLE_HINT)]
     try:
         mod = bpf.load_bcc()
         bpf.use_headers()
@@ -154,6 +164,8 @@ def _cuda_objects() -> list[Check]:
     procs = discovery.pids_mapping(set(found))
     detail = (f"{len(found)} CUDA object(s) mapped by {len(procs)} process(es); "
               f"libcudart/libcuda files on the host: {', '.join(files) or 'none in the usual places'}")
+    if "CAP_PERFMON" in bpfsys.missing_caps():
+        detail += " (only processes of this user: other users' maps need CAP_PERFMON)"
     level = "OK" if found or files else "WARN"
     fix = "" if found else "start a CUDA program; gputop attaches to it within one refresh"
     return [Check("CUDA objects", level, detail, fix, needed_for_bpf=False)] + [

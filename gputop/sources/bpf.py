@@ -279,8 +279,8 @@ class BpfSource:
         if refusal is not None:
             raise BpfUnavailable(refusal, ENABLE_HINT, noperm=True)
         gaps = coverage_gaps()
-        self._gaps = (f"missing {', '.join(gaps)}: processes of other users, in containers or with deleted "
-                      "libraries may go untraced" if gaps else None)
+        self._gaps = (f"missing {', '.join(gaps)}: processes whose CUDA library exists only in a container, or was "
+                      "deleted or replaced since they loaded it, may go untraced" if gaps else None)
         bcc = load_bcc()
         err = ensure_tracefs()
         if err:

@@ -17,13 +17,15 @@ CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 
                "CAP_BPF": 39, "CAP_CHECKPOINT_RESTORE": 40}
 
 #: the least capability set that traces every process fully, and what each one is for; measured
-#: with setpriv as uid 65534 in tests/bpf/test_privileges.py (root has them all)
+#: with setpriv as uid 65534 in tests/bpf/test_privileges.py (root has them all). Other users'
+#: /proc/PID/maps need only CAP_PERFMON.
 TRACING_CAPS: dict[str, str] = {
     "CAP_BPF": "load the BPF program and its maps",
     "CAP_PERFMON": "attach uprobes and tracepoints",
     "CAP_DAC_READ_SEARCH": "read tracefs (/sys/kernel/tracing is root's only) for the tracepoints",
-    "CAP_SYS_PTRACE": "read other users' /proc/PID/maps and /proc/PID/root: their CUDA libraries, containers",
-    "CAP_CHECKPOINT_RESTORE": "open /proc/PID/map_files: libraries deleted or replaced since a process loaded them",
+    "CAP_SYS_PTRACE": "open other users' libraries through /proc/PID/root: those that exist only in a container",
+    "CAP_CHECKPOINT_RESTORE": "open /proc/PID/map_files (with CAP_SYS_PTRACE): libraries deleted or replaced "
+                              "since a process loaded them",
 }
 #: without these, nothing is traced (the others only narrow what is)
 _REQUIRED = ("CAP_BPF", "CAP_PERFMON", "CAP_DAC_READ_SEARCH")

@@ -1,6 +1,6 @@
 """The image of deploy/Containerfile, built here with podman from a Debian base made with debootstrap
 (no image registry is reachable), run as the DaemonSet runs it — the host's PID namespace, tracefs
-read-only, every capability dropped but the four tracing needs — against a workload on the host.
+read-only, every capability dropped but the five tracing needs — against a workload on the host.
 
 Workarounds this VM needs, none of them in the image or the manifests: ``--runtime runc`` (crun
 refuses hybrid cgroup hierarchies), ulimits no higher than the caller's hard limits (crun and runc

@@ -38,7 +38,7 @@ def test_systemd_unit_verifies_clean(unit: Path, tmp_path: Path) -> None:
 
 def test_exporter_unit_runs_unprivileged_with_exactly_the_tracing_capabilities() -> None:
     unit = DEPLOY / "systemd" / "gputop-exporter.service"
-    caps = ["CAP_BPF", "CAP_PERFMON", "CAP_DAC_READ_SEARCH", "CAP_SYS_PTRACE"]
+    caps = ["CAP_BPF", "CAP_PERFMON", "CAP_DAC_READ_SEARCH", "CAP_SYS_PTRACE", "CAP_CHECKPOINT_RESTORE"]
     assert unit_caps(unit, "AmbientCapabilities") == caps
     assert unit_caps(unit, "CapabilityBoundingSet") == caps
     assert "DynamicUser=yes" in unit.read_text().splitlines()

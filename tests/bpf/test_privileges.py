@@ -1,0 +1,192 @@
+"""Privileges, measured as uid 65534 (setpriv) with exact capability sets.
+
+The least set that traces every process is gputop's TRACING_CAPS (CAP_BPF, CAP_PERFMON,
+CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_CHECKPOINT_RESTORE): with exactly it, batch mode counts three
+root-owned processes exactly: one on the host, one whose libcudart exists only in its own mount
+namespace (a container), one whose libcudart copy was deleted after it loaded it. Dropping any one of
+the set loses tracing (CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH: --bpf exits 77 naming it) or
+exactly the processes that capability reaches. Without any, the dashboard and batch mode still run
+(NVML and host data) with one line saying why tracing is off and how to turn it on, and
+`gputop doctor` completes every check, names each missing capability and exits 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import support
+import test_deploy_caps
+from support import ROOT, Workloads
+from test_deploy_caps import NOBODY, as_nobody
+
+from gputop.sources.bpfsys import ENABLE_HINT, TRACING_CAPS
+
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from tmux_driver import TmuxSession, have_tmux
+
+# the fixtures of the deploy test: an unprivileged user's gputop command, a cache folder it owns
+gputop_as_nobody = test_deploy_caps.gputop_as_nobody
+cache = test_deploy_caps.cache
+
+LEAST = [c.removeprefix("CAP_").lower() for c in TRACING_CAPS]
+#: launches of each workload: on the host, in its own mount namespace, from a deleted library
+EXPECTED = {"host": 6000, "container": 999, "deleted": 777}
+
+
+def env_for(cache_dir: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_CACHE_HOME": str(cache_dir), "HOME": "/nonexistent"}
+
+
+def traced(command: tuple[str, ...], caps: list[str], workloads: Workloads, testbed: support.Testbed,
+           tmp: Path, cache_dir: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, int | None]]:
+    """Batch mode as uid 65534 with ``caps`` while the three workloads run (started before gputop,
+    released once its first snapshot is out); their total launches as gputop reported them."""
+    tmp.chmod(0o755)
+    go = tmp / "go"
+    lib = tmp / "libcudart.so.12"
+    shutil.copy(testbed.libcudart, lib)
+    hidden = tmp / "ns-only"
+    hidden.mkdir()
+    ns = f"mount -t tmpfs tmpfs {hidden} && cp {testbed.libcudart} {hidden}/ && exec \"$@\""
+    procs = {
+        "host": subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:6000:40,2,1:128,1,1:0"],
+                                 stdout=subprocess.PIPE),
+        "container": subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", ns, "sh",
+                                       str(workloads.dlopen), "--wait", str(go), "--cudart",
+                                       f"{hidden}/libcudart.so.12", "launch:999:3,1,1:96,1,1:2"],
+                                      stdout=subprocess.PIPE),
+        "deleted": subprocess.Popen([str(workloads.dlopen), "--wait", str(go), "--cudart", str(lib),
+                                     "launch:777:1,1,1:1,1,1:0"], stdout=subprocess.PIPE),
+    }
+    pids = {}
+    for k, p in procs.items():
+        assert p.stdout is not None
+        pids[k] = int(p.stdout.readline().split()[1])
+    lib.unlink()                # as an upgrade does: the process keeps the old file mapped
+    try:
+        g = subprocess.Popen([*as_nobody(caps), *command, "-b", "-f", "json", "-d", "1", "-n", "5", "--no-nvml"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,
+                             env=env_for(cache_dir))
+        assert g.stdout is not None
+        first = g.stdout.readline()
+        go.touch()
+        out, err = g.communicate(timeout=120)
+    finally:
+        for p in procs.values():
+            if p.wait(timeout=60) != 0:
+                raise AssertionError("a workload failed")
+    totals: dict[int, int] = {}
+    lines = [ln for ln in [first, *out.splitlines()] if ln.strip()]
+    for ln in lines:
+        for proc in json.loads(ln)["processes"]:
+            if proc["total"] is not None:
+                totals[proc["pid"]] = proc["total"]["launches"]
+    res = subprocess.CompletedProcess(g.args, g.returncode, "\n".join(lines), err)
+    return res, {k: totals.get(pid) for k, pid in pids.items()}
+
+
+def bpf_status(res: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    status: dict[str, object] = json.loads(res.stdout.splitlines()[-1])["sources"]["bpf"]
+    return status
+
+
+def test_the_least_set_traces_every_process_exactly(gputop_as_nobody: tuple[str, ...], cache: Path,
+                                                    workloads: Workloads, testbed: support.Testbed,
+                                                    tmp_path: Path) -> None:
+    assert LEAST == ["bpf", "perfmon", "dac_read_search", "sys_ptrace", "checkpoint_restore"]
+    res, seen = traced(gputop_as_nobody, LEAST, workloads, testbed, tmp_path, cache)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert seen == EXPECTED
+    st = bpf_status(res)
+    assert (st["status"], st["reason"]) == ("ok", None)
+
+
+@pytest.mark.parametrize("dropped", ["bpf", "perfmon", "dac_read_search"])
+def test_without_a_required_capability_bpf_exits_77_naming_it(gputop_as_nobody: tuple[str, ...],
+                                                               cache: Path, dropped: str, tmp_path: Path) -> None:
+    caps = [c for c in LEAST if c != dropped]
+    res = subprocess.run([*as_nobody(caps), *gputop_as_nobody, "-b", "-n", "1", "--no-nvml", "--bpf"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env_for(cache))
+    assert res.returncode == 77
+    assert res.stderr.splitlines() == [
+        "gputop: error: tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (root has them): "
+        f"missing CAP_{dropped.upper()}", f"hint: {ENABLE_HINT}"]
+
+
+@pytest.mark.parametrize(("dropped", "missed"), [("sys_ptrace", {"container", "deleted"}),
+                                                 ("checkpoint_restore", {"deleted"})])
+def test_without_a_reach_capability_exactly_its_processes_are_missed(
+        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads,
+        testbed: support.Testbed, tmp_path: Path, dropped: str, missed: set[str]) -> None:
+    res, seen = traced(gputop_as_nobody, [c for c in LEAST if c != dropped], workloads, testbed, tmp_path, cache)
+    assert res.returncode == 0, res.stderr
+    assert seen == {k: None if k in missed else v for k, v in EXPECTED.items()}
+    st = bpf_status(res)
+    assert st["status"] == "ok"
+    assert str(st["reason"]).startswith(f"missing CAP_{dropped.upper()}: processes whose CUDA library")
+
+
+def test_without_privileges_batch_mode_runs_and_says_why(gputop_as_nobody: tuple[str, ...], cache: Path,
+                                                          tmp_path: Path) -> None:
+    res = subprocess.run([*as_nobody([]), *gputop_as_nobody, "-b", "-n", "1", "-f", "json", "--no-nvml"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env_for(cache))
+    assert res.returncode == 0
+    why = ("tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (root has them): missing CAP_BPF, "
+           "CAP_PERFMON, CAP_DAC_READ_SEARCH")
+    assert res.stderr == f"gputop: tracing is off ({why}): NVML and host data only. To trace: {ENABLE_HINT}\n"
+    snap = json.loads(res.stdout)
+    assert (snap["sources"]["bpf"]["status"], snap["sources"]["bpf"]["reason"]) == ("unavailable", why)
+
+
+@pytest.mark.skipif(not have_tmux(), reason="tmux not installed")
+def test_without_privileges_the_dashboard_runs_with_a_banner(gputop_as_nobody: tuple[str, ...]) -> None:
+    home = Path(tempfile.mkdtemp(prefix="gputop-nobody-"))     # reachable unprivileged, unlike /tmp/pytest-of-root
+    home.chmod(0o755)
+    os.chown(home, NOBODY, NOBODY)
+    env = {"XDG_CACHE_HOME": str(home), "XDG_CONFIG_HOME": str(home), "HOME": str(home)}
+    with TmuxSession([*as_nobody([]), *gputop_as_nobody, "--no-nvml"], env=env, width=160, height=30,
+                     cwd=home) as t:
+        screen = t.wait_for("BPF off", timeout=60)
+        banner = [ln.strip() for ln in screen.splitlines() if "tracing is off" in ln]
+        assert banner == ["tracing is off (missing CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH): NVML and host data "
+                          "only. To trace: sudo gputop, or grant what gputop doctor lists"]
+        t.send_keys("q")
+        assert t.wait_exit(30) == 0
+    shutil.rmtree(home)
+
+
+def test_doctor_without_privileges_completes_and_names_each_capability(
+        gputop_as_nobody: tuple[str, ...], cache: Path, tmp_path: Path) -> None:
+    res = subprocess.run([*as_nobody([]), *gputop_as_nobody, "doctor"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env=env_for(cache))
+    assert (res.returncode, res.stderr) == (1, "")
+    lines = res.stdout.splitlines()
+    assert lines[0] == (f"FAIL  privileges: uid {NOBODY}: tracing is off, missing CAP_BPF, CAP_PERFMON, "
+                        "CAP_DAC_READ_SEARCH")
+    assert [ln.split(":")[0] for ln in lines if ln.startswith(("FAIL    CAP_", "WARN    CAP_"))] == [
+        "FAIL    CAP_BPF", "FAIL    CAP_PERFMON", "FAIL    CAP_DAC_READ_SEARCH", "WARN    CAP_SYS_PTRACE",
+        "WARN    CAP_CHECKPOINT_RESTORE"]
+    names = [ln[6:].split(":")[0] for ln in lines if ln[:4] in ("OK  ", "WARN", "FAIL")]
+    for check in ("kernel", "uprobes", "kprobes", "BTF", "tracefs", "bcc", "kernel headers", "BPF compile", "NVML",
+                  "CUDA objects"):
+        assert check in names, res.stdout
+    assert lines[-1] == "gputop cannot trace with BPF here (see FAIL)"
+
+
+def test_doctor_with_the_least_set_passes(gputop_as_nobody: tuple[str, ...], cache: Path,
+                                          tmp_path: Path) -> None:
+    started = time.monotonic()
+    res = subprocess.run([*as_nobody(LEAST), *gputop_as_nobody, "doctor"], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path, env=env_for(cache))
+    assert (res.returncode, res.stderr) == (0, ""), res.stdout
+    assert res.stdout.splitlines()[0] == (f"OK    privileges: uid {NOBODY}, with every capability tracing needs: "
+                                          + ", ".join(TRACING_CAPS))
+    assert "OK    BPF compile: a test program compiled and loaded" in res.stdout
+    assert time.monotonic() - started < 180
