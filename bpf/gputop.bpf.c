@@ -124,8 +124,9 @@ BPF_TABLE("lru_hash", u64, u8, exec_mmap, 1024);
 BPF_HASH(aliases, struct tkey_t, u64, MAX_NAMES);
 BPF_PERCPU_ARRAY(zero_proc, struct proc_t, 1);
 BPF_PERCPU_ARRAY(name_scratch, struct name_t, 1);
-// 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures, 6 events, 7 batch entries past BATCH_MAX
-BPF_ARRAY(dropped, u64, 8);
+// 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures, 6 events, 7 batch entries past BATCH_MAX,
+// 8 copies to or from CUDA arrays (their bytes are not known)
+BPF_ARRAY(dropped, u64, 16);
 BPF_RINGBUF_OUTPUT(events, 64);
 
 static __always_inline void drop(u32 what) {
@@ -495,7 +496,7 @@ static __always_inline u32 classify(u32 tgid, u64 dst, u64 src) {
 static __always_inline int copy_kind(struct pt_regs *ctx, int driver, u64 dst, u64 src, u64 bytes,
                                      u64 kind) {
     u32 tgid = current_tgid();
-    if (driver && nested(ctx, tgid))
+    if (nested(ctx, tgid))              // the runtime calling the driver, or its own public entry
         return 0;
     struct proc_t *p = proc_get(tgid);
     if (!p)
@@ -549,6 +550,134 @@ int drv_memcpy_peer(struct pt_regs *ctx) {
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM5(ctx), 3);
 }
 
+// cudaMemcpyToSymbol(symbol, src, count, offset, kind) (+Async, _ptds, _ptsz): a symbol is device
+// memory; kind 1 h2d, 3 d2d, 4 (default) from the source's tracked kind
+static __always_inline u32 side_dir(u32 other, u32 host_dir) {
+    return other == K_PINNED ? host_dir : other == K_DEVICE ? D_D2D : D_UNK;
+}
+int rt_memcpy_to_symbol(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    if (nested(ctx, tgid))
+        return 0;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    u32 kind = PT_REGS_PARM5(ctx) & 0xffffffff;
+    u32 dir = kind == 1 ? D_H2D : kind == 3 ? D_D2D : kind == 4 ? side_dir(kind_of(tgid, PT_REGS_PARM2(ctx)), D_H2D)
+                                                                 : D_UNK;
+    count_copy(p, dir, PT_REGS_PARM3(ctx));
+    return 0;
+}
+// cudaMemcpyFromSymbol(dst, symbol, count, offset, kind): kind 2 d2h, 3 d2d, 4 from the destination
+int rt_memcpy_from_symbol(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    if (nested(ctx, tgid))
+        return 0;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    u32 kind = PT_REGS_PARM5(ctx) & 0xffffffff;
+    u32 dir = kind == 2 ? D_D2H : kind == 3 ? D_D2D : kind == 4 ? side_dir(kind_of(tgid, PT_REGS_PARM1(ctx)), D_D2H)
+                                                                 : D_UNK;
+    count_copy(p, dir, PT_REGS_PARM3(ctx));
+    return 0;
+}
+
+// cudaMemcpy3D(const cudaMemcpy3DParms *p) (+Async, _ptds, _ptsz): srcArray @0, srcPtr.ptr @32,
+// dstArray @64, dstPtr.ptr @96, extent {width, height, depth} @128, kind @152. With an array on
+// either side the width counts elements of unknown size: the copy is counted as dropped ("array").
+int rt_memcpy3d(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    if (nested(ctx, tgid))
+        return 0;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    u64 a = PT_REGS_PARM1(ctx);
+    if (read_u64(a) || read_u64(a + 64)) {
+        drop(8);
+        return 0;
+    }
+    u64 e[3] = {};
+    bpf_probe_read_user(e, sizeof(e), (void *)(a + 128));
+    u64 dst = read_u64(a + 96), src = read_u64(a + 32);
+    u32 kind = read_u32(a + 152);
+    u32 dir = kind <= 3 ? (kind == 0 ? D_H2H : kind == 1 ? D_H2D : kind == 2 ? D_D2H : D_D2D)
+                        : classify(tgid, dst, src);
+    count_copy(p, dir, e[0] * e[1] * e[2]);
+    return 0;
+}
+// cudaMemcpy3DPeer(const cudaMemcpy3DPeerParms *p) (+Async): srcArray @0, dstArray @72, extent @144; d2d
+int rt_memcpy3d_peer(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    if (nested(ctx, tgid))
+        return 0;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    u64 a = PT_REGS_PARM1(ctx);
+    if (read_u64(a) || read_u64(a + 72)) {
+        drop(8);
+        return 0;
+    }
+    u64 e[3] = {};
+    bpf_probe_read_user(e, sizeof(e), (void *)(a + 144));
+    count_copy(p, D_D2D, e[0] * e[1] * e[2]);
+    return 0;
+}
+
+// one side of a driver 2D/3D copy: CUmemorytype 1 host, 2 device, 3 array, 4 unified (the pointer
+// is in the device field: its tracked kind decides). Returns K_PINNED for host, K_DEVICE, K_NONE
+// (unknown) or 0xff for an array.
+static __always_inline u32 drv_side(u32 tgid, u32 type, u64 device) {
+    if (type == 1) return K_PINNED;
+    if (type == 2) return K_DEVICE;
+    if (type == 3) return 0xff;
+    if (type == 4) {
+        u32 k = kind_of(tgid, device);
+        return k == K_DEVICE || k == K_PINNED ? k : K_NONE;
+    }
+    return K_NONE;
+}
+// a driver 2D/3D copy from its descriptor: the offsets of srcMemoryType, srcDevice, dstMemoryType,
+// dstDevice and of WidthInBytes (Height, Depth follow; depth 1 for 2D)
+static __always_inline int drv_copy_desc(struct pt_regs *ctx, u32 st, u32 sd, u32 dt, u32 dd, u32 w, int is3d) {
+    u32 tgid = current_tgid();
+    if (nested(ctx, tgid))
+        return 0;
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    u64 a = PT_REGS_PARM1(ctx);
+    u32 s = drv_side(tgid, read_u32(a + st), read_u64(a + sd));
+    u32 d = drv_side(tgid, read_u32(a + dt), read_u64(a + dd));
+    if (s == 0xff || d == 0xff) {
+        drop(8);
+        return 0;
+    }
+    u64 e[3] = {};                      // (an initialiser with a 1 would be .rodata, which bcc lacks)
+    e[2] = 1;                           // depth of a 2D copy
+    bpf_probe_read_user(e, is3d ? 24 : 16, (void *)(a + w));
+    count_copy(p, (DIR_TABLE >> (3 * ((s & 3) * 4 + (d & 3)))) & 7, e[0] * e[1] * e[2]);
+    return 0;
+}
+// CUDA_MEMCPY2D: srcMemoryType @16, srcDevice @32, dstMemoryType @72, dstDevice @88, WidthInBytes @112
+int drv_memcpy2d(struct pt_regs *ctx) { return drv_copy_desc(ctx, 16, 32, 72, 88, 112, 0); }
+// CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER (a context where 3D has a reserved field): srcMemoryType @32,
+// srcDevice @48, dstMemoryType @120, dstDevice @136, WidthInBytes @176
+int drv_memcpy3d(struct pt_regs *ctx) { return drv_copy_desc(ctx, 32, 48, 120, 136, 176, 1); }
+
+// legacy v1 driver copies: 32-bit device pointers and byte counts
+int drv_memcpy_htod32(struct pt_regs *ctx) {
+    return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx) & 0xffffffff, 1);
+}
+int drv_memcpy_dtoh32(struct pt_regs *ctx) {
+    return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx) & 0xffffffff, 2);
+}
+int drv_memcpy_dtod32(struct pt_regs *ctx) {
+    return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx) & 0xffffffff, 3);
+}
+
 // Batch copies: cudaMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, [failIdx,]
 // stream) and the driver's cuMemcpyBatchAsync(_v2) with the same first four arguments. One call of
 // `count` copies counts `count` copies, each with its own size; a batch carries no copy kind, so each
@@ -584,33 +713,99 @@ int drv_memcpy_batch(struct pt_regs *ctx) { return copy_batch(ctx, 1); }
 
 // ------------------------------------------------------------------ allocations
 
-// entry: (out-pointer, size) in rdi, rsi for every allocation entry point in the catalogue
-static __always_inline int alloc_enter(struct pt_regs *ctx, u32 kind) {
+// How an allocation's result is read at its return (pending_t.kind's high bits; the low byte is
+// the kind K_*): F_PLAIN *out is the pointer and `size` its size; F_OUT32 *out is a 32-bit pointer
+// (legacy v1 driver calls); F_PITCH size = *pitch (pending_t.name) x height (`size`); F_3D: *out is a
+// cudaPitchedPtr {ptr, pitch, ...}, size = pitch x height x depth (`size`); F_HANDLE: *out is a
+// cuMemCreate handle (physical memory, no address yet); F_MAP: a cuMemMap of a handle's memory at
+// address `out`: its range is classified from then on, nothing is allocated.
+#define F_PLAIN 0
+#define F_OUT32 (1 << 8)
+#define F_PITCH (2 << 8)
+#define F_3D (3 << 8)
+#define F_HANDLE (4 << 8)
+#define F_MAP (5 << 8)
+#define HANDLE_TAG (1ULL << 63)     // allocs keys of handles: never a user-space address
+
+// an allocation call: counted at entry (calls, bytes asked for); its result read by alloc_return.
+// Calls nested in another allocation call (the runtime calling the driver) and calls the runtime
+// makes to its own public entry points (the caller is CUDA code) are not the application's.
+static __always_inline int alloc_call(struct pt_regs *ctx, u32 kind, u64 out, u64 asked, u64 size, u64 extra,
+                                      u32 flags) {
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *pa = pend_alloc.lookup(&tid);
-    if (enter_nested(pa, ctx))         // the runtime calling the driver: counted by the outer call
+    if (enter_nested(pa, ctx))
         return 0;
-    struct proc_t *p = proc_get(tid >> 32);
+    u32 tgid = tid >> 32;
+    if (nested(ctx, tgid))
+        return 0;
+    struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
-    u64 size = PT_REGS_PARM2(ctx);
-    __sync_fetch_and_add(&p->alloc_calls, 1);
-    __sync_fetch_and_add(&p->alloc_bytes, size);
-    if (kind == K_MANAGED) {
-        __sync_fetch_and_add(&p->managed_alloc_calls, 1);
-        __sync_fetch_and_add(&p->managed_alloc_bytes, size);
+    if (flags != F_MAP) {
+        __sync_fetch_and_add(&p->alloc_calls, 1);
+        __sync_fetch_and_add(&p->alloc_bytes, asked);
+        if (kind == K_MANAGED) {
+            __sync_fetch_and_add(&p->managed_alloc_calls, 1);
+            __sync_fetch_and_add(&p->managed_alloc_bytes, asked);
+        }
     }
     struct pending_t n = {};
-    n.out = PT_REGS_PARM1(ctx);
+    n.out = out;
     n.size = size;
-    n.kind = kind;
+    n.name = extra;
+    n.kind = kind | flags;
     pending_init(&n, ctx);
     pend_alloc.update(&tid, &n);
     return 0;
 }
+// (out-pointer, size): cudaMalloc(Async, FromPoolAsync), cuMemAlloc_v2(Async, FromPoolAsync), ...
+static __always_inline int alloc_enter(struct pt_regs *ctx, u32 kind) {
+    u64 size = PT_REGS_PARM2(ctx);
+    return alloc_call(ctx, kind, PT_REGS_PARM1(ctx), size, size, 0, F_PLAIN);
+}
 int alloc_device(struct pt_regs *ctx) { return alloc_enter(ctx, K_DEVICE); }
 int alloc_managed(struct pt_regs *ctx) { return alloc_enter(ctx, K_MANAGED); }
 int alloc_pinned(struct pt_regs *ctx) { return alloc_enter(ctx, K_PINNED); }
+// legacy cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes), cuMemAllocHost(void **pp, unsigned int bytes)
+int alloc_device32(struct pt_regs *ctx) {
+    u64 size = PT_REGS_PARM2(ctx) & 0xffffffff;
+    return alloc_call(ctx, K_DEVICE, PT_REGS_PARM1(ctx), size, size, 0, F_OUT32);
+}
+int alloc_pinned32(struct pt_regs *ctx) {
+    u64 size = PT_REGS_PARM2(ctx) & 0xffffffff;
+    return alloc_call(ctx, K_PINNED, PT_REGS_PARM1(ctx), size, size, 0, F_PLAIN);
+}
+// cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height), cuMemAllocPitch_v2(..., elemSize):
+// width x height asked for; pitch x height allocated
+int alloc_pitch(struct pt_regs *ctx) {
+    u64 h = PT_REGS_PARM4(ctx);
+    return alloc_call(ctx, K_DEVICE, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx) * h, h, PT_REGS_PARM2(ctx), F_PITCH);
+}
+// cudaMalloc3D(cudaPitchedPtr *out, cudaExtent {width, height, depth} passed in memory at [sp+8])
+int alloc_3d(struct pt_regs *ctx) {
+    u64 e[3] = {};
+    bpf_probe_read_user(e, sizeof(e), (void *)(PT_REGS_SP(ctx) + 8));
+    return alloc_call(ctx, K_DEVICE, PT_REGS_PARM1(ctx), e[0] * e[1] * e[2], e[1] * e[2], 0, F_3D);
+}
+// cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, flags):
+// physical memory on the device or the host, by prop->location.type (offset 8: 1 device, 2..4 host)
+int alloc_handle(struct pt_regs *ctx) {
+    u32 loc = read_u32(PT_REGS_PARM3(ctx) + 8);
+    u32 kind = loc == 1 ? K_DEVICE : (loc >= 2 && loc <= 4) ? K_PINNED : K_NONE;
+    u64 size = PT_REGS_PARM2(ctx);
+    return alloc_call(ctx, kind, PT_REGS_PARM1(ctx), size, size, 0, F_HANDLE);
+}
+// cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, handle, flags): the range takes the kind of
+// the handle's memory (unknown when gputop did not see the handle created)
+int map_handle(struct pt_regs *ctx) {
+    struct tkey_t k = {.tgid = current_tgid(), .addr = PT_REGS_PARM4(ctx) | HANDLE_TAG};
+    struct alloc_t *a = allocs.lookup(&k);
+    if (!a)
+        return 0;
+    u64 size = PT_REGS_PARM2(ctx);
+    return alloc_call(ctx, a->kind & 0xff, PT_REGS_PARM1(ctx), 0, size, 0, F_MAP);
+}
 
 static __always_inline int range_put(u32 tgid, u64 a, u32 bits, u32 kind, int del) {
     struct range_key_t k = {};
@@ -655,46 +850,76 @@ int alloc_return(struct pt_regs *ctx) {
     struct pending_t *pa = pend_alloc.lookup(&tid);
     if (!leave_outermost(pa))
         return 0;
-    if (PT_REGS_RC(ctx) != 0)           // cudaSuccess == CUDA_SUCCESS == 0
+    if (PT_REGS_RC(ctx) & 0xffffffff)   // cudaSuccess == CUDA_SUCCESS == 0 (a 32-bit enum)
         return 0;
     u32 tgid = tid >> 32;
-    u64 ptr = read_u64(pa->out);
+    u32 flags = pa->kind & ~0xffU, kind = pa->kind & 0xff;
+    u64 size = pa->size;
+    if (flags == F_MAP) {
+        add_ranges(tgid, pa->out, size, kind, 0);
+        return 0;
+    }
+    u64 ptr = flags == F_OUT32 ? read_u32(pa->out) : read_u64(pa->out);
     if (!ptr)
         return 0;
-    struct tkey_t k = {.tgid = tgid, .addr = ptr};
-    struct alloc_t a = {.size = pa->size, .kind = pa->kind};
+    if (flags == F_PITCH)
+        size *= read_u64(pa->name);
+    else if (flags == F_3D)
+        size *= read_u64(pa->out + 8);
+    struct tkey_t k = {.tgid = tgid, .addr = flags == F_HANDLE ? ptr | HANDLE_TAG : ptr};
+    struct alloc_t a = {.size = size, .kind = kind};
     if (allocs.update(&k, &a) != 0) {
         drop(3);
         return 0;
     }
-    add_ranges(tgid, ptr, pa->size, pa->kind, 0);
+    if (flags != F_HANDLE)
+        add_ranges(tgid, ptr, size, kind, 0);
     struct proc_t *p = proc_get(tgid);
     if (p)
-        __sync_fetch_and_add(&p->live_bytes, pa->size);
+        __sync_fetch_and_add(&p->live_bytes, size);
     return 0;
 }
 
-static __always_inline int free_at(struct pt_regs *ctx, int driver) {
+// a free of `addr` (an allocs key): its bytes stop being live, its range stops being classified
+static __always_inline int free_key(struct pt_regs *ctx, u64 addr) {
     u32 tgid = current_tgid();
-    if (driver && nested(ctx, tgid))
+    if (nested(ctx, tgid))
         return 0;
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
     __sync_fetch_and_add(&p->free_calls, 1);
-    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
+    struct tkey_t k = {.tgid = tgid, .addr = addr};
     struct alloc_t *a = allocs.lookup(&k);
     if (!a)
         return 0;
     u64 size = a->size;
     u32 kind = a->kind;
     allocs.delete(&k);
-    add_ranges(tgid, k.addr, size, kind, 1);
+    if (!(addr & HANDLE_TAG))
+        add_ranges(tgid, k.addr, size, kind, 1);
     __sync_fetch_and_add(&p->live_bytes, -(s64)size);
     return 0;
 }
-int rt_free(struct pt_regs *ctx) { return free_at(ctx, 0); }
-int drv_free(struct pt_regs *ctx) { return free_at(ctx, 1); }
+// cudaFree(Async), cudaFreeHost, cuMemFree_v2(Async), cuMemFreeHost: (pointer, ...)
+int rt_free(struct pt_regs *ctx) { return free_key(ctx, PT_REGS_PARM1(ctx)); }
+int drv_free(struct pt_regs *ctx) { return free_key(ctx, PT_REGS_PARM1(ctx)); }
+// legacy cuMemFree(CUdeviceptr_v1). The address goes through the stack as an unknown value: a
+// bounded one makes the verifier walk add_ranges' loops path by path (too many instructions).
+int drv_free32(struct pt_regs *ctx) {
+    u64 v = PT_REGS_PARM1(ctx) & 0xffffffff, addr = 0;
+    bpf_probe_read_kernel(&addr, sizeof(addr), &v);
+    return free_key(ctx, addr);
+}
+// cuMemRelease(handle): the physical memory of a cuMemCreate goes
+int release_handle(struct pt_regs *ctx) { return free_key(ctx, PT_REGS_PARM1(ctx) | HANDLE_TAG); }
+// cuMemUnmap(ptr, size): the range is no longer classified (the handle's memory stays live)
+int unmap_range(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    if (!nested(ctx, tgid))
+        add_ranges(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), K_NONE, 1);
+    return 0;
+}
 
 // ------------------------------------------------------------------ prefetch
 

@@ -46,7 +46,7 @@ NDIR = 5
 NB = 32
 LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAMES": 16384,
           "MAX_THREADS": 16384, "MAX_CODE": 262144}
-DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch")
+DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array")
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
 STATS_WINDOW_S = 1.0  # BPF run-time statistics are on for this long...

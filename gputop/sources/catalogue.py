@@ -63,6 +63,22 @@ COPY = (
     + _variants(("cuMemcpy", "cuMemcpy_ptds", "cuMemcpyAsync", "cuMemcpyAsync_ptsz"), "drv_memcpy")
     + _variants(("cuMemcpyPeer", "cuMemcpyPeer_ptds", "cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"),
                 "drv_memcpy_peer")
+    + _variants(("cudaMemcpyToSymbol", "cudaMemcpyToSymbol_ptds", "cudaMemcpyToSymbolAsync",
+                 "cudaMemcpyToSymbolAsync_ptsz"), "rt_memcpy_to_symbol")
+    + _variants(("cudaMemcpyFromSymbol", "cudaMemcpyFromSymbol_ptds", "cudaMemcpyFromSymbolAsync",
+                 "cudaMemcpyFromSymbolAsync_ptsz"), "rt_memcpy_from_symbol")
+    + _variants(("cudaMemcpy3D", "cudaMemcpy3D_ptds", "cudaMemcpy3DAsync", "cudaMemcpy3DAsync_ptsz"), "rt_memcpy3d")
+    + _variants(("cudaMemcpy3DPeer", "cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync", "cudaMemcpy3DPeerAsync_ptsz"),
+                "rt_memcpy3d_peer")
+    + _variants(("cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds", "cuMemcpy2DAsync_v2", "cuMemcpy2DAsync_v2_ptsz",
+                 "cuMemcpy2DUnaligned_v2", "cuMemcpy2DUnaligned_v2_ptds"), "drv_memcpy2d")
+    + _variants(("cuMemcpy3D_v2", "cuMemcpy3D_v2_ptds", "cuMemcpy3DAsync_v2", "cuMemcpy3DAsync_v2_ptsz",
+                 "cuMemcpy3DPeer", "cuMemcpy3DPeer_ptds", "cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync_ptsz"),
+                "drv_memcpy3d")
+    # legacy v1 driver names (32-bit device pointers and sizes), for programs built against old headers
+    + _variants(("cuMemcpyHtoD", "cuMemcpyHtoDAsync"), "drv_memcpy_htod32")
+    + _variants(("cuMemcpyDtoH", "cuMemcpyDtoHAsync"), "drv_memcpy_dtoh32")
+    + _variants(("cuMemcpyDtoD", "cuMemcpyDtoDAsync"), "drv_memcpy_dtod32")
     # batches (CUDA 12.8+): one call counts each of its copies (bpf/gputop.bpf.c, copy_batch)
     + _variants(("cudaMemcpyBatchAsync", "cudaMemcpyBatchAsync_ptsz"), "rt_memcpy_batch")
     + _variants(("cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz", "cuMemcpyBatchAsync_v2",
@@ -70,12 +86,26 @@ COPY = (
 )
 
 ALLOC = (
-    _variants(("cudaMalloc", "cuMemAlloc_v2"), "alloc_device", "alloc_return")
+    _variants(("cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaMallocFromPoolAsync",
+               "cudaMallocFromPoolAsync_ptsz", "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+               "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"), "alloc_device", "alloc_return")
+    + _variants(("cudaMallocPitch", "cuMemAllocPitch_v2"), "alloc_pitch", "alloc_return")
+    + _variants(("cudaMalloc3D",), "alloc_3d", "alloc_return")
     + _variants(("cudaMallocManaged", "cuMemAllocManaged"), "alloc_managed", "alloc_return")
     + _variants(("cudaMallocHost", "cudaHostAlloc", "cuMemAllocHost_v2", "cuMemHostAlloc"),
                 "alloc_pinned", "alloc_return")
-    + _variants(("cudaFree", "cudaFreeHost"), "rt_free")
-    + _variants(("cuMemFree_v2", "cuMemFreeHost"), "drv_free")
+    # virtual memory management (PyTorch's expandable segments, NCCL): physical memory is allocated
+    # and freed by handle; mapping it gives it an address that copies are classified by
+    + _variants(("cuMemCreate",), "alloc_handle", "alloc_return")
+    + _variants(("cuMemMap",), "map_handle", "alloc_return")
+    + _variants(("cuMemUnmap",), "unmap_range")
+    + _variants(("cuMemRelease",), "release_handle")
+    # legacy v1 driver names: 32-bit device pointers and sizes
+    + _variants(("cuMemAlloc",), "alloc_device32", "alloc_return")
+    + _variants(("cuMemAllocHost",), "alloc_pinned32", "alloc_return")
+    + _variants(("cuMemFree",), "drv_free32")
+    + _variants(("cudaFree", "cudaFreeHost", "cudaFreeAsync", "cudaFreeAsync_ptsz"), "rt_free")
+    + _variants(("cuMemFree_v2", "cuMemFreeHost", "cuMemFreeAsync", "cuMemFreeAsync_ptsz"), "drv_free")
 )
 
 PREFETCH = (

@@ -23,6 +23,23 @@
 //   prefetch_batch:N:C:BYTES  cudaMemPrefetchBatchAsync of C ranges, range i of BYTES*(i+1) bytes; the
 //                             first C/2 ranges go to device 0, the rest to the host (two locations)
 //   memcpy_batch:N:C:BYTES    cudaMemcpyBatchAsync of C copies, copy i of BYTES*(i+1) bytes
+//   malloc_async:N:BYTES  malloc_pool:N:BYTES  free_async:N      cudaMallocAsync, cudaMallocFromPoolAsync,
+//                             cudaFreeAsync (the free of the last allocation; host_buf when none)
+//   malloc_pitch:N:W:H  malloc_3d:N:W:H:D   cudaMallocPitch, cudaMalloc3D
+//   device_reset:N            cudaDeviceReset (the shim frees memory of its own in it)
+//   to_symbol:N:BYTES:KIND  from_symbol:N:BYTES:KIND   cudaMemcpyToSymbol / FromSymbol on stub 0's address
+//                             and host_buf (or the last allocation when KIND is 4)
+//   memcpy3d:N:W:H:D:KIND     cudaMemcpy3D between host_buf and the last allocation (or host_buf)
+//   memcpy3d_array:N          cudaMemcpy3D from a (made-up) CUDA array
+//   memcpy3d_peer:N:W:H:D     cudaMemcpy3DPeer
+//   cu_alloc_async:N:BYTES  cu_free_async:N  cu_alloc_pitch:N:W:H
+//   cu_create:N:BYTES:LOC     cuMemCreate of BYTES at location type LOC (1 device, 2 host)
+//   cu_map:N:BYTES            cuMemAddressReserve BYTES, cuMemMap the last handle there (once; N maps)
+//   cu_unmap:N:BYTES  cu_release:N      cuMemUnmap the last mapping, cuMemRelease the last handle
+//   cu_memcpy2d:N:W:H:ST:DT   cuMemCpy2D_v2 of W x H bytes, source/destination CUmemorytype ST/DT
+//                             (4 = unified: the last mapping or allocation)
+//   cu_memcpy3d:N:W:H:D:ST:DT cuMemcpy3D_v2 likewise
+//   cu_alloc32:N:BYTES  cu_free32:N  cu_htod32:N:BYTES  cu_dtoh32:N:BYTES  cu_dtod32:N:BYTES   (v1 names)
 //   classify_batch:N:BYTES    allocate 2 device + 1 pinned buffers, then N cudaMemcpyBatchAsync calls of 4
 //                             copies of BYTES each: h2d, d2h, d2d and pageable->device (unknown)
 //   classify:N:BYTES   allocate 2 device + 2 pinned buffers, then N times each cudaMemcpyDefault
@@ -103,6 +120,22 @@ typedef int (*prefetch_batch_t)(void **, size_t *, size_t, mem_location *, size_
 // CUDA 12.8/12.9: (..., numAttrs, size_t *failIdx, stream); CUDA 13: (..., numAttrs, stream). Passing
 // NULL for both trailing arguments suits either.
 typedef int (*memcpy_batch_t)(void **, void **, size_t *, size_t, void *, size_t *, size_t, void *, void *);
+// the layouts of cuda.h / driver_types.h (x86-64)
+typedef struct { void *ptr; size_t pitch, xsize, ysize; } pitched_ptr;
+typedef struct { size_t width, height, depth; } extent3;
+typedef struct { size_t x, y, z; } pos3;
+typedef struct { void *src_array; pos3 src_pos; pitched_ptr src; void *dst_array; pos3 dst_pos; pitched_ptr dst;
+                 extent3 extent; int kind; } memcpy3d_parms;
+typedef struct { void *src_array; pos3 src_pos; pitched_ptr src; int src_device; void *dst_array; pos3 dst_pos;
+                 pitched_ptr dst; int dst_device; extent3 extent; } memcpy3d_peer_parms;
+typedef struct { int type, handle_types; int loc_type, loc_id; void *win32; unsigned char flags[8]; } alloc_prop;
+typedef struct { size_t src_x, src_y; int src_type; const void *src_host; uint64_t src_device; void *src_array;
+                 size_t src_pitch; size_t dst_x, dst_y; int dst_type; void *dst_host; uint64_t dst_device;
+                 void *dst_array; size_t dst_pitch; size_t width, height; } cu_memcpy2d_desc;
+typedef struct { size_t src_x, src_y, src_z, src_lod; int src_type; const void *src_host; uint64_t src_device;
+                 void *src_array; void *reserved0; size_t src_pitch, src_height; size_t dst_x, dst_y, dst_z, dst_lod;
+                 int dst_type; void *dst_host; uint64_t dst_device; void *dst_array; void *reserved1;
+                 size_t dst_pitch, dst_height; size_t width, height, depth; } cu_memcpy3d_desc;
 
 static struct {
     launch_t launch, launch_ptsz, launch_coop, launch_internal;
@@ -131,6 +164,22 @@ static struct {
     prefetch_loc_t prefetch_v2;
     prefetch_batch_t prefetch_batch;
     memcpy_batch_t memcpy_batch;
+    int (*malloc_async)(void **, size_t, void *), (*malloc_pool)(void **, size_t, void *, void *);
+    int (*free_async)(void *, void *), (*malloc_pitch)(void **, size_t *, size_t, size_t);
+    int (*malloc_3d)(pitched_ptr *, extent3), (*device_reset)(void);
+    int (*to_symbol)(const void *, const void *, size_t, size_t, int);
+    int (*from_symbol)(void *, const void *, size_t, size_t, int);
+    int (*memcpy3d)(const memcpy3d_parms *), (*memcpy3d_peer)(const memcpy3d_peer_parms *);
+    int (*cu_alloc_async)(uint64_t *, size_t, void *), (*cu_free_async)(uint64_t, void *);
+    int (*cu_alloc_pitch)(uint64_t *, size_t *, size_t, size_t, unsigned);
+    int (*cu_create)(uint64_t *, size_t, const alloc_prop *, unsigned long long);
+    int (*cu_reserve)(uint64_t *, size_t, size_t, uint64_t, unsigned long long);
+    int (*cu_map)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
+    int (*cu_unmap)(uint64_t, size_t), (*cu_release)(uint64_t);
+    int (*cu_memcpy2d)(const cu_memcpy2d_desc *), (*cu_memcpy3d)(const cu_memcpy3d_desc *);
+    int (*cu_alloc32)(uint32_t *, unsigned), (*cu_free32)(uint32_t);
+    int (*cu_htod32)(uint32_t, const void *, unsigned), (*cu_dtoh32)(void *, uint32_t, unsigned);
+    int (*cu_dtod32)(uint32_t, uint32_t, unsigned);
 } api;
 
 #ifdef LINKED
@@ -212,6 +261,16 @@ static void bind_cudart(const char *path) {
     SYM(h, prefetch_batch, "cudaMemPrefetchBatchAsync");
     SYM(h, memcpy_batch, "cudaMemcpyBatchAsync");
     api.plain_takes_location = !api.prefetch_v2 && api.prefetch_batch;
+    SYM(h, malloc_async, "cudaMallocAsync");
+    SYM(h, malloc_pool, "cudaMallocFromPoolAsync");
+    SYM(h, free_async, "cudaFreeAsync");
+    SYM(h, malloc_pitch, "cudaMallocPitch");
+    SYM(h, malloc_3d, "cudaMalloc3D");
+    SYM(h, device_reset, "cudaDeviceReset");
+    SYM(h, to_symbol, "cudaMemcpyToSymbol");
+    SYM(h, from_symbol, "cudaMemcpyFromSymbol");
+    SYM(h, memcpy3d, "cudaMemcpy3D");
+    SYM(h, memcpy3d_peer, "cudaMemcpy3DPeer");
 }
 
 static void bind_cuda(const char *path) {
@@ -223,10 +282,27 @@ static void bind_cuda(const char *path) {
     SYM(h, cu_dtod, "cuMemcpyDtoD_v2");
     SYM(h, cu_memcpy, "cuMemcpy");
     SYM(h, cu_ctx_sync, "cuCtxSynchronize");
+    SYM(h, cu_alloc_async, "cuMemAllocAsync");
+    SYM(h, cu_free_async, "cuMemFreeAsync");
+    SYM(h, cu_alloc_pitch, "cuMemAllocPitch_v2");
+    SYM(h, cu_create, "cuMemCreate");
+    SYM(h, cu_reserve, "cuMemAddressReserve");
+    SYM(h, cu_map, "cuMemMap");
+    SYM(h, cu_unmap, "cuMemUnmap");
+    SYM(h, cu_release, "cuMemRelease");
+    SYM(h, cu_memcpy2d, "cuMemcpy2D_v2");
+    SYM(h, cu_memcpy3d, "cuMemcpy3D_v2");
+    SYM(h, cu_alloc32, "cuMemAlloc");
+    SYM(h, cu_free32, "cuMemFree");
+    SYM(h, cu_htod32, "cuMemcpyHtoD");
+    SYM(h, cu_dtoh32, "cuMemcpyDtoH");
+    SYM(h, cu_dtod32, "cuMemcpyDtoD");
 }
 
 static int nops;
 static char **ops;
+static void *last_alloc;          // the last allocation that succeeded (malloc_*)
+static uint64_t last_handle, last_map;
 static char host_buf[1 << 20];
 
 #define NEED(f) do { if (!api.f) { fprintf(stderr, "cuda_workload: %s not bound\n", #f); exit(4); } } while (0)
@@ -514,6 +590,148 @@ static void run_op(const char *op) {
             int dev = atoi(b);
             mem_location loc = {dev < 0 ? 2 : 1, dev < 0 ? 0 : dev};
             api.prefetch_v2(host_buf, strtoull(a, NULL, 10), loc, 0, NULL);
+        } else if (!strcmp(name, "malloc_async") || !strcmp(name, "malloc_pool")) {
+            void *p = NULL;
+            int rc;
+            if (name[7] == 'a') {
+                NEED(malloc_async);
+                rc = api.malloc_async(&p, strtoull(a, NULL, 10), NULL);
+            } else {
+                NEED(malloc_pool);
+                rc = api.malloc_pool(&p, strtoull(a, NULL, 10), NULL, NULL);
+            }
+            if (rc == 0 && p)
+                last_alloc = p;
+        } else if (!strcmp(name, "free_async")) {
+            NEED(free_async);
+            api.free_async(last_alloc ? last_alloc : host_buf, NULL);
+            last_alloc = NULL;
+        } else if (!strcmp(name, "malloc_pitch")) {
+            NEED(malloc_pitch);
+            void *p = NULL;
+            size_t pitch = 0;
+            if (api.malloc_pitch(&p, &pitch, strtoull(a, NULL, 10), strtoull(b, NULL, 10)) == 0 && p)
+                last_alloc = p;
+        } else if (!strcmp(name, "malloc_3d")) {
+            NEED(malloc_3d);
+            pitched_ptr out = {0};
+            extent3 ext = {strtoull(a, NULL, 10), strtoull(b, NULL, 10), strtoull(c, NULL, 10)};
+            if (api.malloc_3d(&out, ext) == 0 && out.ptr)
+                last_alloc = out.ptr;
+        } else if (!strcmp(name, "device_reset")) {
+            NEED(device_reset);
+            api.device_reset();
+        } else if (!strcmp(name, "to_symbol")) {
+            NEED(to_symbol);
+            int kind = atoi(b);
+            api.to_symbol((const void *)stubs[0], kind == 4 && last_alloc ? last_alloc : host_buf,
+                          strtoull(a, NULL, 10), 0, kind);
+        } else if (!strcmp(name, "from_symbol")) {
+            NEED(from_symbol);
+            int kind = atoi(b);
+            api.from_symbol(kind == 4 && last_alloc ? last_alloc : host_buf, (const void *)stubs[0],
+                            strtoull(a, NULL, 10), 0, kind);
+        } else if (!strcmp(name, "memcpy3d") || !strcmp(name, "memcpy3d_array")) {
+            NEED(memcpy3d);
+            memcpy3d_parms p3;
+            memset(&p3, 0, sizeof(p3));
+            size_t w = strtoull(a, NULL, 10);
+            p3.src = (pitched_ptr){host_buf, w, w, 1};
+            p3.dst = (pitched_ptr){last_alloc ? last_alloc : host_buf + 64, w, w, 1};
+            p3.extent = (extent3){w, strtoull(b, NULL, 10), strtoull(c, NULL, 10)};
+            p3.kind = atoi(e);
+            if (name[8] == '_') {
+                p3.src_array = (void *)0xa11a7;
+                p3.extent = (extent3){16, 16, 1};
+            }
+            api.memcpy3d(&p3);
+        } else if (!strcmp(name, "memcpy3d_peer")) {
+            NEED(memcpy3d_peer);
+            memcpy3d_peer_parms pp;
+            memset(&pp, 0, sizeof(pp));
+            size_t w = strtoull(a, NULL, 10);
+            pp.src = (pitched_ptr){host_buf, w, w, 1};
+            pp.dst = (pitched_ptr){host_buf + 64, w, w, 1};
+            pp.dst_device = 1;
+            pp.extent = (extent3){w, strtoull(b, NULL, 10), strtoull(c, NULL, 10)};
+            api.memcpy3d_peer(&pp);
+        } else if (!strcmp(name, "cu_alloc_async")) {
+            NEED(cu_alloc_async);
+            uint64_t d = 0;
+            if (api.cu_alloc_async(&d, strtoull(a, NULL, 10), NULL) == 0 && d)
+                last_alloc = (void *)(uintptr_t)d;
+        } else if (!strcmp(name, "cu_free_async")) {
+            NEED(cu_free_async);
+            api.cu_free_async((uint64_t)(uintptr_t)(last_alloc ? last_alloc : host_buf), NULL);
+            last_alloc = NULL;
+        } else if (!strcmp(name, "cu_alloc_pitch")) {
+            NEED(cu_alloc_pitch);
+            uint64_t d = 0;
+            size_t pitch = 0;
+            api.cu_alloc_pitch(&d, &pitch, strtoull(a, NULL, 10), strtoull(b, NULL, 10), 4);
+        } else if (!strcmp(name, "cu_create")) {
+            NEED(cu_create);
+            alloc_prop prop;
+            memset(&prop, 0, sizeof(prop));
+            prop.type = 1;                              // CU_MEM_ALLOCATION_TYPE_PINNED
+            prop.loc_type = atoi(b);
+            uint64_t h = 0;
+            if (api.cu_create(&h, strtoull(a, NULL, 10), &prop, 0) == 0)
+                last_handle = h;
+        } else if (!strcmp(name, "cu_map")) {
+            NEED(cu_map);
+            NEED(cu_reserve);
+            size_t size = strtoull(a, NULL, 10);
+            if (!last_map)
+                api.cu_reserve(&last_map, size, 0, 0, 0);
+            api.cu_map(last_map ? last_map : 0x7000000000ULL, size, 0, last_handle, 0);
+        } else if (!strcmp(name, "cu_unmap")) {
+            NEED(cu_unmap);
+            api.cu_unmap(last_map ? last_map : 0x7000000000ULL, strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "cu_release")) {
+            NEED(cu_release);
+            api.cu_release(last_handle);
+        } else if (!strcmp(name, "cu_memcpy2d") || !strcmp(name, "cu_memcpy3d")) {
+            int st = atoi(c), dt = atoi(e);
+            uint64_t unified = last_map ? last_map : (uint64_t)(uintptr_t)last_alloc;
+            if (name[9] == '2') {
+                NEED(cu_memcpy2d);
+                cu_memcpy2d_desc d;
+                memset(&d, 0, sizeof(d));
+                d.src_type = st; d.src_host = host_buf; d.src_device = st == 4 ? unified : 0x1000;
+                d.dst_type = dt; d.dst_host = host_buf + 64; d.dst_device = dt == 4 ? unified : 0x2000;
+                d.width = strtoull(a, NULL, 10); d.height = strtoull(b, NULL, 10);
+                d.src_pitch = d.dst_pitch = d.width;
+                api.cu_memcpy2d(&d);
+            } else {
+                NEED(cu_memcpy3d);
+                // cu_memcpy3d:N:W:H:D:ST:DT -- D in c, ST/DT packed as "ST,DT" in e
+                cu_memcpy3d_desc d;
+                memset(&d, 0, sizeof(d));
+                sscanf(e, "%d,%d", &st, &dt);
+                d.src_type = st; d.src_host = host_buf; d.src_device = st == 4 ? unified : 0x1000;
+                d.dst_type = dt; d.dst_host = host_buf + 64; d.dst_device = dt == 4 ? unified : 0x2000;
+                d.width = strtoull(a, NULL, 10); d.height = strtoull(b, NULL, 10); d.depth = strtoull(c, NULL, 10);
+                d.src_pitch = d.dst_pitch = d.width;
+                d.src_height = d.dst_height = d.height;
+                api.cu_memcpy3d(&d);
+            }
+        } else if (!strcmp(name, "cu_alloc32")) {
+            NEED(cu_alloc32);
+            uint32_t d = 0;
+            api.cu_alloc32(&d, (unsigned)strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "cu_free32")) {
+            NEED(cu_free32);
+            api.cu_free32(0x1000);
+        } else if (!strcmp(name, "cu_htod32")) {
+            NEED(cu_htod32);
+            api.cu_htod32(0x1000, host_buf, (unsigned)strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "cu_dtoh32")) {
+            NEED(cu_dtoh32);
+            api.cu_dtoh32(host_buf, 0x1000, (unsigned)strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "cu_dtod32")) {
+            NEED(cu_dtod32);
+            api.cu_dtod32(0x1000, 0x2000, (unsigned)strtoull(a, NULL, 10));
         } else if (!strcmp(name, "graph_launch")) {
             NEED(graph_launch);
             api.graph_launch((void *)0x1234, NULL);
