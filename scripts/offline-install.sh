@@ -124,6 +124,8 @@ from gputop.sources import kheaders
 prefix, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 # /lib/modules/*/build in the packages point at the system's /usr/src: only the prefix's own trees count
 cands = kheaders._candidates(prefix / "usr" / "src", prefix / "lib" / "gputop" / "no-modules")
+# a flavour's tree (with include/generated) before a shared half that lacks it (Ubuntu's linux-headers-X)
+cands.sort(key=lambda bs: (bs[0] / "include" / "generated").is_dir(), reverse=True)
 for build, source in cands:
     merged = kheaders._merge(build, source, dest) if source is not None else build
     if merged.parent != dest:

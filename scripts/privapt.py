@@ -314,6 +314,11 @@ def parse_base(dumpavail: str) -> list[str]:
     return sorted(set(names))
 
 
+def headers_meta(release: Release, dpkg_arch: str) -> str:
+    """The distro's meta package that depends on its newest kernel headers."""
+    return "linux-headers-generic" if release.family == "ubuntu" else f"linux-headers-{dpkg_arch}"
+
+
 def headers_only(debs: Iterable[Deb]) -> list[Deb]:
     """Of a linux-headers meta's closure, the header packages themselves (not the compiler or
     kbuild tools that module builds need: bcc compiles with its own clang)."""
@@ -448,14 +453,13 @@ def nvidia_libs(state: Path, dest: Path) -> None:
     print(f"privapt: {', '.join(d.filename for d in got)} -> {dest}")
 
 
-def bundle(state: Path, dest: Path, kernels: Sequence[str], headers_meta: str | None) -> list[Deb]:
+def bundle(state: Path, dest: Path, kernels: Sequence[str], meta_pkg: str | None) -> list[Deb]:
     apt, release = machine_apt(state)
     apt.update()
     base = apt.base()
     debs = [d for d in apt.closure(BUNDLE_PACKAGES) if d.name not in base]
-    meta = headers_meta or ("linux-headers-generic" if release.family == "ubuntu" else
-                            "linux-headers-" + subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
-                                                              text=True, check=True).stdout.strip())
+    meta = meta_pkg or headers_meta(release, subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
+                                                            text=True, check=True).stdout.strip())
     headers = headers_only(apt.closure([meta]))
     for rel in kernels:
         if apt.has(f"linux-headers-{rel}"):

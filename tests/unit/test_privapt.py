@@ -256,9 +256,11 @@ def test_ubuntu_compute_package_is_the_newest_non_server() -> None:
 
 LLVM_URI = "http://mirror.example/debian/pool/main/l/llvm-toolchain-14/libllvm14_14.0.6-12_amd64.deb"
 LLVM_SHA = "SHA256:cd986403cfe53f47c41b80667f6b344c40fe35de4c5081dad9358b4c77cf64a8"
+SSL_URI = "http://mirror.example/debian-security/pool/updates/main/o/openssl/libssl3_3.0.22-1%7edeb12u2_amd64.deb"
 BPFCC_URI = "http://mirror.example/debian/pool/main/b/bpfcc/python3-bpfcc_0.26.0%2bds-1_all.deb"
 PRINT_URIS = (f"'{LLVM_URI}' libllvm14_1%3a14.0.6-12_amd64.deb 21840232 {LLVM_SHA}\n"
-              f"'{BPFCC_URI}' python3-bpfcc_0.26.0+ds-1_all.deb 44104 MD5Sum:a21ef0977e6ab1d1713cb5842d256dda\n")
+              f"'{BPFCC_URI}' python3-bpfcc_0.26.0+ds-1_all.deb 44104 MD5Sum:a21ef0977e6ab1d1713cb5842d256dda\n"
+              f"'{SSL_URI}' libssl3_3.0.22-1~deb12u2_amd64.deb 2039888 \n")
 
 
 def test_print_uris_lines() -> None:
@@ -266,7 +268,8 @@ def test_print_uris_lines() -> None:
         Deb("libllvm14", "1:14.0.6-12", "amd64", "libllvm14_1%3a14.0.6-12_amd64.deb", 21840232, LLVM_URI, LLVM_SHA),
         Deb("python3-bpfcc", "0.26.0+ds-1", "all", "python3-bpfcc_0.26.0+ds-1_all.deb", 44104, BPFCC_URI,
             "MD5Sum:a21ef0977e6ab1d1713cb5842d256dda"),
-    ]
+        Deb("libssl3", "3.0.22-1~deb12u2", "amd64", "libssl3_3.0.22-1~deb12u2_amd64.deb", 2039888, SSL_URI, ""),
+    ]                                       # the security archive's lines carry no hash
 
 
 def test_base_is_essential_and_required_and_apt() -> None:
@@ -284,3 +287,9 @@ def test_headers_only_keeps_the_header_packages_of_a_meta_closure() -> None:
                                 "linux-headers-6.1.0-56-common", "linux-headers-6.1.0-56-amd64", "linux-headers-amd64")]
     assert [d.name for d in privapt.headers_only(closure)] == [
         "linux-headers-6.1.0-56-common", "linux-headers-6.1.0-56-amd64", "linux-headers-amd64"]
+
+
+def test_headers_meta_per_distro() -> None:
+    assert privapt.headers_meta(BOOKWORM, "amd64") == "linux-headers-amd64"
+    assert privapt.headers_meta(BOOKWORM, "arm64") == "linux-headers-arm64"
+    assert privapt.headers_meta(NOBLE, "amd64") == "linux-headers-generic"
