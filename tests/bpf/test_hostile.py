@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,33 +23,67 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 _UNSAFE = {chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x0A} | {"\u202e", "\u200b"}
 
 
-def test_hostile_names_in_batch_table_and_json(workloads, tmp_path: Path) -> None:
-    wl_path = hostile_workload(workloads.dynamic, tmp_path)
+def _exited(rec: Path, pid: int) -> bool:
+    try:
+        text = rec.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    return any(p["pid"] == pid and p["state"] == "exited"
+               for line in text.splitlines(keepends=True) if line.endswith("\n")
+               for p in json.loads(line)["processes"])
+
+
+def _traced(tmp_path: Path, form: str, argv: list[bytes], env: dict[str, str] | None = None
+            ) -> tuple[bytes, bytes, Path, int]:
+    """``gputop -b -f FORM --record`` while the workload ``argv`` (started with --wait) runs; gputop
+    is stopped once its recording shows the workload's last row (exited). Returns stdout, stderr,
+    the recording and the workload's PID."""
     go = tmp_path / "go"
     rec = tmp_path / "rec.jsonl"
-    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "table", "-d", "0.5", "--no-nvml", "--bpf",
+    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", form, "-d", "0.5", "--no-nvml", "--bpf",
                            "--record", str(rec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-    assert gt.stdout is not None and gt.stdout.readline().startswith(b"gputop - ")      # attached, first refresh
-    ops = ["launch:3000:40,2,1:128,1,1:2", "sleep:1500"]
-    wl = subprocess.Popen([str(wl_path), "--wait", str(go), *ops], stdout=subprocess.PIPE)
+    chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+    readers = [threading.Thread(target=lambda f=f, k=k: chunks[k].extend(iter(lambda: f.read1(65536), b"")))
+               for k, f in (("out", gt.stdout), ("err", gt.stderr))]
+    for r in readers:
+        r.start()
+    deadline = time.monotonic() + 60
+    while not chunks["out"]:                                          # attached: the first refresh
+        assert time.monotonic() < deadline and gt.poll() is None, b"".join(chunks["err"])
+        time.sleep(0.05)
+    wl = subprocess.Popen([argv[0], b"--wait", os.fsencode(go), *argv[1:]], stdout=subprocess.PIPE,
+                          env={**os.environ, **(env or {})})
     try:
         assert wl.stdout is not None and wl.stdout.readline().startswith(b"ready")
         time.sleep(1.0)                  # the exec event attaches gputop to the new process
         go.touch()
         assert wl.wait(timeout=60) == 0
-        time.sleep(1.5)                  # shown exited once, in the next refresh
+        deadline = time.monotonic() + 60
+        while not _exited(rec, wl.pid):  # shown exited once, in a later refresh
+            assert time.monotonic() < deadline, "the workload was never shown exited"
+            time.sleep(0.1)
     finally:
         wl.kill()
         gt.terminate()
-        out_bytes, err = gt.communicate(timeout=60)
+        gt.wait(timeout=60)
+        for r in readers:
+            r.join(timeout=60)
+    return b"".join(chunks["out"]), b"".join(chunks["err"]), rec, wl.pid
+
+
+def test_hostile_names_in_batch_table_and_json(workloads, tmp_path: Path) -> None:
+    wl_path = hostile_workload(workloads.dynamic, tmp_path)
+    go = tmp_path / "go"
+    ops = ["launch:3000:40,2,1:128,1,1:2", "sleep:1500"]
+    out_bytes, err, rec, pid = _traced(tmp_path, "table", [os.fsencode(wl_path), *map(str.encode, ops)])
     out = out_bytes.decode("utf-8", "strict")         # valid UTF-8: no stray byte either
     assert not _UNSAFE & set(out), sorted(_UNSAFE & set(out))
     assert b"Traceback" not in err
     # every refresh is its summary line, then the table's header (no GPU lines without NVML)
     lines = out.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("gputop - ")]
-    assert len(heads) >= 4 and all(lines[i + 1].split()[:2] == ["PID", "USER"] for i in heads)
-    rows = [r for r in table_rows(out) if r["PID"] == str(wl.pid)]
+    assert len(heads) >= 3 and all(lines[i + 1].split()[:2] == ["PID", "USER"] for i in heads), lines[:12]
+    rows = [r for r in table_rows(out) if r["PID"] == str(pid)]
     command = f"{COMM_SHOWN} --wait {go} {' '.join(ops)}"
     assert rows and {r["COMMAND"] for r in rows} == {command, command + " (exited)"}
     assert rows[-1]["COMMAND"] == command + " (exited)"
@@ -56,7 +91,7 @@ def test_hostile_names_in_batch_table_and_json(workloads, tmp_path: Path) -> Non
     assert shapes and set(shapes) == {("80", "128")}
     # the same refreshes as JSON (--record): the raw text, valid Unicode, exact counts
     snaps = [json.loads(line) for line in rec.read_text(encoding="utf-8").splitlines()]
-    mine = [p for s in snaps for p in s["processes"] if p["pid"] == wl.pid]
+    mine = [p for s in snaps for p in s["processes"] if p["pid"] == pid]
     last = mine[-1]
     assert last["state"] == "exited" and last["comm"] == COMM_JSON
     assert last["cmdline"] == f"{tmp_path}/{COMM_JSON} --wait {go} {' '.join(ops)}"
@@ -87,25 +122,10 @@ def test_hostile_kernel_name_captured_at_registration(workloads, testbed, tmp_pa
     """A kernel named at __cudaRegisterFunction (the BPF side captures the name's bytes): the JSON
     keeps it (the invalid byte as the text \\x9b), never U+FFFD, with exact counts."""
     name = b"\x1b[31mREG\x07\x9b\xe2\x80\xaeK"
-    go = tmp_path / "go"
-    rec = tmp_path / "rec.jsonl"
-    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf",
-                           "--record", str(rec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-    assert gt.stdout is not None and gt.stdout.readline().startswith(b"{")
-    argv = [os.fsencode(workloads.dlopen), b"--wait", os.fsencode(go), b"--cudart", os.fsencode(workloads.shim_runtime),
-            b"register:2:" + name, b"launch:700:3,1,1:32,1,1:2", b"sleep:1500"]
-    wl = subprocess.Popen(argv, stdout=subprocess.PIPE, env={**os.environ, "SHIM_LIBCUDA": str(testbed.libcuda)})
-    try:
-        assert wl.stdout is not None and wl.stdout.readline().startswith(b"ready")
-        time.sleep(1.0)
-        go.touch()
-        assert wl.wait(timeout=60) == 0
-        time.sleep(1.5)
-    finally:
-        wl.kill()
-        gt.terminate()
-        out, _ = gt.communicate(timeout=60)
+    argv = [os.fsencode(workloads.dlopen), b"--cudart", os.fsencode(workloads.shim_runtime), b"register:2:" + name,
+            b"launch:700:3,1,1:32,1,1:2", b"sleep:1500"]
+    out, _, rec, pid = _traced(tmp_path, "json", argv, {"SHIM_LIBCUDA": str(testbed.libcuda)})
     assert not _UNSAFE & set(out.decode("utf-8", "strict"))         # JSON escapes every control character
-    mine = [p for line in rec.read_text().splitlines() for p in json.loads(line)["processes"] if p["pid"] == wl.pid]
+    mine = [p for line in rec.read_text().splitlines() for p in json.loads(line)["processes"] if p["pid"] == pid]
     assert mine[-1]["state"] == "exited" and mine[-1]["total"]["launches"] == 700
     assert [(k["name"], k["launches"]) for k in mine[-1]["kernels"]] == [("\x1b[31mREG\x07\\x9b\u202eK", 700)]
