@@ -290,3 +290,14 @@ def test_exporter_help_names_its_options() -> None:
     for option in ("--listen HOST:PORT", "--exited-grace", "--kernel-metrics", "--max-processes", "--cmdline-label",
                    "--node"):
         assert option in res.stdout
+
+
+@pytest.mark.parametrize("mode", [["-b", "-n", "1"], []])
+def test_record_into_the_replayed_file_is_refused_before_it_is_truncated(tmp_path: Path, mode: list[str]) -> None:
+    rec = tmp_path / "run.jsonl"
+    rec.write_bytes(SCENARIO.read_bytes())
+    (tmp_path / "link.jsonl").symlink_to(rec)
+    res = gputop(*mode, "--replay", "run.jsonl", "--record", "link.jsonl", cwd=tmp_path)
+    assert_exact_error(res, "--record link.jsonl would overwrite the recording given to --replay",
+                       "record into another file")
+    assert rec.read_bytes() == SCENARIO.read_bytes()
