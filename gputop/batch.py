@@ -15,9 +15,9 @@ from gputop.model import GpuSample, ProcSample, Snapshot, snapshot_to_json
 from gputop.ui import columns
 from gputop.ui import format as fmt
 
-#: the dashboard's columns in its order, COMMAND moved to the end
+#: the dashboard's columns in its order, COMMAND moved to the end (the fleet view adds NODE after PID)
 TABLE_COLUMNS: tuple[columns.Column, ...] = (
-    *(c for c in columns.COLUMNS if c.key != "command"),
+    *(c for c in columns.COLUMNS if c.key != "command" and c.key not in columns.FLEET_ONLY),
     columns.BY_KEY["command"],
 )
 
@@ -32,10 +32,10 @@ def _cell(col: columns.Column, p: ProcSample) -> str:
     return text
 
 
-def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
+def _line(shown: Sequence[columns.Column], cells: Sequence[str], widths: Sequence[int]) -> str:
     out = []
-    for col, cell, width in zip(TABLE_COLUMNS, cells, widths, strict=True):
-        if col is TABLE_COLUMNS[-1]:
+    for col, cell, width in zip(shown, cells, widths, strict=True):
+        if col is shown[-1]:
             out.append(cell)                    # the command: last, whole, not padded
         elif col.align == "left":
             out.append(cell.ljust(width))
@@ -48,10 +48,11 @@ def process_table(procs: Sequence[ProcSample], sort: str = columns.DEFAULT_SORT,
     """The header line and one line per process, sorted like the dashboard (``sort`` key, its natural
     direction unless ``reverse``). A column is as wide as its header, its values and the dashboard's
     width for it, whichever is widest."""
-    rows = [[_cell(c, p) for c in TABLE_COLUMNS] for p in columns.sort_processes(procs, sort, reverse)]
-    headers = [c.header for c in TABLE_COLUMNS]
-    widths = [max([c.width, len(c.header), *(len(r[i]) for r in rows)]) for i, c in enumerate(TABLE_COLUMNS)]
-    return [_line(headers, widths)] + [_line(r, widths) for r in rows]
+    shown = [columns.BY_KEY[k] for k in columns.visible([c.key for c in TABLE_COLUMNS], columns.is_fleet(procs))]
+    rows = [[_cell(c, p) for c in shown] for p in columns.sort_processes(procs, sort, reverse)]
+    headers = [c.header for c in shown]
+    widths = [max([c.width, len(c.header), *(len(r[i]) for r in rows)]) for i, c in enumerate(shown)]
+    return [_line(shown, headers, widths)] + [_line(shown, r, widths) for r in rows]
 
 
 def _power(g: GpuSample) -> str:
@@ -67,8 +68,11 @@ def _rate(bytes_per_s: float | None) -> str:
 
 def gpu_line(g: GpuSample) -> str:
     """One GPU as text, with the fields of the dashboard's GPU panel (without its bars and sparkline):
-    utilisation, memory used/total, temperature, power/limit, PCIe RX (↓) / TX (↑), XID errors."""
+    utilisation, memory used/total, temperature, power/limit, PCIe RX (↓) / TX (↑), XID errors; in
+    the fleet view the node comes first."""
     index = f"{g.index}" + (f".{g.mig_instance}" if g.mig_instance is not None else "")
+    if g.node is not None:
+        index = f"{fmt.text(g.node)}/{index}"
     temp = fmt.NA if g.temp_c is None else f"{g.temp_c:.0f}°C"
     mem = fmt.NA if g.mem_used_bytes is None and g.mem_total_bytes is None else (
         f"{fmt.bytes_(g.mem_used_bytes)}/{fmt.bytes_(g.mem_total_bytes)}")
@@ -84,6 +88,8 @@ def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = Fals
     cost = ""
     if bpf is not None and bpf.status == "ok":
         cost = f"  probes {fmt.si(bpf.probe_hits_per_s)}/s  bpf cpu {fmt.cpu_share(bpf.overhead_ns_per_s)}"
+        if bpf.dropped:             # records that found no room: some counts are unknown (as the header says)
+            cost += f"  dropped {fmt.si(bpf.dropped)}"
     lines = [f"gputop - {fmt.clock(snap.time)}  {fmt.text(snap.host)}  interval {snap.interval_s:.2f}s  {src}{cost}"]
     lines += [gpu_line(g) for g in snap.gpus]
     lines += process_table(snap.processes, sort, reverse)

@@ -125,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-nvml", action="store_true", help="run without NVML")
     p.add_argument("--theme", default=None, help="colour theme of the dashboard (batch output has no colours)")
     p.add_argument("--readonly", action="store_true", help="never send signals")
+    fleet = p.add_argument_group("fleet view (gputop_* metrics of every node, read from Prometheus)")
+    fleet.add_argument("--prometheus", default=None, metavar="URL", help="Prometheus's URL (http://HOST:9090)")
+    fleet.add_argument("--match", default=None, metavar="SELECTOR", help='only these series: label matchers, '
+                       'e.g. job="gputop" or cluster=~"eu-.*"')
+    fleet.add_argument("--window", default=None, metavar="DURATION",
+                       help="window of increase() and rate() (default 1m; at least two scrape intervals)")
+    fleet.add_argument("--node", default=None, metavar="NODE[,NODE...]", help="only these nodes")
     p.add_argument("--ebpf", action="store_true", help="print the BPF program and exit")
     p.add_argument("--version", action="version", version=f"gputop {__version__}")
     return p
@@ -300,6 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             src = BpfSource()
             sys.stdout.write(f"// cflags: {' '.join(src.cflags())}\n{src.program_text()}")
             return EX_OK
+        from gputop import fleet_mode
+
+        if fleet_mode.wanted(args):
+            return fleet_mode.run(args)
         _validate(args)
         return _batch(args) if args.batch else _dashboard(args)
     except GputopError as e:           # BPF, recordings, the demo, usage: all say what to do

@@ -116,12 +116,13 @@ class ProcSample:
 
     @property
     def key(self) -> ProcKey:
-        """The process's identity in a view: PIDs repeat across nodes (and exporters) of a fleet."""
-        return (self.instance, self.pid)
+        """The process's identity in a view: the PID on one host; (instance, PID) in the fleet view,
+        where PIDs repeat across nodes (and exporters)."""
+        return self.pid if self.instance is None else (self.instance, self.pid)
 
 
-#: (instance, pid): instance is None on a single host
-ProcKey = tuple[str | None, int]
+#: a process's identity in a view (``ProcSample.key``): a PID, or (instance, PID) in the fleet view
+ProcKey = int | tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -181,8 +182,8 @@ class Snapshot:
     processes: tuple[ProcSample, ...] = ()
     schema: str = SCHEMA
 
-    def process(self, which: int | ProcKey) -> ProcSample | None:
-        """The process with this PID (the first one), or with this key (``ProcSample.key``)."""
+    def process(self, which: ProcKey) -> ProcSample | None:
+        """The process with this key (``ProcSample.key``); a PID alone finds the first with it."""
         for p in self.processes:
             if p.pid == which if isinstance(which, int) else p.key == which:
                 return p

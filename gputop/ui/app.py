@@ -23,12 +23,12 @@ from textual.screen import ModalScreen
 
 from gputop import config as config_mod
 from gputop.feed import Feed, Filters
-from gputop.model import Snapshot
+from gputop.model import ProcKey, Snapshot
 from gputop.record import Recorder, RecordingError
 from gputop.ui import bindings, columns, themes
 from gputop.ui import format as fmt
 from gputop.ui.baseline import Baseline, load_baseline
-from gputop.ui.history import History
+from gputop.ui.history import History, Point, points_of_series
 from gputop.ui.screens.base import LiveScreen
 from gputop.ui.widgets.header import HeaderState
 
@@ -163,7 +163,7 @@ class GputopApp(App[int]):
         self.snapshot: Snapshot | None = None
         self.paused = False
         self.filter_text = ""
-        self.tags: list[int] = []
+        self.tags: list[ProcKey] = []
         self.feed_error: str | None = None
         self.record_error: str | None = None
         self.exit_code = 0
@@ -293,12 +293,29 @@ class GputopApp(App[int]):
         self.filter_text = text
         self.refresh_views()
 
-    def toggle_tag(self, pid: int) -> None:
-        if pid in self.tags:
-            self.tags.remove(pid)
+    def toggle_tag(self, key: ProcKey) -> None:
+        if key in self.tags:
+            self.tags.remove(key)
         else:
-            self.tags.append(pid)
+            self.tags.append(key)
         self.refresh_views()
+
+    @property
+    def is_fleet(self) -> bool:
+        return getattr(self.feed, "kind", "") == "fleet"
+
+    def show_in_detail(self, keys: Sequence[ProcKey]) -> None:
+        """The processes a screen shows in detail: the fleet feed reads their series and histograms."""
+        watch = getattr(self.feed, "watch", None)
+        if watch is not None:
+            watch(keys)
+
+    def points(self, key: ProcKey, until: float | None = None) -> list[Point]:
+        """A process's chart points: the history's, or the feed's own series (fleet view)."""
+        series = getattr(self.feed, "series", None)
+        if series is None or not isinstance(key, tuple):
+            return self.history.points(key, until=until)
+        return [pt for pt in points_of_series(series(key)) if until is None or pt.time <= until]
 
     def say(
         self, message: str, severity: SeverityLevel = "information", timeout: float | None = None
@@ -308,13 +325,14 @@ class GputopApp(App[int]):
         self.notify(fmt.text(message), severity=severity, timeout=timeout, markup=False)
 
     # -- screens ---------------------------------------------------------------------------
-    def open_details(self, pid: int) -> None:
+    def open_details(self, key: ProcKey) -> None:
         from gputop.ui.screens.details import DetailsScreen
 
-        self.push_screen(DetailsScreen(pid))
+        self.push_screen(DetailsScreen(key))
 
-    def open_compare(self, a: int | None, b: int) -> None:
-        """Compare live PIDs ``a`` and ``b``, or (``a`` None) the baseline against live ``b``."""
+    def open_compare(self, a: ProcKey | None, b: ProcKey) -> None:
+        """Compare live processes ``a`` and ``b`` (PIDs, or keys in the fleet view), or (``a`` None)
+        the baseline against live ``b``."""
         from gputop.ui.screens.compare import CompareScreen
 
         self.push_screen(CompareScreen(a, b))
@@ -400,6 +418,8 @@ class GputopApp(App[int]):
             return "read-only mode (--readonly): sending signals is disabled"
         if self.is_replay:
             return "replaying a recording: its processes are not live, no signal sent"
+        if self.is_fleet:
+            return "fleet view (--prometheus): the processes run on other nodes, no signal sent"
         return None
 
     def send_signal(self, targets: Sequence[tuple[int, str | None]], signum: int) -> None:

@@ -169,11 +169,45 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "launch_bound", "LB", 3, _bool_value, _flag, help="◆ launch-bound: the CPU cannot launch fast enough"
     ),
+    # shown after PID in the fleet view only (``visible``)
+    Column(
+        "node",
+        "NODE",
+        12,
+        lambda p: p.node,
+        lambda p: fmt.text(p.node),
+        descending=False,
+        align="left",
+        cut="middle",
+        help="node the process runs on (fleet view: gputop --prometheus); hidden on one host",
+    ),
 )
 
 BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS}
 SORT_KEYS: tuple[str, ...] = tuple(c.key for c in COLUMNS)
 DEFAULT_SORT = "launches"
+
+
+#: columns shown only in the fleet view
+FLEET_ONLY: tuple[str, ...] = ("node",)
+
+
+def is_fleet(procs: Iterable[ProcSample]) -> bool:
+    """Processes from the fleet view (they carry their node's exporter), not from this host."""
+    return any(p.instance is not None for p in procs)
+
+
+def visible(keys: Sequence[str], fleet: bool) -> tuple[str, ...]:
+    """The columns to show: NODE only in the fleet view, and there always, after PID."""
+    out = [k for k in keys if k not in FLEET_ONLY]
+    if fleet:
+        out.insert(1 if out and out[0] == "pid" else 0, "node")
+    return tuple(out)
+
+
+def identity(p: ProcSample) -> tuple[str, str, int]:
+    """What breaks ties in every sort: node, scrape target, PID (just the PID on one host)."""
+    return (p.node or "", p.instance or "", p.pid)
 
 
 def check_sort_key(key: str) -> str:
@@ -201,11 +235,11 @@ def _matches(p: ProcSample, query: str) -> bool:
         return True
     if q.isdigit() and int(q) == p.pid:
         return True
-    return any(q in s.lower() for s in (p.comm or "", p.cmdline or "", p.user or ""))
+    return any(q in s.lower() for s in (p.comm or "", p.cmdline or "", p.user or "", p.node or ""))
 
 
 def filter_processes(procs: Iterable[ProcSample], query: str) -> list[ProcSample]:
-    """Keep processes whose command or user contains ``query`` (case-insensitive) or whose PID is it."""
+    """Keep processes whose command, user or node contains ``query`` (case-insensitive) or whose PID is it."""
     return [p for p in procs if _matches(p, query)]
 
 
@@ -224,9 +258,9 @@ def sort_processes(procs: Sequence[ProcSample], key: str, reverse: bool = False)
             unknown.append(p)
         else:
             known.append((v.lower() if isinstance(v, str) else v, p))
-    known.sort(key=lambda kv: kv[1].pid)
+    known.sort(key=lambda kv: identity(kv[1]))
     known.sort(key=lambda kv: kv[0], reverse=descending)
-    unknown.sort(key=lambda p: p.pid)
+    unknown.sort(key=identity)
     return [p for _, p in known] + unknown
 
 

@@ -10,9 +10,11 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from gputop.model import ProcSample, Snapshot
+from gputop.model import ProcKey, ProcSample, Snapshot
 from gputop.ui import fields
 
+#: GPU utilisation is kept for sparklines up to this many GPUs in a snapshot
+MAX_GPU_SERIES = 64
 #: the series kept per process, in chart order
 PROC_SERIES: tuple[str, ...] = ("launches", "h2d", "d2h", "d2d", "uvm_faults", "sync_pct")
 
@@ -56,8 +58,8 @@ class History:
         self.replay = replay
         self._first_time: float | None = None
         self._lock = threading.Lock()
-        self._procs: dict[int, tuple[str | None, deque[Point]]] = {}
-        self._gpus: dict[int, deque[tuple[float, float | None]]] = {}
+        self._procs: dict[ProcKey, tuple[str | None, deque[Point]]] = {}
+        self._gpus: dict[tuple[str | None, int], deque[tuple[float, float | None]]] = {}
         self._last_time: float | None = None
 
     def add(self, snap: Snapshot) -> None:
@@ -73,30 +75,33 @@ class History:
                 self._first_time = snap.time
             self._last_time = snap.time
             for p in snap.processes:
+                if p.instance is not None:
+                    continue    # the fleet view: series come from Prometheus (query_range), for the shown ones
                 entry = self._procs.get(p.pid)
                 if entry is None or entry[0] != p.comm:  # new process, or the PID was reused
                     entry = (p.comm, deque(maxlen=self.maxlen))
                     self._procs[p.pid] = entry
                 entry[1].append(point_of(snap.time, p))
-            for g in snap.gpus:
-                self._gpus.setdefault(g.index, deque(maxlen=self.maxlen)).append((snap.time, g.util_pct))
+            if len(snap.gpus) <= MAX_GPU_SERIES:     # a fleet's thousands of GPUs get no sparkline
+                for g in snap.gpus:
+                    self._gpus.setdefault((g.node, g.index), deque(maxlen=self.maxlen)).append((snap.time, g.util_pct))
             horizon = snap.time - self.maxlen * max(snap.interval_s, 0.001)
             for pid in [pid for pid, (_, pts) in self._procs.items() if pts and pts[-1].time < horizon]:
                 del self._procs[pid]
 
-    def points(self, pid: int, until: float | None = None) -> list[Point]:
-        """The points of ``pid``, up to the time ``until`` (the snapshot shown) when given: a
-        replay stepped back shows charts that end where it stands."""
+    def points(self, key: ProcKey, until: float | None = None) -> list[Point]:
+        """The points of ``key`` (a PID on one host), up to the time ``until`` (the snapshot shown)
+        when given: a replay stepped back shows charts that end where it stands."""
         with self._lock:
-            entry = self._procs.get(pid)
+            entry = self._procs.get(key)
             pts = list(entry[1]) if entry else []
         if until is not None:
             pts = [pt for pt in pts if pt.time <= until]
         return pts
 
-    def gpu_util(self, index: int, until: float | None = None) -> list[float | None]:
+    def gpu_util(self, index: int, until: float | None = None, node: str | None = None) -> list[float | None]:
         with self._lock:
-            return [u for t, u in self._gpus.get(index, ()) if until is None or t <= until]
+            return [u for t, u in self._gpus.get((node, index), ()) if until is None or t <= until]
 
     @property
     def last_time(self) -> float | None:
@@ -110,3 +115,13 @@ def series(points: list[Point], name: str, origin: float | None = None) -> Serie
         return Series(name, (), ())
     t0 = points[0].time if origin is None else origin
     return Series(name, tuple(pt.time - t0 for pt in points), tuple(getattr(pt, name) for pt in points))
+
+
+def points_of_series(by_name: dict[str, list[tuple[float, float]]] | None) -> list[Point]:
+    """Points from a feed's own time series (the fleet view's query_range results, by name of
+    ``PROC_SERIES``): one point per time any series has, None where a series has no value."""
+    if not by_name:
+        return []
+    times = sorted({t for values in by_name.values() for t, _ in values})
+    lookup = {name: dict(values) for name, values in by_name.items()}
+    return [Point(t, *(lookup.get(name, {}).get(t) for name in PROC_SERIES)) for t in times]

@@ -93,7 +93,7 @@ def test_kernel_name_collapses_templates_before_cutting() -> None:
 def test_every_issue_column_exists_and_sort_keys_are_their_names() -> None:
     headers = [c.header for c in columns.COLUMNS]
     assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "H2D/s", "D2H/s", "D2D/s",
-                       "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "LB"]
+                       "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "LB", "NODE"]
     assert tuple(c.key for c in columns.COLUMNS) == columns.SORT_KEYS
     assert columns.DEFAULT_SORT == "launches"
 
@@ -540,7 +540,7 @@ def test_every_header_fits_its_sort_arrow() -> None:
 
 
 def test_narrow_layout_scrolls_and_never_hides_the_sort_column() -> None:
-    cols = columns.SORT_KEYS
+    cols = columns.visible(columns.SORT_KEYS, fleet=False)
     for width in (120, 80, 40):
         for sort in cols:
             for offset in range(len(cols)):

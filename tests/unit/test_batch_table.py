@@ -13,7 +13,7 @@ from gputop.model import Counts, GpuSample, ProcSample, Rates, Snapshot, SourceS
 from gputop.ui import columns
 
 HOSTILE = "\x1b[2J\x1b[31mEVIL\x07"
-HEADERS = [c.header for c in columns.COLUMNS if c.key != "command"] + ["COMMAND"]
+HEADERS = [c.header for c in columns.COLUMNS if c.key != "command" and c.key not in columns.FLEET_ONLY] + ["COMMAND"]
 
 
 def proc(pid: int, launches: float | None = 1000.0, **kw: object) -> ProcSample:
@@ -48,8 +48,8 @@ def split(header: str, row: str) -> tuple[list[str], str]:
 def test_headers_are_the_dashboards_in_order_with_command_last() -> None:
     header, _ = rows(batch.table(snap(proc(1))))
     assert re.fullmatch(r"\s*" + r"\s+".join(map(re.escape, HEADERS)), header), header
-    assert [c.key for c in batch.TABLE_COLUMNS] == [c.key for c in columns.COLUMNS if c.key != "command"] + [
-        "command"]
+    assert [c.key for c in batch.TABLE_COLUMNS] == [c.key for c in columns.COLUMNS if c.key not in (
+        "command", "node")] + ["command"]
 
 
 def test_cells_are_the_dashboards_renders() -> None:

@@ -8,12 +8,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer, Static
 
-from gputop.model import ProcSample, Snapshot
+from gputop.model import ProcKey, ProcSample, Snapshot
 from gputop.ui import bindings, charts, compare, fields
 from gputop.ui import format as fmt
 from gputop.ui.history import Point, Series, series
 from gputop.ui.screens.base import LiveScreen
-from gputop.ui.screens.details import state_label, without_live_values
+from gputop.ui.screens.details import key_label, state_label, without_live_values
 from gputop.ui.themes import ChartPalette
 from gputop.ui.widgets.chart import Chart
 from gputop.ui.widgets.header import HeaderBar
@@ -46,17 +46,17 @@ def metrics_content(a: ProcSample | None, b: ProcSample | None) -> Content:
     return Content("\n").join(lines)
 
 
-def side_label(tag: str, style: str, p: ProcSample | None, pid: int | None, note: str = "",
+def side_label(tag: str, style: str, p: ProcSample | None, pid: ProcKey | None, note: str = "",
                gone: bool = False, width: int = 160) -> Content:
     """``A 4242 [running] python train.py … --fused=0``: the command cut in the middle, so that two
     commands with the same start still differ on screen."""
     if p is None:
-        what = f"PID {pid}: waiting for it to appear…" if pid is not None else "—"
+        what = f"{key_label(pid)}: waiting for it to appear…" if pid is not None else "—"
         return Content.assemble((f"{tag} ", style), (what, "$warning"))
     state = "" if note else state_label(p, gone)
     head = Content.assemble(
         (f"{tag} ", style),
-        (f"{p.pid} ", "bold"),
+        (f"{p.pid} " if p.instance is None else f"{p.pid} on {fmt.text(p.node)} ", "bold"),
         (f"{state} " if state else "", "$success" if state == "[running]" else "$warning"),
     )
     tail = Content.styled(f" {note}" if note else "", "italic")
@@ -64,7 +64,7 @@ def side_label(tag: str, style: str, p: ProcSample | None, pid: int | None, note
     return Content.assemble(head, fmt.fit_middle(fmt.text(fields.command(p)), room), tail)
 
 
-def _current(snap: Snapshot | None, pid: int, last: ProcSample | None) -> tuple[ProcSample | None, bool]:
+def _current(snap: Snapshot | None, pid: ProcKey, last: ProcSample | None) -> tuple[ProcSample | None, bool]:
     """The process as the snapshot has it, else its last sample without live values (gone)."""
     current = snap.process(pid) if snap else None
     if current is not None:
@@ -92,7 +92,7 @@ class CompareScreen(LiveScreen):
     CompareScreen.-narrow #kernels-a, CompareScreen.-narrow #kernels-b { width: 100%; }
     """
 
-    def __init__(self, a: int | None, b: int) -> None:
+    def __init__(self, a: ProcKey | None, b: ProcKey) -> None:
         """``a`` None: side A is the baseline recording (``b`` cycles through its processes)."""
         super().__init__()
         self.a_pid = a
@@ -124,6 +124,9 @@ class CompareScreen(LiveScreen):
                 yield KernelsPanel(limit=11, id="kernels-b")
         yield Footer()
 
+    def on_screen_resume(self) -> None:
+        self.gapp.show_in_detail([k for k in (self.a_pid, self.b_pid) if k is not None])
+
     def update_view(self) -> None:
         app = self.gapp
         self.query_one(HeaderBar).show(app.header_state())
@@ -142,9 +145,9 @@ class CompareScreen(LiveScreen):
         if not self.uses_baseline:
             assert self.a_pid is not None
             self.a, gone_a = _current(snap, self.a_pid, self.a)
-            self._a_points = app.history.points(self.a_pid, until=until)
+            self._a_points = app.points(self.a_pid, until=until)
         self.b, gone_b = _current(snap, self.b_pid, self.b)
-        self._b_points = app.history.points(self.b_pid, until=until)
+        self._b_points = app.points(self.b_pid, until=until)
         self._now = snap.time if snap else 0.0
         sides = self.query_one("#sides", TextPanel)
         width = sides.content_region.width or 160

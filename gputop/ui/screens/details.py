@@ -10,7 +10,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer
 
-from gputop.model import Counts, ProcSample
+from gputop.model import Counts, ProcKey, ProcSample
 from gputop.ui import bindings, charts, fields
 from gputop.ui import format as fmt
 from gputop.ui.history import Point, series
@@ -153,12 +153,18 @@ def state_label(p: ProcSample, gone: bool) -> str:
     return "[gone]" if gone else f"[{p.state}]"
 
 
-def title_content(p: ProcSample | None, pid: int, gone: bool, width: int = 160) -> Content:
+def key_label(key: ProcKey) -> str:
+    """``PID 123``, or in the fleet view ``PID 123 at node-7:9464`` (its scrape target)."""
+    return f"PID {key}" if isinstance(key, int) else f"PID {key[1]} at {fmt.text(key[0])}"
+
+
+def title_content(p: ProcSample | None, pid: ProcKey, gone: bool, width: int = 160) -> Content:
     if p is None:
-        return Content.styled(f"PID {pid}: waiting for it to appear…", "$warning")
+        return Content.styled(f"{key_label(pid)}: waiting for it to appear…", "$warning")
     state = state_label(p, gone)
     lb = "  ◆ launch-bound" if p.launch_bound else ""
-    head = Content.assemble((f"PID {p.pid}", "bold $primary"), "  ", (fmt.text(p.user), "bold"), "  ")
+    where = f" on {fmt.text(p.node)}" if p.instance is not None else ""
+    head = Content.assemble((f"PID {p.pid}{where}", "bold $primary"), "  ", (fmt.text(p.user), "bold"), "  ")
     tail = Content.assemble(
         "  ",
         (state, "$success" if state == "[running]" else "$warning"),
@@ -196,9 +202,9 @@ class DetailsScreen(LiveScreen):
     DetailsScreen.-narrow Chart { width: 100%; height: 12; }
     """
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: ProcKey) -> None:
         super().__init__()
-        self.pid = pid
+        self.pid = pid      #: the process's key: its PID, or (instance, PID) in the fleet view
         self.proc: ProcSample | None = None
         self._points: list[Point] = []
         self._now = 0.0
@@ -218,6 +224,9 @@ class DetailsScreen(LiveScreen):
                 yield Chart(self._draw_block_hist, id="chart-block")
         yield Footer()
 
+    def on_screen_resume(self) -> None:
+        self.gapp.show_in_detail([self.pid])    # the fleet view reads its series and histograms
+
     def update_view(self) -> None:
         app = self.gapp
         self.query_one(HeaderBar).show(app.header_state())
@@ -234,7 +243,7 @@ class DetailsScreen(LiveScreen):
             return
         self.query_one("#stats", TextPanel).show(stats_content(self.proc))
         self.query_one(KernelsPanel).show(self.proc.kernels)
-        self._points = app.history.points(self.pid, until=snap.time if snap else None)
+        self._points = app.points(self.pid, until=snap.time if snap else None)
         self._now = snap.time if snap else 0.0
         for chart in self.query(Chart):
             chart.redraw()

@@ -10,7 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputop.ui import bindings
-from gputop.ui.columns import COLUMNS
+from gputop.ui.columns import COLUMNS, FLEET_ONLY
 
 
 def key_names(app: App[object], b: Binding) -> str:
@@ -32,6 +32,8 @@ def help_content(app: App[object]) -> Content:
         lines.append(Content(""))
     lines.append(Content.styled("Columns (sort keys for -s/--sort)", "bold $primary underline"))
     for c in COLUMNS:
+        if c.key in FLEET_ONLY and getattr(app, "is_fleet", False) is not True:
+            continue
         lines.append(Content.assemble((f"  {c.header:<9}", "bold"), (f"{c.key:<13}", "$accent"), c.help))
     lines.append(Content(""))
     lines.append(

@@ -28,8 +28,12 @@ class MainScreen(LiveScreen):
             yield Static(self.gapp.options.banner, id="banner", markup=False)
         yield GpuPanel(self.gapp.history.gpu_util, id="gpus")
         yield ProcTable(id="procs")
-        yield Input(placeholder="filter by command, user or PID — Enter keeps it, Esc clears it", id="filter")
+        what = "command, node or PID" if self.gapp.is_fleet else "command, user or PID"
+        yield Input(placeholder=f"filter by {what} — Enter keeps it, Esc clears it", id="filter")
         yield Footer()
+
+    def on_screen_resume(self) -> None:
+        self.gapp.show_in_detail(())     # no process shown in detail
 
     @property
     def table(self) -> ProcTable:
@@ -40,7 +44,7 @@ class MainScreen(LiveScreen):
         self.query_one(HeaderBar).show(app.header_state())
         snap = app.snapshot
         if snap is not None:
-            self.query_one(GpuPanel).show(snap)
+            self.query_one(GpuPanel).show(snap, app.filter_text)
         s = app.settings
         descending = columns.BY_KEY[s.sort].descending != s.reverse
         if snap is None:
@@ -55,7 +59,8 @@ class MainScreen(LiveScreen):
                 message = f"no process matches the filter {app.filter_text!r} (Esc clears it)"
             else:
                 message = "no CUDA process seen yet"
-        self.table.set_rows(rows, s.columns, s.sort, descending, app.tags, message)
+        fleet = snap is not None and columns.is_fleet(snap.processes)
+        self.table.set_rows(rows, columns.visible(s.columns, fleet), s.sort, descending, app.tags, message)
 
     # -- filter ----------------------------------------------------------------------------
     def action_filter(self) -> None:
@@ -105,25 +110,25 @@ class MainScreen(LiveScreen):
 
     # -- selection -------------------------------------------------------------------------
     def action_details(self) -> None:
-        pid = self.table.selected_pid
-        if pid is not None:
-            self.gapp.open_details(pid)
+        key = self.table.selected_key
+        if key is not None:
+            self.gapp.open_details(key)
 
     def on_proc_table_activated(self, message: ProcTable.Activated) -> None:
-        self.gapp.open_details(message.pid)
+        self.gapp.open_details(message.key)
 
     def action_tag(self) -> None:
-        pid = self.table.selected_pid
-        if pid is None:
+        key = self.table.selected_key
+        if key is None:
             return
-        self.gapp.toggle_tag(pid)
+        self.gapp.toggle_tag(key)
         self.table.action_cursor(1)
 
     def action_compare(self) -> None:
         app = self.gapp
-        live = {p.pid for p in app.snapshot.processes} if app.snapshot else set()
+        live = {p.key for p in app.snapshot.processes} if app.snapshot else set()
         tags = [t for t in app.tags if t in live] or list(app.tags)
-        selected = self.table.selected_pid
+        selected = self.table.selected_key
         if len(tags) >= 2:
             app.open_compare(tags[0], tags[1])
         elif app.baseline is not None and selected is not None:

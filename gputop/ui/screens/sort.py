@@ -13,7 +13,7 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from gputop.ui import bindings
-from gputop.ui.columns import COLUMNS
+from gputop.ui.columns import COLUMNS, FLEET_ONLY, Column
 
 if TYPE_CHECKING:
     from gputop.ui.app import GputopApp
@@ -33,10 +33,16 @@ class SortScreen(ModalScreen[None]):
     def gapp(self) -> GputopApp:
         return cast("GputopApp", self.app)
 
+    @property
+    def columns(self) -> list[Column]:
+        """The table's columns: NODE only in the fleet view (where it always shows)."""
+        fleet = self.gapp.is_fleet
+        return [c for c in COLUMNS if fleet or c.key not in FLEET_ONLY]
+
     def _label(self, i: int) -> Content:
-        col = COLUMNS[i]
+        col = self.columns[i]
         s = self.gapp.settings
-        shown = "✓" if col.key in s.columns else " "
+        shown = "✓" if col.key in s.columns or col.key in FLEET_ONLY else " "
         arrow = ""
         if col.key == s.sort:
             arrow = " ▼" if col.descending != s.reverse else " ▲"
@@ -47,11 +53,11 @@ class SortScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static("Sort by — Enter: sort by it  x: show/hide column  Esc: close", id="sort-title")
-            yield OptionList(*[Option(self._label(i), id=c.key) for i, c in enumerate(COLUMNS)])
+            yield OptionList(*[Option(self._label(i), id=c.key) for i, c in enumerate(self.columns)])
         yield Footer()
 
     def on_mount(self) -> None:
-        keys = [c.key for c in COLUMNS]
+        keys = [c.key for c in self.columns]
         self.query_one(OptionList).highlighted = keys.index(self.gapp.settings.sort)
 
     @on(OptionList.OptionSelected)
@@ -62,7 +68,7 @@ class SortScreen(ModalScreen[None]):
     def action_choose(self) -> None:
         ol = self.query_one(OptionList)
         if ol.highlighted is not None:
-            self.gapp.set_sort(COLUMNS[ol.highlighted].key, reverse=False)
+            self.gapp.set_sort(self.columns[ol.highlighted].key, reverse=False)
         self.dismiss()
 
     def action_toggle_column(self) -> None:
@@ -70,8 +76,11 @@ class SortScreen(ModalScreen[None]):
         i = ol.highlighted
         if i is None:
             return
-        key = COLUMNS[i].key
+        key = self.columns[i].key
         current = list(self.gapp.settings.columns)
+        if key in FLEET_ONLY:
+            self.gapp.say("NODE is always shown in the fleet view", "warning")
+            return
         if key in current:
             if key == "pid":
                 self.gapp.say("PID is always shown", "warning")

@@ -1,8 +1,12 @@
-"""The GPU panel: one line per GPU (NVML), with bars and a utilisation sparkline."""
+"""The GPU panel: one line per GPU (NVML), with bars and a utilisation sparkline.
+
+In the fleet view the GPUs are grouped under their node: each GPU on its own line while there are
+few, else one summary line per node; lines beyond the panel's height are counted in a last line.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from textual.content import Content
 from textual.geometry import Size
@@ -87,24 +91,27 @@ class GpuPanel(Widget):
                text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def __init__(self, history: Callable[[int, float | None], list[float | None]], *,
+    def __init__(self, history: Callable[[int, float | None, str | None], list[float | None]], *,
                  id: str | None = None) -> None:
         super().__init__(id=id)
         self._history = history
         self._snapshot: Snapshot | None = None
+        self._filter = ""
 
-    def show(self, snapshot: Snapshot) -> None:
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         old = self._snapshot
         self._snapshot = snapshot
-        if old is None or len(old.gpus) != len(snapshot.gpus):
+        changed = filter_text != self._filter
+        self._filter = filter_text
+        if old is None or len(old.gpus) != len(snapshot.gpus) or changed:
             self.refresh(layout=True)
         else:
             self.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return max(1, len(self._lines(width)))
+        return max(1, len(self._lines(width, max(3, viewport.height * 3 // 10))))
 
-    def _lines(self, width: int) -> list[Content]:
+    def _lines(self, width: int, limit: int = 10_000) -> list[Content]:
         snap = self._snapshot
         if snap is None:
             return [Content.styled(" GPUs: waiting for the first sample", _MUTED)]
@@ -114,8 +121,63 @@ class GpuPanel(Widget):
                 reason = f": {fmt.text(nvml.reason)}" if nvml.reason else ""
                 return [Content.styled(f" NVML unavailable{reason} (GPU panel empty)", _MUTED)]
             return [Content.styled(" no GPUs", _MUTED)]
+        if any(g.node is not None for g in snap.gpus):
+            return fleet_lines(snap.gpus, self._filter, width, limit,
+                               lambda g: self._history(g.index, snap.time, g.node))
         # the sparkline ends at the snapshot shown (a replay stepped back)
-        return [line for g in snap.gpus for line in gpu_lines(g, self._history(g.index, snap.time), width)]
+        return [line for g in snap.gpus for line in gpu_lines(g, self._history(g.index, snap.time, None), width)]
 
     def render(self) -> Content:
-        return Content("\n").join(self._lines(self.content_region.width or 160))
+        return Content("\n").join(self._lines(self.content_region.width or 160, self.content_region.height or 10_000))
+
+
+#: the fleet panel lists each GPU while there are at most this many, else one line per node
+FLEET_GPU_LINES = 16
+
+
+def node_summary(node: str, gpus: Sequence[GpuSample]) -> Content:
+    """One node's GPUs on one line: count, mean utilisation, memory, hottest, power, XID errors."""
+    def known(values: list[float | int | None]) -> list[float]:
+        return [float(v) for v in values if v is not None]
+
+    utils = known([g.util_pct for g in gpus])
+    util = sum(utils) / len(utils) if utils else None
+    used, total = known([g.mem_used_bytes for g in gpus]), known([g.mem_total_bytes for g in gpus])
+    temps, power = known([g.temp_c for g in gpus]), known([g.power_w for g in gpus])
+    xids = known([g.xid_errors for g in gpus])
+    xid = int(sum(xids)) if xids else None
+    mem = fmt.fraction(sum(used), sum(total)) if used and total else None
+    return Content.assemble(
+        (f" {fmt.fit(fmt.text(node), 24).ljust(24)}", "bold $primary"), f" {len(gpus):>2} GPU ",
+        _bar("UTIL ", None if util is None else util / 100, fmt.pct(util).rjust(4), "$primary", 5), "  ",
+        _bar("MEM ", mem, f"{fmt.bytes_(sum(used) if used else None)}/{fmt.bytes_(sum(total) if total else None)}",
+             _level_style(mem), 5),
+        f"  max {'N/A' if not temps else f'{max(temps):.0f}°C'}  {fmt.num(sum(power) if power else None)}W  ",
+        ("XID ", "bold"), (fmt.text(xid), "$error bold" if xid else _MUTED),
+    )
+
+
+def fleet_lines(gpus: Sequence[GpuSample], filter_text: str, width: int, limit: int,
+                history: Callable[[GpuSample], list[float | None]]) -> list[Content]:
+    """The fleet's GPUs grouped by node (``filter_text`` narrows the nodes when it names some)."""
+    by_node: dict[str, list[GpuSample]] = {}
+    for g in gpus:
+        by_node.setdefault(g.node or "N/A", []).append(g)
+    q = filter_text.strip().lower()
+    if q and any(q in n.lower() for n in by_node):
+        by_node = {n: gs for n, gs in by_node.items() if q in n.lower()}
+    lines: list[Content] = []
+    shown = 0
+    each = sum(len(gs) for gs in by_node.values()) <= FLEET_GPU_LINES
+    for node, gs in sorted(by_node.items()):
+        block = ([Content.styled(f" {fmt.text(node)}", "bold $accent"),
+                  *(line for g in gs for line in gpu_lines(g, history(g), width))] if each
+                 else [node_summary(node, gs)])
+        room = limit - (1 if shown < len(by_node) - 1 else 0)     # a last line counts the nodes left out
+        if len(lines) + len(block) > room:
+            break
+        lines += block
+        shown += 1
+    if shown < len(by_node):
+        lines.append(Content.styled(f" … {len(by_node) - shown} more nodes (/ filters by node)", _MUTED))
+    return lines

@@ -2,8 +2,9 @@
 
 A fixed header line with the sort column marked; rows are drawn lazily per line and cached until
 the next snapshot, so a refresh costs a few formatted lines, not a widget tree. The selection
-follows a PID across re-sorts. Clicking a header posts ``SortClicked``; clicking a row selects
-it; double-clicking (or Enter, bound by the screen) opens the details.
+follows a process (its PID; scrape target and PID in the fleet view) across re-sorts. Clicking a
+header posts ``SortClicked``; clicking a row selects it; double-clicking (or Enter, bound by the
+screen) opens the details.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gputop.model import ProcSample
+from gputop.model import ProcKey, ProcSample
 from gputop.ui import bindings
 from gputop.ui import format as fmt
 from gputop.ui.columns import BY_KEY, Column
@@ -153,9 +154,9 @@ class ProcTable(ScrollView, can_focus=True):
             self.key = key
 
     class Activated(Message):
-        def __init__(self, pid: int) -> None:
+        def __init__(self, key: ProcKey) -> None:
             super().__init__()
-            self.pid = pid
+            self.key = key
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -164,10 +165,10 @@ class ProcTable(ScrollView, can_focus=True):
         self._columns: tuple[str, ...] = ()
         self._sort_key = ""
         self._descending = True
-        self._tags: Collection[int] = ()
+        self._tags: Collection[ProcKey] = ()
         self._message = ""
         self._cursor = 0
-        self._selected_pid: int | None = None
+        self._selected_key: ProcKey | None = None
         self._strips: dict[int, Strip] = {}
         self._layout = Layout(())
         self._layout_key: tuple[object, ...] = ()
@@ -181,7 +182,7 @@ class ProcTable(ScrollView, can_focus=True):
         columns: Sequence[str],
         sort_key: str,
         descending: bool,
-        tags: Collection[int] = (),
+        tags: Collection[ProcKey] = (),
         message: str = "",
     ) -> None:
         """Show ``rows`` in this order (already filtered and sorted)."""
@@ -192,7 +193,7 @@ class ProcTable(ScrollView, can_focus=True):
         self._descending = descending
         self._tags = set(tags)
         self._message = message
-        index = next((i for i, p in enumerate(self._rows) if p.pid == self._selected_pid), None)
+        index = next((i for i, p in enumerate(self._rows) if p.key == self._selected_key), None)
         if index is None:
             index = min(self._cursor, max(0, len(self._rows) - 1))
         self._set_cursor(index, scroll=False)
@@ -209,6 +210,11 @@ class ProcTable(ScrollView, can_focus=True):
     @property
     def selected_pid(self) -> int | None:
         return self._rows[self._cursor].pid if self._rows else None
+
+    @property
+    def selected_key(self) -> ProcKey | None:
+        """The selected process's identity (``ProcSample.key``: PIDs repeat across a fleet's nodes)."""
+        return self._rows[self._cursor].key if self._rows else None
 
     @property
     def cursor_row(self) -> int:
@@ -228,7 +234,7 @@ class ProcTable(ScrollView, can_focus=True):
             self._strips.pop(index, None)
             self.refresh()
         self._cursor = index
-        self._selected_pid = self._rows[index].pid if self._rows else None
+        self._selected_key = self._rows[index].key if self._rows else None
         if scroll:
             self._scroll_to_cursor()
 
@@ -276,7 +282,7 @@ class ProcTable(ScrollView, can_focus=True):
         if 0 <= index < len(self._rows):
             self._set_cursor(index)
             if event.chain >= 2:
-                self.post_message(self.Activated(self._rows[index].pid))
+                self.post_message(self.Activated(self._rows[index].key))
 
     def _column_at(self, x: int) -> str | None:
         pos = GUTTER
@@ -365,7 +371,7 @@ class ProcTable(ScrollView, can_focus=True):
         if cells is None:
             cells = [col.render(p) for col, _ in cols]
             self._cells[index] = cells
-        tagged = p.pid in self._tags
+        tagged = p.key in self._tags
         if index == self._cursor:
             base = self._style("proc-table--cursor")
         elif p.state == "exited":

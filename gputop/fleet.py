@@ -1,0 +1,700 @@
+"""The fleet view's feed: ``Snapshot``s built from Prometheus's HTTP API (``gputop --prometheus URL``).
+
+Every node runs ``gputop exporter``; Prometheus scrapes them all; this feed reads them back with a
+fixed number of queries per refresh, one per metric family, never one per process or node:
+
+- ``gputop_build_info`` (each target's node name), ``gputop_source_up``, the GPU families (one
+  query, by name), the per-process counters' current values (``total``, one query, by name) and
+  gauges (one query);
+- ``increase(FAMILY[window])`` for each per-process counter family: the snapshot's ``interval``
+  counts (rounded to integers) and, divided by the window, its rates (what ``rate()`` computes);
+- for the one or two processes shown in details or compare (``watch``): their histogram buckets
+  and per-kernel launches (one query), and their time series through ``query_range``.
+
+All queries of a refresh are evaluated at one instant (the ``time`` parameter), so the numbers of
+one snapshot agree with each other. Errors (unreachable, slow, refused, no gputop metrics) never
+end the feed: the last good snapshot is sent again with the ``prometheus`` source unavailable and
+``error`` set, so the dashboard keeps it on screen, marked stale. Stdlib only (urllib, json).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gputop.errors import EX_ERROR, EX_USAGE, GputopError
+from gputop.feed import SnapshotCallback
+from gputop.model import (
+    MEMCPY_DIRECTIONS,
+    PREFETCH_DIRECTIONS,
+    UVM_DIRECTIONS,
+    CallBytes,
+    Counts,
+    GpuSample,
+    KernelStat,
+    ProcKey,
+    ProcSample,
+    Rates,
+    Snapshot,
+    SourceStatus,
+)
+
+Sample = dict[str, Any]   # one element of a Prometheus vector result: {"metric": {...}, "value": [t, "v"]}
+
+# ---------------------------------------------------------------- names (docs/metrics.md, a contract)
+
+#: per-process counters: (metric, Counts field); their values are ``total``, their increases ``interval``
+PROC_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("gputop_kernel_launches_total", "launches"),
+    ("gputop_graph_launches_total", "graph_launches"),
+    ("gputop_captured_launches_total", "captured_launches"),
+    ("gputop_kernel_grid_blocks_sum", "grid_blocks_sum"),
+    ("gputop_kernel_block_threads_sum", "block_threads_sum"),
+    ("gputop_alloc_calls_total", "alloc_calls"),
+    ("gputop_alloc_bytes_total", "alloc_bytes"),
+    ("gputop_free_calls_total", "free_calls"),
+    ("gputop_managed_alloc_calls_total", "managed_alloc_calls"),
+    ("gputop_managed_alloc_bytes_total", "managed_alloc_bytes"),
+    ("gputop_uvm_cpu_faults_total", "uvm_cpu_faults"),
+    ("gputop_uvm_gpu_faults_total", "uvm_gpu_faults"),
+    ("gputop_uvm_thrashing_total", "uvm_thrashing"),
+    ("gputop_sync_calls_total", "sync_calls"),
+    ("gputop_sync_wait_seconds_total", "sync_wait_s"),
+)
+#: counters with a direction label: (metric, Counts field, label, "calls" | "bytes" | None)
+PROC_DIRECTED: tuple[tuple[str, str, str, str | None], ...] = (
+    ("gputop_memcpy_calls_total", "memcpy", "direction", "calls"),
+    ("gputop_memcpy_bytes_total", "memcpy", "direction", "bytes"),
+    ("gputop_prefetch_calls_total", "prefetch", "destination", "calls"),
+    ("gputop_prefetch_bytes_total", "prefetch", "destination", "bytes"),
+    ("gputop_uvm_migrated_bytes_total", "uvm_migrated", "direction", None),
+)
+#: launches counted by the histograms (the denominators of the grid and block averages)
+HIST_COUNTS = ("gputop_kernel_grid_blocks_count", "gputop_kernel_block_threads_count")
+PROC_GAUGES = ("gputop_live_alloc_bytes", "gputop_process_gpu_memory_bytes", "gputop_process_sm_utilization_ratio",
+               "gputop_process_launch_bound")
+#: GPU families: (metric, GpuSample field, scale from base units back to the model's)
+GPU_FIELDS: tuple[tuple[str, str, float], ...] = (
+    ("gputop_gpu_utilization_ratio", "util_pct", 100.0),
+    ("gputop_gpu_memory_utilization_ratio", "mem_util_pct", 100.0),
+    ("gputop_gpu_memory_used_bytes", "mem_used_bytes", 1.0),
+    ("gputop_gpu_memory_total_bytes", "mem_total_bytes", 1.0),
+    ("gputop_gpu_temperature_celsius", "temp_c", 1.0),
+    ("gputop_gpu_power_watts", "power_w", 1.0),
+    ("gputop_gpu_power_limit_watts", "power_limit_w", 1.0),
+    ("gputop_gpu_sm_clock_hertz", "sm_clock_mhz", 1e-6),
+    ("gputop_gpu_pcie_tx_bytes_per_second", "pcie_tx_bytes_per_s", 1.0),
+    ("gputop_gpu_pcie_rx_bytes_per_second", "pcie_rx_bytes_per_s", 1.0),
+    ("gputop_gpu_xid_errors_total", "xid_errors", 1.0),
+    ("gputop_gpu_ecc_volatile_errors_total", "ecc_volatile_errors", 1.0),
+)
+_INT_GPU_FIELDS = {"mem_used_bytes", "mem_total_bytes", "xid_errors", "ecc_volatile_errors"}
+#: histograms read for watched processes: (bucket metric, ProcSample field)
+HISTOGRAMS = (("gputop_kernel_grid_blocks_bucket", "grid_blocks_hist"),
+              ("gputop_kernel_block_threads_bucket", "block_threads_hist"),
+              ("gputop_memcpy_size_bytes_bucket", "memcpy_size_hist"))
+KERNEL_LAUNCHES = "gputop_kernel_function_launches_total"
+#: the time series of details and compare: (name in ``gputop.ui.history.PROC_SERIES``, PromQL of the
+#: selector ``{S}`` and window ``W``), each one query_range for every watched process at once
+SERIES_QUERIES: tuple[tuple[str, str], ...] = (
+    ("launches", "rate(gputop_kernel_launches_total{S}[W])"),
+    ("memcpy", 'rate(gputop_memcpy_bytes_total{S,direction=~"h2d|d2h|d2d"}[W])'),
+    ("uvm_faults", "rate(gputop_uvm_cpu_faults_total{S}[W])"),
+    ("sync_pct", "100 * rate(gputop_sync_wait_seconds_total{S}[W])"),
+)
+#: points per chart of details and compare
+SERIES_POINTS = 120
+
+
+# ---------------------------------------------------------------- option parsing
+
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+
+
+def parse_duration(text: str) -> float:
+    """A Prometheus duration (``30s``, ``1m30s``, ``2h``) in seconds; ValueError otherwise."""
+    t = text.strip()
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(t):
+        if m.start() != pos:
+            break
+        total += int(m.group(1)) * _UNIT_S[m.group(2)]
+        pos = m.end()
+    if not t or pos != len(t):
+        raise ValueError(f"not a Prometheus duration (such as 30s, 2m, 1h30m): {text!r}")
+    return total
+
+
+def selector_body(text: str) -> str:
+    """``--match``: label matchers, with or without braces (``job="gputop"``, ``{cluster=~"a|b"}``)."""
+    t = text.strip()
+    if t.startswith("{") and t.endswith("}"):
+        t = t[1:-1].strip()
+    matcher = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*".*"\s*(,.*)?'
+    if "{" in t or "}" in t or not re.fullmatch(matcher, t or 'a=""'):
+        raise ValueError(f'expected label matchers such as job="gputop" or cluster=~"a|b": {text!r}')
+    return t
+
+
+def check_url(text: str) -> str:
+    """``--prometheus``: an http(s) URL of Prometheus (or of a path it is served under)."""
+    u = urllib.parse.urlsplit(text.strip())
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"expected an http:// or https:// URL of Prometheus: {text!r}")
+    try:
+        u.port  # noqa: B018 (raises ValueError for a port out of range)
+    except ValueError:
+        raise ValueError(f"bad port in {text!r}") from None
+    return text.strip().rstrip("/")
+
+
+# ---------------------------------------------------------------- the HTTP API
+
+
+class FleetError(GputopError):
+    """Prometheus did not answer as needed. ``kind``: unreachable, slow, refused, empty."""
+
+    def __init__(self, kind: str, message: str, hint: str) -> None:
+        super().__init__(message, hint, EX_ERROR)
+        self.kind = kind
+
+
+class PromClient:
+    """Instant and range queries through Prometheus's HTTP API (POST, so long selectors fit)."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        #: queries sent (tests and the benchmark count them)
+        self.queries = 0
+        self._lock = threading.Lock()
+
+    def _post(self, path: str, params: Mapping[str, str]) -> Any:
+        with self._lock:
+            self.queries += 1
+        data = urllib.parse.urlencode(params).encode()
+        req = urllib.request.Request(self.url + path, data=data, method="POST",
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        where = f"Prometheus at {self.url}"
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
+                body = r.read()
+        except urllib.error.HTTPError as e:
+            body = e.read()
+            try:
+                detail = json.loads(body).get("error") or ""
+            except ValueError:
+                detail = body[:200].decode("utf-8", "replace")
+            if e.code in (400, 422):
+                raise FleetError("refused", f"{where} refused the query {params.get('query', '')!r}: {detail}",
+                                 "check --match (label matchers such as job=\"gputop\") and --window") from None
+            raise FleetError("unreachable", f"{where} answered HTTP {e.code} {e.reason}: {detail}",
+                             "check the URL (it is Prometheus's, e.g. http://prometheus:9090) and any proxy "
+                             "in front of it") from None
+        except TimeoutError:
+            raise FleetError("slow", f"{where} did not answer within {self.timeout_s:g} s",
+                             "check Prometheus's load (its /metrics, the query log) or narrow --match / --node"
+                             ) from None
+        except urllib.error.URLError as e:
+            reason = e.reason
+            if isinstance(reason, (TimeoutError, socket.timeout)):
+                raise FleetError("slow", f"{where} did not answer within {self.timeout_s:g} s",
+                                 "check Prometheus's load (its /metrics, the query log) or narrow --match / --node"
+                                 ) from None
+            text = getattr(reason, "strerror", None) or str(reason)
+            raise FleetError("unreachable", f"{where} is unreachable: {text}",
+                             "check the URL and that Prometheus runs (curl URL/-/ready)") from None
+        except OSError as e:
+            raise FleetError("unreachable", f"{where} is unreachable: {e.strerror or e}",
+                             "check the URL and that Prometheus runs (curl URL/-/ready)") from None
+        try:
+            doc = json.loads(body)
+            assert doc["status"] == "success"
+            return doc["data"]["result"]
+        except (ValueError, KeyError, TypeError, AssertionError):
+            raise FleetError("unreachable", f"{self.url} did not answer as Prometheus's HTTP API does",
+                             "give the URL of Prometheus itself (http://HOST:9090), not of an exporter") from None
+
+    def query(self, expr: str, at: float) -> list[Sample]:
+        result: list[Sample] = self._post("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+        return result
+
+    def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[Sample]:
+        result: list[Sample] = self._post("/api/v1/query_range", {
+            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"})
+        return result
+
+
+# ---------------------------------------------------------------- snapshots from query results
+
+
+@dataclass
+class Results:
+    """What one refresh read, by family name: the raw vector results."""
+
+    build_info: list[Sample] = field(default_factory=list)
+    source_up: list[Sample] = field(default_factory=list)
+    gpus: list[Sample] = field(default_factory=list)
+    totals: list[Sample] = field(default_factory=list)
+    gauges: list[Sample] = field(default_factory=list)
+    #: metric name -> increase() over the window
+    increases: dict[str, list[Sample]] = field(default_factory=dict)
+    #: histogram buckets and kernel launches of the watched processes
+    watched: list[Sample] = field(default_factory=list)
+
+
+def _value(s: Sample) -> float:
+    return float(s["value"][1])
+
+
+def _pkey(m: Mapping[str, str]) -> tuple[str, int] | None:
+    try:
+        return (m.get("instance", ""), int(m["pid"]))
+    except (KeyError, ValueError):
+        return None
+
+
+class _Proc:
+    """Counts of one process being gathered from the families."""
+
+    __slots__ = ("gauges", "gpu", "hists", "interval", "kernels", "labels", "total")
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self.labels = labels
+        self.total: dict[str, Any] = {}
+        self.interval: dict[str, Any] = {}
+        self.gauges: dict[str, float] = {}
+        self.gpu: int | None = None
+        self.hists: dict[str, dict[str, list[tuple[float, float]]]] = {}
+        self.kernels: dict[str, float] = {}
+
+
+_COUNTER_FIELD = dict(PROC_COUNTERS)
+_DIRECTED = {name: (fld, label, part) for name, fld, label, part in PROC_DIRECTED}
+_FLOAT_FIELDS = {"sync_wait_s"}
+
+
+def _put(counts: dict[str, Any], name: str, m: Mapping[str, str], v: float) -> None:
+    fld = _COUNTER_FIELD.get(name)
+    if fld is not None:
+        counts[fld] = v
+        return
+    directed = _DIRECTED.get(name)
+    if directed is not None:
+        fld, label, part = directed
+        d = m.get(label, "")
+        counts.setdefault(fld, {}).setdefault(d, {})[part or "value"] = v
+        return
+    if name in HIST_COUNTS:
+        counts[name] = v
+
+
+def _counts(c: dict[str, Any], integral: bool) -> Counts | None:
+    """Counts from gathered values; increases (``integral``) are rounded to whole events."""
+    if not c:
+        return None
+
+    def num(v: float | None, fld: str) -> Any:
+        if v is None:
+            return None
+        return float(v) if fld in _FLOAT_FIELDS else round(v) if integral else int(v)
+
+    kw: dict[str, Any] = {fld: num(c.get(fld), fld) for _, fld in PROC_COUNTERS}
+    for fld, dirs in (("memcpy", MEMCPY_DIRECTIONS), ("prefetch", PREFETCH_DIRECTIONS)):
+        parts = c.get(fld)
+        if parts is not None:
+            kw[fld] = {d: CallBytes(num(parts[d]["calls"], "calls"), num(parts[d]["bytes"], "bytes"))
+                       for d in dirs if d in parts and "calls" in parts[d] and "bytes" in parts[d]}
+    mig = c.get("uvm_migrated")
+    if mig is not None:
+        kw["uvm_migrated"] = {d: num(mig[d]["value"], "b") for d in UVM_DIRECTIONS if d in mig}
+    return Counts(**kw)
+
+
+def _log2_hist(buckets: list[tuple[float, float]]) -> dict[str, int]:
+    """The model's ``{"2^k": count}`` from cumulative ``le`` buckets (le = 2^(k+1) - 1, then +Inf)."""
+    out: dict[str, int] = {}
+    prev = 0.0
+    finite = sorted((le, v) for le, v in buckets if le != float("inf"))
+    everything = [v for le, v in buckets if le == float("inf")]
+    for k, (_, cum) in enumerate(finite):
+        n = round(cum - prev)
+        if n:
+            out[f"2^{k}"] = n
+        prev = cum
+    rest = round(everything[0] - prev) if everything else 0
+    if rest:
+        out[f"2^{len(finite)}"] = rest
+    return out
+
+
+def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
+                   nodes: frozenset[str] = frozenset()) -> Snapshot:
+    """The snapshot of one refresh, from its query results (pure: no I/O)."""
+    node_of: dict[str, str] = {}
+    for s in res.build_info:
+        m = s["metric"]
+        if "instance" in m and "node" in m:
+            node_of[m["instance"]] = m["node"]
+    procs: dict[tuple[str, int], _Proc] = {}
+
+    def proc(m: Mapping[str, str]) -> _Proc | None:
+        k = _pkey(m)
+        if k is None:
+            return None
+        p = procs.get(k)
+        if p is None:
+            p = procs[k] = _Proc(m)
+        return p
+
+    for s in res.totals:
+        m = s["metric"]
+        p = proc(m)
+        if p is not None:
+            _put(p.total, m.get("__name__", ""), m, _value(s))
+    for s in res.gauges:
+        m = s["metric"]
+        p = proc(m)
+        if p is None:
+            continue
+        p.gauges[m.get("__name__", "")] = _value(s)
+        if "gpu" in m and m["gpu"].isdigit():
+            p.gpu = int(m["gpu"])
+    for name, samples in res.increases.items():
+        for s in samples:
+            p = procs.get(_pkey(s["metric"]) or ("", -1))
+            if p is not None:       # only processes whose counters are current (not exited)
+                _put(p.interval, name, s["metric"], _value(s))
+    for s in res.watched:
+        m = s["metric"]
+        p = procs.get(_pkey(m) or ("", -1))
+        if p is None:
+            continue
+        name = m.get("__name__", "")
+        if name == KERNEL_LAUNCHES:
+            p.kernels[m.get("kernel", "")] = _value(s)
+        elif "le" in m:
+            le = float(m["le"])
+            p.hists.setdefault(name, {}).setdefault(m.get("direction", ""), []).append((le, _value(s)))
+
+    out: list[ProcSample] = []
+    for (instance, pid), p in procs.items():
+        node = node_of.get(instance)
+        if nodes and node not in nodes:
+            continue
+        out.append(_proc_sample(p, pid, instance, node, window_s))
+    gpus = _gpus(res.gpus, node_of, nodes)
+    sources = _sources(res.source_up, node_of, nodes)
+    sources["prometheus"] = SourceStatus("ok")
+    return Snapshot(time=at, interval_s=window_s, host=host, sources=sources, gpus=tuple(gpus),
+                    processes=tuple(out))
+
+
+def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: float) -> ProcSample:
+    m = p.labels
+    total = _counts(p.total, integral=False)
+    live = p.gauges.get("gputop_live_alloc_bytes")
+    if live is not None:
+        total = replace(total or Counts(), live_alloc_bytes=int(live))
+    interval = _counts(p.interval, integral=True)
+    inc = p.interval
+    per_s = 1.0 / window_s if window_s > 0 else 0.0
+    rates = None
+    if inc:
+        copies = inc.get("memcpy")
+        rates = Rates(
+            launches_per_s=inc["launches"] * per_s if "launches" in inc else None,
+            memcpy_bytes_per_s=({d: v["bytes"] * per_s for d, v in copies.items() if "bytes" in v}
+                                if copies is not None else None),
+            uvm_faults_per_s=inc["uvm_cpu_faults"] * per_s if "uvm_cpu_faults" in inc else None,
+            sync_wait_pct=min(100.0, 100.0 * inc["sync_wait_s"] * per_s) if "sync_wait_s" in inc else None,
+        )
+
+    def avg(sum_field: str, count_name: str) -> float | None:
+        n = inc.get(count_name)
+        s = inc.get(sum_field)
+        return s / n if s is not None and n else None
+
+    hists: dict[str, Any] = {}
+    for bucket_name, fld in HISTOGRAMS:
+        by_dir = p.hists.get(bucket_name)
+        if by_dir is None:
+            continue
+        if fld == "memcpy_size_hist":
+            hists[fld] = {d: _log2_hist(b) for d, b in by_dir.items()}
+        else:
+            hists[fld] = _log2_hist(by_dir.get("", []))
+    kernels = tuple(KernelStat(name, int(n), None, None) for name, n in
+                    sorted(p.kernels.items(), key=lambda kv: (-kv[1], kv[0])))
+    sm = p.gauges.get("gputop_process_sm_utilization_ratio")
+    gpu_mem = p.gauges.get("gputop_process_gpu_memory_bytes")
+    bound = p.gauges.get("gputop_process_launch_bound")
+    return ProcSample(
+        pid=pid, comm=m.get("comm") or None, cmdline=m.get("cmdline") or None, container=m.get("container") or None,
+        interval=interval, total=total, rates=rates,
+        grid_blocks_avg=avg("grid_blocks_sum", HIST_COUNTS[0]),
+        block_threads_avg=avg("block_threads_sum", HIST_COUNTS[1]),
+        kernels=kernels, gpu_index=p.gpu, gpu_mem_bytes=None if gpu_mem is None else int(gpu_mem),
+        gpu_util_pct=None if sm is None else sm * 100.0, launch_bound=None if bound is None else bound >= 0.5,
+        node=node, instance=instance, **hists)
+
+
+def _gpus(samples: list[Sample], node_of: Mapping[str, str], nodes: frozenset[str]) -> list[GpuSample]:
+    fields_of = {name: (fld, scale) for name, fld, scale in GPU_FIELDS}
+    gathered: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for s in samples:
+        m = s["metric"]
+        spec = fields_of.get(m.get("__name__", ""))
+        if spec is None or not m.get("gpu", "").isdigit():
+            continue
+        key = (m.get("instance", ""), int(m["gpu"]), m.get("mig", ""))
+        g = gathered.setdefault(key, {"uuid": m.get("uuid") or None, "name": m.get("name") or None})
+        fld, scale = spec
+        v = _value(s) * scale
+        g[fld] = round(v) if fld in _INT_GPU_FIELDS else v
+    out = []
+    for (instance, index, mig), kw in gathered.items():
+        node = node_of.get(instance)
+        if nodes and node not in nodes:
+            continue
+        out.append(GpuSample(index=index, mig_instance=int(mig) if mig.isdigit() else None, node=node, **kw))
+    out.sort(key=lambda g: (g.node or "", g.index, g.mig_instance or -1))
+    return out
+
+
+def _sources(samples: list[Sample], node_of: Mapping[str, str], nodes: frozenset[str]) -> dict[str, SourceStatus]:
+    """Each source once for the fleet: ok when every node reports it up, else which nodes do not."""
+    up: dict[str, list[str]] = {}
+    down: dict[str, list[str]] = {}
+    for s in samples:
+        m = s["metric"]
+        instance = m.get("instance", "")
+        node = node_of.get(instance) or instance
+        if nodes and node_of.get(instance) not in nodes:
+            continue
+        (up if _value(s) >= 1 else down).setdefault(m.get("source", "?"), []).append(node)
+    out: dict[str, SourceStatus] = {}
+    for name in sorted(set(up) | set(down)):
+        off = sorted(down.get(name, []))
+        if not off:
+            out[name] = SourceStatus("ok")
+        else:
+            n = len(off) + len(up.get(name, []))
+            shown = ", ".join(off[:3]) + (", …" if len(off) > 3 else "")
+            out[name] = SourceStatus("unavailable", reason=f"off on {len(off)} of {n} nodes: {shown}")
+    return out
+
+
+def series_points(samples: Iterable[Sample], name: str) -> dict[ProcKey, dict[str, list[tuple[float, float]]]]:
+    """query_range results as ``{key: {series name: [(t, v)]}}``; memcpy splits by direction."""
+    out: dict[ProcKey, dict[str, list[tuple[float, float]]]] = {}
+    for s in samples:
+        m = s["metric"]
+        k = _pkey(m)
+        if k is None:
+            continue
+        series = m.get("direction", name) if name == "memcpy" else name
+        out.setdefault(k, {})[series] = [(float(t), float(v)) for t, v in s["values"]]
+    return out
+
+
+# ---------------------------------------------------------------- the feed
+
+
+def _regex_alt(values: Iterable[str]) -> str:
+    """A PromQL regex matching exactly these values."""
+    return "|".join(re.escape(v).replace("\\", "\\\\").replace('"', '\\"') for v in sorted(set(values)))
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    url: str
+    #: label matchers added to every selector (``--match``), without braces
+    match: str = ""
+    #: the window of increase() and rate() (``--window``)
+    window: str = "1m"
+    interval_s: float = 5.0
+    #: only these nodes (``--node``); empty: all
+    nodes: frozenset[str] = frozenset()
+    #: seconds a query may take before Prometheus counts as slow; None: max(10, 2 x interval)
+    timeout_s: float | None = None
+    #: query workers (queries of one refresh run side by side)
+    workers: int = 4
+
+
+class FleetFeed:
+    """A ``Feed`` over Prometheus: a snapshot every interval, built by the feed's own thread."""
+
+    kind = "fleet"
+
+    def __init__(self, config: FleetConfig) -> None:
+        try:
+            self.window_s = parse_duration(config.window)
+        except ValueError as e:
+            raise GputopError(str(e), "give --window as Prometheus writes durations: 30s, 2m, 1h", EX_USAGE) from None
+        if self.window_s <= 0:
+            raise GputopError(f"--window must be longer than 0: {config.window!r}", "try --window 1m", EX_USAGE)
+        self.config = config
+        self.interval_s = config.interval_s
+        self.client = PromClient(config.url, config.timeout_s or max(10.0, 2 * config.interval_s))
+        #: what the header shows while Prometheus does not answer (None when it does)
+        self.error: str | None = None
+        #: seconds the last refresh took (the benchmark reads it)
+        self.last_refresh_s: float | None = None
+        self._match = config.match
+        self._last: Snapshot | None = None
+        self._watched: tuple[tuple[str, int], ...] = ()
+        self._series: dict[ProcKey, dict[str, list[tuple[float, float]]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._paused = False
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=max(1, config.workers), thread_name_prefix="gputop-fleet-q")
+
+    # ------------------------------------------------------------ Feed
+
+    def start(self, on_snapshot: SnapshotCallback) -> None:
+        self._thread = threading.Thread(target=self._run, args=(on_snapshot,), name="gputop-collector", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.client.timeout_s + 1)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def set_interval(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._wake.set()
+
+    def set_paused(self, paused: bool) -> None:
+        self._paused = paused
+        self._wake.set()
+
+    # ------------------------------------------------------------ details and compare
+
+    def watch(self, keys: Sequence[ProcKey]) -> None:
+        """Read histograms, kernels and time series of these processes too (details, compare)."""
+        remote = tuple(dict.fromkeys(k for k in keys if isinstance(k, tuple)))
+        if remote != self._watched:
+            self._watched = remote
+            self._wake.set()        # the screen waits for them: refresh now
+
+    def series(self, key: ProcKey) -> dict[str, list[tuple[float, float]]] | None:
+        """The time series of a watched process (``SERIES_QUERIES``' names, memcpy by direction)."""
+        with self._lock:
+            return self._series.get(key)
+
+    # ------------------------------------------------------------ refreshes
+
+    def _run(self, on_snapshot: SnapshotCallback) -> None:
+        while not self._stop.is_set():
+            if not self._paused:
+                on_snapshot(self.refresh())
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+    def refresh(self) -> Snapshot:
+        """One refresh; never raises for Prometheus's failures (see ``collect``)."""
+        try:
+            return self.collect()
+        except FleetError as e:
+            return self._stale(e)
+
+    def _stale(self, e: FleetError) -> Snapshot:
+        last = self._last
+        reason = e.message
+        if last is not None and last.processes:
+            age = time.strftime("%H:%M:%S", time.localtime(last.time))
+            self.error = f"STALE (data of {age}): {reason}"
+        else:
+            self.error = reason
+        status = SourceStatus("unavailable", reason=reason)
+        if last is None:
+            return Snapshot(time=time.time(), interval_s=self.window_s, host=self.config.url,
+                            sources={"prometheus": status})
+        return replace(last, sources={**last.sources, "prometheus": status})
+
+    def _selector(self, *extra: str) -> str:
+        return ",".join(p for p in (self._match, *extra) if p)
+
+    def collect(self) -> Snapshot:
+        """One refresh: every query at one instant; raises ``FleetError`` when Prometheus fails."""
+        t0 = time.monotonic()
+        at = time.time()
+        q = self.client.query
+        info = q(f"gputop_build_info{{{self._match}}}", at)
+        if not info:
+            where = f" matching {{{self._match}}}" if self._match else ""
+            raise FleetError("empty", f"Prometheus at {self.config.url} holds no gputop metrics{where} "
+                             "(gputop_build_info is empty)",
+                             "check that Prometheus scrapes 'gputop exporter' on each node (its /targets page), "
+                             "and --match")
+        extra = ""
+        if self.config.nodes:
+            instances = [s["metric"].get("instance", "") for s in info if s["metric"].get("node") in self.config.nodes]
+            if not instances:
+                raise FleetError("empty", f"no node named {', '.join(sorted(self.config.nodes))} in Prometheus at "
+                                 f"{self.config.url}", "check --node against the node label of gputop_build_info")
+            extra = f'instance=~"{_regex_alt(instances)}"'
+        sel = self._selector(extra)
+        w = self.config.window
+        totals = "|".join(re.escape(n) for n, _ in PROC_COUNTERS) + "|" + "|".join(
+            n for n, *_ in PROC_DIRECTED) + "|" + "|".join(HIST_COUNTS)
+        jobs: dict[str, str] = {
+            "source_up": f"gputop_source_up{{{sel}}}",
+            "gpus": "{" + self._selector(extra, '__name__=~"gputop_gpu_.+"') + "}",
+            "totals": "{" + self._selector(extra, f'__name__=~"{totals}"') + "}",
+            "gauges": "{" + self._selector(extra, f'__name__=~"{"|".join(PROC_GAUGES)}"') + "}",
+        }
+        for name in [*(n for n, _ in PROC_COUNTERS), *(n for n, *_ in PROC_DIRECTED), *HIST_COUNTS]:
+            jobs[f"inc:{name}"] = f"increase({name}{{{sel}}}[{w}])"
+        watched = self._watched
+        if watched:
+            wsel = self._selector(extra, self._watch_selector(watched))
+            names = "|".join([*(b for b, _ in HISTOGRAMS), KERNEL_LAUNCHES])
+            jobs["watched"] = "{" + self._selector(extra, self._watch_selector(watched), f'__name__=~"{names}"') + "}"
+            step = max(1.0, self.interval_s)
+            for name, expr in SERIES_QUERIES:
+                jobs[f"range:{name}"] = expr.replace("{S", "{" + wsel).replace("[W]", f"[{w}]")
+        futures = {}
+        for key, expr in jobs.items():
+            if key.startswith("range:"):
+                futures[key] = self._pool.submit(self.client.query_range, expr, at - step * SERIES_POINTS, at, step)
+            else:
+                futures[key] = self._pool.submit(q, expr, at)
+        results = {key: f.result() for key, f in futures.items()}    # the first FleetError propagates
+        res = Results(build_info=info, source_up=results["source_up"], gpus=results["gpus"],
+                      totals=results["totals"], gauges=results["gauges"], watched=results.get("watched", []),
+                      increases={k.removeprefix("inc:"): v for k, v in results.items() if k.startswith("inc:")})
+        snap = build_snapshot(res, at=at, window_s=self.window_s, host=self.config.url, nodes=self.config.nodes)
+        series: dict[ProcKey, dict[str, list[tuple[float, float]]]] = {}
+        for name, _ in SERIES_QUERIES:
+            for k, by_name in series_points(results.get(f"range:{name}", ()), name).items():
+                if k in watched:
+                    series.setdefault(k, {}).update(by_name)
+        with self._lock:
+            self._series = series
+        self._last = snap
+        self.error = None
+        self.last_refresh_s = time.monotonic() - t0
+        return snap
+
+    @staticmethod
+    def _watch_selector(keys: Sequence[tuple[str, int]]) -> str:
+        instances = _regex_alt(k[0] for k in keys)
+        pids = _regex_alt(str(k[1]) for k in keys)
+        return f'instance=~"{instances}",pid=~"{pids}"'
