@@ -139,10 +139,18 @@ def test_installed_prefix_traces_with_its_own_bcc_python_and_headers(bundle: dic
     bcc_dir = prefix / "usr/lib/python3/dist-packages/bcc"
     assert f"OK    bcc: bcc {version_of(bundle, 'python3-bpfcc')} from {bcc_dir}\n" in doctor.stdout, doctor.stdout
     headers = prefix / "lib/gputop/kernel-headers" / (prefix / "lib/gputop/kernel-headers/default").read_text().strip()
-    if not Path(f"/lib/modules/{os.uname().release}/build/include").is_dir():
+    assert "OK    BPF compile: a test program compiled and loaded" in doctor.stdout
+    release = os.uname().release
+    if not Path(f"/lib/modules/{release}/build/include").is_dir():
         assert f"kernel headers: BCC_KERNEL_SOURCE={headers} set by the user" in doctor.stdout
         assert (headers / "include" / "linux" / "kconfig.h").exists()     # from the -common half, merged
-    assert "OK    BPF compile: a test program compiled and loaded" in doctor.stdout
+        # headers gathered with --kernel for exactly the running release are preferred to the newest
+        exact = headers.parent / f"linux-headers-{release}"
+        exact.symlink_to(headers)
+        doctor = subprocess.run([gputop, "doctor"], capture_output=True, text=True, timeout=300, env=env)
+        assert f"kernel headers: BCC_KERNEL_SOURCE={exact} set by the user" in doctor.stdout, doctor.stdout
+        assert "OK    BPF compile: a test program compiled and loaded" in doctor.stdout
+        exact.unlink()
 
     # cwd = the checkout: its gputop/ must not shadow the prefix's
     gt = subprocess.Popen([gputop, "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf"], stdout=subprocess.PIPE,
