@@ -58,6 +58,7 @@ def find_libcudart() -> Path | None:
     purelib = sysconfig.get_paths()["purelib"]
     repo = HERE.parent.parent
     cands += glob.glob(f"{purelib}/nvidia/cuda_runtime/lib/libcudart.so.*")
+    cands += glob.glob(f"{purelib}/nvidia/cu13/lib/libcudart.so.*")     # CUDA 13 wheels (PyTorch cu130)
     cands += [str(repo / ".cache" / "testbed" / "cudart" / "libcudart.so.12")]
     cands += sorted(glob.glob("/usr/local/cuda*/lib64/libcudart.so.*"), reverse=True)
     cands += sorted(glob.glob("/usr/lib/*-linux-gnu/libcudart.so.*"), reverse=True)

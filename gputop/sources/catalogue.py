@@ -139,6 +139,22 @@ ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + ALLOC + PREFETCH + SYNC +
 ANCHORS = frozenset(p.symbol for p in LAUNCH + COPY)
 
 
+#: runtime launch entry points: an object defining one of these is a runtime or wraps one
+RUNTIME_LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel")
+
+
+def is_runtime_wrapper(functions: dict[str, int]) -> bool:
+    """An object that defines runtime launch entry points but is no CUDA runtime.
+
+    Every CUDA runtime, shared or linked into a program, defines ``__cudaRegisterFatBinary`` (the
+    programs it serves register their kernels through it). A library preloaded in front of the
+    runtime that exports ``cudaLaunchKernel`` and friends (GPU-sharing and interception layers)
+    does not: it forwards to the runtime behind it, where each call is counted once. So its
+    runtime entry points are not probed and its code counts as the application's.
+    """
+    return "__cudaRegisterFatBinary" not in functions and any(n in functions for n in RUNTIME_LAUNCH)
+
+
 #: nvcc's launch stubs call these; they are thunks that jump to the public entry points
 INTERNAL_LAUNCH = {"__cudaLaunchKernel": "cudaLaunchKernel", "__cudaLaunchKernel_ptsz": "cudaLaunchKernel_ptsz"}
 
@@ -154,7 +170,12 @@ def probes_for(functions: dict[str, int],
     """
     if not ANCHORS.intersection(functions):
         return []
-    out = [(p, functions[p.symbol]) for p in ALL if p.symbol in functions]
+    wrapper = is_runtime_wrapper(functions)
+    # a runtime wrapper forwards to the runtime, which counts each call: only its driver layer is probed
+    out = [(p, functions[p.symbol]) for p in ALL
+           if p.symbol in functions and not (wrapper and p.symbol.lstrip("_").startswith("cuda"))]
+    if wrapper:
+        return _unique(out)
     for internal, public in INTERNAL_LAUNCH.items():
         if internal not in functions:
             continue
@@ -170,7 +191,11 @@ def probes_for(functions: dict[str, int],
     for sym in PREFETCH_RT_PLAIN:
         if sym in functions:
             out.append((Probe(sym, "rt_prefetch_loc" if loc else "rt_prefetch_dev"), functions[sym]))
-    # aliases (two names, one address) are probed once: a second probe would count twice
+    return _unique(out)
+
+
+def _unique(out: list[tuple[Probe, int]]) -> list[tuple[Probe, int]]:
+    """Aliases (two names, one address) are probed once: a second probe would count twice."""
     seen: set[int] = set()
     unique = []
     for probe, addr in out:

@@ -19,6 +19,8 @@ from elftools.common.utils import parse_cstring_from_stream
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import Symbol, SymbolTableSection
 
+from gputop.sources.catalogue import is_runtime_wrapper
+
 # a cheap pre-filter: objects that mention none of these never hold CUDA entry points
 _MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", b"cudaMalloc", b"cuMemAlloc")
 
@@ -63,12 +65,15 @@ class ObjectSymbols:
         runtime linked statically into a program or library), maximal runs of consecutive
         functions with CUDA names, so that the program's own code is not included.
         """
-        if self.all_exports_cuda:
+        wrapper = is_runtime_wrapper(self.functions)
+        if self.all_exports_cuda and not wrapper:
             return [(vaddr, vaddr + size) for vaddr, _off, size in self.segments]
         runs: list[tuple[int, int]] = []
         cur: list[int] | None = None
         for addr, end, name in zip(self._addrs, self._ends, self._names, strict=False):
-            if _CUDA_CODE.match(name):
+            # a runtime wrapper's runtime-named functions are the application's code (see
+            # is_runtime_wrapper); its driver-named ones wrap the driver like any driver layer
+            if _CUDA_CODE.match(name) and not (wrapper and _RUNTIME_NAME.match(name)):
                 if cur is None:
                     cur = [addr, max(end, addr + 1)]
                 else:
@@ -108,6 +113,8 @@ class ObjectSymbols:
         return None
 
 
+#: runtime-layer names (the rest of _CUDA_CODE is the driver's)
+_RUNTIME_NAME = re.compile(r"^(_{0,2}cuda|libcudart_static_|_ZN\d+cudart|_?_?cudart)")
 def mentions_cuda(path: str) -> bool:
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:

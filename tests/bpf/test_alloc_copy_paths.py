@@ -68,3 +68,17 @@ def test_successful_paths_live_bytes_handles_and_mapped_ranges(run_workload, wor
     # copies into and out of the mapped device handle are h2d/d2h; after cuMemUnmap, unknown
     assert raw.memcpy_calls == (2, 1, 0, 0, 1)
     assert raw.memcpy_bytes == (256, 32, 0, 0, 16)
+
+
+def test_a_wrapper_preloaded_in_front_of_the_runtime_counts_once(run_workload, rt, tmp_path) -> None:
+    """A GPU-sharing layer exporting cudaLaunchKernel (tests/native/launch_wrapper.c) in front of the
+    real runtime: each launch passes both, and counts once, with its kernel's name."""
+    from support import build_native
+
+    wrapper = build_native("launch_wrapper.c", "liblaunchwrap.so", "-shared", "-fPIC", "-ldl")
+    raw = run_workload([rt.dynamic, "launch:2500:4,1,1:64,1,1:0", "launch_ptsz:500:1,1,1:32,1,1:1",
+                        "memcpy:3:1:100"], env={"LD_PRELOAD": str(wrapper)}).go_and_wait()
+    assert raw.counters["launches"] == 3000
+    by_name = {k.name: k.launches for k in raw.kernels}
+    assert by_name == {"fused_step(float*, float*, int)": 2500, "unfused_step(float const*, float*, int)": 500}
+    assert raw.memcpy_calls == (3, 0, 0, 0, 0)

@@ -120,6 +120,8 @@ int cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count, 
     (void)dsts; (void)srcs; (void)sizes; (void)count; (void)attrs; (void)attrsIdxs; (void)numAttrs; (void)stream;
     return 0;
 }
+// every CUDA runtime defines it (gputop tells a runtime from a wrapper in front of one by it)
+void **__cudaRegisterFatBinary(void *fatCubin) { (void)fatCubin; return NULL; }
 // nvcc 12.8+ launch stubs: a handle for the host stub, then a launch by handle
 int __cudaGetKernel(void **kernel, const void *hostFun) {
     *kernel = malloc(16);                 // an opaque heap handle, as the real runtime returns

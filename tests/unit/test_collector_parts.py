@@ -106,12 +106,29 @@ def test_libcuda_text_is_all_driver_code(testbed) -> None:
 
 
 def test_non_thunk_internal_launch_gets_checked_public_entry() -> None:
-    funcs = {"cudaLaunchKernel": 0x100, "__cudaLaunchKernel": 0x200}
+    funcs = {"cudaLaunchKernel": 0x100, "__cudaLaunchKernel": 0x200, "__cudaRegisterFatBinary": 0x300}
     probes = {p.symbol: p.entry for p, _ in catalogue.probes_for(funcs, lambda _n: -1)}
     assert probes == {"cudaLaunchKernel": "rt_launch_checked", "__cudaLaunchKernel": "rt_launch"}
     # code that could not be read: assume the usual thunk (not probed) rather than risk double counts
     probes = {p.symbol: p.entry for p, _ in catalogue.probes_for(funcs, lambda _n: None)}
     assert probes == {"cudaLaunchKernel": "rt_launch"}
+
+
+def test_a_runtime_wrapper_keeps_only_its_driver_layer() -> None:
+    """A library preloaded in front of the runtime (no __cudaRegisterFatBinary: not a runtime)
+    forwards to the runtime, which counts each call; its driver wrappers are probed as a driver."""
+    wrapper = {"cudaLaunchKernel": 0x100, "cudaMemcpy": 0x180, "cuLaunchKernel": 0x200, "init_hooks": 0x300}
+    assert catalogue.is_runtime_wrapper(wrapper)
+    assert {p.symbol: p.entry for p, _ in catalogue.probes_for(wrapper)} == {"cuLaunchKernel": "drv_launch"}
+    assert not catalogue.is_runtime_wrapper({**wrapper, "__cudaRegisterFatBinary": 0x400})
+    assert not catalogue.is_runtime_wrapper({"cuLaunchKernel": 0x200})       # a driver layer
+    # its runtime-named code is the application's: only the driver wrapper is CUDA code
+    syms = symbols.ObjectSymbols("libwrap.so", "ET_DYN")
+    syms.functions.update(wrapper)
+    syms._addrs, syms._ends, syms._names = [0x100, 0x180, 0x200, 0x300], [0x180, 0x200, 0x280, 0x380], \
+        ["cudaLaunchKernel", "cudaMemcpy", "cuLaunchKernel", "init_hooks"]
+    syms.all_exports_cuda = False
+    assert syms.cuda_code_runs() == [(0x200, 0x280)]
 
 
 def test_objects_without_launch_or_copy_entry_points_are_not_probed() -> None:
