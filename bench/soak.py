@@ -12,16 +12,18 @@ processes (default 10,000) start evenly over ``--duration-s`` (default 3600 s), 
 ``--short-launches`` launches and exiting within milliseconds; after the churn and a settle time,
 gputop is sampled again; then the long-lived processes make their last burst and exit.
 
-Sampled every ``--sample-s`` from outside gputop: RSS, open descriptors, threads, the entries of
-each of its BPF hash/LRU/LPM maps (read through pidfd_getfd), and the dropped-record counter of
+Sampled every ``--sample-s`` from outside gputop: RSS, open descriptors (probes apart), threads, the entries
+of its BPF hash/LRU/LPM maps that belong to the soak's processes (read through pidfd_getfd; the host's
+other CUDA processes are traced too), and the dropped-record counter of
 its snapshots. Checked:
 
 - every long-lived process's total launches are exact at the end (``bursts * burst``), and never
   decrease or pass that number on the way;
 - every short-lived process is shown with exactly ``--short-launches`` (counted: exact, short,
   missing);
-- after the churn: no descriptor or thread more than at the baseline, every non-LRU map back to
-  its baseline entry count, and RSS within ``--rss-tolerance-bytes`` of the baseline;
+- after the churn: no descriptor or thread more than at the baseline (probe descriptors change only
+  with the objects probed), every non-LRU map back to its baseline entry count, and RSS within
+  ``--rss-tolerance-bytes`` of the baseline;
 - no dropped record.
 
 Prints one line per sample and a summary (JSON with ``--out``); exit status 1 when a check fails.
@@ -78,25 +80,38 @@ def _map_info(fd: int) -> tuple[int, int, str] | None:
     return mtype, key_size, name
 
 
-def _count_keys(fd: int, key_size: int, limit: int = 1 << 22) -> int:
+def _tgid(map_type: int, key: bytes) -> int:
+    """The process a key of gputop's maps belongs to: LPM keys start with the tgid big-endian after
+    the prefix length; u64 keys are pid_tgid (tgid high); the others start with a u32 tgid."""
+    if map_type == 11:
+        return int.from_bytes(key[4:8], "big")
+    if len(key) == 8:
+        return int.from_bytes(key[4:8], "little")
+    return int.from_bytes(key[0:4], "little")
+
+
+def _keys(fd: int, key_size: int, limit: int = 1 << 22) -> list[bytes]:
     key = ctypes.create_string_buffer(key_size)
     nxt = ctypes.create_string_buffer(key_size)
     attr = ctypes.create_string_buffer(24)
     struct.pack_into("IIQQ", attr, 0, fd, 0, 0, ctypes.addressof(nxt))     # NULL key: the first one
-    n = 0
-    while n < limit and _bpf(_BPF_MAP_GET_NEXT_KEY, attr) == 0:
-        n += 1
+    out: list[bytes] = []
+    while len(out) < limit and _bpf(_BPF_MAP_GET_NEXT_KEY, attr) == 0:
+        out.append(nxt.raw)
         ctypes.memmove(key, nxt, key_size)
         struct.pack_into("Q", attr, 8, ctypes.addressof(key))
-    return n
+    return out
 
 
-def map_entries(pid: int) -> dict[str, int]:
-    """Entries of each hash, LRU and LPM map that process ``pid`` holds open, by map name (root)."""
+def map_entries(pid: int, mine: set[int]) -> tuple[dict[str, int], int]:
+    """Entries of each hash, LRU and LPM map that process ``pid`` holds open, by map name, that
+    belong to the processes ``mine`` (the host's other processes are traced too); and all
+    entries of those maps. Needs root (pidfd_getfd)."""
     pidfd = int(_libc.syscall(_SYS_PIDFD_OPEN, pid, 0))
     if pidfd < 0:
-        return {}
+        return {}, 0
     out: dict[str, int] = {}
+    total = 0
     try:
         for name in os.listdir(f"/proc/{pid}/fd"):
             try:
@@ -111,12 +126,14 @@ def map_entries(pid: int) -> dict[str, int]:
                 info = _map_info(fd)
                 if info is not None and info[0] in _COUNTED:
                     label = info[2] + (" (lru)" if info[0] in _LRU else "")
-                    out[label] = out.get(label, 0) + _count_keys(fd, info[1])
+                    keys = _keys(fd, info[1])
+                    total += len(keys)
+                    out[label] = out.get(label, 0) + sum(1 for k in keys if _tgid(info[0], k) in mine)
             finally:
                 os.close(fd)
     finally:
         os.close(pidfd)
-    return out
+    return out, total
 
 
 @dataclass
@@ -124,9 +141,12 @@ class Sample:
     t_s: float
     phase: str
     rss_bytes: int
-    fds: int
+    fds: int                # open descriptors other than probes (BPF links, perf events)
+    probe_fds: int          # BPF links and perf events: they grow with the objects probed
+    objects: int | None     # CUDA objects probed (the snapshot's sources.bpf.objects)
     threads: int
-    maps: dict[str, int]
+    maps: dict[str, int]    # entries of the soak's own processes, by map
+    maps_all: int           # entries of every process (the host's other CUDA processes too)
     dropped: int | None
     processes: int
 
@@ -135,15 +155,26 @@ class Sample:
         return sum(self.maps.values())
 
 
-def sample_proc(pid: int) -> tuple[int, int, int]:
-    """(RSS bytes, open descriptors, threads) of ``pid``."""
+_PROBE_FDS = ("anon_inode:bpf_link", "anon_inode:[perf_event]")
+
+
+def sample_proc(pid: int) -> tuple[int, int, int, int]:
+    """(RSS bytes, open descriptors other than probes, probe descriptors, threads) of ``pid``."""
     rss = threads = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             rss = int(line.split()[1]) * 1024
         elif line.startswith("Threads:"):
             threads = int(line.split()[1])
-    return rss, len(os.listdir(f"/proc/{pid}/fd")), threads
+    fds = probes = 0
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        probes += target in _PROBE_FDS
+        fds += target not in _PROBE_FDS
+    return rss, fds, probes, threads
 
 
 class Gputop:
@@ -222,6 +253,8 @@ class Result:
                                  f"({self.short_under} under, {self.short_over} over, {self.short_missing} missing)")
         if a.fds > b.fds:
             self.failures.append(f"descriptors grew: {b.fds} -> {a.fds}")
+        if a.objects == b.objects and a.probe_fds != b.probe_fds:
+            self.failures.append(f"probe descriptors changed with no new object: {b.probe_fds} -> {a.probe_fds}")
         if a.threads > b.threads:
             self.failures.append(f"threads grew: {b.threads} -> {a.threads}")
         for name, n in a.maps.items():
@@ -256,6 +289,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
     long_totals: dict[int, int] = {}
     short_pending: dict[int, float] = {}       # pid -> deadline (monotonic) for its row
     short_seen: dict[int, int] = {}
+    short_all: set[int] = set()
     lock = threading.Lock()
 
     def on_snapshot(snap: dict[str, Any]) -> None:
@@ -304,13 +338,18 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
             go.touch()
 
             def take(phase: str) -> Sample:
-                rss, fds, threads = sample_proc(g.proc.pid)
+                rss, fds, probe_fds, threads = sample_proc(g.proc.pid)
                 snap = g.last or {}
-                s = Sample(round(time.monotonic() - t0, 1), phase, rss, fds, threads, map_entries(g.proc.pid),
-                           snap.get("sources", {}).get("bpf", {}).get("dropped"), len(snap.get("processes", ())))
+                bpf = snap.get("sources", {}).get("bpf", {})
+                with lock:
+                    mine = set(long_totals) | short_all
+                maps, maps_all = map_entries(g.proc.pid, mine)
+                s = Sample(round(time.monotonic() - t0, 1), phase, rss, fds, probe_fds, bpf.get("objects"), threads,
+                           maps, maps_all, bpf.get("dropped"), len(snap.get("processes", ())))
                 res.samples.append(s)
-                log(f"{s.t_s:8.1f}s {phase:8} rss {rss / 2**20:7.2f} MiB fds {fds:4} threads {threads:3} "
-                    f"map entries {s.map_entries:6} dropped {s.dropped} processes {s.processes} "
+                log(f"{s.t_s:8.1f}s {phase:8} rss {rss / 2**20:7.2f} MiB fds {fds:4}+{probe_fds} probes "
+                    f"({s.objects} objects) threads {threads:3} map entries {s.map_entries:6} (all {maps_all}) "
+                    f"dropped {s.dropped} processes {s.processes} "
                     f"short {res.short_started} (exact {res.short_exact}, under {res.short_under}, "
                     f"missing {res.short_missing})")
                 return s
@@ -334,6 +373,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
                 running.append(p)
                 with lock:
                     short_pending[p.pid] = time.monotonic() + 4 * args.interval_s + 2
+                    short_all.add(p.pid)
                 res.short_started += 1
             for p in running:
                 p.wait()
@@ -381,6 +421,9 @@ def main() -> int:
         print("gputop: error: the soak traces with BPF and reads gputop's maps: it needs root", file=sys.stderr)
         print("hint: sudo .venv/bin/python bench/soak.py", file=sys.stderr)
         return 77
+    # a background job ignores SIGINT: SIGTERM too ends the soak through its clean-up
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     res = run(args, log=lambda s: print(s, flush=True))
     summary = res.summary()
     if args.out:
