@@ -67,6 +67,8 @@ def header_pieces(state: HeaderState) -> list[Content]:
             if label == "BPF" and st is not None and st.status == "ok" and state.width < 60:
                 st = replace(st, probes=None)   # a narrow header keeps the states, not the counts
             pieces.append(_source(label, st))
+        if "prometheus" in snap.sources:     # the fleet view: where the numbers come from
+            pieces.append(_source("PROM", snap.sources["prometheus"]))
     if state.error:     # before the cost: a narrow header drops from its end
         pieces.append(Content.styled(fmt.text(state.error), "$error bold"))
     if snap is not None:

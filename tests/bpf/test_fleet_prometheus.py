@@ -1,0 +1,169 @@
+"""The fleet view against a real Prometheus scraping two real `gputop exporter`s (two instances, named
+node-a and node-b) that trace one real workload: exact totals under both instances, the launch rate
+within the documented error (docs/fleet.md), the refresh's fixed query count, and Prometheus slow,
+unreachable or holding no gputop metrics (stale data kept, batch mode exits 1 with a hint)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from promserver import GPUTOP, Exporter, Prometheus, wait_until
+from support import NVML_H100, ROOT, Workloads, build_native, table_rows
+
+from gputop.fleet import FleetConfig, FleetFeed
+from gputop.model import CallBytes, Snapshot
+
+EXPORTER_REFRESH_S = 0.25
+SCRAPE_S = 1.0
+WINDOW_S = 12
+#: the exporter's collector may run late on a loaded host (2 shared cores here): its delay adds to its refresh
+SCHEDULING_S = 0.5
+PACED_RATE = 1000
+
+
+def fleet(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUTOP, "--prometheus", url, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def mine(snap: Snapshot, pid: int) -> dict[str, object]:
+    return {p.node: p for p in snap.processes if p.pid == pid}
+
+
+def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_path: Path) -> None:
+    script = tmp_path / "nvml.txt"
+    script.write_text(NVML_H100)
+    env = {"GPUTOP_NVML_LIBRARY": str(build_native("fake_nvml.c", "fake_nvml/libnvidia-ml.so.1", "-shared", "-fPIC")),
+           "FAKE_NVML_SCRIPT": str(script)}
+    exporters = [Exporter("-d", f"{EXPORTER_REFRESH_S:g}", "--bpf", "--node", node, env=env)
+                 for node in ("node-a", "node-b")]
+    prom = wl = None
+    try:
+        for e in exporters:
+            assert e.healthy()["sources"]["bpf"]["status"] == "ok"
+        prom = Prometheus(tmp_path, [f"127.0.0.1:{e.port}" for e in exporters], scrape_s=SCRAPE_S)
+        go = tmp_path / "go"
+        wl = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:6000:40,2,1:128,1,1:0",
+                               "memcpy:4:1:1000", "memcpy:2:2:500", "sync:3", "sleep:9000",
+                               f"paced:{PACED_RATE}:30000", "sleep:60000"], stdout=subprocess.PIPE)
+        assert wl.stdout is not None
+        pid = int(wl.stdout.readline().split()[1])
+        time.sleep(1.0)                             # the exec event attaches both exporters to it
+        go.touch()
+        started = time.monotonic()
+        for e in exporters:
+            prom.wait_value(f'gputop_kernel_launches_total{{pid="{pid}",instance="127.0.0.1:{e.port}"}}', 6000)
+
+        # exact totals under both instances, each with its node; the GPUs of both nodes
+        feed = FleetFeed(FleetConfig(url=prom.url, window=f"{WINDOW_S}s", interval_s=1.0))
+        before = feed.client.queries
+        snap = feed.collect()
+        per_refresh = feed.client.queries - before
+        procs = mine(snap, pid)
+        assert set(procs) == {"node-a", "node-b"}
+        assert {p.instance for p in procs.values()} == {f"127.0.0.1:{e.port}" for e in exporters}  # type: ignore[attr-defined]
+        for p in procs.values():
+            t = p.total  # type: ignore[attr-defined]
+            assert (t.launches, t.grid_blocks_sum, t.block_threads_sum, t.sync_calls) == (6000, 6000 * 80,
+                                                                                          6000 * 128, 3)
+            assert (t.memcpy["h2d"], t.memcpy["d2h"]) == (CallBytes(4, 4000), CallBytes(2, 1000))
+            assert p.comm == "wl_dynamic" and p.user is None     # type: ignore[attr-defined]
+        assert sorted((g.node, g.index, g.power_w, g.util_pct) for g in snap.gpus) == [
+            ("node-a", 0, 412.345, 87.0), ("node-b", 0, 412.345, 87.0)]
+        assert snap.sources["prometheus"].status == "ok" and snap.sources["bpf"].status == "ok"
+        # a fixed number of queries: one per metric family, whatever the processes and nodes
+        assert per_refresh == 5 + 22
+
+        # batch mode: one JSON line per refresh; the table has NODE after PID
+        out = fleet(prom.url, "-b", "-n", "2", "-d", "0.5", "-f", "json", "-p", str(pid))
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert len(lines) == 2
+        for line in lines:
+            doc = json.loads(line)
+            assert sorted((p["node"], p["total"]["launches"], p["total"]["memcpy"]["h2d"]["bytes"])
+                          for p in doc["processes"]) == [("node-a", 6000, 4000), ("node-b", 6000, 4000)]
+        out = fleet(prom.url, "-b", "-n", "1", "-p", str(pid), "--node", "node-b")
+        assert out.returncode == 0, out.stderr
+        rows = table_rows(out.stdout)
+        assert [(r["PID"], r["NODE"]) for r in rows] == [(str(pid), "node-b")]
+        assert "GPU node-b/0 NVIDIA H100" in out.stdout and "node-a" not in out.stdout
+
+        # the launch rate while the workload launches at 1000/s: within the exporter's refresh (and delay)
+        # over the window less two scrapes (docs/fleet.md)
+        wait_s = 9.0 + WINDOW_S + 2.0 - (time.monotonic() - started)
+        time.sleep(max(0.0, wait_s))
+        feed.watch([p.key for p in procs.values()])  # type: ignore[attr-defined]
+        snap = feed.collect()
+        bound = (EXPORTER_REFRESH_S + SCHEDULING_S) / (WINDOW_S - 2 * SCRAPE_S)
+        for node, p in mine(snap, pid).items():
+            rate = p.rates.launches_per_s  # type: ignore[attr-defined]
+            assert abs(rate / PACED_RATE - 1) <= bound, (node, rate)
+            series = feed.series(p.key)  # type: ignore[attr-defined]
+            assert series is not None and abs(series["launches"][-1][1] / PACED_RATE - 1) <= bound
+            assert p.grid_blocks_hist is not None and p.grid_blocks_hist["2^6"] == 6000  # type: ignore[attr-defined]
+        # details/compare's extra reads: one query for histograms and kernels, one query_range per chart
+        assert feed.client.queries - before == 2 * 27 + 1 + 4
+
+        # slow: Prometheus stopped (connections queue, nothing answers): the last data stays, marked stale
+        prom.proc.send_signal(signal.SIGSTOP)
+        slow = FleetFeed(FleetConfig(url=prom.url, window=f"{WINDOW_S}s", interval_s=1.0, timeout_s=2.0))
+        slow._last = snap
+        stale = slow.refresh()
+        assert stale.processes == snap.processes
+        assert stale.sources["prometheus"].status == "unavailable"
+        assert stale.sources["prometheus"].reason == f"Prometheus at {prom.url} did not answer within 2 s"
+        assert slow.error is not None and slow.error.startswith("STALE (data of ")
+        out = fleet(prom.url, "-b", "-n", "1", "-d", "1")
+        assert out.returncode == 1
+        assert out.stderr.splitlines() == [f"gputop: error: Prometheus at {prom.url} did not answer within 10 s",
+                                           "hint: check Prometheus's load (its /metrics, the query log) or narrow "
+                                           "--match / --node"]
+        prom.proc.send_signal(signal.SIGCONT)
+        assert feed.refresh().sources["prometheus"].status == "ok" and feed.error is None
+
+        # no gputop metrics under --match: exit 1, what to check
+        out = fleet(prom.url, "-b", "-n", "1", "--match", 'job="elsewhere"')
+        assert out.returncode == 1
+        assert out.stderr.splitlines() == [
+            f'gputop: error: Prometheus at {prom.url} holds no gputop metrics matching {{job="elsewhere"}} '
+            "(gputop_build_info is empty)",
+            "hint: check that Prometheus scrapes 'gputop exporter' on each node (its /targets page), and --match"]
+
+        # unreachable: Prometheus gone
+        prom.stop()
+        gone = feed.refresh()
+        assert gone.processes == feed._last.processes if feed._last else False
+        assert gone.sources["prometheus"].reason == f"Prometheus at {prom.url} is unreachable: Connection refused"
+        out = fleet(prom.url, "-b", "-n", "1")
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        assert out.stderr.splitlines() == [f"gputop: error: Prometheus at {prom.url} is unreachable: Connection refused",
+                                           "hint: check the URL and that Prometheus runs (curl URL/-/ready)"]
+    finally:
+        if wl is not None and wl.poll() is None:
+            wl.kill()
+            wl.wait()
+        if prom is not None and prom.proc.poll() is None:
+            prom.proc.send_signal(signal.SIGCONT)
+            prom.stop()
+        for e in exporters:
+            rc, err = e.stop()
+            assert rc == 0, err
+
+
+def test_prometheus_without_gputop_metrics(tmp_path: Path) -> None:
+    prom = Prometheus(tmp_path, [])
+    try:
+        wait_until("Prometheus to answer", lambda: prom.query("up") == [])
+        out = fleet(prom.url, "-b", "-n", "1", "-f", "json")
+        assert out.returncode == 1 and out.stdout == ""
+        assert out.stderr.splitlines() == [
+            f"gputop: error: Prometheus at {prom.url} holds no gputop metrics (gputop_build_info is empty)",
+            "hint: check that Prometheus scrapes 'gputop exporter' on each node (its /targets page), and --match"]
+    finally:
+        prom.stop()
