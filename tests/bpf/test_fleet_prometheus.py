@@ -16,7 +16,7 @@ from promserver import GPUTOP, Exporter, Prometheus, wait_until
 from support import NVML_H100, ROOT, Workloads, build_native, table_rows
 
 from gputop.fleet import FleetConfig, FleetFeed
-from gputop.model import CallBytes, Snapshot
+from gputop.model import CallBytes, ProcSample, Snapshot
 
 EXPORTER_REFRESH_S = 0.25
 SCRAPE_S = 1.0
@@ -31,7 +31,7 @@ def fleet(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProc
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def mine(snap: Snapshot, pid: int) -> dict[str, object]:
+def mine(snap: Snapshot, pid: int) -> dict[str | None, ProcSample]:
     return {p.node: p for p in snap.processes if p.pid == pid}
 
 
@@ -66,13 +66,13 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
         per_refresh = feed.client.queries - before
         procs = mine(snap, pid)
         assert set(procs) == {"node-a", "node-b"}
-        assert {p.instance for p in procs.values()} == {f"127.0.0.1:{e.port}" for e in exporters}  # type: ignore[attr-defined]
+        assert {p.instance for p in procs.values()} == {f"127.0.0.1:{e.port}" for e in exporters}
         for p in procs.values():
-            t = p.total  # type: ignore[attr-defined]
+            t = p.total
             assert (t.launches, t.grid_blocks_sum, t.block_threads_sum, t.sync_calls) == (6000, 6000 * 80,
                                                                                           6000 * 128, 3)
             assert (t.memcpy["h2d"], t.memcpy["d2h"]) == (CallBytes(4, 4000), CallBytes(2, 1000))
-            assert p.comm == "wl_dynamic" and p.user is None     # type: ignore[attr-defined]
+            assert p.comm == "wl_dynamic" and p.user is None
         assert sorted((g.node, g.index, g.power_w, g.util_pct) for g in snap.gpus) == [
             ("node-a", 0, 412.345, 87.0), ("node-b", 0, 412.345, 87.0)]
         assert snap.sources["prometheus"].status == "ok" and snap.sources["bpf"].status == "ok"
@@ -98,15 +98,15 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
         # over the window less two scrapes (docs/fleet.md)
         wait_s = 9.0 + WINDOW_S + 2.0 - (time.monotonic() - started)
         time.sleep(max(0.0, wait_s))
-        feed.watch([p.key for p in procs.values()])  # type: ignore[attr-defined]
+        feed.watch([p.key for p in procs.values()])
         snap = feed.collect()
         bound = (EXPORTER_REFRESH_S + SCHEDULING_S) / (WINDOW_S - 2 * SCRAPE_S)
         for node, p in mine(snap, pid).items():
-            rate = p.rates.launches_per_s  # type: ignore[attr-defined]
+            rate = p.rates.launches_per_s
             assert abs(rate / PACED_RATE - 1) <= bound, (node, rate)
-            series = feed.series(p.key)  # type: ignore[attr-defined]
+            series = feed.series(p.key)
             assert series is not None and abs(series["launches"][-1][1] / PACED_RATE - 1) <= bound
-            assert p.grid_blocks_hist is not None and p.grid_blocks_hist["2^6"] == 6000  # type: ignore[attr-defined]
+            assert p.grid_blocks_hist is not None and p.grid_blocks_hist["2^6"] == 6000
         # details/compare's extra reads: one query for histograms and kernels, one query_range per chart
         assert feed.client.queries - before == 2 * 27 + 1 + 4
 
@@ -142,8 +142,9 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
         assert gone.sources["prometheus"].reason == f"Prometheus at {prom.url} is unreachable: Connection refused"
         out = fleet(prom.url, "-b", "-n", "1")
         assert out.returncode == 1 and "Traceback" not in out.stderr
-        assert out.stderr.splitlines() == [f"gputop: error: Prometheus at {prom.url} is unreachable: Connection refused",
-                                           "hint: check the URL and that Prometheus runs (curl URL/-/ready)"]
+        assert out.stderr.splitlines() == [
+            f"gputop: error: Prometheus at {prom.url} is unreachable: Connection refused",
+            "hint: check the URL and that Prometheus runs (curl URL/-/ready)"]
     finally:
         if wl is not None and wl.poll() is None:
             wl.kill()
