@@ -445,7 +445,10 @@ class BpfSource:
                         return
         if added:
             tracked = self.table("tracked")
-            tracked[tracked.Key(pid)] = ctypes.c_uint8(1)
+            try:
+                tracked[tracked.Key(pid)] = ctypes.c_uint8(1)
+            except Exception:           # full: the kernel will not report this process's exit (the sweep does)
+                self._code_dropped += 1
 
     def _sweep(self) -> None:
         """Forget processes that are gone but left no record to report their exit."""

@@ -1,0 +1,218 @@
+"""Faults the host throws at gputop while it traces real processes (real probes, exact counts):
+the traced library deleted or replaced under running processes, a process that execs another
+program, a fork after CUDA initialisation, a PID the kernel gives to a new process, and BPF maps
+that are full. docs/RELIABILITY.md ("Faults") says what each proves."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import support
+from support import Workloads, build_native
+
+from gputop import batch
+from gputop.feed import Filters
+from gputop.sampler import Sampler, SamplerConfig
+from gputop.sources.bpf import BpfSource, has_privileges
+from gputop.ui import format as fmt
+from gputop.ui.widgets.header import HeaderState, header_content
+
+pytestmark = pytest.mark.skipif(not has_privileges(), reason="BPF tests need root (or the capabilities "
+                                "gputop doctor lists)")
+
+LAUNCH = "launch:{n}:4,2,1:64,1,1:0"          # n launches of 8 blocks of 64 threads, kernel fused_step
+
+
+def start(argv: list[str | Path]) -> tuple[subprocess.Popen[bytes], int]:
+    p = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    line = p.stdout.readline().decode()
+    assert line.startswith("ready"), f"workload did not start: {line!r}"
+    return p, int(line.split()[1])
+
+
+def drive(src: BpfSource, *procs: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """Handle gputop's events (exec, mmap, fork, exit) until every process exited with 0."""
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in procs):
+        src.poll(0.02)
+        assert time.monotonic() < deadline, "workload timed out"
+    src.poll(0.05)
+    assert [p.returncode for p in procs] == [0] * len(procs)
+
+
+def launches(src: BpfSource, pid: int) -> tuple[int, int, int]:
+    c = src.read().procs[pid].counters
+    return c["launches"], c["grid_sum"], c["block_sum"]
+
+
+def test_library_deleted_while_processes_use_it(bpf_source: BpfSource, workloads: Workloads, testbed: support.Testbed,
+                                                tmp_path: Path) -> None:
+    """One process probed before its libcudart was deleted, one that gputop first sees after: both
+    exact (the second's library is opened through /proc/PID/map_files: it has no path left)."""
+    go = tmp_path / "go"
+    libs = [tmp_path / "a" / "libcudart.so.12", tmp_path / "b" / "libcudart.so.12"]
+    for lib in libs:
+        lib.parent.mkdir()
+        shutil.copy(testbed.libcudart, lib)
+    early, early_pid = start([workloads.dlopen, "--wait", go, "--cudart", libs[0], LAUNCH.format(n=1234)])
+    late, late_pid = start([workloads.dlopen, "--wait", go, "--cudart", libs[1], LAUNCH.format(n=4321)])
+    try:
+        bpf_source.scan([early_pid])
+        for lib in libs:
+            lib.unlink()
+        bpf_source.scan([late_pid])
+        go.touch()
+        drive(bpf_source, early, late)
+        assert launches(bpf_source, early_pid) == (1234, 1234 * 8, 1234 * 64)
+        assert launches(bpf_source, late_pid) == (4321, 4321 * 8, 4321 * 64)
+    finally:
+        bpf_source.forget(early_pid, late_pid)
+
+
+def test_library_replaced_by_rename_while_a_process_uses_it(bpf_source: BpfSource, workloads: Workloads,
+                                                            testbed: support.Testbed, tmp_path: Path) -> None:
+    """As `pip install -U` does: a new file written beside the old one and renamed over it. The
+    running process keeps the old file (still probed), a process started afterwards gets the new one
+    (probed as another object): both exact."""
+    go = tmp_path / "go"
+    lib = tmp_path / "site-packages" / "libcudart.so.12"
+    lib.parent.mkdir()
+    shutil.copy(testbed.libcudart, lib)
+    old, old_pid = start([workloads.dlopen, "--wait", go, "--cudart", lib, LAUNCH.format(n=1111)])
+    try:
+        bpf_source.scan([old_pid])
+        old_key = (lib.stat().st_dev, lib.stat().st_ino)
+        staged = lib.with_name(".libcudart.so.12.new")
+        shutil.copy(testbed.libcudart, staged)
+        os.replace(staged, lib)
+        new_key = (lib.stat().st_dev, lib.stat().st_ino)
+        new, new_pid = start([workloads.dlopen, "--wait", go, "--cudart", lib, LAUNCH.format(n=2222)])
+        bpf_source.scan([new_pid])
+        assert old_key != new_key and {old_key, new_key} <= set(bpf_source.objects)
+        go.touch()
+        drive(bpf_source, old, new)
+        assert launches(bpf_source, old_pid) == (1111, 1111 * 8, 1111 * 64)
+        assert launches(bpf_source, new_pid) == (2222, 2222 * 8, 2222 * 64)
+    finally:
+        bpf_source.forget(old_pid)
+        if "new_pid" in locals():
+            bpf_source.forget(new_pid)
+
+
+def test_a_process_that_execs_another_program(bpf_source: BpfSource, workloads: Workloads, testbed: support.Testbed,
+                                              tmp_path: Path) -> None:
+    """300 launches, exec, 200 more from the new program: one process (same PID and start time),
+    500 launches; the new program's kernel is named from the new image."""
+    exe = build_native("launch_then_exec.c", "launch_then_exec", "-ldl")
+    go = tmp_path / "go"
+    p, pid = start([exe, testbed.libcudart, "300", go, workloads.dynamic, "launch:200:40,2,1:128,1,1:0"])
+    try:
+        bpf_source.scan([pid])
+        go.touch()
+        drive(bpf_source, p)
+        raw = bpf_source.read().procs[pid]
+        assert (raw.counters["launches"], raw.counters["grid_sum"], raw.counters["block_sum"]) == (
+            500, 300 * 2 + 200 * 80, 300 * 32 + 200 * 128)
+        assert sorted(k.launches for k in raw.kernels) == [200, 300]
+        after = next(k for k in raw.kernels if k.launches == 200)
+        assert after.name == "fused_step(float*, float*, int)"
+    finally:
+        bpf_source.forget(pid)
+
+
+def test_fork_after_cuda_initialisation(bpf_source: BpfSource, workloads: Workloads, tmp_path: Path) -> None:
+    """The parent launches 100 times, then forks a worker that launches 250 times: two records,
+    exactly 100 and 250 (the child inherits the parent's mappings, not its counts)."""
+    go = tmp_path / "go"
+    p, pid = start([workloads.dynamic, "--wait", go, LAUNCH.format(n=100), "fork:250"])
+    child = 0
+    try:
+        bpf_source.scan([pid])
+        go.touch()
+        assert p.stdout is not None
+        child = int(p.stdout.readline().split()[1])
+        drive(bpf_source, p)
+        reading = bpf_source.read()
+        assert (reading.procs[pid].counters["launches"], reading.procs[child].counters["launches"]) == (100, 250)
+        assert reading.procs[pid].counters["grid_sum"] == 800 and reading.procs[child].counters["grid_sum"] == 250
+    finally:
+        bpf_source.forget(pid, *([child] if child else []))
+
+
+def test_a_reused_pid_is_a_new_process_from_zero(workloads: Workloads, tmp_path: Path) -> None:
+    """Process A (700 launches) exits; before gputop's next refresh a new process B gets A's PID
+    (clone3 with set_tid). The refresh shows A's last row (exited, 700, A's start time), the next
+    ones B from zero (300, its own start time)."""
+    spawn = build_native("spawn_at_pid.c", "spawn_at_pid")
+    sampler = Sampler(SamplerConfig(interval_s=0.2, use_nvml=False))
+    sampler.open_bpf()
+    assert sampler.bpf_error is None
+    try:
+        go_a, go_b = tmp_path / "a", tmp_path / "b"
+        a, pid = start([workloads.dynamic, "--wait", go_a, "launch:700:40,2,1:128,1,1:0"])
+        sampler.config.filters = Filters(frozenset({pid}))
+        sampler.wait(0.3)                               # the exec event: probes attached, A listed
+        first = sampler.collect().process(pid)
+        assert first is not None and first.total is not None and first.total.launches == 0
+        go_a.touch()
+        assert a.wait(timeout=30) == 0
+        b = subprocess.Popen([str(spawn), str(pid), str(workloads.dynamic), "--wait", str(go_b),
+                              "launch:300:3,1,1:96,1,1:1", "sleep:1500"], stdout=subprocess.PIPE)
+        assert b.stdout is not None and b.stdout.readline().split()[1] == str(pid).encode()
+        sampler.wait(0.3)
+        last_a = sampler.collect().process(pid)
+        go_b.touch()
+        sampler.wait(0.5)
+        row_b = sampler.collect().process(pid)         # while B sleeps after its launches
+        assert b.wait(timeout=30) == 0
+    finally:
+        sampler.close()
+    assert last_a is not None and last_a.total is not None and row_b is not None and row_b.total is not None
+    assert (last_a.state, last_a.total.launches, last_a.total.grid_blocks_sum, last_a.start_time) == (
+        "exited", 700, 700 * 80, first.start_time)
+    assert (row_b.total.launches, row_b.total.grid_blocks_sum, row_b.cmdline) == (
+        300, 900, f"{workloads.dynamic} --wait {go_b} launch:300:3,1,1:96,1,1:1 sleep:1500")
+    assert row_b.start_time is not None and first.start_time is not None and row_b.start_time > first.start_time
+
+
+def test_full_process_table_drops_and_says_so(workloads: Workloads, tmp_path: Path) -> None:
+    """Room for two process records: the two processes that got one stay exact, the third's calls
+    are counted as dropped, its counts are unknown (null, never 0), and the header and batch mode
+    show the dropped count. (Exact on a host where no other CUDA process takes the two places.)"""
+    src = BpfSource(limits={"MAX_PROCS": 2})
+    sampler = Sampler(SamplerConfig(interval_s=0.2, use_nvml=False), bpf=src)
+    sampler.open_bpf()
+    assert sampler.bpf_error is None
+    try:
+        pids = []
+        for n in (100, 200, 300):           # one after the other: records stay until shown exited
+            go = tmp_path / f"go{n}"
+            p, pid = start([workloads.dynamic, "--wait", go, LAUNCH.format(n=n), "memcpy:5:1:4096"])
+            pids.append(pid)
+            sampler.wait(0.3)
+            go.touch()
+            assert p.wait(timeout=30) == 0
+        sampler.config.filters = Filters(frozenset(pids))
+        foreign = sorted(set(src.read().procs) - set(pids))
+        snap = sampler.collect()
+        dropped = src.dropped()
+    finally:
+        sampler.close()
+    if foreign:
+        pytest.skip(f"other CUDA processes of this host ({foreign}) took the two records meanwhile")
+    rows = {p.pid: p for p in snap.processes}
+    assert set(rows) == set(pids), (pids, snap.processes)
+    assert [(rows[p].total.launches, rows[p].total.memcpy["h2d"].bytes) if rows[p].total else None
+            for p in pids] == [(100, 5 * 4096), (200, 5 * 4096), None]
+    assert dropped["procs"] == 305          # every call of the third process (300 launches, 5 copies)
+    total = snap.sources["bpf"].dropped     # all kinds (other CUDA processes of a busy host fill the small tables too)
+    assert total is not None and total == sum(dropped.values()) and total >= 305
+    shown = f"dropped {fmt.si(total)}"
+    assert f" {shown}" in header_content(HeaderState(snap)).plain      # the dashboard's header
+    assert f"  {shown}" in batch.table(snap).splitlines()[0]           # batch mode's summary line
