@@ -86,7 +86,7 @@ def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = Fals
     src = " ".join(f"{fmt.text(k)}:{fmt.text(v.status)}" for k, v in snap.sources.items())
     bpf = snap.sources.get("bpf")
     cost = ""
-    if bpf is not None and bpf.status == "ok":
+    if bpf is not None and bpf.status == "ok" and "prometheus" not in snap.sources:   # the fleet has no such cost
         cost = f"  probes {fmt.si(bpf.probe_hits_per_s)}/s  bpf cpu {fmt.cpu_share(bpf.overhead_ns_per_s)}"
         if bpf.dropped:             # records that found no room: some counts are unknown (as the header says)
             cost += f"  dropped {fmt.si(bpf.dropped)}"

@@ -531,6 +531,8 @@ class FleetConfig:
     timeout_s: float | None = None
     #: query workers (queries of one refresh run side by side)
     workers: int = 4
+    #: evaluate at this unix time instead of now (the benchmark's backfilled fleet)
+    at: float | None = None
 
 
 class FleetFeed:
@@ -634,7 +636,7 @@ class FleetFeed:
     def collect(self) -> Snapshot:
         """One refresh: every query at one instant; raises ``FleetError`` when Prometheus fails."""
         t0 = time.monotonic()
-        at = time.time()
+        at = self.config.at if self.config.at is not None else time.time()
         q = self.client.query
         info = q(f"gputop_build_info{{{self._match}}}", at)
         if not info:

@@ -107,7 +107,9 @@ def table_rows(out: str) -> list[dict[str, str]]:
         if line.lstrip().startswith("PID "):
             at = line.index("COMMAND")
             if line.split()[1] == "NODE":          # the fleet view's table
-                headers = [headers[0], "NODE", *(h for h in headers[1:] if h != "NODE")]
+                from gputop.ui import columns
+
+                headers = [columns.BY_KEY[k].header for k in columns.visible([c.key for c in TABLE_COLUMNS], True)]
         elif line[:at].split()[:1] and line.split()[0].isdigit():
             rows.append({**dict(zip(headers[:-1], line[:at].split(), strict=False)), "COMMAND": line[at:]})
     return rows

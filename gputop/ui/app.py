@@ -55,8 +55,8 @@ class DashboardOptions:
     baseline: Path | None = None
     #: also write every snapshot here (JSON Lines)
     record: Path | None = None
-    #: open the compare screen on these PIDs (A, B) at start
-    compare_pids: tuple[int, int] | None = None
+    #: open the compare screen on these PIDs (A, B) at start (keys in the fleet view: (instance, PID))
+    compare_pids: tuple[ProcKey, ProcKey] | None = None
     #: a line shown under the header
     banner: str | None = None
     #: the recorded process to compare against; None: the one with the most launches

@@ -190,6 +190,8 @@ DEFAULT_SORT = "launches"
 
 #: columns shown only in the fleet view
 FLEET_ONLY: tuple[str, ...] = ("node",)
+#: columns the fleet view never knows (the exporter exports no user, CPU or RSS): hidden there
+FLEET_UNKNOWN: tuple[str, ...] = ("user", "cpu")
 
 
 def is_fleet(procs: Iterable[ProcSample]) -> bool:
@@ -198,8 +200,9 @@ def is_fleet(procs: Iterable[ProcSample]) -> bool:
 
 
 def visible(keys: Sequence[str], fleet: bool) -> tuple[str, ...]:
-    """The columns to show: NODE only in the fleet view, and there always, after PID."""
-    out = [k for k in keys if k not in FLEET_ONLY]
+    """The columns to show: NODE only in the fleet view, and there always, after PID (and not the
+    columns it cannot know)."""
+    out = [k for k in keys if k not in FLEET_ONLY and not (fleet and k in FLEET_UNKNOWN)]
     if fleet:
         out.insert(1 if out and out[0] == "pid" else 0, "node")
     return tuple(out)

@@ -37,3 +37,25 @@ def test_narrow_terminal(snap_compare: Any) -> None:
 def test_small_terminals(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
     app, before = build_app(name, "dark")
     assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("name", ["main", "details", "compare"])
+def test_fleet_screen(snap_compare: Any, name: str) -> None:
+    """The fleet view (gputop --prometheus) over three nodes running the same PIDs: NODE column, GPUs
+    grouped by node, details and compare (fused on one node against unfused on another)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+    from fleet_scenario import NODES, FleetFrameFeed, fleet_frames
+
+    from gputop.ui.app import DashboardOptions, GputopApp
+
+    feed = FleetFrameFeed(fleet_frames(61))
+    compare = ((NODES[0][1], 4242), (NODES[1][1], 4243)) if name == "compare" else None
+    app = GputopApp(feed, DashboardOptions(theme="dark", compare_pids=compare))
+
+    async def before(pilot: Any) -> None:
+        await feed.deliver(pilot)
+        if name == "details":
+            await pilot.press("enter")
+            await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)

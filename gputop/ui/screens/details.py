@@ -164,7 +164,8 @@ def title_content(p: ProcSample | None, pid: ProcKey, gone: bool, width: int = 1
     state = state_label(p, gone)
     lb = "  ◆ launch-bound" if p.launch_bound else ""
     where = f" on {fmt.text(p.node)}" if p.instance is not None else ""
-    head = Content.assemble((f"PID {p.pid}{where}", "bold $primary"), "  ", (fmt.text(p.user), "bold"), "  ")
+    user = "" if p.instance is not None else fmt.text(p.user)    # the fleet view has no user names
+    head = Content.assemble((f"PID {p.pid}{where}", "bold $primary"), "  ", (user, "bold"), "  " if user else "")
     tail = Content.assemble(
         "  ",
         (state, "$success" if state == "[running]" else "$warning"),

@@ -75,7 +75,7 @@ def header_pieces(state: HeaderState) -> list[Content]:
         if state.filter:
             pieces.append(Content.assemble(("filter: ", "bold"), (fmt.text(state.filter), "$accent")))
         bpf = snap.sources.get("bpf")
-        if bpf is not None and bpf.status == "ok":
+        if bpf is not None and bpf.status == "ok" and "prometheus" not in snap.sources:   # not the fleet's
             hits = fmt.si(bpf.probe_hits_per_s)
             pieces.append(Content.assemble(("cost ", "bold"),
                                            f"{hits} hits/s {fmt.cpu_share(bpf.overhead_ns_per_s)} CPU"))

@@ -1,0 +1,296 @@
+"""The fleet view at scale: a real Prometheus holding a synthetic fleet of 1,000 nodes x 64 processes.
+
+    .venv/bin/python bench/fleet_scale.py [--nodes 1000] [--procs 64] [--refreshes 5] [--small 10]
+
+1. Writes the fleet as OpenMetrics (what `gputop exporter` serves for each process: its 18 counters,
+   histogram _sum/_count included, and 4 gauges, without histogram buckets, which the fleet view
+   reads only for the processes shown in details; per node gputop_build_info, gputop_source_up and
+   8 GPUs of 12 gauges), every 30 s over the 2 minutes before T, as Prometheus would have scraped
+   it; loads it with `promtool tsdb create-blocks-from openmetrics`; starts Debian's `prometheus`
+   on those blocks (loopback, no scraping).
+2. Refreshes the fleet feed (`gputop.fleet.FleetFeed`, window 1m, evaluated at T) over the whole
+   fleet and, side by side in the same run, over --small nodes (--node): seconds per refresh
+   (median), queries per refresh, and the ratio of the two.
+3. Runs the real dashboard (Textual, headless) on the whole fleet in a child process: its CPU
+   seconds per refresh and peak memory (RSS), and the time a key takes to be handled while
+   64,000 rows are shown (page down, sort by another column), beside the same over --small nodes.
+
+Figures go to docs/PERFORMANCE.md ("Fleet view at scale"). Needs `prometheus` and `promtool`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+STEP_S = 30
+SAMPLES = 5                    # T-120 s .. T
+GPUS = 8
+COMMS = ("python", "tritonserver", "vllm", "torchrun", "llama-server", "pt_main_thread")
+
+GPU_GAUGES = (("gputop_gpu_utilization_ratio", 0.0, 1.0), ("gputop_gpu_memory_utilization_ratio", 0.0, 1.0),
+              ("gputop_gpu_memory_used_bytes", 1e9, 8e10), ("gputop_gpu_memory_total_bytes", 8.5e10, 8.5e10),
+              ("gputop_gpu_temperature_celsius", 35.0, 80.0), ("gputop_gpu_power_watts", 80.0, 700.0),
+              ("gputop_gpu_power_limit_watts", 700.0, 700.0), ("gputop_gpu_sm_clock_hertz", 1.98e9, 1.98e9),
+              ("gputop_gpu_pcie_tx_bytes_per_second", 0.0, 2e9), ("gputop_gpu_pcie_rx_bytes_per_second", 0.0, 2e9))
+GPU_COUNTERS = ("gputop_gpu_xid_errors", "gputop_gpu_ecc_volatile_errors")
+#: (family, per-second rate factor relative to launches, extra label)
+PROC_COUNTERS = (("gputop_kernel_launches", 1.0, ""), ("gputop_graph_launches", 0.001, ""),
+                 ("gputop_captured_launches", 0.0, ""), ("gputop_alloc_calls", 0.0005, ""),
+                 ("gputop_alloc_bytes", 5e4, ""), ("gputop_free_calls", 0.0004, ""),
+                 ("gputop_sync_calls", 0.01, ""), ("gputop_sync_wait_seconds", 0.00005, ""),
+                 *((f"gputop_memcpy_{what}", f, f',direction="{d}"') for d, scale in (("h2d", 1), ("d2h", 1),
+                   ("d2d", 4)) for what, f in (("calls", 0.01 * scale), ("bytes", 2e4 * scale))))
+HIST = (("gputop_kernel_grid_blocks", 96.0), ("gputop_kernel_block_threads", 256.0))
+
+
+def gpu_labels(g: int, inst: str) -> str:
+    return f'{{gpu="{g}",instance="{inst}",job="gputop",mig="",name="NVIDIA H100 80GB HBM3",uuid="GPU-{g}"}}'
+
+
+def write_openmetrics(path: Path, nodes: int, procs: int, t_end: int) -> int:
+    """The synthetic fleet; returns the number of series."""
+    rng = random.Random(9)
+    times = [t_end - STEP_S * (SAMPLES - 1 - i) for i in range(SAMPLES)]
+    insts = [(f"gpu-node-{n:04d}", f"10.{n // 250}.{n % 250}.1:9464") for n in range(nodes)]
+    # per process: labels and launch rate
+    plist = [(inst, rng.randrange(1000, 4_000_000), rng.choice(COMMS), rng.lognormvariate(7, 1.5))
+             for _, inst in insts for _ in range(procs)]
+    series = 0
+    with path.open("w") as f:
+        def family(name: str, kind: str) -> None:
+            f.write(f"# TYPE {name} {kind}\n")
+
+        family("gputop_build_info", "gauge")
+        for node, inst in insts:
+            lab = f'{{instance="{inst}",job="gputop",node="{node}",version="0.1.0"}}'
+            f.writelines(f"gputop_build_info{lab} 1 {t}\n" for t in times)
+            series += 1
+        family("gputop_source_up", "gauge")
+        for _, inst in insts:
+            for src in ("bpf", "nvml", "uvm"):
+                lab = f'{{instance="{inst}",job="gputop",source="{src}"}}'
+                f.writelines(f"gputop_source_up{lab} 1 {t}\n" for t in times)
+                series += 1
+        for name, lo, hi in GPU_GAUGES:
+            family(name, "gauge")
+            for _, inst in insts:
+                for g in range(GPUS):
+                    lab = gpu_labels(g, inst)
+                    v = rng.uniform(lo, hi)
+                    f.writelines(f"{name}{lab} {v:.6g} {t}\n" for t in times)
+                    series += 1
+        for name in GPU_COUNTERS:
+            family(name, "counter")
+            for _, inst in insts:
+                for g in range(GPUS):
+                    lab = gpu_labels(g, inst)
+                    f.writelines(f"{name}_total{lab} 0 {t}\n" for t in times)
+                    series += 1
+        for name, factor, extra in PROC_COUNTERS:
+            family(name, "counter")
+            for inst, pid, comm, rate in plist:
+                lab = f'{{comm="{comm}",container="",instance="{inst}",job="gputop",pid="{pid}"{extra}}}'
+                base = rate * factor * 3600
+                f.writelines(f"{name}_total{lab} {base + rate * factor * (t - times[0]):.0f} {t}\n" for t in times)
+                series += 1
+        for name, mean in HIST:
+            family(name, "histogram")
+            for inst, pid, comm, rate in plist:
+                lab = f'{{comm="{comm}",container="",instance="{inst}",job="gputop",pid="{pid}"}}'
+                for t in times:
+                    n = rate * (3600 + t - times[0])
+                    f.write(f'{name}_bucket{{comm="{comm}",container="",instance="{inst}",job="gputop",pid="{pid}",'
+                            f'le="+Inf"}} {n:.0f} {t}\n')
+                    f.write(f"{name}_count{lab} {n:.0f} {t}\n{name}_sum{lab} {n * mean:.0f} {t}\n")
+                series += 3
+        for name, lo, hi in (("gputop_live_alloc_bytes", 1e8, 6e10),):
+            family(name, "gauge")
+            for inst, pid, comm, _ in plist:
+                lab = f'{{comm="{comm}",container="",instance="{inst}",job="gputop",pid="{pid}"}}'
+                v = rng.uniform(lo, hi)
+                f.writelines(f"{name}{lab} {v:.0f} {t}\n" for t in times)
+                series += 1
+        for name, lo, hi in (("gputop_process_gpu_memory_bytes", 1e9, 7e10),
+                             ("gputop_process_sm_utilization_ratio", 0.0, 1.0),
+                             ("gputop_process_launch_bound", 0.0, 1.0)):
+            family(name, "gauge")
+            for i, (inst, pid, comm, _) in enumerate(plist):
+                lab = f'{{comm="{comm}",container="",gpu="{i % GPUS}",instance="{inst}",job="gputop",pid="{pid}"}}'
+                v = rng.uniform(lo, hi)
+                if name.endswith("launch_bound"):
+                    v = float(v > 0.9)
+                f.writelines(f"{name}{lab} {v:.6g} {t}\n" for t in times)
+                series += 1
+        f.write("# EOF\n")
+    return series
+
+
+def refresh_times(url: str, at: float, refreshes: int, nodes: frozenset[str]) -> tuple[float, int, int]:
+    """(median seconds per refresh, queries per refresh, processes) of the fleet feed."""
+    from gputop.fleet import FleetConfig, FleetFeed
+
+    feed = FleetFeed(FleetConfig(url=url, window="1m", at=at, nodes=nodes, timeout_s=300.0))
+    times, n = [], 0
+    before = feed.client.queries
+    for _ in range(refreshes):
+        t0 = time.monotonic()
+        snap = feed.collect()
+        times.append(time.monotonic() - t0)
+        n = len(snap.processes)
+    feed.stop()
+    return statistics.median(times), (feed.client.queries - before) // refreshes, n
+
+
+# ---------------------------------------------------------------- the dashboard (child process)
+
+def ui_child(url: str, at: float, nodes: str, refreshes: int) -> None:
+    """Run the real dashboard headless over the fleet feed; print JSON figures."""
+    import asyncio
+
+    from gputop.feed import Filters
+    from gputop.fleet import FleetConfig, FleetFeed
+    from gputop.ui.app import DashboardOptions, GputopApp
+    from gputop.ui.widgets.proc_table import ProcTable
+
+    cfg = FleetConfig(url=url, window="1m", at=at, interval_s=1.0, timeout_s=300.0,
+                      nodes=frozenset(nodes.split(",")) if nodes else frozenset())
+    feed = FleetFeed(cfg)
+    app = GputopApp(feed, DashboardOptions(interval_s=1.0, filters=Filters()), config_path=Path("/nonexistent"))
+    out: dict[str, object] = {}
+
+    async def run() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            while app.snapshot is None or not app.snapshot.processes:
+                await pilot.pause(0.2)
+            seen = 0
+            cpu0 = time.process_time()
+            t0 = time.monotonic()
+            last = app.snapshot
+            while seen < refreshes:
+                await pilot.pause(0.05)
+                if app.snapshot is not last:
+                    last = app.snapshot
+                    seen += 1
+            out["cpu_s_per_refresh"] = (time.process_time() - cpu0) / refreshes
+            out["wall_s_per_refresh"] = (time.monotonic() - t0) / refreshes
+            out["rows"] = len(app.screen.query_one(ProcTable).rows)
+            app.paused = True           # keys measured without refreshes in between
+            feed.set_paused(True)
+            keys: dict[str, list[float]] = {"pagedown": [], "sort": []}
+            for i in range(20):
+                t = time.monotonic()
+                await pilot.press("pagedown")
+                await pilot.pause()
+                keys["pagedown"].append(time.monotonic() - t)
+                t = time.monotonic()
+                await pilot.press("greater_than_sign" if i % 2 == 0 else "less_than_sign")
+                await pilot.pause()
+                keys["sort"].append(time.monotonic() - t)
+            out.update({f"{k}_ms": 1000 * statistics.median(v) for k, v in keys.items()})
+            app.exit()
+
+    asyncio.run(run())
+    feed.stop()
+    out["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+
+
+def ui_figures(url: str, at: float, nodes: str, refreshes: int) -> dict[str, float]:
+    res = subprocess.run([sys.executable, __file__, "--ui-child", url, "--at", str(at), "--ui-nodes", nodes,
+                          "--refreshes", str(refreshes)], capture_output=True, text=True, timeout=3600)
+    if res.returncode != 0:
+        raise SystemExit(f"dashboard run failed: {res.stderr[-2000:]}")
+    figures: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--procs", type=int, default=64)
+    ap.add_argument("--refreshes", type=int, default=5)
+    ap.add_argument("--small", type=int, default=10, help="nodes of the side-by-side small fleet (--node)")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the TSDB here (and reuse it when present)")
+    ap.add_argument("--ui-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--at", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--ui-nodes", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.ui_child:
+        ui_child(args.ui_child, args.at, args.ui_nodes, args.refreshes)
+        return 0
+    if not (shutil.which("prometheus") and shutil.which("promtool")):
+        print("needs Debian's prometheus package (prometheus and promtool)", file=sys.stderr)
+        return 1
+    from promserver import free_port, http_get, wait_until
+
+    work = Path(tempfile.mkdtemp(prefix="gputop-fleet-"))
+    data = args.keep or work / "data"
+    meta = data / "bench.json"
+    if meta.exists():
+        t_end, series = json.loads(meta.read_text())
+        print(f"reusing {data}: {series} series, T={t_end}")
+    else:
+        data.mkdir(parents=True, exist_ok=True)
+        t_end = int(time.time()) // STEP_S * STEP_S
+        om = work / "fleet.om"
+        t0 = time.monotonic()
+        series = write_openmetrics(om, args.nodes, args.procs, t_end)
+        print(f"wrote {om.stat().st_size / 2**30:.2f} GiB, {series} series x {SAMPLES} samples "
+              f"in {time.monotonic() - t0:.0f} s", flush=True)
+        t0 = time.monotonic()
+        subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
+                       stdout=subprocess.DEVNULL)
+        print(f"promtool create-blocks-from openmetrics: {time.monotonic() - t0:.0f} s", flush=True)
+        om.unlink()
+        meta.write_text(json.dumps([t_end, series]))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cfg = work / "prometheus.yml"
+    cfg.write_text("global: {scrape_interval: 30s}\n")
+    log = (work / "prometheus.log").open("w")
+    prom = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
+                             "--query.max-samples=200000000", "--log.level=warn"], stdout=log, stderr=log)
+    try:
+        wait_until("Prometheus to be ready", lambda: http_get(url + "/-/ready")[0] == 200, 600, 1.0)
+        small = frozenset(f"gpu-node-{n:04d}" for n in range(args.small))
+        big_s, big_q, big_n = refresh_times(url, t_end, args.refreshes, frozenset())
+        small_s, small_q, small_n = refresh_times(url, t_end, args.refreshes, small)
+        print(f"refresh, whole fleet ({big_n} processes): {big_s:.2f} s median, {big_q} queries")
+        print(f"refresh, {args.small} nodes ({small_n} processes): {small_s:.3f} s median, {small_q} queries")
+        print(f"ratio: {big_s / small_s:.0f}x the time for {big_n / max(1, small_n):.0f}x the processes; "
+              f"queries {big_q / small_q:.2f}x")
+        ui_big = ui_figures(url, t_end, "", args.refreshes)
+        ui_small = ui_figures(url, t_end, ",".join(sorted(small)), args.refreshes)
+        for name, f in ((f"whole fleet ({ui_big['rows']:.0f} rows)", ui_big),
+                        (f"{args.small} nodes ({ui_small['rows']:.0f} rows)", ui_small)):
+            print(f"dashboard, {name}: {f['cpu_s_per_refresh']:.2f} CPU s per refresh, "
+                  f"{f['wall_s_per_refresh']:.2f} s per refresh, peak RSS {f['max_rss_mib']:.0f} MiB, "
+                  f"page down {f['pagedown_ms']:.1f} ms, sort {f['sort_ms']:.1f} ms (medians)")
+        print(f"ratios whole/small: page down {ui_big['pagedown_ms'] / ui_small['pagedown_ms']:.1f}x, "
+              f"sort {ui_big['sort_ms'] / ui_small['sort_ms']:.1f}x, "
+              f"CPU per refresh {ui_big['cpu_s_per_refresh'] / ui_small['cpu_s_per_refresh']:.0f}x")
+    finally:
+        prom.terminate()
+        prom.wait(timeout=60)
+        log.close()
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
