@@ -91,8 +91,28 @@ struct range_key_t {            // LPM key: tgid then address, both big-endian
 struct event_t {
     u64 ts;                     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
     u32 tgid;
-    u32 type;                   // 1 exec, 2 exec mapping, 3 exit, 4 exit untracked, 5 fork
+    u32 type;                   // 1 exec, 2 exec mapping, 3 exit, 4 exit untracked, 5 fork,
+                                // 6 exec mapping of a file user space has not classified (a file_event_t)
 };
+
+#ifdef FILE_KEYS
+// Which file a process maps, read from the kernel's structs at offsets user space took from the
+// running kernel's BTF (OFF_*: bcc's headers may be another kernel's). With the file's name, up
+// to its filesystem's root, user space can still reach a file whose process is gone.
+#define PATH_DEPTH 16
+#define PATH_NAME 64
+struct file_key_t {
+    u64 dev;                    // the kernel's dev_t (major << 20 | minor) of the file's filesystem
+    u64 ino;
+};
+struct file_event_t {
+    struct event_t h;           // type 6
+    struct file_key_t key;
+    u32 depth;                  // names[0] is the file's, names[depth - 1] its filesystem root's
+    u32 complete;               // 1 when the walk reached that root
+    char names[PATH_DEPTH][PATH_NAME];
+};
+#endif
 
 BPF_HASH(procs, u32, struct proc_t, MAX_PROCS);
 // processes with names or code ranges but maybe no record: their exit must still be reported
@@ -119,7 +139,12 @@ BPF_TABLE("lru_hash", u64, struct pending_t, pend_alloc, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, u64, pend_capture, MAX_THREADS);
-BPF_TABLE("lru_hash", u64, u8, exec_mmap, 1024);
+BPF_TABLE("lru_hash", u64, u64, exec_mmap, 1024);  // thread -> the struct file being mapped (or 1)
+#ifdef FILE_KEYS
+// files user space has classified: 1 probed (its mappings still start a rescan: code ranges),
+// 2 not a CUDA object (no event at all)
+BPF_HASH(known_files, struct file_key_t, u8, 16384);
+#endif
 // driver or kernel handle -> the host stub or kernel it stands for (names resolved through it)
 BPF_HASH(aliases, struct tkey_t, u64, MAX_NAMES);
 BPF_PERCPU_ARRAY(zero_proc, struct proc_t, 1);
@@ -253,20 +278,31 @@ static __always_inline int any_capture(u32 tgid) {
     return p && p->capturing;
 }
 
+// A stream as captures know it. The per-thread default stream (cudaStreamPerThread and
+// CU_STREAM_PER_THREAD are 0x2; stream 0 in a _ptsz entry point, as code built with
+// --default-stream per-thread calls) is a different stream in each thread: it is keyed by the
+// thread. Handlers of _ptsz entry points pass ptsz = 1 (a constant: no cost on the hot path).
+#define PER_THREAD_STREAM (1ULL << 63)
+static __always_inline u64 stream_id(u64 stream, int ptsz) {
+    if (stream == 2 || (ptsz && stream == 0))
+        return PER_THREAD_STREAM | (u32)bpf_get_current_pid_tgid();
+    return stream;
+}
+
 // launches into a stream in capture mode are recorded into a graph, not run
-static __always_inline int is_captured(u32 tgid, struct proc_t *p, u64 stream_addr) {
+static __always_inline int is_captured(u32 tgid, struct proc_t *p, u64 stream_addr, int ptsz) {
     if (!p->capturing)
         return 0;
-    return capture_of(tgid, read_u64(stream_addr)) != 0;
+    return capture_of(tgid, stream_id(read_u64(stream_addr), ptsz)) != 0;
 }
 
 // the hot path: no stack reads (the stream is read only while the process captures a graph)
 static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 gz, u64 bx, u64 by, u64 bz,
-                                        u64 stream_addr) {
+                                        u64 stream_addr, int ptsz) {
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
-    if (is_captured(tgid, p, stream_addr)) {
+    if (is_captured(tgid, p, stream_addr, ptsz)) {
         __sync_fetch_and_add(&p->captured_launches, 1);
         return 0;
     }
@@ -310,36 +346,45 @@ static __always_inline int nested(struct pt_regs *ctx, u32 tgid) {
 }
 
 // cudaLaunchKernel(func, dim3 grid (rsi: x|y<<32, rdx: z), dim3 block (rcx, r8), args, smem, stream)
-static __always_inline int rt_launch_regs(struct pt_regs *ctx) {
+static __always_inline int rt_launch_regs(struct pt_regs *ctx, int ptsz) {
     u64 g = PT_REGS_PARM2(ctx), b = PT_REGS_PARM4(ctx);
     return count_launch(current_tgid(), PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
                         PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
-                        PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_SP(ctx) + 16);
+                        PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_SP(ctx) + 16, ptsz);
 }
-int rt_launch(struct pt_regs *ctx) { return rt_launch_regs(ctx); }
+int rt_launch(struct pt_regs *ctx) { return rt_launch_regs(ctx, 0); }
+int rt_launch_ptsz(struct pt_regs *ctx) { return rt_launch_regs(ctx, 1); }
 
 // cudaLaunchKernel in a runtime whose __cudaLaunchKernel is not a plain jump to it: skip the
 // calls that come from the runtime's own code (see catalogue.INTERNAL_LAUNCH)
 int rt_launch_checked(struct pt_regs *ctx) {
     if (nested(ctx, current_tgid()))
         return 0;
-    return rt_launch_regs(ctx);
+    return rt_launch_regs(ctx, 0);
+}
+int rt_launch_checked_ptsz(struct pt_regs *ctx) {
+    if (nested(ctx, current_tgid()))
+        return 0;
+    return rt_launch_regs(ctx, 1);
 }
 
 // config layout shared by cudaLaunchConfig_t and CUlaunchConfig: grid/block u32 @0..20, stream @32
-static __always_inline int launch_config(u32 tgid, u64 cfg, u64 func) {
+static __always_inline int launch_config(u32 tgid, u64 cfg, u64 func, int ptsz) {
     u32 d[6] = {};
     bpf_probe_read_user(d, sizeof(d), (void *)cfg);
-    return count_launch(tgid, func, d[0], d[1], d[2], d[3], d[4], d[5], cfg + 32);
+    return count_launch(tgid, func, d[0], d[1], d[2], d[3], d[4], d[5], cfg + 32, ptsz);
 }
 
 // cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 int rt_launch_exc(struct pt_regs *ctx) {
-    return launch_config(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
+    return launch_config(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
+}
+int rt_launch_exc_ptsz(struct pt_regs *ctx) {
+    return launch_config(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
 }
 
 // cuLaunchKernel(f, gx, gy, gz, bx, by, [sp+8] bz, [sp+16] smem, [sp+24] stream, ...)
-int drv_launch(struct pt_regs *ctx) {
+static __always_inline int drv_launch_regs(struct pt_regs *ctx, int ptsz) {
     u64 sp = PT_REGS_SP(ctx);
     u64 st[2] = {};                     // return address and block z in one read
     bpf_probe_read_user(st, sizeof(st), (void *)sp);
@@ -349,16 +394,20 @@ int drv_launch(struct pt_regs *ctx) {
     return count_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
                         PT_REGS_PARM3(ctx) & 0xffffffff, PT_REGS_PARM4(ctx) & 0xffffffff,
                         PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_PARM6(ctx) & 0xffffffff,
-                        st[1] & 0xffffffff, sp + 24);
+                        st[1] & 0xffffffff, sp + 24, ptsz);
 }
+int drv_launch(struct pt_regs *ctx) { return drv_launch_regs(ctx, 0); }
+int drv_launch_ptsz(struct pt_regs *ctx) { return drv_launch_regs(ctx, 1); }
 
 // cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, ...)
-int drv_launch_ex(struct pt_regs *ctx) {
+static __always_inline int drv_launch_ex_regs(struct pt_regs *ctx, int ptsz) {
     u32 tgid = current_tgid();
     if (nested(ctx, tgid))
         return 0;
-    return launch_config(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
+    return launch_config(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), ptsz);
 }
+int drv_launch_ex(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, 0); }
+int drv_launch_ex_ptsz(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, 1); }
 
 static __always_inline int graph_launch(u32 tgid) {
     struct proc_t *p = proc_get(tgid);
@@ -374,12 +423,14 @@ int drv_graph_launch(struct pt_regs *ctx) {
 
 // cudaStreamBeginCapture(stream, mode) / cuStreamBeginCapture(_v2)(stream, mode): the stream
 // captures only if the call succeeds, so it is marked at return
-int begin_capture(struct pt_regs *ctx) {
+static __always_inline int begin_capture_at(struct pt_regs *ctx, int ptsz) {
     u64 tid = bpf_get_current_pid_tgid();
-    u64 stream = PT_REGS_PARM1(ctx);
+    u64 stream = stream_id(PT_REGS_PARM1(ctx), ptsz);
     pend_capture.update(&tid, &stream);
     return 0;
 }
+int begin_capture(struct pt_regs *ctx) { return begin_capture_at(ctx, 0); }
+int begin_capture_ptsz(struct pt_regs *ctx) { return begin_capture_at(ctx, 1); }
 
 int begin_capture_return(struct pt_regs *ctx) {
     u64 tid = bpf_get_current_pid_tgid();
@@ -405,9 +456,9 @@ int begin_capture_return(struct pt_regs *ctx) {
 
 // cudaStreamEndCapture(stream, graph*) / cuStreamEndCapture(stream, graph*): the streams that
 // joined the capture leave it too (their entries are now stale)
-int end_capture(struct pt_regs *ctx) {
+static __always_inline int end_capture_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    u64 stream = PT_REGS_PARM1(ctx);
+    u64 stream = stream_id(PT_REGS_PARM1(ctx), ptsz);
     struct tkey_t k = {.tgid = tgid, .addr = stream};
     if (capturing.delete(&k) != 0)
         return 0;
@@ -416,15 +467,17 @@ int end_capture(struct pt_regs *ctx) {
         __sync_fetch_and_add(&p->capturing, (u64)-1);
     return 0;
 }
+int end_capture(struct pt_regs *ctx) { return end_capture_at(ctx, 0); }
+int end_capture_ptsz(struct pt_regs *ctx) { return end_capture_at(ctx, 1); }
 
 // cudaEventRecord(event, stream) / cuEventRecord(hEvent, hStream) and their WithFlags and _ptsz
 // forms: an event recorded into a capturing stream is a node of that capture
-int record_event(struct pt_regs *ctx) {
+static __always_inline int record_event_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = current_tgid();
     if (!any_capture(tgid))
         return 0;
     struct tkey_t ek = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
-    struct cap_t *c = capture_of(tgid, PT_REGS_PARM2(ctx));
+    struct cap_t *c = capture_of(tgid, stream_id(PT_REGS_PARM2(ctx), ptsz));
     if (!c) {
         capture_events.delete(&ek);     // recorded outside a capture: joins nothing
         return 0;
@@ -434,11 +487,13 @@ int record_event(struct pt_regs *ctx) {
         drop(5);
     return 0;
 }
+int record_event(struct pt_regs *ctx) { return record_event_at(ctx, 0); }
+int record_event_ptsz(struct pt_regs *ctx) { return record_event_at(ctx, 1); }
 
 // cudaStreamWaitEvent(stream, event, flags) / cuStreamWaitEvent(hStream, hEvent, flags): a
 // stream that waits on an event of a capture joins that capture (fork); the origin waiting on
 // an event of a joined stream (the join back) changes nothing
-int wait_event(struct pt_regs *ctx) {
+static __always_inline int wait_event_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = current_tgid();
     if (!any_capture(tgid))
         return 0;
@@ -447,7 +502,7 @@ int wait_event(struct pt_regs *ctx) {
     if (!e)
         return 0;
     struct cap_t cap = *e;
-    u64 stream = PT_REGS_PARM1(ctx);
+    u64 stream = stream_id(PT_REGS_PARM1(ctx), ptsz);
     if (!live_capture(tgid, cap.origin, cap.seq)) {
         capture_events.delete(&ek);     // that capture has ended
         return 0;
@@ -458,6 +513,8 @@ int wait_event(struct pt_regs *ctx) {
     joined.update(&sk, &cap);
     return 0;
 }
+int wait_event(struct pt_regs *ctx) { return wait_event_at(ctx, 0); }
+int wait_event_ptsz(struct pt_regs *ctx) { return wait_event_at(ctx, 1); }
 
 // ------------------------------------------------------------------ copies
 
@@ -1110,24 +1167,99 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
     return 0;
 }
 
+static __always_inline u64 read_ptr(u64 addr) {
+    u64 v = 0;
+    bpf_probe_read_kernel(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+#ifdef FILE_KEYS
+// the struct file behind descriptor fd of the current task (0 if unreadable)
+static __always_inline u64 file_of_fd(u64 fd) {
+    u64 files = read_ptr(bpf_get_current_task() + OFF_TASK_FILES);
+    u64 fdt = files ? read_ptr(files + OFF_FILES_FDT) : 0;
+    u64 fds = fdt ? read_ptr(fdt + OFF_FDT_FD) : 0;
+    return fds ? read_ptr(fds + fd * 8) : 0;
+}
+
+// an exec mapping of a file user space has not classified yet: its key and name, so that it
+// can be probed even when the process exits before user space reads its maps
+static __always_inline void emit_file(u32 tgid, u64 file) {
+    struct file_key_t key = {};
+    u64 inode = read_ptr(file + OFF_FILE_INODE);
+    u64 sb = inode ? read_ptr(inode + OFF_INODE_SB) : 0;
+    u32 dev = 0;
+    if (sb)
+        bpf_probe_read_kernel(&dev, sizeof(dev), (void *)(sb + OFF_SB_DEV));
+    key.dev = dev;
+    key.ino = inode ? read_ptr(inode + OFF_INODE_INO) : 0;
+    u8 *known = known_files.lookup(&key);
+    if (known) {
+        if (*known == 1)
+            emit(tgid, 2);
+        return;
+    }
+    struct file_event_t *e = events.ringbuf_reserve(sizeof(struct file_event_t));
+    if (!e) {
+        drop(6);
+        return;
+    }
+    e->h.ts = bpf_ktime_get_ns();
+    e->h.tgid = tgid;
+    e->h.type = 6;
+    e->key = key;
+    e->depth = 0;
+    e->complete = 0;
+    u64 d = read_ptr(file + OFF_FILE_DENTRY);
+#pragma unroll
+    for (int i = 0; i < PATH_DEPTH; i++) {
+        if (!d)
+            break;
+        bpf_probe_read_kernel_str(e->names[i], PATH_NAME, (void *)read_ptr(d + OFF_DENTRY_NAME));
+        e->depth = i + 1;
+        u64 parent = read_ptr(d + OFF_DENTRY_PARENT);
+        if (parent == d) {
+            e->complete = 1;
+            break;
+        }
+        d = parent;
+    }
+    events.ringbuf_submit(e, 0);
+}
+#endif
+
 // a new executable file mapping (dlopen of a CUDA library): rescan that process once the
 // mapping exists, at the syscall's exit
 TRACEPOINT_PROBE(syscalls, sys_enter_mmap) {
     if ((args->prot & 4 /* PROT_EXEC */) && (s64)args->fd >= 0) {
         u64 tid = bpf_get_current_pid_tgid();
-        u8 one = 1;
-        exec_mmap.update(&tid, &one);
+        u64 file = 1;
+#ifdef FILE_KEYS
+        file = file_of_fd(args->fd);
+        if (!file)
+            file = 1;
+#endif
+        exec_mmap.update(&tid, &file);
     }
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_mmap) {
     u64 tid = bpf_get_current_pid_tgid();
-    if (!exec_mmap.lookup(&tid))
+    u64 *pending = exec_mmap.lookup(&tid);
+    if (!pending)
         return 0;
+    u64 file = *pending;
     exec_mmap.delete(&tid);
-    if (args->ret >= 0 || args->ret < -4095)
-        emit(tid >> 32, 2);
+    if (args->ret < 0 && args->ret >= -4095)
+        return 0;
+#ifdef FILE_KEYS
+    if (file != 1) {
+        emit_file(tid >> 32, file);
+        return 0;
+    }
+#endif
+    emit(tid >> 32, 2);
     return 0;
 }
 

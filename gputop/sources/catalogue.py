@@ -18,8 +18,17 @@ class Probe:
     ret: str | None = None
 
 
+#: handlers with a twin for _ptsz entry points, where stream 0 is the calling thread's own stream
+PER_THREAD = frozenset({"rt_launch", "rt_launch_checked", "rt_launch_exc", "drv_launch", "drv_launch_ex",
+                        "begin_capture", "end_capture", "record_event", "wait_event"})
+
+
+def _entry(symbol: str, entry: str) -> str:
+    return f"{entry}_ptsz" if symbol.endswith("_ptsz") and entry in PER_THREAD else entry
+
+
 def _variants(symbols: tuple[str, ...], entry: str, ret: str | None = None) -> list[Probe]:
-    return [Probe(s, entry, ret) for s in symbols]
+    return [Probe(s, _entry(s, entry), ret) for s in symbols]
 
 
 LAUNCH = (
@@ -184,8 +193,9 @@ def probes_for(functions: dict[str, int],
             continue   # its code could not be read: assume the usual thunk rather than risk double counts
         if public in functions and target == functions[public]:
             continue
-        out.insert(0, (Probe(internal, "rt_launch"), functions[internal]))
-        out = [(Probe(p.symbol, "rt_launch_checked"), a) if p.symbol == public else (p, a) for p, a in out]
+        out.insert(0, (Probe(internal, _entry(internal, "rt_launch")), functions[internal]))
+        out = [(Probe(p.symbol, _entry(public, "rt_launch_checked")), a) if p.symbol == public else (p, a)
+               for p, a in out]
     # CUDA 13 runtimes have cudaMemPrefetchBatchAsync and no _v2: the plain name takes a location
     loc = "cudaMemPrefetchAsync_v2" not in functions and "cudaMemPrefetchBatchAsync" in functions
     for sym in PREFETCH_RT_PLAIN:

@@ -305,3 +305,15 @@ def test_nvcc_built_program(run_workload, tmp_path: Path) -> None:
     names = {k.name: k for k in raw.kernels}
     k = names["vector_add(float const*, float const*, float*, int)"]
     assert (k.launches, k.grid_sum, k.block_sum) == (3210, 3210 * 64, 3210 * 256)
+
+
+def test_capture_on_the_per_thread_default_stream_is_that_threads_own(run_workload, workloads, testbed) -> None:
+    """Thread A captures its per-thread default stream (cudaStreamPerThread, or stream 0 through the
+    _ptsz entry points of --default-stream per-thread code); thread B's launches into its own
+    per-thread stream meanwhile run: 25 captured, 2 x 40 launched, either way."""
+    for mode in (0, 1):
+        raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, f"capture_threads:25:40:{mode}"],
+                           env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
+        c = raw.counters
+        assert (c["captured_launches"], c["launches"]) == (25, 80), f"mode {mode}"
+        assert {k.name: k.launches for k in raw.kernels} == {"unfused_step(float const*, float*, int)": 80}

@@ -55,6 +55,10 @@
 //                      record 0xe2 on 0x88, 0x77 waits on it (join back), end the capture; then K
 //                      launches into 0x88, a new capture on 0x77 that 0x88 does not join with K
 //                      more launches into 0x88, its end, and one cudaGraphLaunch
+//   capture_threads:N:K:MODE  thread A begins capturing its per-thread default stream, thread B launches K
+//                      times into its own, A launches N times into the capture and ends it, B launches K
+//                      more: MODE 0 through cudaStreamPerThread (0x2), MODE 1 through stream 0 and the
+//                      _ptsz entry points (--default-stream per-thread)
 //   by_handle:N:K      __cudaGetKernel(&h, stub K), then N cudaLaunchKernel(h, ...) (nvcc 12.8+ stubs)
 //   register:K:NAME    __cudaRegisterFunction(NULL, stub K, NAME, NAME, ...) (no launch)
 //   fork:N             fork a child that makes N launches of stub 0; wait for it
@@ -157,6 +161,8 @@ static struct {
     wait_event_t wait_event;
     begin_capture_t begin_capture;
     end_capture_t end_capture;
+    begin_capture_t begin_capture_ptsz;
+    end_capture_t end_capture_ptsz;
     get_kernel_t get_kernel;
     reg_fn_t register_function;
     void *prefetch_plain;       // prefetch_dev_t or prefetch_loc_t, see plain_takes_location
@@ -254,6 +260,8 @@ static void bind_cudart(const char *path) {
     SYM(h, wait_event, "cudaStreamWaitEvent");
     SYM(h, begin_capture, "cudaStreamBeginCapture");
     SYM(h, end_capture, "cudaStreamEndCapture");
+    SYM(h, begin_capture_ptsz, "cudaStreamBeginCapture_ptsz");
+    SYM(h, end_capture_ptsz, "cudaStreamEndCapture_ptsz");
     SYM(h, get_kernel, "__cudaGetKernel");
     SYM(h, register_function, "__cudaRegisterFunction");
     SYM(h, prefetch_plain, "cudaMemPrefetchAsync");
@@ -301,6 +309,38 @@ static void bind_cuda(const char *path) {
 
 static int nops;
 static char **ops;
+static pthread_barrier_t cap_barrier;
+static long cap_n, cap_k;
+static int cap_mode;
+
+static void *capture_thread_a(void *arg) {
+    (void)arg;
+    dim3 one = {1, 1, 1};
+    void *graph = NULL, *s = cap_mode ? NULL : (void *)0x2;
+    if (cap_mode) api.begin_capture_ptsz(s, 0); else api.begin_capture(s, 0);
+    pthread_barrier_wait(&cap_barrier);         // B launches into its own stream meanwhile
+    pthread_barrier_wait(&cap_barrier);
+    for (long i = 0; i < cap_n; i++)
+        (cap_mode ? api.launch_ptsz : api.launch)((const void *)stubs[0], one, one, NULL, 0, s);
+    if (cap_mode) api.end_capture_ptsz(s, &graph); else api.end_capture(s, &graph);
+    pthread_barrier_wait(&cap_barrier);
+    return NULL;
+}
+
+static void *capture_thread_b(void *arg) {
+    (void)arg;
+    dim3 one = {1, 1, 1};
+    void *s = cap_mode ? NULL : (void *)0x2;
+    pthread_barrier_wait(&cap_barrier);
+    for (long i = 0; i < cap_k; i++)
+        (cap_mode ? api.launch_ptsz : api.launch)((const void *)stubs[1], one, one, NULL, 0, s);
+    pthread_barrier_wait(&cap_barrier);
+    pthread_barrier_wait(&cap_barrier);
+    for (long i = 0; i < cap_k; i++)
+        (cap_mode ? api.launch_ptsz : api.launch)((const void *)stubs[1], one, one, NULL, 0, s);
+    return NULL;
+}
+
 static void *last_alloc;          // the last allocation that succeeded (malloc_*)
 static uint64_t last_handle, last_map;
 static char host_buf[1 << 20];
@@ -398,6 +438,25 @@ static void run_op(const char *op) {
         for (long i = 0; i < k; i++)
             api.launch((const void *)stubs[0], one, one, NULL, 0, stream);
         api.graph_launch(graph, stream);
+        return;
+    }
+    if (!strcmp(name, "capture_threads")) {
+        NEED(launch);
+        NEED(launch_ptsz);
+        NEED(begin_capture);
+        NEED(end_capture);
+        NEED(begin_capture_ptsz);
+        NEED(end_capture_ptsz);
+        cap_n = n;
+        cap_k = atol(a);
+        cap_mode = atoi(b);
+        pthread_t ta, tb;
+        pthread_barrier_init(&cap_barrier, NULL, 2);
+        pthread_create(&ta, NULL, capture_thread_a, NULL);
+        pthread_create(&tb, NULL, capture_thread_b, NULL);
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+        pthread_barrier_destroy(&cap_barrier);
         return;
     }
     if (!strcmp(name, "capture_fork")) {

@@ -33,12 +33,16 @@ static void *libcuda(void) {
     return h;
 }
 
-int cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t smem, void *stream) {
+static int launch_via_driver(const void *func, dim3 g, dim3 b, void **args, size_t smem, void *stream) {
     static cu_launch_t f;
     if (!f)
         f = (cu_launch_t)dlsym(libcuda(), "cuLaunchKernel");
     f((void *)func, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)smem, stream, args, NULL);
     return 0;
+}
+
+int cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t smem, void *stream) {
+    return launch_via_driver(func, g, b, args, smem, stream);
 }
 
 int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
@@ -134,6 +138,11 @@ void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *de
     (void)tid; (void)bid; (void)bDim; (void)gDim; (void)wSize;
 }
 int cudaStreamBeginCapture(void *stream, int mode) { (void)stream; (void)mode; return 0; }
+int cudaStreamBeginCapture_ptsz(void *stream, int mode) { (void)stream; (void)mode; return 0; }
+int cudaStreamEndCapture_ptsz(void *stream, void **graph) { (void)stream; *graph = (void *)0x6b; return 0; }
+int cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t smem, void *stream) {
+    return launch_via_driver(func, g, b, args, smem, stream);     // as the real runtime: no public re-entry
+}
 int cudaStreamEndCapture(void *stream, void **graph) { (void)stream; *graph = (void *)0x6a; return 0; }
 int cudaGraphLaunch(void *exec, void *stream) { (void)exec; (void)stream; return 0; }
 // events: through the real driver (as the runtime does on a GPU host), then success
