@@ -168,7 +168,8 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int) -> None:
     cfg = FleetConfig(url=url, window="1m", at=at, interval_s=1.0, timeout_s=300.0,
                       nodes=frozenset(nodes.split(",")) if nodes else frozenset())
     feed = FleetFeed(cfg)
-    app = GputopApp(feed, DashboardOptions(interval_s=1.0, filters=Filters()), config_path=Path("/nonexistent"))
+    app = GputopApp(feed, DashboardOptions(interval_s=1.0, filters=Filters()),
+                    config_path=Path(tempfile.mkdtemp()) / "config.toml")
     out: dict[str, object] = {}
 
     async def run() -> None:

@@ -1,0 +1,108 @@
+"""The dashboard in the fleet view: processes are (instance, PID), the same PID runs on three nodes of
+the fixed fleet scenario (tests/data/fleet_scenario.py); selection, tags, details and compare follow
+the node as well as the PID; `/` filters by node (table and GPU panel); `k` sends nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+
+from fleet_scenario import NODES, FleetFrameFeed, fleet_frames
+
+from gputop.ui.app import DashboardOptions, GputopApp
+from gputop.ui.screens.compare import CompareScreen
+from gputop.ui.screens.details import DetailsScreen
+from gputop.ui.widgets.gpu_panel import GpuPanel
+from gputop.ui.widgets.proc_table import ProcTable
+
+Body = Callable[[GputopApp, Pilot[Any], FleetFrameFeed], Awaitable[None]]
+(NODE7, INST7, _), (NODE8, INST8, _), (NODE9, INST9, _) = NODES
+
+
+def run(body: Body, frames: int = 20) -> None:
+    feed = FleetFrameFeed(fleet_frames(frames))
+    app = GputopApp(feed, DashboardOptions(), config_path=Path(tempfile.mkdtemp()) / "config.toml")
+
+    async def main() -> None:
+        async with app.run_test(size=(160, 45), notifications=True) as pilot:
+            await feed.deliver(pilot)
+            await body(app, pilot, feed)
+
+    asyncio.run(main())
+
+
+def table(app: GputopApp) -> ProcTable:
+    return app.screen.query_one(ProcTable)
+
+
+def test_rows_are_node_and_pid_sorted_by_launch_rate_across_the_fleet() -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: FleetFrameFeed) -> None:
+        rows = table(app).rows
+        assert len(rows) == 3 * len({p.pid for p in rows})
+        rates = [p.rates.launches_per_s for p in rows if p.rates and p.rates.launches_per_s is not None]
+        assert rates == sorted(rates, reverse=True)
+        assert [(p.node, p.pid) for p in rows[:3]] == [(NODE9, 4242), (NODE7, 4242), (NODE8, 4242)]
+        header = "".join(s.text for s in table(app).render_line(0))
+        assert header.split()[:3] == ["PID", "NODE", "GPU"] and "USER" not in header and "CPU%" not in header
+
+    run(body)
+
+
+def test_selection_details_and_compare_follow_the_node() -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: FleetFrameFeed) -> None:
+        await pilot.press("down")                       # 4242 on gpu-node-07 (the second row)
+        assert table(app).selected_key == (INST7, 4242)
+        feed.callback(feed.frames[-1])                  # a new refresh: the selection stays on that node's 4242
+        await pilot.pause()
+        assert table(app).selected_key == (INST7, 4242)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, DetailsScreen) and screen.pid == (INST7, 4242)
+        assert feed.watched == ((INST7, 4242),)         # its series and histograms are read
+        assert screen.proc is not None and screen.proc.node == NODE7
+        assert len(screen._points) == len(feed.frames)  # the charts' points are the feed's series
+        await pilot.press("escape")
+        await pilot.pause()
+        assert feed.watched == ()
+        await pilot.press("space", "space")             # tag 4242 on node-07 and on node-08
+        await pilot.press("c")
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        assert (screen.a_pid, screen.b_pid) == ((INST7, 4242), (INST8, 4242))
+        assert set(feed.watched) == {(INST7, 4242), (INST8, 4242)}
+        assert screen.a is not None and screen.b is not None and (screen.a.node, screen.b.node) == (NODE7, NODE8)
+
+    run(body)
+
+
+def test_filter_by_node_narrows_the_table_and_the_gpu_panel() -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: FleetFrameFeed) -> None:
+        await pilot.press("slash", *"node-08", "enter")
+        await pilot.pause()
+        assert {p.node for p in table(app).rows} == {NODE8}
+        panel = app.screen.query_one(GpuPanel)
+        text = panel.render().plain
+        assert NODE8 in text and NODE7 not in text and NODE9 not in text
+
+    run(body)
+
+
+def test_signals_are_refused_for_remote_processes() -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: FleetFrameFeed) -> None:
+        await pilot.press("k")
+        await pilot.pause()
+        notes = [str(n.message) for n in app._notifications]
+        assert notes == ["fleet view (--prometheus): the processes run on other nodes, no signal sent"]
+        assert app.screen.__class__.__name__ == "MainScreen"
+
+    run(body)
