@@ -4,10 +4,11 @@ Every node runs ``gputop exporter``; Prometheus scrapes them all; this feed read
 fixed number of queries per refresh, one per metric family, never one per process or node:
 
 - ``gputop_build_info`` (each target's node name), ``gputop_source_up``, the GPU families (one
-  query, by name), the per-process counters' current values (``total``, one query, by name) and
-  gauges (one query);
-- ``increase(FAMILY[window])`` for each per-process counter family: the snapshot's ``interval``
-  counts (rounded to integers) and, divided by the window, its rates (what ``rate()`` computes);
+  query, by name) and the per-process gauges (one query, by name);
+- each per-process counter family twice: its current values (the snapshot's ``total``) and
+  ``increase(FAMILY[window])``: the ``interval`` counts (rounded to integers) and, divided by the
+  window, the rates (what ``rate()`` computes). Answers are read as they arrive and dropped, so a
+  refresh holds one family's answer per query worker, not the fleet's every series at once;
 - for the one or two processes shown in details or compare (``watch``): their histogram buckets
   and per-kernel launches (one query), and their time series through ``query_range``.
 
@@ -28,7 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -270,8 +271,8 @@ class _Proc:
 
     __slots__ = ("gauges", "gpu", "hists", "interval", "kernels", "labels", "total")
 
-    def __init__(self, labels: Mapping[str, str]) -> None:
-        self.labels = labels
+    def __init__(self, m: Mapping[str, str]) -> None:
+        self.labels = {k: m[k] for k in ("comm", "cmdline", "container") if k in m}    # not the whole sample
         self.total: dict[str, Any] = {}
         self.interval: dict[str, Any] = {}
         self.gauges: dict[str, float] = {}
@@ -339,66 +340,95 @@ def _log2_hist(buckets: list[tuple[float, float]]) -> dict[str, int]:
     return out
 
 
-def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
-                   nodes: frozenset[str] = frozenset()) -> Snapshot:
-    """The snapshot of one refresh, from its query results (pure: no I/O)."""
-    node_of: dict[str, str] = {}
-    for s in res.build_info:
-        m = s["metric"]
-        if "instance" in m and "node" in m:
-            node_of[m["instance"]] = m["node"]
-    procs: dict[tuple[str, int], _Proc] = {}
+class SnapshotBuilder:
+    """Gathers one refresh's query results as they arrive (each result can go as soon as it is
+    read: at 64,000 processes a family's answer is tens of megabytes), then builds the snapshot."""
 
-    def proc(m: Mapping[str, str]) -> _Proc | None:
+    def __init__(self) -> None:
+        self.node_of: dict[str, str] = {}
+        self.procs: dict[tuple[str, int], _Proc] = {}
+        self.gpu_samples: list[Sample] = []
+        self.source_up: list[Sample] = []
+
+    def _proc(self, m: Mapping[str, str]) -> _Proc | None:
         k = _pkey(m)
         if k is None:
             return None
-        p = procs.get(k)
+        p = self.procs.get(k)
         if p is None:
-            p = procs[k] = _Proc(m)
+            p = self.procs[k] = _Proc(m)
         return p
 
-    for s in res.totals:
-        m = s["metric"]
-        p = proc(m)
-        if p is not None:
-            _put(p.total, m.get("__name__", ""), m, _value(s))
-    for s in res.gauges:
-        m = s["metric"]
-        p = proc(m)
-        if p is None:
-            continue
-        p.gauges[m.get("__name__", "")] = _value(s)
-        if "gpu" in m and m["gpu"].isdigit():
-            p.gpu = int(m["gpu"])
-    for name, samples in res.increases.items():
-        for s in samples:
-            p = procs.get(_pkey(s["metric"]) or ("", -1))
-            if p is not None:       # only processes whose counters are current (not exited)
-                _put(p.interval, name, s["metric"], _value(s))
-    for s in res.watched:
-        m = s["metric"]
-        p = procs.get(_pkey(m) or ("", -1))
-        if p is None:
-            continue
-        name = m.get("__name__", "")
-        if name == KERNEL_LAUNCHES:
-            p.kernels[m.get("kernel", "")] = _value(s)
-        elif "le" in m:
-            le = float(m["le"])
-            p.hists.setdefault(name, {}).setdefault(m.get("direction", ""), []).append((le, _value(s)))
+    def add(self, job: str, samples: list[Sample]) -> None:
+        """One query's result: ``build_info``, ``source_up``, ``gpus``, ``gauges``, ``watched``,
+        ``total:METRIC`` (current values) or ``inc:METRIC`` (increase over the window)."""
+        if job == "build_info":
+            for s in samples:
+                m = s["metric"]
+                if "instance" in m and "node" in m:
+                    self.node_of[m["instance"]] = m["node"]
+        elif job == "source_up":
+            self.source_up = samples
+        elif job == "gpus":
+            self.gpu_samples = samples
+        elif job == "gauges":
+            for s in samples:
+                m = s["metric"]
+                p = self._proc(m)
+                if p is not None:
+                    p.gauges[m.get("__name__", "")] = _value(s)
+                    if m.get("gpu", "").isdigit():
+                        p.gpu = int(m["gpu"])
+        elif job.startswith(("total:", "inc:")):
+            total = job.startswith("total:")
+            name = job.partition(":")[2]
+            for s in samples:
+                p = self._proc(s["metric"])
+                if p is not None:
+                    _put(p.total if total else p.interval, name, s["metric"], _value(s))
+        elif job == "watched":
+            for s in samples:
+                m = s["metric"]
+                p = self.procs.get(_pkey(m) or ("", -1))
+                if p is None:
+                    continue
+                name = m.get("__name__", "")
+                if name == KERNEL_LAUNCHES:
+                    p.kernels[m.get("kernel", "")] = _value(s)
+                elif "le" in m:
+                    le = float(m["le"])
+                    p.hists.setdefault(name, {}).setdefault(m.get("direction", ""), []).append((le, _value(s)))
 
-    out: list[ProcSample] = []
-    for (instance, pid), p in procs.items():
-        node = node_of.get(instance)
-        if nodes and node not in nodes:
-            continue
-        out.append(_proc_sample(p, pid, instance, node, window_s))
-    gpus = _gpus(res.gpus, node_of, nodes)
-    sources = _sources(res.source_up, node_of, nodes)
-    sources["prometheus"] = SourceStatus("ok")
-    return Snapshot(time=at, interval_s=window_s, host=host, sources=sources, gpus=tuple(gpus),
-                    processes=tuple(out))
+    def build(self, *, at: float, window_s: float, host: str, nodes: frozenset[str] = frozenset()) -> Snapshot:
+        out: list[ProcSample] = []
+        for (instance, pid), p in self.procs.items():
+            if not p.total and not p.gauges:
+                continue            # only increases: the process exited (its counters are no longer current)
+            node = self.node_of.get(instance)
+            if nodes and node not in nodes:
+                continue
+            out.append(_proc_sample(p, pid, instance, node, window_s))
+        gpus = _gpus(self.gpu_samples, self.node_of, nodes)
+        sources = _sources(self.source_up, self.node_of, nodes)
+        sources["prometheus"] = SourceStatus("ok")
+        return Snapshot(time=at, interval_s=window_s, host=host, sources=sources, gpus=tuple(gpus),
+                        processes=tuple(out))
+
+
+def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
+                   nodes: frozenset[str] = frozenset()) -> Snapshot:
+    """The snapshot of one refresh, from its query results (pure: no I/O)."""
+    b = SnapshotBuilder()
+    b.add("build_info", res.build_info)
+    b.add("source_up", res.source_up)
+    b.add("gpus", res.gpus)
+    b.add("gauges", res.gauges)
+    for s in res.totals:
+        b.add(f"total:{s['metric'].get('__name__', '')}", [s])
+    for name, samples in res.increases.items():
+        b.add(f"inc:{name}", samples)
+    b.add("watched", res.watched)
+    return b.build(at=at, window_s=window_s, host=host, nodes=nodes)
 
 
 def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: float) -> ProcSample:
@@ -654,38 +684,48 @@ class FleetFeed:
             extra = f'instance=~"{_regex_alt(instances)}"'
         sel = self._selector(extra)
         w = self.config.window
-        totals = "|".join(re.escape(n) for n, _ in PROC_COUNTERS) + "|" + "|".join(
-            n for n, *_ in PROC_DIRECTED) + "|" + "|".join(HIST_COUNTS)
         jobs: dict[str, str] = {
             "source_up": f"gputop_source_up{{{sel}}}",
             "gpus": "{" + self._selector(extra, '__name__=~"gputop_gpu_.+"') + "}",
-            "totals": "{" + self._selector(extra, f'__name__=~"{totals}"') + "}",
             "gauges": "{" + self._selector(extra, f'__name__=~"{"|".join(PROC_GAUGES)}"') + "}",
         }
         for name in [*(n for n, _ in PROC_COUNTERS), *(n for n, *_ in PROC_DIRECTED), *HIST_COUNTS]:
+            jobs[f"total:{name}"] = f"{name}{{{sel}}}"
             jobs[f"inc:{name}"] = f"increase({name}{{{sel}}}[{w}])"
         watched = self._watched
+        step = max(1.0, self.interval_s)
         if watched:
             wsel = self._selector(extra, self._watch_selector(watched))
             names = "|".join([*(b for b, _ in HISTOGRAMS), KERNEL_LAUNCHES])
             jobs["watched"] = "{" + self._selector(extra, self._watch_selector(watched), f'__name__=~"{names}"') + "}"
-            step = max(1.0, self.interval_s)
             for name, expr in SERIES_QUERIES:
                 jobs[f"range:{name}"] = expr.replace("{S", "{" + wsel).replace("[W]", f"[{w}]")
-        futures = {}
+        builder = SnapshotBuilder()
+        builder.add("build_info", info)
+        futures: dict[Future[list[Sample]], str] = {}
         for key, expr in jobs.items():
             if key.startswith("range:"):
-                futures[key] = self._pool.submit(self.client.query_range, expr, at - step * SERIES_POINTS, at, step)
+                futures[self._pool.submit(self.client.query_range, expr, at - step * SERIES_POINTS, at, step)] = key
             else:
-                futures[key] = self._pool.submit(q, expr, at)
-        results = {key: f.result() for key, f in futures.items()}    # the first FleetError propagates
-        res = Results(build_info=info, source_up=results["source_up"], gpus=results["gpus"],
-                      totals=results["totals"], gauges=results["gauges"], watched=results.get("watched", []),
-                      increases={k.removeprefix("inc:"): v for k, v in results.items() if k.startswith("inc:")})
-        snap = build_snapshot(res, at=at, window_s=self.window_s, host=self.config.url, nodes=self.config.nodes)
+                futures[self._pool.submit(q, expr, at)] = key
+        ranges: dict[str, list[Sample]] = {}
+        try:
+            for fut in as_completed(list(futures)):
+                key = futures.pop(fut)          # the answer goes once read (as_completed lets go too)
+                if key.startswith("range:"):
+                    ranges[key] = fut.result()
+                else:
+                    builder.add(key, fut.result())      # the first FleetError propagates
+                del fut
+        except FleetError:
+            for pending in futures:
+                pending.cancel()
+            raise
+        snap = builder.build(at=at, window_s=self.window_s, host=self.config.url, nodes=self.config.nodes)
+        del builder
         series: dict[ProcKey, dict[str, list[tuple[float, float]]]] = {}
         for name, _ in SERIES_QUERIES:
-            for k, by_name in series_points(results.get(f"range:{name}", ()), name).items():
+            for k, by_name in series_points(ranges.get(f"range:{name}", ()), name).items():
                 if k in watched:
                     series.setdefault(k, {}).update(by_name)
         with self._lock:
