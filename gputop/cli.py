@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--match", default=None, metavar="SELECTOR", help='only these series: label matchers, '
                        'e.g. job="gputop" or cluster=~"eu-.*"')
     fleet.add_argument("--window", default=None, metavar="DURATION",
-                       help="window of increase() and rate() (default 1m; at least two scrape intervals)")
+                       help="window of increase() and rate() (default 2m; docs/fleet.md gives its error)")
     fleet.add_argument("--node", default=None, metavar="NODE[,NODE...]", help="only these nodes")
     p.add_argument("--ebpf", action="store_true", help="print the BPF program and exit")
     p.add_argument("--version", action="version", version=f"gputop {__version__}")

@@ -553,7 +553,7 @@ class FleetConfig:
     #: label matchers added to every selector (``--match``), without braces
     match: str = ""
     #: the window of increase() and rate() (``--window``)
-    window: str = "1m"
+    window: str = "2m"
     interval_s: float = 5.0
     #: only these nodes (``--node``); empty: all
     nodes: frozenset[str] = frozenset()
@@ -576,7 +576,7 @@ class FleetFeed:
         except ValueError as e:
             raise GputopError(str(e), "give --window as Prometheus writes durations: 30s, 2m, 1h", EX_USAGE) from None
         if self.window_s <= 0:
-            raise GputopError(f"--window must be longer than 0: {config.window!r}", "try --window 1m", EX_USAGE)
+            raise GputopError(f"--window must be longer than 0: {config.window!r}", "try --window 2m", EX_USAGE)
         self.config = config
         self.interval_s = config.interval_s
         self.client = PromClient(config.url, config.timeout_s or max(10.0, 2 * config.interval_s))

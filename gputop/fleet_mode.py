@@ -15,7 +15,7 @@ from gputop.errors import EX_OK, EX_USAGE, GputopError
 
 #: refresh interval of the fleet view unless -d says otherwise: a refresh is a few dozen queries
 DEFAULT_INTERVAL_S = 5.0
-DEFAULT_WINDOW = "1m"
+DEFAULT_WINDOW = "2m"
 
 
 def wanted(args: argparse.Namespace) -> bool:
