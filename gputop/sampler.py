@@ -161,6 +161,11 @@ class Sampler:
         try:
             self._bpf.start()
             self._bpf_status = SourceStatus("ok")
+            # the first interval starts now: what the probes counted while attaching is in the
+            # totals only, so that every interval's counts cover exactly its interval_s
+            for pid, raw in self._bpf.baseline().items():
+                self._prev[pid] = raw
+                self._prev_kernels.update(((pid, k.key), k.launches) for k in raw.kernels)
         except BpfUnavailable as e:
             self._bpf_failed(e)
         except Exception as e:  # a bug or an odd host must not leave the UI on "starting"

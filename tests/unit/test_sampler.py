@@ -37,8 +37,13 @@ class FakeBpf:
     idle: list[dict[int, IdleProc]] = field(default_factory=list)
     procs_dropped: int = 0
     uvm_cpu_faults: bool = False
+    #: the records as they stand when attaching is over (Sampler.open_bpf's baseline)
+    base: dict[int, RawProc] = field(default_factory=dict)
 
     def start(self) -> None: ...
+
+    def baseline(self) -> dict[int, RawProc]:
+        return self.base
 
     def poll(self, timeout_s: float) -> bool:
         return False
@@ -86,13 +91,25 @@ class Clock:
 
 
 def make(readings: list[dict[int, RawProc]], alive: set[int], nvml: FakeNvml | None = None,
-         filters: Filters | None = None) -> tuple[Sampler, Clock, FakeBpf]:
+         filters: Filters | None = None, base: dict[int, RawProc] | None = None) -> tuple[Sampler, Clock, FakeBpf]:
     clock = Clock()
-    bpf = FakeBpf(readings)
+    bpf = FakeBpf(readings, base=base or {})
     cfg = SamplerConfig(interval_s=1.0, filters=filters or Filters(), launch_bound=LaunchBoundRule(1000, 50))
     s = Sampler(cfg, bpf=bpf, nvml=nvml or FakeNvml(None, {}), host=FakeHost(alive), clock=clock)  # type: ignore[arg-type]
     s.open_bpf()
     return s, clock, bpf
+
+
+def test_the_first_interval_starts_when_attaching_is_over() -> None:
+    """Launches counted while the probes were attaching are in the total, not in the first interval."""
+    k0 = RawKernel(0x1000, 40, 320, 5120, "fused_step(float*, float*, int)", "/bin/app")
+    k1 = RawKernel(0x1000, 140, 1120, 17920, "fused_step(float*, float*, int)", "/bin/app")
+    s, clock, _ = make([{7: raw(7, 140, kernels=(k1,))}], {7}, base={7: raw(7, 40, kernels=(k0,))})
+    clock.t += 1.0
+    p = s.collect().process(7)
+    assert p is not None and p.interval is not None and p.total is not None and p.rates is not None
+    assert (p.interval.launches, p.total.launches, p.rates.launches_per_s) == (100, 140, 100.0)
+    assert p.kernels[0].interval_launches == 100 and p.kernels[0].launches == 140
 
 
 def test_interval_and_total_counts_and_rates() -> None:
