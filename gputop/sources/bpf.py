@@ -491,6 +491,38 @@ class BpfSource:
         return out
 
     @_open
+    def baseline(self) -> dict[int, RawProc]:
+        """Every process record as it stands, without names and without touching what read()
+        reports once: where the first interval starts (counts made while the probes were being
+        attached belong to the totals, not to an interval of known length)."""
+        kernels: dict[int, list[tuple[int, Any]]] = {}
+        for k, v in self.table("kernels").items():
+            kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
+        out: dict[int, RawProc] = {}
+        for k, v in self.table("procs").items():
+            pid = int(k.value)
+            ks = kernels.get(pid, [])
+            counters = {name: int(getattr(v, name)) for name in _SCALARS}
+            for _addr, kv in ks:
+                counters["launches"] += int(kv.launches)
+                counters["grid_sum"] += int(kv.grid_sum)
+                counters["block_sum"] += int(kv.block_sum)
+            out[pid] = RawProc(
+                pid=pid, counters=counters,
+                memcpy_calls=tuple(int(x) for x in v.memcpy_calls), memcpy_bytes=tuple(int(x) for x in v.memcpy_bytes),
+                prefetch_calls=tuple(int(x) for x in v.prefetch_calls),
+                prefetch_bytes=tuple(int(x) for x in v.prefetch_bytes),
+                grid_hist=tuple(int(x) for x in v.grid_hist), block_hist=tuple(int(x) for x in v.block_hist),
+                copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
+                exited=bool(v.exited_ns),
+                kernels=tuple(RawKernel(a, int(kv.launches), int(kv.grid_sum), int(kv.block_sum), None, None)
+                              for a, kv in ks),
+                comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
+                complete=pid not in self._partial,
+            )
+        return out
+
+    @_open
     def read(self) -> BpfReading:
         self.namer.begin_refresh()
         procs: dict[int, RawProc] = {}
