@@ -634,9 +634,11 @@ class FleetFeed:
 
     def _run(self, on_snapshot: SnapshotCallback) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             if not self._paused:
                 on_snapshot(self.refresh())
-            self._wake.wait(self.interval_s)
+            # one refresh every interval (a refresh slower than that is followed by the next at once)
+            self._wake.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
             self._wake.clear()
 
     def refresh(self) -> Snapshot:
