@@ -8,7 +8,9 @@ without putting the rest of the system's site-packages on the path.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -23,7 +25,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
-from gputop.sources import catalogue, discovery, kheaders, symbols
+from gputop.sources import btf, catalogue, discovery, kheaders, symbols
 from gputop.sources.bpfsys import (
     ENABLE_HINT,
     TRACEFS,
@@ -48,6 +50,9 @@ LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAM
           "MAX_THREADS": 16384, "MAX_CODE": 262144}
 DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array")
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
+EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon
+PATH_DEPTH = 16       # bpf/gputop.bpf.c's file_event_t: names from a mapped file up to its fs root
+PATH_NAME = 64
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
 STATS_WINDOW_S = 1.0  # BPF run-time statistics are on for this long...
 STATS_PERIOD_S = 5.0  # ...in every this long
@@ -173,6 +178,17 @@ _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "a
             "sync_ns", "grid_sum", "block_sum")
 
 
+class _Event(ctypes.Structure):
+    """bpf/gputop.bpf.c's event_t."""
+    _fields_ = (("ts", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("type", ctypes.c_uint32))
+
+
+class _FileEvent(ctypes.Structure):
+    """bpf/gputop.bpf.c's file_event_t (type 6)."""
+    _fields_ = (("h", _Event), ("dev", ctypes.c_uint64), ("ino", ctypes.c_uint64), ("depth", ctypes.c_uint32),
+                ("complete", ctypes.c_uint32), ("names", (ctypes.c_char * PATH_NAME) * PATH_DEPTH))
+
+
 class SelfCost:
     """gputop's own BPF cost, measured over windows: statistics are on for STATS_WINDOW_S in every
     STATS_PERIOD_S. While they are on, every BPF program on the host pays two clock reads more per
@@ -234,6 +250,10 @@ class BpfSource:
         self._limits = {**LIMITS, **(limits or {})}
         self._want_uvm = uvm
         self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them
+        #: kernel struct offsets (BTF) for naming the files processes map; None: not named
+        self.file_offsets = btf.file_offsets()
+        #: files the BPF side named because they were not classified: key -> (pid, names or None)
+        self._unknown_files: dict[tuple[int, int], tuple[int, list[bytes] | None]] = {}
         self.uprobes: UprobeAttacher | None = None
         self._lock = threading.RLock()
         self._clock = clock
@@ -265,6 +285,8 @@ class BpfSource:
         flags = [f"-D{k}={v}" for k, v in self._limits.items()]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
+        if self.file_offsets:
+            flags += ["-DFILE_KEYS", *(f"-D{k}={v}" for k, v in self.file_offsets.items())]
         return flags
 
     def program_text(self) -> str:
@@ -309,9 +331,15 @@ class BpfSource:
 
     # ------------------------------------------------------------ discovery
 
-    def _on_event(self, _cpu: int, data: Any, _size: int) -> None:
-        ev = self.table("events").event(data)
+    def _on_event(self, _cpu: int, data: Any, size: int) -> None:
+        ev = ctypes.cast(data, ctypes.POINTER(_Event)).contents
         tgid, kind = int(ev.tgid), int(ev.type)
+        if kind == 6 and size >= ctypes.sizeof(_FileEvent):
+            fe = ctypes.cast(data, ctypes.POINTER(_FileEvent)).contents
+            names = [bytes(fe.names[i]).split(b"\0", 1)[0] for i in range(min(fe.depth, PATH_DEPTH))]
+            key = (discovery.user_dev(int(fe.dev)), int(fe.ino))
+            self._unknown_files.setdefault(key, (tgid, names if fe.complete else None))
+            kind = 2
         if kind == 3:
             self._exited.add(tgid)
         elif kind == 4:                  # exited without a record
@@ -347,6 +375,8 @@ class BpfSource:
             pids = sorted(self._rescan)
             self._rescan.clear()
             changed = self.scan(pids) > 0 or changed
+        if self._unknown_files:
+            changed = self._reach_unknown() > 0 or changed
         if self._clock() - self._last_full_scan >= RESCAN_S:
             self._last_full_scan = self._clock()
             changed = self.scan() > 0 or changed
@@ -389,7 +419,11 @@ class BpfSource:
         try:
             fd = os.open(ref.open_path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            return self._reject(ref)
+            # its process is gone, and its map_files with it: the same file by its path from here
+            here = discovery.same_file(ref)
+            if here is None or here == ref.open_path:
+                return self._reject(ref)
+            return self._attach_object(dataclasses.replace(ref, open_path=here))
         try:
             if os.fstat(fd).st_ino != ref.inode:
                 return False                # the path now leads elsewhere (a PID reused)
@@ -408,12 +442,46 @@ class BpfSource:
         syms.path = ref.open_path
         self._symcache[ref.key] = syms
         self.objects[ref.key] = ref.path
+        self._classified(ref.key, probed=True)
         return True
 
     def _reject(self, ref: discovery.ObjectRef) -> bool:
         if os.path.exists(ref.open_path):       # readable: really not a CUDA object
             self.rejected.add(ref.key)
+            self._classified(ref.key, probed=False)
         return False
+
+    def _classified(self, key: tuple[int, int], *, probed: bool) -> None:
+        """Tell the BPF side: its mappings start a rescan (probed) or no event at all."""
+        if not self.file_offsets:
+            return
+        table = self.table("known_files")
+        k = table.Key(discovery.kernel_dev(key[0]), key[1])
+        with contextlib.suppress(Exception):    # full: its mappings keep sending events, as before
+            table[k] = ctypes.c_uint8(1 if probed else 2)
+
+    def _reach_unknown(self) -> int:
+        """Probe the files the BPF side named that the rescans did not classify: their processes
+        were gone before their maps could be read. Each is reached through the same path in
+        gputop's own mount namespace (same device and inode); otherwise another process that maps
+        it may: the full rescan comes early. Returns how many objects were probed."""
+        pending, self._unknown_files = self._unknown_files, {}
+        new = 0
+        for key, (pid, names) in pending.items():
+            if key in self.objects or key in self.rejected:
+                continue
+            ref = discovery.reach(key[0], key[1], names, pid) if names else None
+            if ref is None:
+                self._last_full_scan = min(self._last_full_scan, self._clock() - RESCAN_S + EARLY_RESCAN_S)
+                continue
+            if ref.key in self.objects or ref.key in self.rejected:
+                self._classified(key, probed=ref.key in self.objects)    # the same file on a stacked fs
+            elif self._attach_object(ref):
+                new += 1
+                if ref.key != key:
+                    self._classified(key, probed=True)
+        return new
+
 
     def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
         """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see from_cuda)."""

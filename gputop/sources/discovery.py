@@ -7,7 +7,11 @@ reachable from the host through the process that maps it.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +84,7 @@ def open_path(pid: int, m: Mapping) -> str | None:
     return None
 
 
-def same_file(m: Mapping) -> str | None:
+def same_file(m: Mapping | ObjectRef) -> str | None:
     """The mapping's path as seen from here, if it is the very same file (after the process exited)."""
     try:
         st = os.stat(m.path)
@@ -140,3 +144,104 @@ def pids_mapping(keys: set[tuple[int, int]]) -> dict[int, list[str]]:
         if paths:
             out[pid] = paths
     return out
+
+
+# ------------------------------------------------------------------ files whose process is gone
+#
+# A process that maps a CUDA object and exits within milliseconds is gone before its maps can be
+# read. The BPF side then names the file instead (its device, inode and the names from it up to
+# its filesystem's root); the file is probed if it can still be reached from here with the same
+# device and inode, so that the next process mapping it is counted from its first call.
+
+_MOUNT_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def kernel_dev(dev: int) -> int:
+    """A device number as the kernel holds it (major << 20 | minor), from st_dev's encoding."""
+    return (os.major(dev) << 20) | os.minor(dev)
+
+
+def user_dev(kdev: int) -> int:
+    """st_dev's encoding of a kernel dev_t."""
+    return os.makedev(kdev >> 20, kdev & 0xFFFFF)
+
+
+def _unescape(field: str) -> str:
+    return _MOUNT_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounts_of(dev: int, mountinfo: str | None = None) -> list[tuple[str, str]]:
+    """(root within the filesystem, mount point) of every mount of device ``dev`` in gputop's
+    own mount namespace (from /proc/self/mountinfo, or the text given)."""
+    if mountinfo is None:
+        try:
+            mountinfo = (PROC / "self" / "mountinfo").read_bytes().decode("utf-8", "surrogateescape")
+        except OSError:
+            return []
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    out: list[tuple[str, str]] = []
+    for line in mountinfo.splitlines():
+        parts = line.split(" ", 5)
+        if len(parts) >= 5 and parts[2] == want:
+            out.append((_unescape(parts[3]), _unescape(parts[4])))
+    return out
+
+
+def paths_here(dev: int, names: Sequence[bytes], mountinfo: str | None = None) -> list[str]:
+    """Where a file of device ``dev`` could be from here: ``names`` run from the file's own name
+    up to its filesystem's root (a dentry walk); each mount of that filesystem whose root holds
+    the file gives one path."""
+    if len(names) < 2 or any(not n or b"/" in n for n in names[:-1]):
+        return []
+    rel = "/" + "/".join(os.fsdecode(n) for n in reversed(names[:-1]))
+    out: list[str] = []
+    for root, mount_point in mounts_of(dev, mountinfo):
+        root = root.rstrip("/")
+        if rel == root or rel.startswith(root + "/"):
+            out.append(mount_point.rstrip("/") + rel[len(root):] or "/")
+    return out
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def mapped_key(fd: int) -> tuple[int, int] | None:
+    """(device, inode) that /proc/PID/maps shows for a mapping of ``fd``: on a stacked filesystem
+    (overlayfs) it is the file underneath, which is what uprobes attach to, not what fstat says."""
+    addr = _libc.mmap(None, mmap.PAGESIZE, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        return None
+    try:
+        for m in read_maps(os.getpid(), executable_only=False):
+            if m.start == addr:
+                return m.dev, m.inode
+        return None
+    finally:
+        _libc.munmap(addr, mmap.PAGESIZE)
+
+
+def reach(dev: int, inode: int, names: Sequence[bytes], pid: int) -> ObjectRef | None:
+    """The file (``dev``, ``inode``) that process ``pid`` mapped, reached through a path in gputop's
+    own mount namespace that leads to the same device and inode; None if there is none. The
+    reference carries the key its mappings have (see mapped_key)."""
+    for path in paths_here(dev, names):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) != (dev, inode):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            key = mapped_key(fd) or (dev, inode)
+        finally:
+            os.close(fd)
+        return ObjectRef(key[0], key[1], path, path, pid)
+    return None

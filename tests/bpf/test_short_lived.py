@@ -1,0 +1,132 @@
+"""Short-lived processes: a process that maps a CUDA object gputop has not probed and exits within
+milliseconds is gone before its maps can be read; the object is probed anyway (named by the BPF
+side, reached through the same path here), so the next process is counted from its first call."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputop.sources.bpf import BpfSource, has_privileges
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+LAUNCHES = 7
+OP = f"launch:{LAUNCHES}:2,1,1:32,1,1:0"
+
+
+def _fresh_copy(testbed: Any, tmp_path: Path) -> Path:
+    """The real libcudart at a path (and inode) no gputop has probed."""
+    d = tmp_path / f"fresh-{time.monotonic_ns()}"
+    d.mkdir()
+    lib = d / "libcudart.so.12"
+    shutil.copy(testbed.libcudart, lib)
+    return lib
+
+
+def _short(workloads: Any, lib: Path) -> int:
+    """One process that dlopens ``lib``, makes LAUNCHES launches and exits (in about 5 ms when the
+    host is idle); its pid."""
+    out = subprocess.run([str(workloads.dlopen), "--cudart", str(lib), OP], capture_output=True, text=True,
+                         check=True).stdout
+    return int(out.split()[1])
+
+
+def test_the_process_after_a_short_lived_one_is_counted_exactly(bpf_source: BpfSource, workloads, testbed,
+                                                                 tmp_path: Path) -> None:
+    """The first process lives a few milliseconds, and nobody polls while it runs: its maps are
+    never read. Its exec mapping still names the file, which gets probed; the next is exact."""
+    if not bpf_source.file_offsets:
+        pytest.skip("the kernel has no BTF (/sys/kernel/btf/vmlinux): mapped files are not named")
+    lib = _fresh_copy(testbed, tmp_path)
+    key = (lib.stat().st_dev, lib.stat().st_ino)
+    first = _short(workloads, lib)
+    assert not os.path.exists(f"/proc/{first}")       # gone before gputop looked at it
+    deadline = time.monotonic() + 10
+    while key not in bpf_source.objects:
+        bpf_source.poll(0.05)
+        assert time.monotonic() < deadline, "the file the short-lived process mapped was not probed"
+    assert bpf_source.objects[key] == str(lib)
+    second = _short(workloads, lib)
+    bpf_source.poll(0.05)
+    procs = bpf_source.read().procs
+    assert first not in procs
+    assert procs[second].counters["launches"] == LAUNCHES
+    bpf_source.forget(second)
+
+
+def test_a_file_already_classified_sends_no_named_event(bpf_source: BpfSource, workloads, testbed,
+                                                        tmp_path: Path) -> None:
+    """Once probed, a file's mappings start a plain rescan again (code ranges): the named event
+    is sent only while user space does not know the file."""
+    if not bpf_source.file_offsets:
+        pytest.skip("the kernel has no BTF (/sys/kernel/btf/vmlinux): mapped files are not named")
+    lib = _fresh_copy(testbed, tmp_path)
+    _short(workloads, lib)
+    deadline = time.monotonic() + 10
+    while (lib.stat().st_dev, lib.stat().st_ino) not in bpf_source.objects:
+        bpf_source.poll(0.05)
+        assert time.monotonic() < deadline
+    bpf_source.poll(0.05)       # whatever else the host sent meanwhile
+    pid = _short(workloads, lib)
+    bpf_source.bpf.ring_buffer_poll(200)
+    assert (lib.stat().st_dev, lib.stat().st_ino) not in bpf_source._unknown_files
+    bpf_source.poll(0.05)
+    assert bpf_source.read().procs[pid].counters["launches"] == LAUNCHES
+    bpf_source.forget(pid)
+
+
+@pytest.mark.skipif(not has_privileges(), reason="BPF tests need root (or CAP_BPF + CAP_PERFMON)")
+def test_a_stream_of_3ms_processes_with_gputop_running(workloads, testbed, tmp_path: Path) -> None:
+    """The real `gputop -b`: ten processes of a few milliseconds each, through a libcudart at a new
+    path. The first comes and goes before gputop can read its maps; every later one is exact."""
+    lib = _fresh_copy(testbed, tmp_path)
+    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf"],
+                          stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                          env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    snaps: list[dict[str, Any]] = []
+
+    def read() -> None:
+        assert gt.stdout is not None
+        for line in gt.stdout:
+            snaps.append(json.loads(line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not snaps:
+            assert gt.poll() is None and time.monotonic() < deadline, "gputop did not start"
+            time.sleep(0.05)
+        assert snaps[0]["sources"]["bpf"]["status"] == "ok"
+        runs = [_short(workloads, lib)]
+        time.sleep(1.0)                     # gputop probes what the first one mapped
+        for _ in range(9):
+            runs.append(_short(workloads, lib))
+            time.sleep(0.1)
+        seen_until = len(snaps) + 4         # each exited process is shown in the next refresh
+        while len(snaps) < seen_until:
+            assert gt.poll() is None and time.monotonic() < deadline + 30
+            time.sleep(0.05)
+    finally:
+        gt.send_signal(signal.SIGINT)
+        try:
+            gt.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            gt.kill()
+            gt.wait()
+        reader.join(timeout=5)
+    totals: dict[int, int] = {}
+    for snap in snaps:
+        for p in snap["processes"]:
+            totals[p["pid"]] = p["total"]["launches"]
+    assert [totals.get(pid) for pid in runs[1:]] == [LAUNCHES] * 9
