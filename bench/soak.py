@@ -141,8 +141,8 @@ class Sample:
     t_s: float
     phase: str
     rss_bytes: int
-    fds: int                # open descriptors other than probes (BPF links, perf events)
-    probe_fds: int          # BPF links and perf events: they grow with the objects probed
+    fds: int                # open descriptors other than probes (BPF links, perf events, programs)
+    probe_fds: int          # BPF links, perf events and programs: they grow with the objects probed
     objects: int | None     # CUDA objects probed (the snapshot's sources.bpf.objects)
     threads: int
     maps: dict[str, int]    # entries of the soak's own processes, by map
@@ -155,7 +155,9 @@ class Sample:
         return sum(self.maps.values())
 
 
-_PROBE_FDS = ("anon_inode:bpf_link", "anon_inode:[perf_event]")
+#: BPF links, perf events and programs: they grow with the objects probed (a program is loaded
+#: the first time an object has an entry point it handles)
+_PROBE_FDS = ("anon_inode:bpf_link", "anon_inode:[perf_event]", "anon_inode:bpf-prog")
 
 
 def sample_proc(pid: int) -> tuple[int, int, int, int]:
@@ -236,6 +238,8 @@ class Result:
     short_under: int = 0
     short_missing: int = 0
     short_over: int = 0
+    #: short-lived processes not shown exactly: pid -> every total seen (none: never shown)
+    short_wrong: dict[int, list[int]] = field(default_factory=dict)
     dropped_max: int | None = None
     baseline: Sample | None = None
     after: Sample | None = None
@@ -288,7 +292,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
 
     long_totals: dict[int, int] = {}
     short_pending: dict[int, float] = {}       # pid -> deadline (monotonic) for its row
-    short_seen: dict[int, int] = {}
+    short_seen: dict[int, list[int]] = {}
     short_all: set[int] = set()
     lock = threading.Lock()
 
@@ -304,17 +308,20 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
                         res.long_regressions += 1
                     long_totals[pid] = total
                 elif pid in short_pending and total is not None:
-                    short_seen[pid] = max(short_seen.get(pid, 0), total)
+                    short_seen.setdefault(pid, []).append(total)
 
     def settle_short(now: float, final: bool = False) -> None:
         with lock:
             for pid in [p for p, dl in short_pending.items() if final or dl <= now]:
                 del short_pending[pid]
-                got = short_seen.pop(pid, None)
+                seen = short_seen.pop(pid, [])
+                got = max(seen, default=None)
+                if got == args.short_launches:
+                    res.short_exact += 1
+                    continue
+                res.short_wrong[pid] = seen
                 if got is None:
                     res.short_missing += 1
-                elif got == args.short_launches:
-                    res.short_exact += 1
                 elif got < args.short_launches:
                     res.short_under += 1
                 else:
