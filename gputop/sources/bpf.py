@@ -276,6 +276,7 @@ class BpfSource:
         self._reimage: set[int] = set()
         self._scanned_ns: dict[int, int] = {}     # CLOCK_MONOTONIC ns of each process's last scan
         self._exited: set[int] = set()
+        self._final: dict[int, RawProc] = {}      # last records of exited processes, until shown
         self._last_full_scan = 0.0
         self.namer = KernelNamer(self._captured_name, self._alias, self._symcache, self._maps)
 
@@ -367,7 +368,6 @@ class BpfSource:
         self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
         self.cost.tick()
         changed = bool(self._exited)
-        self._exited.clear()
         for pid in self._reimage:       # exec: the old image's code ranges and names are gone
             self._forget_image(pid)
         self._reimage.clear()
@@ -375,6 +375,9 @@ class BpfSource:
             pids = sorted(self._rescan)
             self._rescan.clear()
             changed = self.scan(pids) > 0 or changed
+        if self._exited:                # after the rescans: the newest maps name their kernels
+            self._take_final(self._exited)
+            self._exited.clear()
         if self._unknown_files:
             changed = self._reach_unknown() > 0 or changed
         if self._clock() - self._last_full_scan >= RESCAN_S:
@@ -600,28 +603,10 @@ class BpfSource:
         inflight = self._inflight_sync_ns()
         for k, v in self.table("procs").items():
             pid = int(k.value)
-            counters = {name: int(getattr(v, name)) for name in _SCALARS}
-            counters["sync_ns"] += inflight.get(pid, 0)
-            ks = sorted(kernels.get(pid, ()), key=lambda kv: -int(kv[1].launches))
-            for _addr, kv in ks:            # the record holds only the kernel table's overflow
-                counters["launches"] += int(kv.launches)
-                counters["grid_sum"] += int(kv.grid_sum)
-                counters["block_sum"] += int(kv.block_sum)
-            procs[pid] = RawProc(
-                pid=pid,
-                counters=counters,
-                memcpy_calls=tuple(int(x) for x in v.memcpy_calls),
-                memcpy_bytes=tuple(int(x) for x in v.memcpy_bytes),
-                prefetch_calls=tuple(int(x) for x in v.prefetch_calls),
-                prefetch_bytes=tuple(int(x) for x in v.prefetch_bytes),
-                grid_hist=tuple(int(x) for x in v.grid_hist),
-                block_hist=tuple(int(x) for x in v.block_hist),
-                copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
-                exited=bool(v.exited_ns),
-                kernels=tuple(self._kernel(pid, addr, kv, i < NAMED_KERNELS) for i, (addr, kv) in enumerate(ks)),
-                comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
-                complete=pid not in self._partial,
-            )
+            procs[pid] = self._raw(pid, v, kernels.get(pid, ()), inflight.get(pid, 0))
+        # the last records of processes that exited (their PID may already be a new process's,
+        # whose record is reported once the old one was shown: forget())
+        procs.update(self._final)
         drops = self.dropped()
         dropped = sum(drops.values())
         me = os.getpid()
@@ -637,6 +622,53 @@ class BpfSource:
                               attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)
         return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s,
                           idle=idle, procs_dropped=drops["procs"])
+
+    def _raw(self, pid: int, v: Any, kernels: Iterable[tuple[int, Any]], inflight_ns: int,
+             named: bool = True) -> RawProc:
+        """The counters of one process record ``v`` and its kernels' entries."""
+        counters = {name: int(getattr(v, name)) for name in _SCALARS}
+        counters["sync_ns"] += inflight_ns
+        ks = sorted(kernels, key=lambda kv: -int(kv[1].launches))
+        for _addr, kv in ks:            # the record holds only the kernel table's overflow
+            counters["launches"] += int(kv.launches)
+            counters["grid_sum"] += int(kv.grid_sum)
+            counters["block_sum"] += int(kv.block_sum)
+        return RawProc(
+            pid=pid,
+            counters=counters,
+            memcpy_calls=tuple(int(x) for x in v.memcpy_calls),
+            memcpy_bytes=tuple(int(x) for x in v.memcpy_bytes),
+            prefetch_calls=tuple(int(x) for x in v.prefetch_calls),
+            prefetch_bytes=tuple(int(x) for x in v.prefetch_bytes),
+            grid_hist=tuple(int(x) for x in v.grid_hist),
+            block_hist=tuple(int(x) for x in v.block_hist),
+            copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
+            exited=bool(v.exited_ns),
+            kernels=tuple(self._kernel(pid, addr, kv, named and i < NAMED_KERNELS) for i, (addr, kv) in enumerate(ks)),
+            comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
+            complete=pid not in self._partial,
+        )
+
+    def _take_final(self, pids: set[int]) -> None:
+        """At their exit: keep the last records of ``pids`` (with their kernels' names) and delete
+        everything the kernel holds about them, so that a new process given one of these PIDs
+        starts from zero instead of adding to the old record."""
+        table = self.table("procs")
+        records = {}
+        for pid in pids:
+            try:
+                records[pid] = table[table.Key(pid)]
+            except KeyError:
+                continue
+        if not records:
+            return
+        kernels: dict[int, list[tuple[int, Any]]] = {}
+        for k, v in self.table("kernels").items():
+            if int(k.tgid) in records:
+                kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
+        for pid, v in records.items():
+            self._final[pid] = self._raw(pid, v, kernels.get(pid, ()), 0)
+        self._forget(set(records))
 
     def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
         name, obj = self.namer.name(pid, addr) if named else (None, None)
@@ -698,6 +730,12 @@ class BpfSource:
     def forget(self, *pids: int) -> None:
         """Remove every record of processes that are gone (after their last interval was shown)."""
         gone = set(pids)
+        final = gone & set(self._final)       # taken at exit: the kernel's entries went then
+        for pid in final:
+            del self._final[pid]
+        self._forget(gone - final)
+
+    def _forget(self, gone: set[int]) -> None:
         if not gone:
             return
         self._delete_tables(gone)

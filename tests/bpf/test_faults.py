@@ -111,7 +111,7 @@ def test_a_process_that_execs_another_program(bpf_source: BpfSource, workloads: 
     500 launches; the new program's kernel is named from the new image."""
     exe = build_native("launch_then_exec.c", "launch_then_exec", "-ldl")
     go = tmp_path / "go"
-    p, pid = start([exe, testbed.libcudart, "300", go, workloads.dynamic, "launch:200:40,2,1:128,1,1:0"])
+    p, pid = start([exe, testbed.libcudart, "300", go, workloads.dynamic, "launch:200:40,2,1:128,1,1:0", "sleep:300"])
     try:
         bpf_source.scan([pid])
         go.touch()
@@ -147,8 +147,9 @@ def test_fork_after_cuda_initialisation(bpf_source: BpfSource, workloads: Worklo
 
 def test_a_reused_pid_is_a_new_process_from_zero(workloads: Workloads, tmp_path: Path) -> None:
     """Process A (700 launches) exits; before gputop's next refresh a new process B gets A's PID
-    (clone3 with set_tid). The refresh shows A's last row (exited, 700, A's start time), the next
-    ones B from zero (300, its own start time)."""
+    (clone3 with set_tid) and launches 300 times. The refresh shows A's last row (exited, 700, A's
+    start time: B's launches did not land in A's record), the next one B from zero (300, its own
+    start time)."""
     spawn = build_native("spawn_at_pid.c", "spawn_at_pid")
     sampler = Sampler(SamplerConfig(interval_s=0.2, use_nvml=False))
     sampler.open_bpf()
@@ -162,13 +163,15 @@ def test_a_reused_pid_is_a_new_process_from_zero(workloads: Workloads, tmp_path:
         assert first is not None and first.total is not None and first.total.launches == 0
         go_a.touch()
         assert a.wait(timeout=30) == 0
+        sampler.wait(0.3)                               # A's exit seen (between two refreshes)
+        # B launches at once, before the next refresh has shown A's last row
         b = subprocess.Popen([str(spawn), str(pid), str(workloads.dynamic), "--wait", str(go_b),
                               "launch:300:3,1,1:96,1,1:1", "sleep:1500"], stdout=subprocess.PIPE)
         assert b.stdout is not None and b.stdout.readline().split()[1] == str(pid).encode()
-        sampler.wait(0.3)
-        last_a = sampler.collect().process(pid)
         go_b.touch()
         sampler.wait(0.5)
+        last_a = sampler.collect().process(pid)
+        sampler.wait(0.3)
         row_b = sampler.collect().process(pid)         # while B sleeps after its launches
         assert b.wait(timeout=30) == 0
     finally:
