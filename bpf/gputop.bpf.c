@@ -3,7 +3,7 @@
 // once per refresh and computes deltas (counters are monotonic, never cleared).
 //
 // Compile-time parameters (set by gputop/sources/bpf.py): MAX_PROCS, MAX_KERNELS, MAX_ALLOCS,
-// MAX_NAMES, MAX_THREADS, MAX_CODE.
+// MAX_NAMES, MAX_THREADS, MAX_CODE (MAX_GRAPHS, MAX_GRAPH_NODES have defaults here).
 #include <uapi/linux/ptrace.h>
 
 #define NDIR 5          // memcpy directions: h2d d2h d2d h2h unknown
@@ -14,6 +14,12 @@
 #define D_UNK 4
 #define NB 32           // log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0
 #define NAME_LEN 256
+#ifndef MAX_GRAPHS      // graph contents, graphs, executable graphs, parts (each map)
+#define MAX_GRAPHS 16384
+#endif
+#ifndef MAX_GRAPH_NODES // (graph content, kernel) pairs
+#define MAX_GRAPH_NODES 131072
+#endif
 #ifndef BATCH_MAX      // entries of one batch call (copies, prefetches) counted; the rest are dropped
 #define BATCH_MAX 64
 #endif
@@ -28,6 +34,8 @@ struct proc_t {
     u64 launches;               // launches, grid and block sums of kernels the table had no room for
     u64 graph_launches;
     u64 captured_launches;
+    u64 graph_kernel_launches;  // kernels run by graph launches whose graph gputop saw built
+    u64 graph_unknown_launches; // graph launches whose kernel count is not known
     u64 memcpy_calls[NDIR];
     u64 memcpy_bytes[NDIR];
     u64 alloc_calls;
@@ -124,6 +132,7 @@ BPF_HASH(allocs, struct tkey_t, struct alloc_t, MAX_ALLOCS);
 struct cap_t {
     u64 origin;
     u64 seq;
+    u64 gid;                    // the graph content it records into (0: unknown)
 };
 // streams that began a capture under way (deleted at its end)
 BPF_HASH(capturing, struct tkey_t, struct cap_t, 1024);
@@ -138,7 +147,11 @@ BPF_F_TABLE("lpm_trie", struct range_key_t, u32, code, MAX_CODE, BPF_F_NO_PREALL
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_alloc, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
-BPF_TABLE("lru_hash", u64, u64, pend_capture, MAX_THREADS);
+struct pend_cap_t {             // a cudaStreamBeginCapture(ToGraph) under way
+    u64 stream;
+    u64 graph;                  // ToGraph: the graph captured into, else 0
+};
+BPF_TABLE("lru_hash", u64, struct pend_cap_t, pend_capture, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, u64, exec_mmap, 1024);  // thread -> the struct file being mapped (or 1)
 #ifdef FILE_KEYS
 // files user space has classified: 1 probed (its mappings still start a rescan: code ranges),
@@ -150,7 +163,7 @@ BPF_HASH(aliases, struct tkey_t, u64, MAX_NAMES);
 BPF_PERCPU_ARRAY(zero_proc, struct proc_t, 1);
 BPF_PERCPU_ARRAY(name_scratch, struct name_t, 1);
 // 0 procs, 1 kernels, 2 names, 3 allocs, 4 ranges, 5 captures, 6 events, 7 batch entries past BATCH_MAX,
-// 8 copies to or from CUDA arrays (their bytes are not known)
+// 8 copies to or from CUDA arrays (their bytes are not known), 9 graph records
 BPF_ARRAY(dropped, u64, 16);
 BPF_RINGBUF_OUTPUT(events, 64);
 
@@ -248,6 +261,181 @@ static __always_inline void pending_init(struct pending_t *n, struct pt_regs *ct
     n->sp = PT_REGS_SP(ctx);
 }
 
+// ------------------------------------------------------------------ kernels inside graphs
+//
+// A graph replay is one cudaGraphLaunch; its kernels pass no entry point. So gputop follows how each
+// graph is built and counts, per graph launch, the kernels of the graph it replays. A graph's
+// content has an id (gid): `graphs` maps a graph handle to the content it is building, `execs` an
+// executable graph to the content it was instantiated from. Per content: its kernel count, its
+// launches and flags (`gids`); its kernel nodes by function (`gnodes`: captured launches, kernel
+// nodes) and the other contents it holds (`gparts`: child graphs, graphs launched into a capture,
+// the content a modified graph started from), with their multiplicity. A content that an exec, a
+// clone or a parent refers to is frozen: modifying its graph afterwards starts a new content that
+// holds the frozen one as a part, so an exec keeps what it was instantiated from. User space
+// multiplies each content's launches by its kernels, per function (gputop/sources/graphs.py).
+#define G_UNKNOWN 1             // its kernel count is not known (a conditional node, a part gputop did not see)
+#define G_LOST 2                // a node or part could not be stored: the count is exact, per kernel not
+
+struct gid_t {
+    u64 kernels;
+    u64 launches;
+    u32 flags;
+    u32 pad;
+};
+struct graph_t {
+    u64 gid;
+    u64 frozen;
+};
+struct gkey_t {                 // (process, content, item): a function (gnodes) or a part's gid (gparts)
+    u32 tgid;
+    u32 pad;
+    u64 gid;
+    u64 item;
+};
+BPF_F_TABLE("hash", struct tkey_t, struct gid_t, gids, MAX_GRAPHS, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct tkey_t, struct graph_t, graphs, MAX_GRAPHS, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct tkey_t, u64, execs, MAX_GRAPHS, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct gkey_t, u64, gnodes, MAX_GRAPH_NODES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct gkey_t, u64, gparts, MAX_GRAPHS, BPF_F_NO_PREALLOC);
+// graph calls whose result is read at return (out-pointers, success), tracked by depth
+BPF_TABLE("lru_hash", u64, struct pending_t, pend_graph, MAX_THREADS);
+
+static __always_inline struct gid_t *gid_get(u32 tgid, u64 gid) {
+    struct tkey_t k = {.tgid = tgid, .addr = gid};
+    return gids.lookup(&k);
+}
+
+// a new content holding `kernels` kernels: its id, or 0 when the table is full
+static __always_inline u64 gid_new(u32 tgid, u64 kernels, u32 flags) {
+    struct gid_t g = {.kernels = kernels, .flags = flags};
+    struct tkey_t k = {.tgid = tgid, .addr = bpf_ktime_get_ns()};
+    if (gids.insert(&k, &g) != 0) {
+        k.addr++;                       // the same nanosecond on another CPU
+        if (gids.insert(&k, &g) != 0) {
+            drop(9);
+            return 0;
+        }
+    }
+    return k.addr;
+}
+
+// one more `item` in (tgid, gid) of gnodes / gparts; -1 when the table is full
+static __always_inline int gnode_add(u32 tgid, u64 gid, u64 item) {
+    struct gkey_t k = {.tgid = tgid, .gid = gid, .item = item};
+    u64 *c = gnodes.lookup(&k);
+    if (!c) {
+        u64 z = 0;
+        gnodes.insert(&k, &z);          // (or another CPU just did)
+        c = gnodes.lookup(&k);
+    }
+    if (!c) {
+        drop(9);
+        return -1;
+    }
+    __sync_fetch_and_add(c, 1);
+    return 0;
+}
+static __always_inline int gpart_add(u32 tgid, u64 gid, u64 item) {
+    struct gkey_t k = {.tgid = tgid, .gid = gid, .item = item};
+    u64 *c = gparts.lookup(&k);
+    if (!c) {
+        u64 z = 0;
+        gparts.insert(&k, &z);
+        c = gparts.lookup(&k);
+    }
+    if (!c) {
+        drop(9);
+        return -1;
+    }
+    __sync_fetch_and_add(c, 1);
+    return 0;
+}
+
+// a kernel (host stub, CUfunction or handle) recorded into content gid
+static __always_inline void content_add_kernel(u32 tgid, u64 gid, u64 func) {
+    struct gid_t *g = gid_get(tgid, gid);
+    if (!g)
+        return;
+    __sync_fetch_and_add(&g->kernels, 1);
+    if (gnode_add(tgid, gid, func))
+        g->flags |= G_LOST;
+}
+
+// content `part` (frozen) added to content gid: a child graph, a graph launched into a capture;
+// part 0 (a graph gputop did not see built) makes gid's count unknown
+static __always_inline void content_add_part(u32 tgid, u64 gid, u64 part) {
+    struct gid_t *g = gid_get(tgid, gid);
+    if (!g)
+        return;
+    struct gid_t *c = part ? gid_get(tgid, part) : 0;
+    if (!c) {
+        g->flags |= G_UNKNOWN;
+        return;
+    }
+    __sync_fetch_and_add(&g->kernels, c->kernels);
+    g->flags |= c->flags;
+    if (gpart_add(tgid, gid, part))
+        g->flags |= G_LOST;
+}
+
+// the content graph `handle` builds, frozen from now on (an exec, a clone or a parent holds it);
+// 0 when gputop did not see the graph built
+static __always_inline u64 graph_freeze(u32 tgid, u64 handle) {
+    struct tkey_t k = {.tgid = tgid, .addr = handle};
+    struct graph_t *gr = graphs.lookup(&k);
+    if (!gr)
+        return 0;
+    gr->frozen = 1;
+    return gr->gid;
+}
+
+// the content graph `handle` builds, ready to be modified: a frozen one is continued in a new
+// content that holds it as a part; 0 when gputop did not see the graph built
+static __always_inline u64 graph_writable(u32 tgid, u64 handle) {
+    struct tkey_t k = {.tgid = tgid, .addr = handle};
+    struct graph_t *gr = graphs.lookup(&k);
+    if (!gr)
+        return 0;
+    if (!gr->frozen)
+        return gr->gid;
+    u64 old = gr->gid;
+    struct gid_t *o = gid_get(tgid, old);
+    if (!o)
+        return 0;
+    u64 gid = gid_new(tgid, o->kernels, o->flags);
+    if (!gid)
+        return 0;
+    if (gpart_add(tgid, gid, old)) {
+        struct gid_t *g = gid_get(tgid, gid);
+        if (g)
+            g->flags |= G_LOST;
+    }
+    gr->gid = gid;
+    gr->frozen = 0;
+    return gid;
+}
+
+// graph or exec `handle` now stands for content gid (0: unknown, the entry goes)
+static __always_inline void graph_put(u32 tgid, u64 handle, u64 gid, u64 frozen) {
+    struct tkey_t k = {.tgid = tgid, .addr = handle};
+    struct graph_t gr = {.gid = gid, .frozen = frozen};
+    if (!gid) {
+        graphs.delete(&k);
+        return;
+    }
+    if (graphs.update(&k, &gr) != 0)
+        drop(9);
+}
+static __always_inline void exec_put(u32 tgid, u64 handle, u64 gid) {
+    struct tkey_t k = {.tgid = tgid, .addr = handle};
+    if (!gid) {
+        execs.delete(&k);
+        return;
+    }
+    if (execs.update(&k, &gid) != 0)
+        drop(9);
+}
+
 // ------------------------------------------------------------------ launches
 
 // the origin's entry of capture (origin, seq) while it is under way, else 0
@@ -289,11 +477,11 @@ static __always_inline u64 stream_id(u64 stream, int ptsz) {
     return stream;
 }
 
-// launches into a stream in capture mode are recorded into a graph, not run
-static __always_inline int is_captured(u32 tgid, struct proc_t *p, u64 stream_addr, int ptsz) {
+// launches into a stream in capture mode are recorded into a graph, not run: the capture, or 0
+static __always_inline struct cap_t *captured_by(u32 tgid, struct proc_t *p, u64 stream_addr, int ptsz) {
     if (!p->capturing)
         return 0;
-    return capture_of(tgid, stream_id(read_u64(stream_addr), ptsz)) != 0;
+    return capture_of(tgid, stream_id(read_u64(stream_addr), ptsz));
 }
 
 // the hot path: no stack reads (the stream is read only while the process captures a graph)
@@ -302,8 +490,10 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
-    if (is_captured(tgid, p, stream_addr, ptsz)) {
+    struct cap_t *cap = captured_by(tgid, p, stream_addr, ptsz);
+    if (cap) {
         __sync_fetch_and_add(&p->captured_launches, 1);
+        content_add_kernel(tgid, cap->gid, func);
         return 0;
     }
     u64 grid = gx * gy * gz;
@@ -409,41 +599,78 @@ static __always_inline int drv_launch_ex_regs(struct pt_regs *ctx, int ptsz) {
 int drv_launch_ex(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, 0); }
 int drv_launch_ex_ptsz(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, 1); }
 
-static __always_inline int graph_launch(u32 tgid) {
+// cudaGraphLaunch(exec, stream) / cuGraphLaunch(hGraphExec, hStream): the exec's kernels run (their
+// count added to the process's, the launch to its content's, whose kernels user space names); an
+// exec gputop did not see instantiated from a graph it saw built counts as a launch of unknown
+// kernels. Launched into a capturing stream, the graph is captured (a child graph), not run.
+static __always_inline int graph_launch(u32 tgid, u64 exec, u64 stream, int ptsz) {
     struct proc_t *p = proc_get(tgid);
-    if (p)
-        __sync_fetch_and_add(&p->graph_launches, 1);
+    if (!p)
+        return 0;
+    struct tkey_t ek = {.tgid = tgid, .addr = exec};
+    u64 *gidp = execs.lookup(&ek);
+    u64 gid = gidp ? *gidp : 0;
+    if (p->capturing) {
+        struct cap_t *c = capture_of(tgid, stream_id(stream, ptsz));
+        if (c) {
+            content_add_part(tgid, c->gid, gid);
+            return 0;
+        }
+    }
+    __sync_fetch_and_add(&p->graph_launches, 1);
+    struct gid_t *g = gid ? gid_get(tgid, gid) : 0;
+    if (!g || (g->flags & G_UNKNOWN)) {
+        __sync_fetch_and_add(&p->graph_unknown_launches, 1);
+        return 0;
+    }
+    __sync_fetch_and_add(&p->graph_kernel_launches, g->kernels);
+    __sync_fetch_and_add(&g->launches, 1);
     return 0;
 }
-int rt_graph_launch(struct pt_regs *ctx) { return graph_launch(current_tgid()); }
+int rt_graph_launch(struct pt_regs *ctx) {
+    return graph_launch(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
+}
+int rt_graph_launch_ptsz(struct pt_regs *ctx) {
+    return graph_launch(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
+}
 int drv_graph_launch(struct pt_regs *ctx) {
     u32 tgid = current_tgid();
-    return nested(ctx, tgid) ? 0 : graph_launch(tgid);
+    return nested(ctx, tgid) ? 0 : graph_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
+}
+int drv_graph_launch_ptsz(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    return nested(ctx, tgid) ? 0 : graph_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
 }
 
-// cudaStreamBeginCapture(stream, mode) / cuStreamBeginCapture(_v2)(stream, mode): the stream
-// captures only if the call succeeds, so it is marked at return
-static __always_inline int begin_capture_at(struct pt_regs *ctx, int ptsz) {
+// cudaStreamBeginCapture(stream, mode) / cuStreamBeginCapture(_v2)(stream, mode), and the ToGraph
+// forms (stream, graph, ...): the stream captures only if the call succeeds, so it is marked at return
+static __always_inline int begin_capture_at(struct pt_regs *ctx, int ptsz, u64 graph) {
     u64 tid = bpf_get_current_pid_tgid();
-    u64 stream = stream_id(PT_REGS_PARM1(ctx), ptsz);
-    pend_capture.update(&tid, &stream);
+    struct pend_cap_t pc = {.stream = stream_id(PT_REGS_PARM1(ctx), ptsz), .graph = graph};
+    pend_capture.update(&tid, &pc);
     return 0;
 }
-int begin_capture(struct pt_regs *ctx) { return begin_capture_at(ctx, 0); }
-int begin_capture_ptsz(struct pt_regs *ctx) { return begin_capture_at(ctx, 1); }
+int begin_capture(struct pt_regs *ctx) { return begin_capture_at(ctx, 0, 0); }
+int begin_capture_ptsz(struct pt_regs *ctx) { return begin_capture_at(ctx, 1, 0); }
+int begin_capture_graph(struct pt_regs *ctx) { return begin_capture_at(ctx, 0, PT_REGS_PARM2(ctx)); }
+int begin_capture_graph_ptsz(struct pt_regs *ctx) { return begin_capture_at(ctx, 1, PT_REGS_PARM2(ctx)); }
 
 int begin_capture_return(struct pt_regs *ctx) {
     u64 tid = bpf_get_current_pid_tgid();
-    u64 *stream = pend_capture.lookup(&tid);
-    if (!stream)
+    struct pend_cap_t *pc = pend_capture.lookup(&tid);
+    if (!pc)
         return 0;
     u32 tgid = tid >> 32;
-    struct tkey_t k = {.tgid = tgid, .addr = *stream};
+    u64 graph = pc->graph;
+    struct tkey_t k = {.tgid = tgid, .addr = pc->stream};
     pend_capture.delete(&tid);
     // the runtime's return comes after the driver's: the capture is marked once
     if (PT_REGS_RC(ctx) != 0 || capturing.lookup(&k))
         return 0;
-    struct cap_t cap = {.origin = *stream, .seq = bpf_ktime_get_ns()};
+    // what it records goes into a new content, or (ToGraph) the graph's own: unknown (0) when
+    // gputop did not see that graph built
+    u64 gid = graph ? graph_writable(tgid, graph) : gid_new(tgid, 0, 0);
+    struct cap_t cap = {.origin = k.addr, .seq = bpf_ktime_get_ns(), .gid = gid};
     if (capturing.update(&k, &cap) != 0) {
         drop(5);
         return 0;
@@ -454,13 +681,41 @@ int begin_capture_return(struct pt_regs *ctx) {
     return 0;
 }
 
+// What graph calls do to graphs, read at their return (graph_return): op, out-pointer, two arguments
+#define OP_CREATE 1             // cudaGraphCreate(graph*, flags): a new, empty graph
+#define OP_END 2                // end of a capture: *out is the graph of its content (a)
+#define OP_CLONE 3              // cudaGraphClone(clone*, a): the clone holds a's content
+#define OP_INSTANTIATE 4        // cudaGraphInstantiate*(exec*, a): the exec replays a's content
+#define OP_KERNEL 5             // a kernel node of function b added to graph a
+#define OP_CHILD 6              // a child graph node: graph b's content added to graph a
+#define OP_COND 7               // a conditional node added to graph a: its kernel count is unknown
+#define OP_UPDATE 8             // cudaGraphExecUpdate(exec a, graph b): exec a now replays b's content
+
+static __always_inline int graph_call(struct pt_regs *ctx, u32 op, u64 out, u64 a, u64 b) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *pg = pend_graph.lookup(&tid);
+    if (enter_nested(pg, ctx))          // the runtime calling the driver's twin
+        return 0;
+    struct pending_t n = {};
+    n.out = out;
+    n.name = a;
+    n.size = b;
+    n.kind = op;
+    pending_init(&n, ctx);
+    pend_graph.update(&tid, &n);
+    return 0;
+}
+
 // cudaStreamEndCapture(stream, graph*) / cuStreamEndCapture(stream, graph*): the streams that
-// joined the capture leave it too (their entries are now stale)
+// joined the capture leave it too (their entries are now stale); at return *graph holds its content
 static __always_inline int end_capture_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u64 stream = stream_id(PT_REGS_PARM1(ctx), ptsz);
     struct tkey_t k = {.tgid = tgid, .addr = stream};
-    if (capturing.delete(&k) != 0)
+    struct cap_t *c = capturing.lookup(&k);
+    u64 gid = c ? c->gid : 0;
+    graph_call(ctx, OP_END, PT_REGS_PARM2(ctx), gid, 0);
+    if (!c || capturing.delete(&k) != 0)
         return 0;
     struct proc_t *p = procs.lookup(&tgid);
     if (p)
@@ -515,6 +770,121 @@ static __always_inline int wait_event_at(struct pt_regs *ctx, int ptsz) {
 }
 int wait_event(struct pt_regs *ctx) { return wait_event_at(ctx, 0); }
 int wait_event_ptsz(struct pt_regs *ctx) { return wait_event_at(ctx, 1); }
+
+// cudaGraphCreate(graph*, flags), cuGraphCreate
+int graph_create(struct pt_regs *ctx) { return graph_call(ctx, OP_CREATE, PT_REGS_PARM1(ctx), 0, 0); }
+// cudaGraphClone(clone*, original), cuGraphClone
+int graph_clone(struct pt_regs *ctx) { return graph_call(ctx, OP_CLONE, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0); }
+// cudaGraphInstantiate(exec*, graph, ...) and WithFlags, WithParams; cuGraphInstantiate(_v2), ...
+int graph_instantiate(struct pt_regs *ctx) {
+    return graph_call(ctx, OP_INSTANTIATE, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
+}
+// cudaGraphAddKernelNode(node*, graph, deps, n, const cudaKernelNodeParams *p), cuGraphAddKernelNode:
+// the function is p->func (@0)
+int graph_add_kernel(struct pt_regs *ctx) {
+    return graph_call(ctx, OP_KERNEL, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), read_u64(PT_REGS_PARM5(ctx)));
+}
+// cuGraphAddKernelNode_v2(..., const CUDA_KERNEL_NODE_PARAMS_v2 *p): p->func, or p->kern (@56) without one
+static __always_inline u64 kernel_of(u64 params) {
+    u64 f = read_u64(params);
+    return f ? f : read_u64(params + 56);
+}
+int graph_add_kernel_v2(struct pt_regs *ctx) {
+    return graph_call(ctx, OP_KERNEL, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), kernel_of(PT_REGS_PARM5(ctx)));
+}
+// cudaGraphAddChildGraphNode(node*, graph, deps, n, child), cuGraphAddChildGraphNode: the child's
+// content is copied into the node
+int graph_add_child(struct pt_regs *ctx) {
+    return graph_call(ctx, OP_CHILD, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM5(ctx));
+}
+// cudaGraphAddNode / cuGraphAddNode (node*, graph, deps, [edgeData,] n, params): params->type @0, the
+// union @16: a kernel's function (runtime: func; driver: func, or kern @56), a child graph's graph.
+// Type 0 kernel, 4 child graph, 13 conditional; other nodes run no kernel.
+static __always_inline int add_node(struct pt_regs *ctx, u64 params) {
+    u32 type = read_u32(params);
+    u32 op = type == 0 ? OP_KERNEL : type == 4 ? OP_CHILD : type == 13 ? OP_COND : 0;
+    u64 b = type == 0 ? kernel_of(params + 16) : type == 4 ? read_u64(params + 16) : 0;
+    return graph_call(ctx, op, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), b);
+}
+// CUDA 12.2+ cudaGraphAddNode and cuGraphAddNode: params 5th; cudaGraphAddNode_v2, cuGraphAddNode_v2 and
+// CUDA 13's cudaGraphAddNode (edge data before the count): 6th
+int graph_add_node5(struct pt_regs *ctx) { return add_node(ctx, PT_REGS_PARM5(ctx)); }
+int graph_add_node6(struct pt_regs *ctx) { return add_node(ctx, PT_REGS_PARM6(ctx)); }
+// cudaGraphExecUpdate(exec, graph, ...), cuGraphExecUpdate(_v2)
+int graph_exec_update(struct pt_regs *ctx) {
+    return graph_call(ctx, OP_UPDATE, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
+}
+
+int graph_return(struct pt_regs *ctx) {
+    u64 tid = bpf_get_current_pid_tgid();
+    struct pending_t *pg = pend_graph.lookup(&tid);
+    if (!leave_outermost(pg))
+        return 0;
+    if (PT_REGS_RC(ctx) & 0xffffffff)   // cudaSuccess == CUDA_SUCCESS == 0: nothing changed
+        return 0;
+    u32 tgid = tid >> 32;
+    u32 op = pg->kind;
+    u64 a = pg->name, b = pg->size, out = pg->out;
+    u64 gid;
+    switch (op) {
+    case OP_CREATE:
+        graph_put(tgid, read_u64(out), gid_new(tgid, 0, 0), 0);
+        break;
+    case OP_END:
+        graph_put(tgid, read_u64(out), a, 0);
+        break;
+    case OP_CLONE:
+        graph_put(tgid, read_u64(out), graph_freeze(tgid, a), 1);
+        break;
+    case OP_INSTANTIATE:
+        exec_put(tgid, read_u64(out), graph_freeze(tgid, a));
+        break;
+    case OP_KERNEL:
+        gid = graph_writable(tgid, a);
+        if (gid)
+            content_add_kernel(tgid, gid, b);
+        break;
+    case OP_CHILD:
+        gid = graph_writable(tgid, a);
+        if (gid)
+            content_add_part(tgid, gid, graph_freeze(tgid, b));
+        break;
+    case OP_COND:
+        gid = graph_writable(tgid, a);
+        if (gid)
+            content_add_part(tgid, gid, 0);
+        break;
+    case OP_UPDATE:
+        exec_put(tgid, a, graph_freeze(tgid, b));
+        break;
+    }
+    return 0;
+}
+
+// cudaGraphDestroy(graph), cuGraphDestroy: a content no exec, clone or parent holds goes with it
+int graph_destroy(struct pt_regs *ctx) {
+    u32 tgid = current_tgid();
+    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
+    struct graph_t *gr = graphs.lookup(&k);
+    if (!gr)
+        return 0;
+    if (!gr->frozen) {
+        struct tkey_t gk = {.tgid = tgid, .addr = gr->gid};
+        gids.delete(&gk);               // its gnodes and gparts entries: user space sweeps them
+    }
+    graphs.delete(&k);
+    return 0;
+}
+// cudaGraphExecDestroy(exec), cuGraphExecDestroy: the content stays (its launches are counted)
+static __always_inline int exec_forget(struct pt_regs *ctx) {
+    struct tkey_t k = {.tgid = current_tgid(), .addr = PT_REGS_PARM1(ctx)};
+    execs.delete(&k);
+    return 0;
+}
+int graph_exec_destroy(struct pt_regs *ctx) { return exec_forget(ctx); }
+// cudaGraphNodeSetEnabled(exec, node, enabled), cuGraphNodeSetEnabled: a node of the exec turned on
+// or off, of a kind gputop does not know: the exec's kernel count is unknown from now on
+int graph_node_enabled(struct pt_regs *ctx) { return exec_forget(ctx); }
 
 // ------------------------------------------------------------------ copies
 

@@ -35,6 +35,9 @@ class Counts:
     launches: int | None = None
     graph_launches: int | None = None
     captured_launches: int | None = None
+    #: kernels run inside graph launches, derived from the graphs' structure (docs/collector.md);
+    #: None when a graph launched in the window was built or instantiated out of gputop's sight
+    graph_kernel_launches: int | None = None
     #: sums of the launches' grid blocks and block threads, so averages compose over any window
     grid_blocks_sum: int | None = None
     block_threads_sum: int | None = None
@@ -59,6 +62,8 @@ class Rates:
     """Per-second rates over the snapshot's interval."""
 
     launches_per_s: float | None = None
+    #: kernels run inside graph launches per second (None as ``Counts.graph_kernel_launches``)
+    graph_kernel_launches_per_s: float | None = None
     memcpy_bytes_per_s: Mapping[str, float] | None = None
     uvm_faults_per_s: float | None = None
     #: share of the interval the process spent blocked in synchronisation calls
@@ -77,6 +82,11 @@ class KernelStat:
     object: str | None = None
     #: host stub / handle address when the name could not be resolved
     address: int | None = None
+    #: its launches inside graph launches (``launches`` counts the direct ones): since first seen,
+    #: in the interval, per second; None when not known (as the process's graph_kernel_launches)
+    graph_launches: int | None = None
+    interval_graph_launches: int | None = None
+    graph_launches_per_s: float | None = None
 
 
 @dataclass(frozen=True)

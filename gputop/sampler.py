@@ -73,6 +73,8 @@ def _counts(raw: RawProc, base: RawProc | None, uvm_cpu: bool) -> Counts:
         launches=d("launches"),
         graph_launches=d("graph_launches"),
         captured_launches=d("captured_launches"),
+        # a graph launched without gputop knowing its kernels: the window's count is not known
+        graph_kernel_launches=None if d("graph_unknown_launches") else d("graph_kernel_launches"),
         grid_blocks_sum=d("grid_sum"),
         block_threads_sum=d("block_sum"),
         memcpy=pairs(raw.memcpy_calls, raw.memcpy_bytes, base.memcpy_calls if base else None,
@@ -99,7 +101,8 @@ def _zero_counts(uvm_cpu: bool, complete: bool) -> Counts:
     """The counts of a process with no record: no probe of it fired since gputop first saw it."""
     none = CallBytes(0, 0)
     return Counts(
-        launches=0, graph_launches=0, captured_launches=0, grid_blocks_sum=0, block_threads_sum=0,
+        launches=0, graph_launches=0, captured_launches=0, graph_kernel_launches=0, grid_blocks_sum=0,
+        block_threads_sum=0,
         memcpy=dict.fromkeys(MEMCPY_DIRECTIONS, none),
         alloc_calls=0, alloc_bytes=0, free_calls=0,
         live_alloc_bytes=0 if complete else None,       # as _counts: unknown if it ran CUDA before
@@ -141,6 +144,7 @@ class Sampler:
         self._bpf_started = False
         self._prev: dict[int, RawProc] = {}
         self._prev_kernels: dict[tuple[int, int], int] = {}
+        self._prev_graph_kernels: dict[tuple[int, int], int] = {}
         self._host_cache: dict[int, HostProc] = {}
         self._last_time: float | None = None
         self._thread: threading.Thread | None = None
@@ -307,6 +311,7 @@ class Sampler:
         if gone or fresh:
             dead = set(gone) | fresh
             self._prev_kernels = {k: v for k, v in self._prev_kernels.items() if k[0] not in dead}
+            self._prev_graph_kernels = {k: v for k, v in self._prev_graph_kernels.items() if k[0] not in dead}
         if gone and self._bpf is not None:
             self._bpf.forget(*gone)
         sources = {"bpf": self._bpf_source_status(reading), "nvml": nv.status,
@@ -356,13 +361,16 @@ class Sampler:
             grid_avg = _avg(interval.grid_blocks_sum or 0, n)
             block_avg = _avg(interval.block_threads_sum or 0, n)
             per_s = 1.0 / elapsed if elapsed > 0 else None
+            gk = interval.graph_kernel_launches
             rates = None if per_s is None else Rates(
                 launches_per_s=n * per_s,
+                graph_kernel_launches_per_s=None if gk is None else gk * per_s,
                 memcpy_bytes_per_s={k: v.bytes * per_s for k, v in (interval.memcpy or {}).items()},
                 uvm_faults_per_s=(interval.uvm_cpu_faults * per_s) if interval.uvm_cpu_faults is not None else None,
                 sync_wait_pct=min(100.0, 100.0 * (interval.sync_wait_s or 0.0) * per_s),
             )
-            kernels = self._kernels(pid, raw, per_s)
+            kernels = self._kernels(pid, raw, per_s, interval.graph_kernel_launches is not None,
+                                    total.graph_kernel_launches is not None)
             extra = {
                 "grid_blocks_hist": _hist(raw.grid_hist),
                 "block_threads_hist": _hist(raw.block_hist),
@@ -372,6 +380,7 @@ class Sampler:
             interval = total = _zero_counts(uvm_cpu, idle.complete)
             rates = None if elapsed <= 0 else Rates(
                 launches_per_s=0.0,
+                graph_kernel_launches_per_s=0.0,
                 memcpy_bytes_per_s=dict.fromkeys(MEMCPY_DIRECTIONS, 0.0),
                 uvm_faults_per_s=0.0 if uvm_cpu else None,
                 sync_wait_pct=0.0,
@@ -408,11 +417,16 @@ class Sampler:
             **extra,
         )
 
-    def _kernels(self, pid: int, raw: RawProc, per_s: float | None) -> tuple[KernelStat, ...]:
-        top = sorted(raw.kernels, key=lambda k: (-k.launches, k.key))[:TOP_KERNELS]
+    def _kernels(self, pid: int, raw: RawProc, per_s: float | None, interval_known: bool = True,
+                 total_known: bool = True) -> tuple[KernelStat, ...]:
+        """The top kernels by launches, direct and inside graph launches; their graph launches are
+        known where the process's are (``*_known``) and its graph tables lost nothing."""
+        top = sorted(raw.kernels, key=lambda k: (-(k.launches + k.graph_launches), k.key))[:TOP_KERNELS]
         out = []
         for k in top:
             prev = self._prev_kernels.get((pid, k.key), 0)
+            gprev = self._prev_graph_kernels.get((pid, k.key), 0)
+            g_iv = k.graph_launches - gprev if interval_known and raw.graph_kernels_known else None
             out.append(KernelStat(
                 name=kernel_label(k),
                 launches=k.launches,
@@ -422,9 +436,13 @@ class Sampler:
                 launches_per_s=(k.launches - prev) * per_s if per_s is not None else None,
                 object=k.object,
                 address=None if k.name else k.key,
+                graph_launches=k.graph_launches if total_known and raw.graph_kernels_known else None,
+                interval_graph_launches=g_iv,
+                graph_launches_per_s=g_iv * per_s if g_iv is not None and per_s is not None else None,
             ))
         for k in raw.kernels:
             self._prev_kernels[(pid, k.key)] = k.launches
+            self._prev_graph_kernels[(pid, k.key)] = k.graph_launches
         return tuple(out)
 
 

@@ -38,6 +38,8 @@ from gputop.sources.bpfsys import (
     prog_run_stats,
     tracepoint_exists,
 )
+from gputop.sources.graphs import TABLES as GRAPH_TABLES
+from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer
 from gputop.sources.uprobes import UprobeAttacher
 
@@ -48,7 +50,7 @@ NDIR = 5
 NB = 32
 LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAMES": 16384,
           "MAX_THREADS": 16384, "MAX_CODE": 262144}
-DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array")
+DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs")
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
 EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon
 PATH_DEPTH = 16       # bpf/gputop.bpf.c's file_event_t: names from a mapped file up to its fs root
@@ -125,6 +127,7 @@ class RawKernel:
     block_sum: int
     name: str | None         # demangled, or None when unresolved
     object: str | None       # the object holding the stub, when known
+    graph_launches: int = 0  # launches inside graph launches (gputop/sources/graphs.py)
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ class RawProc:
     comm: str = ""
     #: gputop saw the process from its first CUDA call (so its live allocations are all known)
     complete: bool = True
+    #: its kernels' ``graph_launches`` are exact (False: a graph table lost entries)
+    graph_kernels_known: bool = True
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,7 @@ class BpfReading:
 
 _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_bytes", "free_calls",
             "live_bytes", "managed_alloc_calls", "managed_alloc_bytes", "uvm_cpu_faults", "sync_calls",
-            "sync_ns", "grid_sum", "block_sum")
+            "sync_ns", "grid_sum", "block_sum", "graph_kernel_launches", "graph_unknown_launches")
 
 
 class _Event(ctypes.Structure):
@@ -279,6 +284,7 @@ class BpfSource:
         self._final: dict[int, RawProc] = {}      # last records of exited processes, until shown
         self._last_full_scan = 0.0
         self.namer = KernelNamer(self._captured_name, self._alias, self._symcache, self._maps)
+        self.graph_kernels = GraphKernels(self.table)
 
     # ------------------------------------------------------------ set-up
 
@@ -393,11 +399,14 @@ class BpfSource:
         new = 0
         maps: dict[int, list[discovery.Mapping]] = {}
         before_ns = time.monotonic_ns()
-        for ref in discovery.scan(pids, skip=known, maps_out=maps):
-            if self._attach_object(ref):
+        # every process's maps first: an object's code ranges go in for each process that maps it
+        # before its probes are attached (a runtime's call into the driver never counts twice)
+        for ref in list(discovery.scan(pids, skip=known, maps_out=maps)):
+            users = {p: pm for p, pm in maps.items() if any((m.dev, m.inode) == ref.key for m in pm)}
+            if self._attach_object(ref, users):
                 new += 1
                 # processes that map it already may have allocated before: their live bytes are unknown
-                self._partial.update(p for p, pm in maps.items() if any((m.dev, m.inode) == ref.key for m in pm))
+                self._partial.update(users)
         self._maps.update(maps)
         self._update_cuda_pids(self._maps if new else maps)
         for pid, pmaps in maps.items():
@@ -413,7 +422,7 @@ class BpfSource:
             else:
                 self._cuda_pids.discard(pid)
 
-    def _attach_object(self, ref: discovery.ObjectRef) -> bool:
+    def _attach_object(self, ref: discovery.ObjectRef, users: dict[int, list[discovery.Mapping]] | None = None) -> bool:
         """Probe one object; False if it has no CUDA entry points (or its process just exited:
         then it is not marked, and the next process that maps it brings it back).
 
@@ -426,7 +435,7 @@ class BpfSource:
             here = discovery.same_file(ref)
             if here is None or here == ref.open_path:
                 return self._reject(ref)
-            return self._attach_object(dataclasses.replace(ref, open_path=here))
+            return self._attach_object(dataclasses.replace(ref, open_path=here), users)
         try:
             if os.fstat(fd).st_ino != ref.inode:
                 return False                # the path now leads elsewhere (a PID reused)
@@ -438,13 +447,15 @@ class BpfSource:
             if syms is None or not wanted:
                 return self._reject(ref)
             assert self.uprobes is not None
+            syms.path = ref.open_path
+            self._symcache[ref.key] = syms
+            self.objects[ref.key] = ref.path
+            for pid, pmaps in (users or {}).items():      # code ranges first, then the probes
+                self._add_code_ranges(pid, pmaps)
             self.uprobes.attach(path, [(probe, addr, off) for probe, addr in wanted
                                        if (off := syms.offset_of_vaddr(addr)) is not None], name=ref.path)
         finally:
             os.close(fd)
-        syms.path = ref.open_path
-        self._symcache[ref.key] = syms
-        self.objects[ref.key] = ref.path
         self._classified(ref.key, probed=True)
         return True
 
@@ -607,6 +618,7 @@ class BpfSource:
         # the last records of processes that exited (their PID may already be a new process's,
         # whose record is reported once the old one was shown: forget())
         procs.update(self._final)
+        procs = self._with_graph_kernels(procs)
         drops = self.dropped()
         dropped = sum(drops.values())
         me = os.getpid()
@@ -690,6 +702,33 @@ class BpfSource:
         v = self._by_key("aliases", pid, addr)
         return None if v is None else int(v.value)
 
+    def _with_graph_kernels(self, procs: dict[int, RawProc]) -> dict[int, RawProc]:
+        """Each process's kernels with the launches they made inside graph launches."""
+        graph = self.graph_kernels.read()
+        out: dict[int, RawProc] = {}
+        for pid, raw in procs.items():
+            kept, funcs = self.graph_kernels.kept(pid) if raw.exited and pid not in graph else (False, None)
+            if pid in graph:
+                funcs = graph[pid]
+            elif not kept:
+                out[pid] = raw
+                continue
+            ks = {k.key: k for k in raw.kernels}
+            for f, n in (funcs or {}).items():
+                k = ks.get(f)
+                ks[f] = dataclasses.replace(k, graph_launches=n) if k else RawKernel(f, 0, 0, 0, None, None, n)
+            top = sorted(ks.values(), key=lambda k: (-(k.launches + k.graph_launches), k.key))
+            named = [self._named(pid, k, kept) if i < NAMED_KERNELS and k.name is None else k
+                     for i, k in enumerate(top)]
+            out[pid] = dataclasses.replace(raw, kernels=tuple(named), graph_kernels_known=funcs is not None)
+        self.graph_kernels.retain({pid for pid, raw in procs.items() if raw.exited})
+        return out
+
+    def _named(self, pid: int, k: RawKernel, kept: bool) -> RawKernel:
+        """``k`` with its name (an exited process's kept with its graph kernels: its maps are gone)."""
+        name_obj = (self.graph_kernels.kept_name(pid, k.key) if kept else None) or self.namer.name(pid, k.key)
+        return dataclasses.replace(k, name=name_obj[0], object=name_obj[1])
+
     # ------------------------------------------------------------ forgetting
 
     def _delete_by_pid(self, pids: set[int], tables: tuple[str, ...]) -> None:
@@ -716,11 +755,13 @@ class BpfSource:
 
     def _delete_tables(self, gone: set[int]) -> None:
         """Delete what the BPF side holds about processes that are gone."""
+        self.graph_kernels.keep(gone, self.namer.name)
         for name in ("procs", "tracked"):
             table = self.table(name)
             for pid in gone:
                 table.pop(table.Key(pid), None)
-        self._delete_by_pid(gone, ("kernels", "names", "aliases", "allocs", "capturing", "joined", "capture_events"))
+        self._delete_by_pid(gone, ("kernels", "names", "aliases", "allocs", "capturing", "joined", "capture_events",
+                                   *GRAPH_TABLES))
         self._delete_ranges(gone, ("ranges", "code"))
         self._code_done = {c for c in self._code_done if c[0] not in gone}
         for pid in gone:

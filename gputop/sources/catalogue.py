@@ -20,7 +20,8 @@ class Probe:
 
 #: handlers with a twin for _ptsz entry points, where stream 0 is the calling thread's own stream
 PER_THREAD = frozenset({"rt_launch", "rt_launch_checked", "rt_launch_exc", "drv_launch", "drv_launch_ex",
-                        "begin_capture", "end_capture", "record_event", "wait_event"})
+                        "begin_capture", "begin_capture_graph", "end_capture", "record_event", "wait_event",
+                        "rt_graph_launch", "drv_graph_launch"})
 
 
 def _entry(symbol: str, entry: str) -> str:
@@ -43,19 +44,36 @@ LAUNCH = (
 GRAPH = (
     _variants(("cudaGraphLaunch", "cudaGraphLaunch_ptsz"), "rt_graph_launch")
     + _variants(("cuGraphLaunch", "cuGraphLaunch_ptsz"), "drv_graph_launch")
-    + _variants(("cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cudaStreamBeginCaptureToGraph",
-                 "cudaStreamBeginCaptureToGraph_ptsz", "cuStreamBeginCapture", "cuStreamBeginCapture_v2",
-                 "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph",
-                 "cuStreamBeginCaptureToGraph_ptsz"),
+    + _variants(("cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cuStreamBeginCapture",
+                 "cuStreamBeginCapture_v2", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2_ptsz"),
                 "begin_capture", "begin_capture_return")
+    + _variants(("cudaStreamBeginCaptureToGraph", "cudaStreamBeginCaptureToGraph_ptsz", "cuStreamBeginCaptureToGraph",
+                 "cuStreamBeginCaptureToGraph_ptsz"), "begin_capture_graph", "begin_capture_return")
     + _variants(("cudaStreamEndCapture", "cudaStreamEndCapture_ptsz", "cuStreamEndCapture",
-                 "cuStreamEndCapture_ptsz"), "end_capture")
+                 "cuStreamEndCapture_ptsz"), "end_capture", "graph_return")
     # other streams join a capture by waiting on an event recorded in it (fork/join capture)
     + _variants(("cudaEventRecord", "cudaEventRecord_ptsz", "cudaEventRecordWithFlags",
                  "cudaEventRecordWithFlags_ptsz", "cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags",
                  "cuEventRecordWithFlags_ptsz"), "record_event")
     + _variants(("cudaStreamWaitEvent", "cudaStreamWaitEvent_ptsz", "cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"),
                 "wait_event")
+    # kernels inside graphs: how each graph is built, read at return (bpf/gputop.bpf.c, graph_return)
+    + _variants(("cudaGraphCreate", "cuGraphCreate"), "graph_create", "graph_return")
+    + _variants(("cudaGraphClone", "cuGraphClone"), "graph_clone", "graph_return")
+    + _variants(("cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
+                 "cudaGraphInstantiateWithParams_ptsz", "cuGraphInstantiate", "cuGraphInstantiate_v2",
+                 "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz"),
+                "graph_instantiate", "graph_return")
+    + _variants(("cudaGraphAddKernelNode", "cuGraphAddKernelNode"), "graph_add_kernel", "graph_return")
+    + _variants(("cuGraphAddKernelNode_v2",), "graph_add_kernel_v2", "graph_return")
+    + _variants(("cudaGraphAddChildGraphNode", "cuGraphAddChildGraphNode"), "graph_add_child", "graph_return")
+    + _variants(("cudaGraphAddNode_v2", "cuGraphAddNode_v2"), "graph_add_node6", "graph_return")
+    + _variants(("cuGraphAddNode",), "graph_add_node5", "graph_return")
+    + _variants(("cudaGraphExecUpdate", "cuGraphExecUpdate", "cuGraphExecUpdate_v2"), "graph_exec_update",
+                "graph_return")
+    + _variants(("cudaGraphDestroy", "cuGraphDestroy"), "graph_destroy")
+    + _variants(("cudaGraphExecDestroy", "cuGraphExecDestroy"), "graph_exec_destroy")
+    + _variants(("cudaGraphNodeSetEnabled", "cuGraphNodeSetEnabled"), "graph_node_enabled")
 )
 
 COPY = (
@@ -127,6 +145,8 @@ PREFETCH = (
 )
 #: cudaMemPrefetchAsync changed its signature in CUDA 13 (a cudaMemLocation instead of a device)
 PREFETCH_RT_PLAIN = ("cudaMemPrefetchAsync", "cudaMemPrefetchAsync_ptsz")
+#: so did cudaGraphAddNode (edge data before the count, as 12.3's cudaGraphAddNode_v2)
+ADD_NODE_RT_PLAIN = "cudaGraphAddNode"
 
 SYNC = _variants(
     ("cudaStreamSynchronize", "cudaStreamSynchronize_ptsz", "cudaDeviceSynchronize", "cudaEventSynchronize",
@@ -201,6 +221,9 @@ def probes_for(functions: dict[str, int],
     for sym in PREFETCH_RT_PLAIN:
         if sym in functions:
             out.append((Probe(sym, "rt_prefetch_loc" if loc else "rt_prefetch_dev"), functions[sym]))
+    if ADD_NODE_RT_PLAIN in functions:
+        out.append((Probe(ADD_NODE_RT_PLAIN, "graph_add_node6" if loc else "graph_add_node5", "graph_return"),
+                    functions[ADD_NODE_RT_PLAIN]))
     return _unique(out)
 
 

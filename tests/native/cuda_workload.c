@@ -59,6 +59,24 @@
 //                      times into its own, A launches N times into the capture and ends it, B launches K
 //                      more: MODE 0 through cudaStreamPerThread (0x2), MODE 1 through stream 0 and the
 //                      _ptsz entry points (--default-stream per-thread)
+//   graphs (a stack of graphs and one of executable graphs; "top" is the last pushed):
+//   g_capture:N:K      capture N launches of stub K on stream 0x77 into a new graph (pushed)
+//   g_capture_to:N:K   cudaStreamBeginCaptureToGraph into the top graph, N launches of stub K, end
+//   g_create:1         cudaGraphCreate (pushed)      g_clone:1   cudaGraphClone of the top (pushed)
+//   g_kernel:N:K       N cudaGraphAddKernelNode of stub K to the top graph
+//   g_node:N:K         N cudaGraphAddNode of kernel stub K (cudaGraphAddNode_v2 where the runtime has it,
+//                      CUDA 13's 6-argument cudaGraphAddNode, else 12.2's 5-argument one)
+//   g_cond:1           cudaGraphAddNode of a conditional node to the top graph
+//   g_child:N          N cudaGraphAddChildGraphNode: the graph under the top as a child of the top
+//   g_inst:N:V         instantiate the top graph N times (execs pushed): V 0 cudaGraphInstantiate,
+//                      1 WithFlags, 2 WithParams
+//   g_launch:N         N cudaGraphLaunch of the top exec on stream 0x99 (g_launch_ptsz: _ptsz, stream 0)
+//   g_launch_capture:N:K   capture on 0x77: N graph launches of the top exec, K launches of stub 0 (pushed)
+//   g_update:1         cudaGraphExecUpdate(top exec, top graph)    g_enable:1  cudaGraphNodeSetEnabled(top exec)
+//   g_destroy:1  g_exec_destroy:1   destroy the top graph / exec (popped)   g_swap:1  swap the top two graphs
+//   cu_g_create:1  cu_g_inst:1  cu_g_launch:N      cuGraphCreate, cuGraphInstantiateWithFlags, cuGraphLaunch
+//   cu_g_kernel:N:H    N cuGraphAddKernelNode_v2 of CUkernel H (hex; func NULL) to the top graph
+//   cu_g_node:N:H      N cuGraphAddNode of CUfunction H (hex)
 //   by_handle:N:K      __cudaGetKernel(&h, stub K), then N cudaLaunchKernel(h, ...) (nvcc 12.8+ stubs)
 //   register:K:NAME    __cudaRegisterFunction(NULL, stub K, NAME, NAME, ...) (no launch)
 //   fork:N             fork a child that makes N launches of stub 0; wait for it
@@ -116,6 +134,11 @@ typedef int (*begin_capture_t)(void *, int);
 typedef int (*get_kernel_t)(void **, const void *);
 typedef void (*reg_fn_t)(void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *);
 typedef int (*end_capture_t)(void *, void **);
+typedef struct { void *func; dim3 grid, block; unsigned smem; void **params, **extra; } kernel_node_params;
+typedef struct { int type; int reserved0[3]; union { long long reserved1[29]; kernel_node_params kernel;
+                 void *graph; } u; long long reserved2; } graph_node_params;   // cudaGraphNodeParams
+typedef struct { void *func; unsigned gx, gy, gz, bx, by, bz, smem; void **params, **extra; void *kern, *ctx; }
+    cu_kernel_node_params;                                                      // CUDA_KERNEL_NODE_PARAMS_v2
 typedef struct { int type; int id; } mem_location;      // cudaMemLocation: type 1 device, 2 host
 typedef int (*prefetch_dev_t)(const void *, size_t, int, void *);
 typedef int (*prefetch_loc_t)(const void *, size_t, mem_location, unsigned, void *);
@@ -186,6 +209,21 @@ static struct {
     int (*cu_alloc32)(uint32_t *, unsigned), (*cu_free32)(uint32_t);
     int (*cu_htod32)(uint32_t, const void *, unsigned), (*cu_dtoh32)(void *, uint32_t, unsigned);
     int (*cu_dtod32)(uint32_t, uint32_t, unsigned);
+    int (*g_create)(void **, unsigned), (*g_clone)(void **, void *);
+    int (*g_begin_to)(void *, void *, const void *, const void *, size_t, int);
+    int (*g_kernel)(void **, void *, const void *, size_t, const kernel_node_params *);
+    int (*g_node5)(void **, void *, const void *, size_t, graph_node_params *);
+    int (*g_node6)(void **, void *, const void *, const void *, size_t, graph_node_params *);
+    int (*g_child)(void **, void *, const void *, size_t, void *);
+    int (*g_inst)(void **, void *, unsigned long long), (*g_inst_flags)(void **, void *, unsigned long long);
+    int (*g_inst_params)(void **, void *, void *);
+    int (*g_launch_ptsz)(void *, void *);
+    int (*g_update)(void *, void *, void *), (*g_enable)(void *, void *, unsigned);
+    int (*g_destroy)(void *), (*g_exec_destroy)(void *);
+    int (*cu_g_create)(void **, unsigned), (*cu_g_inst)(void **, void *, unsigned long long);
+    int (*cu_g_kernel)(void **, void *, const void *, size_t, const cu_kernel_node_params *);
+    int (*cu_g_node)(void **, void *, const void *, size_t, graph_node_params *);
+    int (*cu_g_launch)(void *, void *);
 } api;
 
 #ifdef LINKED
@@ -279,6 +317,23 @@ static void bind_cudart(const char *path) {
     SYM(h, from_symbol, "cudaMemcpyFromSymbol");
     SYM(h, memcpy3d, "cudaMemcpy3D");
     SYM(h, memcpy3d_peer, "cudaMemcpy3DPeer");
+    SYM(h, g_create, "cudaGraphCreate");
+    SYM(h, g_clone, "cudaGraphClone");
+    SYM(h, g_begin_to, "cudaStreamBeginCaptureToGraph");
+    SYM(h, g_kernel, "cudaGraphAddKernelNode");
+    SYM(h, g_child, "cudaGraphAddChildGraphNode");
+    if (!SYM(h, g_node6, "cudaGraphAddNode_v2") && api.plain_takes_location)
+        SYM(h, g_node6, "cudaGraphAddNode");        // CUDA 13: edge data before the count
+    else
+        SYM(h, g_node5, "cudaGraphAddNode");
+    SYM(h, g_inst, "cudaGraphInstantiate");
+    SYM(h, g_inst_flags, "cudaGraphInstantiateWithFlags");
+    SYM(h, g_inst_params, "cudaGraphInstantiateWithParams");
+    SYM(h, g_launch_ptsz, "cudaGraphLaunch_ptsz");
+    SYM(h, g_update, "cudaGraphExecUpdate");
+    SYM(h, g_enable, "cudaGraphNodeSetEnabled");
+    SYM(h, g_destroy, "cudaGraphDestroy");
+    SYM(h, g_exec_destroy, "cudaGraphExecDestroy");
 }
 
 static void bind_cuda(const char *path) {
@@ -305,6 +360,11 @@ static void bind_cuda(const char *path) {
     SYM(h, cu_htod32, "cuMemcpyHtoD");
     SYM(h, cu_dtoh32, "cuMemcpyDtoH");
     SYM(h, cu_dtod32, "cuMemcpyDtoD");
+    SYM(h, cu_g_create, "cuGraphCreate");
+    SYM(h, cu_g_inst, "cuGraphInstantiateWithFlags");
+    SYM(h, cu_g_kernel, "cuGraphAddKernelNode_v2");
+    SYM(h, cu_g_node, "cuGraphAddNode");
+    SYM(h, cu_g_launch, "cuGraphLaunch");
 }
 
 static int nops;
@@ -341,6 +401,8 @@ static void *capture_thread_b(void *arg) {
     return NULL;
 }
 
+static void *graphs[64], *execs[64];  // graph and exec stacks (g_* ops)
+static int ngraphs, nexecs;
 static void *last_alloc;          // the last allocation that succeeded (malloc_*)
 static uint64_t last_handle, last_map;
 static char host_buf[1 << 20];
@@ -350,6 +412,110 @@ static char host_buf[1 << 20];
 static void parse_dim(const char *s, dim3 *d) {
     d->x = d->y = d->z = 1;
     sscanf(s, "%u,%u,%u", &d->x, &d->y, &d->z);
+}
+
+#define TOP_GRAPH (ngraphs ? graphs[ngraphs - 1] : NULL)
+#define TOP_EXEC (nexecs ? execs[nexecs - 1] : NULL)
+static void push_graph(void *g) { if (ngraphs < 64) graphs[ngraphs++] = g; }
+
+static void graph_op(const char *name, long n, const char *a) {
+    dim3 one = {1, 1, 1};
+    void *s = (void *)0x77, *node = NULL, *g = NULL;
+    const void *stub = (const void *)stubs[atoi(a) % 3];
+    if (!strcmp(name, "g_capture") || !strcmp(name, "g_capture_to")) {
+        NEED(launch);
+        NEED(begin_capture);
+        NEED(end_capture);
+        if (name[9] == '_') { NEED(g_begin_to); api.g_begin_to(s, TOP_GRAPH, NULL, NULL, 0, 0); }
+        else api.begin_capture(s, 0);
+        for (long i = 0; i < n; i++)
+            api.launch(stub, one, one, NULL, 0, s);
+        api.end_capture(s, &g);
+        if (name[9] != '_')
+            push_graph(g);
+    } else if (!strcmp(name, "g_create") || !strcmp(name, "cu_g_create")) {
+        if (name[0] == 'g') { NEED(g_create); api.g_create(&g, 0); }
+        else { NEED(cu_g_create); api.cu_g_create(&g, 0); }
+        push_graph(g);
+    } else if (!strcmp(name, "g_clone")) {
+        NEED(g_clone);
+        api.g_clone(&g, TOP_GRAPH);
+        push_graph(g);
+    } else if (!strcmp(name, "g_kernel")) {
+        NEED(g_kernel);
+        kernel_node_params p = {(void *)stub, one, one, 0, NULL, NULL};
+        for (long i = 0; i < n; i++)
+            api.g_kernel(&node, TOP_GRAPH, NULL, 0, &p);
+    } else if (!strcmp(name, "g_node") || !strcmp(name, "g_cond") || !strcmp(name, "cu_g_node")) {
+        graph_node_params p;
+        memset(&p, 0, sizeof(p));
+        p.type = name[2] == 'c' ? 13 : 0;
+        p.u.kernel.func = name[0] == 'c' ? (void *)strtoull(a, NULL, 16) : (void *)stub;
+        for (long i = 0; i < n; i++) {
+            if (name[0] == 'c') { NEED(cu_g_node); api.cu_g_node(&node, TOP_GRAPH, NULL, 0, &p); }
+            else if (api.g_node6) api.g_node6(&node, TOP_GRAPH, NULL, NULL, 0, &p);
+            else { NEED(g_node5); api.g_node5(&node, TOP_GRAPH, NULL, 0, &p); }
+        }
+    } else if (!strcmp(name, "cu_g_kernel")) {
+        NEED(cu_g_kernel);
+        cu_kernel_node_params p;
+        memset(&p, 0, sizeof(p));
+        p.kern = (void *)strtoull(a, NULL, 16);
+        p.gx = p.gy = p.gz = p.bx = p.by = p.bz = 1;
+        for (long i = 0; i < n; i++)
+            api.cu_g_kernel(&node, TOP_GRAPH, NULL, 0, &p);
+    } else if (!strcmp(name, "g_child")) {
+        NEED(g_child);
+        for (long i = 0; i < n; i++)
+            api.g_child(&node, TOP_GRAPH, NULL, 0, ngraphs > 1 ? graphs[ngraphs - 2] : NULL);
+    } else if (!strcmp(name, "g_inst") || !strcmp(name, "cu_g_inst")) {
+        for (long i = 0; i < n; i++) {
+            void *e = NULL;
+            int v = atoi(a);
+            if (name[0] == 'c') { NEED(cu_g_inst); api.cu_g_inst(&e, TOP_GRAPH, 0); }
+            else if (v == 0) { NEED(g_inst); api.g_inst(&e, TOP_GRAPH, 0); }
+            else if (v == 1) { NEED(g_inst_flags); api.g_inst_flags(&e, TOP_GRAPH, 0); }
+            else { NEED(g_inst_params); api.g_inst_params(&e, TOP_GRAPH, NULL); }
+            if (nexecs < 64) execs[nexecs++] = e;
+        }
+    } else if (!strcmp(name, "g_launch") || !strcmp(name, "cu_g_launch") || !strcmp(name, "g_launch_ptsz")) {
+        for (long i = 0; i < n; i++) {
+            if (name[0] == 'c') { NEED(cu_g_launch); api.cu_g_launch(TOP_EXEC, (void *)0x99); }
+            else if (name[8] == '_') { NEED(g_launch_ptsz); api.g_launch_ptsz(TOP_EXEC, NULL); }
+            else { NEED(graph_launch); api.graph_launch(TOP_EXEC, (void *)0x99); }
+        }
+    } else if (!strcmp(name, "g_launch_capture")) {
+        NEED(begin_capture);
+        NEED(end_capture);
+        NEED(graph_launch);
+        NEED(launch);
+        api.begin_capture(s, 0);
+        for (long i = 0; i < n; i++)
+            api.graph_launch(TOP_EXEC, s);
+        for (long i = 0, k = atol(a); i < k; i++)
+            api.launch((const void *)stubs[0], one, one, NULL, 0, s);
+        api.end_capture(s, &g);
+        push_graph(g);
+    } else if (!strcmp(name, "g_update")) {
+        NEED(g_update);
+        api.g_update(TOP_EXEC, TOP_GRAPH, NULL);
+    } else if (!strcmp(name, "g_enable")) {
+        NEED(g_enable);
+        api.g_enable(TOP_EXEC, NULL, 0);
+    } else if (!strcmp(name, "g_destroy")) {
+        NEED(g_destroy);
+        api.g_destroy(TOP_GRAPH);
+        if (ngraphs) ngraphs--;
+    } else if (!strcmp(name, "g_exec_destroy")) {
+        NEED(g_exec_destroy);
+        api.g_exec_destroy(TOP_EXEC);
+        if (nexecs) nexecs--;
+    } else if (!strcmp(name, "g_swap")) {
+        if (ngraphs > 1) { g = graphs[ngraphs - 1]; graphs[ngraphs - 1] = graphs[ngraphs - 2]; graphs[ngraphs - 2] = g; }
+    } else {
+        fprintf(stderr, "cuda_workload: unknown op %s\n", name);
+        exit(2);
+    }
 }
 
 static void run_op(const char *op) {
@@ -391,6 +557,10 @@ static void run_op(const char *op) {
             }
             usleep(1000);
         }
+        return;
+    }
+    if (!strncmp(name, "g_", 2) || !strncmp(name, "cu_g_", 5)) {
+        graph_op(name, n, a);
         return;
     }
     if (!strcmp(name, "by_handle")) {

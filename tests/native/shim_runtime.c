@@ -4,6 +4,13 @@
 //    calls the real cuStreamSynchronize (as the real runtime does on a GPU host);
 //  - stream capture that succeeds (launches between begin and end are recorded, not run), and
 //    events recorded and waited on (other streams join a capture through them);
+//  - graphs that succeed: handles from the heap for captured, created and cloned graphs and for
+//    executable graphs (a destroyed one's address comes back, as with the real runtime); nodes
+//    added, instantiation, updates and launches succeed; the runtime's graph calls enter the real
+//    libcuda.so.1's twin first (cuStreamEndCapture, cuGraphInstantiateWithFlags,
+//    cuGraphAddKernelNode_v2, cuGraphLaunch), as the runtime does on a GPU host; driver graph calls
+//    (cuGraphCreate, cuGraphAddKernelNode_v2, cuGraphAddNode, cuGraphInstantiateWithFlags,
+//    cuGraphLaunch) succeed too, for --cuda;
 //  - allocations that succeed (device, pinned, managed: host memory from mmap), so copies with
 //    cudaMemcpyDefault can be classified and CPU faults on managed memory can be produced.
 // The path of libcuda.so.1 comes from $SHIM_LIBCUDA. SHIM_SYNC_MS sets the time a sync blocks.
@@ -139,12 +146,97 @@ void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *de
 }
 int cudaStreamBeginCapture(void *stream, int mode) { (void)stream; (void)mode; return 0; }
 int cudaStreamBeginCapture_ptsz(void *stream, int mode) { (void)stream; (void)mode; return 0; }
-int cudaStreamEndCapture_ptsz(void *stream, void **graph) { (void)stream; *graph = (void *)0x6b; return 0; }
+static void *handle_new(void) { return malloc(32); }
+static void *drv(const char *name) {
+    void *f = dlsym(libcuda(), name);
+    if (!f)
+        abort();
+    return f;
+}
+int cudaStreamEndCapture_ptsz(void *stream, void **graph) {
+    void *g = NULL;
+    ((int (*)(void *, void **))drv("cuStreamEndCapture_ptsz"))(stream, &g);
+    *graph = handle_new();
+    return 0;
+}
 int cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t smem, void *stream) {
     return launch_via_driver(func, g, b, args, smem, stream);     // as the real runtime: no public re-entry
 }
-int cudaStreamEndCapture(void *stream, void **graph) { (void)stream; *graph = (void *)0x6a; return 0; }
-int cudaGraphLaunch(void *exec, void *stream) { (void)exec; (void)stream; return 0; }
+int cudaStreamEndCapture(void *stream, void **graph) {
+    void *g = NULL;
+    ((int (*)(void *, void **))drv("cuStreamEndCapture"))(stream, &g);
+    *graph = handle_new();
+    return 0;
+}
+int cudaStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *edges, size_t n,
+                                  int mode) {
+    (void)stream; (void)graph; (void)deps; (void)edges; (void)n; (void)mode;
+    return 0;
+}
+int cudaGraphLaunch(void *exec, void *stream) {
+    ((int (*)(void *, void *))drv("cuGraphLaunch"))(exec, stream);
+    return 0;
+}
+int cudaGraphCreate(void **graph, unsigned flags) { (void)flags; *graph = handle_new(); return 0; }
+static int instantiate(void **exec, void *graph, unsigned long long flags) {
+    void *e = NULL;
+    ((int (*)(void **, void *, unsigned long long))drv("cuGraphInstantiateWithFlags"))(&e, graph, flags);
+    *exec = handle_new();
+    return 0;
+}
+int cudaGraphInstantiate(void **exec, void *graph, unsigned long long flags) { return instantiate(exec, graph, flags); }
+int cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    return instantiate(exec, graph, flags);
+}
+int cudaGraphInstantiateWithParams(void **exec, void *graph, void *params) {
+    (void)params;
+    return instantiate(exec, graph, 0);
+}
+int cudaGraphAddKernelNode(void **node, void *graph, const void *deps, size_t n, const void *params) {
+    unsigned char drv_params[80] = {0};   // CUDA_KERNEL_NODE_PARAMS_v2 (the real driver fails it anyway)
+    void *nd = NULL;
+    (void)params;
+    ((int (*)(void **, void *, const void *, size_t, const void *))drv("cuGraphAddKernelNode_v2"))(
+        &nd, graph, deps, n, drv_params);
+    *node = handle_new();
+    return 0;
+}
+int cudaGraphAddChildGraphNode(void **node, void *graph, const void *deps, size_t n, void *child) {
+    (void)graph; (void)deps; (void)n; (void)child;
+    *node = handle_new();
+    return 0;
+}
+// CUDA 12.2's cudaGraphAddNode (params 5th) and 12.3's _v2 (edge data, params 6th)
+int cudaGraphAddNode(void **node, void *graph, const void *deps, size_t n, void *params) {
+    (void)graph; (void)deps; (void)n; (void)params;
+    *node = handle_new();
+    return 0;
+}
+int cudaGraphAddNode_v2(void **node, void *graph, const void *deps, const void *edges, size_t n, void *params) {
+    (void)edges;
+    return cudaGraphAddNode(node, graph, deps, n, params);
+}
+int cudaGraphClone(void **clone, void *original) { (void)original; *clone = handle_new(); return 0; }
+int cudaGraphExecUpdate(void *exec, void *graph, void *info) { (void)exec; (void)graph; (void)info; return 0; }
+int cudaGraphNodeSetEnabled(void *exec, void *node, unsigned enabled) { (void)exec; (void)node; (void)enabled; return 0; }
+int cudaGraphDestroy(void *graph) { free(graph); return 0; }
+int cudaGraphExecDestroy(void *exec) { free(exec); return 0; }
+// the driver's, for --cuda
+int cuGraphCreate(void **graph, unsigned flags) { return cudaGraphCreate(graph, flags); }
+int cuGraphAddKernelNode_v2(void **node, void *graph, const void *deps, size_t n, const void *params) {
+    (void)graph; (void)deps; (void)n; (void)params;
+    *node = handle_new();
+    return 0;
+}
+int cuGraphAddNode(void **node, void *graph, const void *deps, size_t n, void *params) {
+    return cudaGraphAddNode(node, graph, deps, n, params);
+}
+int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    (void)graph; (void)flags;
+    *exec = handle_new();
+    return 0;
+}
+int cuGraphLaunch(void *exec, void *stream) { (void)exec; (void)stream; return 0; }
 // events: through the real driver (as the runtime does on a GPU host), then success
 int cudaEventRecord(void *event, void *stream) {
     static int (*f)(void *, void *);

@@ -22,7 +22,8 @@ def raw(pid: int, launches: int, *, grid: int = 0, block: int = 0, h2d: tuple[in
         sync_ns: int = 0, exited: bool = False, kernels: tuple[RawKernel, ...] = ()) -> RawProc:
     counters = dict.fromkeys(("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_bytes",
                               "free_calls", "live_bytes", "managed_alloc_calls", "managed_alloc_bytes",
-                              "uvm_cpu_faults", "sync_calls", "sync_ns", "grid_sum", "block_sum"), 0)
+                              "uvm_cpu_faults", "sync_calls", "sync_ns", "grid_sum", "block_sum",
+                              "graph_kernel_launches", "graph_unknown_launches"), 0)
     counters.update(launches=launches, grid_sum=grid, block_sum=block, sync_ns=sync_ns)
     hist = tuple([launches] + [0] * (NB - 1))
     return RawProc(pid, counters, (h2d[0], 0, 0, 0, 0), (h2d[1], 0, 0, 0, 0), (0, 0), (0, 0), hist, hist,
