@@ -282,23 +282,9 @@ class _Proc:
 
 
 _COUNTER_FIELD = dict(PROC_COUNTERS)
+_COUNTER_FIELDS = frozenset([*_COUNTER_FIELD.values(), "live_alloc_bytes"])
 _DIRECTED = {name: (fld, label, part) for name, fld, label, part in PROC_DIRECTED}
 _FLOAT_FIELDS = {"sync_wait_s"}
-
-
-def _put(counts: dict[str, Any], name: str, m: Mapping[str, str], v: float) -> None:
-    fld = _COUNTER_FIELD.get(name)
-    if fld is not None:
-        counts[fld] = v
-        return
-    directed = _DIRECTED.get(name)
-    if directed is not None:
-        fld, label, part = directed
-        d = m.get(label, "")
-        counts.setdefault(fld, {}).setdefault(d, {})[part or "value"] = v
-        return
-    if name in HIST_COUNTS:
-        counts[name] = v
 
 
 def _counts(c: dict[str, Any], integral: bool) -> Counts | None:
@@ -311,7 +297,8 @@ def _counts(c: dict[str, Any], integral: bool) -> Counts | None:
             return None
         return float(v) if fld in _FLOAT_FIELDS else round(v) if integral else int(v)
 
-    kw: dict[str, Any] = {fld: num(c.get(fld), fld) for _, fld in PROC_COUNTERS}
+    kw: dict[str, Any] = {fld: (v if fld in _FLOAT_FIELDS else round(v) if integral else int(v))
+                          for fld, v in c.items() if fld in _COUNTER_FIELDS}
     for fld, dirs in (("memcpy", MEMCPY_DIRECTIONS), ("prefetch", PREFETCH_DIRECTIONS)):
         parts = c.get(fld)
         if parts is not None:
@@ -346,17 +333,15 @@ class SnapshotBuilder:
 
     def __init__(self) -> None:
         self.node_of: dict[str, str] = {}
-        self.procs: dict[tuple[str, int], _Proc] = {}
+        self.procs: dict[tuple[str, str], _Proc] = {}     # (instance, pid as the label has it)
         self.gpu_samples: list[Sample] = []
         self.source_up: list[Sample] = []
 
-    def _proc(self, m: Mapping[str, str]) -> _Proc | None:
-        k = _pkey(m)
-        if k is None:
-            return None
-        p = self.procs.get(k)
+    def _proc(self, m: Mapping[str, str]) -> _Proc:
+        key = (m.get("instance", ""), m.get("pid", ""))
+        p = self.procs.get(key)
         if p is None:
-            p = self.procs[k] = _Proc(m)
+            p = self.procs[key] = _Proc(m)
         return p
 
     def add(self, job: str, samples: list[Sample]) -> None:
@@ -375,23 +360,18 @@ class SnapshotBuilder:
             for s in samples:
                 m = s["metric"]
                 p = self._proc(m)
-                if p is not None:
-                    p.gauges[m.get("__name__", "")] = _value(s)
-                    if m.get("gpu", "").isdigit():
-                        p.gpu = int(m["gpu"])
+                p.gauges[m.get("__name__", "")] = _value(s)
+                if m.get("gpu", "").isdigit():
+                    p.gpu = int(m["gpu"])
         elif job.startswith(("total:", "inc:")):
-            total = job.startswith("total:")
-            name = job.partition(":")[2]
-            for s in samples:
-                p = self._proc(s["metric"])
-                if p is not None:
-                    _put(p.total if total else p.interval, name, s["metric"], _value(s))
+            self._add_counter(job.startswith("total:"), job.partition(":")[2], samples)
         elif job == "watched":
             for s in samples:
                 m = s["metric"]
-                p = self.procs.get(_pkey(m) or ("", -1))
-                if p is None:
+                found = self.procs.get((m.get("instance", ""), m.get("pid", "")))
+                if found is None:
                     continue
+                p = found
                 name = m.get("__name__", "")
                 if name == KERNEL_LAUNCHES:
                     p.kernels[m.get("kernel", "")] = _value(s)
@@ -399,15 +379,32 @@ class SnapshotBuilder:
                     le = float(m["le"])
                     p.hists.setdefault(name, {}).setdefault(m.get("direction", ""), []).append((le, _value(s)))
 
+    def _add_counter(self, total: bool, name: str, samples: list[Sample]) -> None:
+        """One counter family's values: the hot loop (64,000 processes x 2 x 22 families a refresh)."""
+        fld = _COUNTER_FIELD.get(name) or (name if name in HIST_COUNTS else None)
+        fld_d, label, part = _DIRECTED.get(name, ("", "", None))
+        procs = self.procs
+        for s in samples:
+            m = s["metric"]
+            key = (m.get("instance", ""), m.get("pid", ""))
+            p = procs.get(key)
+            if p is None:
+                p = procs[key] = _Proc(m)
+            counts = p.total if total else p.interval
+            if fld is not None:
+                counts[fld] = float(s["value"][1])
+            elif fld_d:
+                counts.setdefault(fld_d, {}).setdefault(m.get(label, ""), {})[part or "value"] = float(s["value"][1])
+
     def build(self, *, at: float, window_s: float, host: str, nodes: frozenset[str] = frozenset()) -> Snapshot:
         out: list[ProcSample] = []
         for (instance, pid), p in self.procs.items():
-            if not p.total and not p.gauges:
+            if (not p.total and not p.gauges) or not pid.isdigit():
                 continue            # only increases: the process exited (its counters are no longer current)
             node = self.node_of.get(instance)
             if nodes and node not in nodes:
                 continue
-            out.append(_proc_sample(p, pid, instance, node, window_s))
+            out.append(_proc_sample(p, int(pid), instance, node, window_s))
         gpus = _gpus(self.gpu_samples, self.node_of, nodes)
         sources = _sources(self.source_up, self.node_of, nodes)
         sources["prometheus"] = SourceStatus("ok")
@@ -433,10 +430,10 @@ def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
 
 def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: float) -> ProcSample:
     m = p.labels
-    total = _counts(p.total, integral=False)
     live = p.gauges.get("gputop_live_alloc_bytes")
     if live is not None:
-        total = replace(total or Counts(), live_alloc_bytes=int(live))
+        p.total["live_alloc_bytes"] = live
+    total = _counts(p.total, integral=False)
     interval = _counts(p.interval, integral=True)
     inc = p.interval
     per_s = 1.0 / window_s if window_s > 0 else 0.0
@@ -692,8 +689,11 @@ class FleetFeed:
             "gauges": "{" + self._selector(extra, f'__name__=~"{"|".join(PROC_GAUGES)}"') + "}",
         }
         for name in [*(n for n, _ in PROC_COUNTERS), *(n for n, *_ in PROC_DIRECTED), *HIST_COUNTS]:
-            jobs[f"total:{name}"] = f"{name}{{{sel}}}"
-            jobs[f"inc:{name}"] = f"increase({name}{{{sel}}}[{w}])"
+            # only the labels that identify a value: smaller answers (the launches keep comm & co.)
+            by = "instance,pid" + (f",{_DIRECTED[name][1]}" if name in _DIRECTED else "")
+            current = f"{name}{{{sel}}}"
+            jobs[f"total:{name}"] = current if name == PROC_COUNTERS[0][0] else f"sum by ({by}) ({current})"
+            jobs[f"inc:{name}"] = f"sum by ({by}) (increase({current}[{w}]))"
         watched = self._watched
         step = max(1.0, self.interval_s)
         if watched:
