@@ -104,6 +104,8 @@ _PROC_COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("gputop_kernel_launches", "launches", "Kernel launches that ran (captured ones excluded)."),
     ("gputop_graph_launches", "graph_launches", "CUDA graph launches (cudaGraphLaunch, cuGraphLaunch)."),
     ("gputop_captured_launches", "captured_launches", "Launches recorded into a graph by stream capture."),
+    ("gputop_graph_kernel_launches", "graph_kernel_launches", "Kernels run inside CUDA graph launches, derived "
+     "from the graphs' structure (absent once a graph of unknown kernels ran)."),
     ("gputop_alloc_calls", "alloc_calls", "Device, managed and pinned allocations."),
     ("gputop_alloc_bytes", "alloc_bytes", "Bytes requested by allocations."),
     ("gputop_free_calls", "free_calls", "Frees of tracked allocations."),
@@ -322,10 +324,22 @@ class SnapshotCollector(Collector):
         launches = fam.counter("gputop_kernel_function_launches", "Launches of one kernel (top kernels per "
                                "process, with --kernel-metrics).", (*names, "kernel"))
         # one series per label: kernels whose names read the same (one module loaded per context, or
-        # names equal once cut) add up, so that a series never swaps values with another as ranks change
+        # names equal once cut) add up, so that a series never swaps values with another as ranks change.
+        # Ranked by all their launches, direct and inside graph launches (graph ones where known).
         by_label: dict[str, int] = {}
+        graph: dict[str, int] = {}
         for k in p.kernels:
             label = sanitize_middle(k.name, KERNEL_LIMIT)
             by_label[label] = by_label.get(label, 0) + k.launches
-        for label, total in sorted(by_label.items(), key=lambda kv: (-kv[1], kv[0]))[:n]:
-            launches.add_metric([*values, label], float(total))
+            if k.graph_launches is not None:
+                graph[label] = graph.get(label, 0) + k.graph_launches
+        top = sorted(by_label, key=lambda lb: (-(by_label[lb] + graph.get(lb, 0)), lb))[:n]
+        for label in top:
+            launches.add_metric([*values, label], float(by_label[label]))
+        if any(graph.get(label) for label in top):
+            in_graphs = fam.counter("gputop_kernel_function_graph_launches", "Launches of one kernel inside CUDA "
+                                    "graph launches (top kernels per process, with --kernel-metrics).",
+                                    (*names, "kernel"))
+            for label in top:
+                if label in graph:
+                    in_graphs.add_metric([*values, label], float(graph[label]))

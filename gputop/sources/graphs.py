@@ -34,9 +34,9 @@ class Content:
 def kernels_of(gid: int, nodes: Mapping[int, Mapping[int, int]], parts: Mapping[int, Mapping[int, int]],
                memo: dict[int, dict[int, int]]) -> dict[int, int] | None:
     """The kernels of content ``gid`` by function: its own nodes plus, for each part, its kernels
-    times its multiplicity. None when a part is missing or parts form a cycle (neither can happen
-    with tables the BPF side wrote; a map that lost entries can). Iterative: a graph modified after
-    every instantiation makes a chain of parts as long as its history."""
+    times its multiplicity (a part without entries is empty: by_function checks the sum against the
+    kernel count). None when parts form a cycle (the BPF side never writes one). Iterative: a graph
+    modified after every instantiation makes a chain of parts as long as its history."""
     order: list[int] = []
     state: dict[int, int] = {}          # 1 on the path, 2 done
     stack: list[tuple[int, bool]] = [(gid, False)]
