@@ -46,3 +46,51 @@ def test_first_interval_rate_of_a_process_running_before_gputop(workloads, tmp_p
     totals = [p["total"]["launches"] for s in snaps for p in s["processes"] if p["pid"] == wl.pid]
     assert totals[2] - totals[0] == intervals[1] + intervals[2]
     assert totals[0] >= intervals[0]
+
+
+def test_code_ranges_are_in_place_before_an_objects_probes(workloads, testbed, tmp_path) -> None:
+    """While gputop attaches, a runtime's call into the driver must not count twice: when an
+    object's probes go in, the kernel already holds its code ranges for every process that maps it
+    (checked in the BPF side's own trie at the moment of each attach)."""
+    from gputop.sources import discovery
+    from gputop.sources.bpf import BpfSource
+
+    shim, cuda = tmp_path / "libshimcudart.so", tmp_path / "libcuda.so.1"     # inodes no probe covers yet
+    shim.write_bytes(workloads.shim_runtime.read_bytes())
+    cuda.write_bytes(testbed.libcuda.read_bytes())
+    go = tmp_path / "go"
+    src = BpfSource()
+    src.start()                         # before the workload: its copies are objects new to gputop
+    wl = subprocess.Popen([str(workloads.dlopen), "--wait", str(go), "--cudart", str(shim), "--cuda", str(cuda),
+                           "launch:300:2,1,1:32,1,1:0"], stdout=subprocess.PIPE,
+                          env={"SHIM_LIBCUDA": str(cuda), "PATH": "/usr/bin:/bin"})
+    try:
+        assert wl.stdout is not None and wl.stdout.readline().startswith(b"ready")
+        assert src.uprobes is not None
+        real_attach = src.uprobes.attach
+        checked: list[str] = []
+
+        def attach(path: str, wanted: list, name: str | None = None) -> int:  # type: ignore[type-arg]
+            mine = [m for m in discovery.read_maps(wl.pid) if m.path == name]
+            prefix = wl.pid.to_bytes(4, "big")
+            ranges = []
+            for k in src.table("code"):
+                if bytes(k.data[:4]) == prefix:
+                    base = int.from_bytes(bytes(k.data[4:12]), "big")
+                    ranges.append((base, base + (1 << (96 - int(k.prefixlen)))))
+            assert mine and all(any(lo < m.end and m.start < hi for lo, hi in ranges) for m in mine), name
+            checked.append(str(name))
+            return real_attach(path, wanted, name=name)
+
+        src.uprobes.attach = attach  # type: ignore[method-assign]
+        src.scan([wl.pid])
+        assert sorted(checked) == sorted([str(shim), str(cuda)])
+        go.touch()
+        assert wl.wait(timeout=30) == 0
+        raw = src.read().procs[wl.pid]
+        assert raw.counters["launches"] == 300          # each through the shim runtime and the real driver
+    finally:
+        if wl.poll() is None:
+            wl.kill()
+            wl.wait()
+        src.close()
