@@ -24,7 +24,8 @@ its snapshots. Checked:
 - after the churn: no descriptor or thread more than at the baseline (probe descriptors change only
   with the objects probed), every non-LRU map back to its baseline entry count, and RSS within
   ``--rss-tolerance-bytes`` of the baseline;
-- no dropped record.
+- dropped records are sampled, not checked: gputop traces every CUDA process on the host, and
+  another one's calls may be dropped (a batch past 64 entries, a copy to a CUDA array).
 
 Prints one line per sample and a summary (JSON with ``--out``); exit status 1 when a check fails.
 """
@@ -282,8 +283,6 @@ class Result:
                 self.failures.append(f"map {name}: {b.maps.get(name, 0)} entries at the baseline, {n} after")
         if a.rss_bytes - b.rss_bytes > rss_tolerance_bytes:
             self.failures.append(f"RSS {b.rss_bytes} -> {a.rss_bytes} bytes (tolerance {rss_tolerance_bytes})")
-        if self.dropped_max:
-            self.failures.append(f"{self.dropped_max} records dropped")
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
@@ -307,7 +306,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
     ops = [op for _ in range(bursts) for op in (burst_op, f"sleep:{int(args.period_s * 1000)}")][:-1]
 
     long_totals: dict[int, int] = {}
-    short_pending: dict[int, float] = {}       # pid -> deadline (monotonic) for its row
+    #: pid -> when its last row is surely out: a refresh taken after this (unix time, the snapshots'
+    #: clock: a collector slowed down by a busy host is waited for)
+    short_pending: dict[int, float] = {}
+    snap_time = [0.0]
     short_seen: dict[int, list[int]] = {}
     short_all: set[int] = set()
     lock = threading.Lock()
@@ -325,10 +327,11 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
                     long_totals[pid] = total
                 elif pid in short_pending and total is not None:
                     short_seen.setdefault(pid, []).append(total)
+            snap_time[0] = snap["time"]
 
-    def settle_short(now: float, final: bool = False) -> None:
+    def settle_short(final: bool = False) -> None:
         with lock:
-            for pid in [p for p, dl in short_pending.items() if final or dl <= now]:
+            for pid in [p for p, dl in short_pending.items() if final or dl < snap_time[0]]:
                 del short_pending[pid]
                 seen = short_seen.pop(pid, [])
                 got = max(seen, default=None)
@@ -391,22 +394,22 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
                     if now >= next_sample:
                         take("churn")
                         next_sample += args.sample_s
-                    settle_short(now)
+                    settle_short()
                 p = subprocess.Popen([str(wl), short_op], stdout=subprocess.DEVNULL)
                 running.append(p)
                 with lock:
-                    short_pending[p.pid] = time.monotonic() + 4 * args.interval_s + 2
+                    short_pending[p.pid] = time.time() + 2 * args.interval_s + 1
                     short_all.add(p.pid)
                 res.short_started += 1
             for p in running:
                 p.wait()
             time.sleep(settle_s)
-            settle_short(time.monotonic(), final=False)
+            settle_short()
             res.after = take("after")
             for p in longs:
                 p.wait()
             time.sleep(3 * args.interval_s + 1)
-            settle_short(time.monotonic(), final=True)
+            settle_short(final=True)
             with lock:
                 res.long_exact = sum(1 for t in long_totals.values() if t == res.long_expected)
                 res.long_wrong = {pid: t for pid, t in long_totals.items() if t != res.long_expected}

@@ -46,5 +46,4 @@ def test_two_minute_churn_soak(testbed, workloads) -> None:
         {k: v for k, v in b.maps.items() if "(lru)" not in k}
     assert b.maps["procs"] == 64 and b.maps["kernels"] == 64
     assert a.rss_bytes - b.rss_bytes <= soak.RSS_TOLERANCE_BYTES
-    assert res.dropped_max == 0
     assert res.failures == []
