@@ -95,6 +95,14 @@ COLUMNS: tuple[Column, ...] = (
         help="average threads per block",
     ),
     Column(
+        "graph_kernels",
+        "GKERN/s",
+        8,
+        fields.graph_kernels_per_s,
+        lambda p: fmt.si(fields.graph_kernels_per_s(p)),
+        help="kernels run inside CUDA graph launches per second (N/A: a graph of unknown kernels ran)",
+    ),
+    Column(
         "h2d",
         "H2D/s",
         7,

@@ -40,6 +40,20 @@ def _total(name: str) -> Callable[[ProcSample], Value]:
     return lambda p: _f(getattr(p.total, name)) if p.total is not None else None
 
 
+def _with_graphs(direct: Value, in_graphs: float | int | None) -> Value:
+    """Kernels run: launched ones plus those inside graph launches (unknown if either is)."""
+    return None if direct is None or in_graphs is None else direct + in_graphs
+
+
+def _kernels_per_s(p: ProcSample) -> Value:
+    return _with_graphs(fields.launches_per_s(p), fields.graph_kernels_per_s(p))
+
+
+def _kernels_total(p: ProcSample) -> Value:
+    t = p.total
+    return None if t is None else _with_graphs(_f(t.launches), t.graph_kernel_launches)
+
+
 def _total_copied(p: ProcSample) -> Value:
     m = p.total.memcpy if p.total is not None else None
     return None if m is None else float(sum(cb.bytes for cb in m.values()))
@@ -48,6 +62,9 @@ def _total_copied(p: ProcSample) -> Value:
 METRICS: tuple[Metric, ...] = (
     Metric("launches/s", fields.launches_per_s, fmt.si),
     Metric("launches total", lambda p: _f(fields.total_launches(p)), fmt.si),
+    # a fused or graph-replayed workload against an unfused one: every kernel that ran
+    Metric("kernels run/s", _kernels_per_s, fmt.si),
+    Metric("kernels run total", _kernels_total, fmt.si),
     Metric("graph launches", _count("graph_launches"), fmt.si),
     Metric("graph launch total", _total("graph_launches"), fmt.si),
     Metric("avg grid blocks", lambda p: p.grid_blocks_avg, lambda v: fmt.num(v, 1)),

@@ -9,6 +9,10 @@ def launches_per_s(p: ProcSample) -> float | None:
     return p.rates.launches_per_s if p.rates else None
 
 
+def graph_kernels_per_s(p: ProcSample) -> float | None:
+    return p.rates.graph_kernel_launches_per_s if p.rates else None
+
+
 def memcpy_per_s(p: ProcSample, direction: str) -> float | None:
     if p.rates is None or p.rates.memcpy_bytes_per_s is None:
         return None

@@ -66,6 +66,10 @@ class Workload:
     start: int = 0  # first frame
     end: int | None = None  # frame at which it is reported exited
     wave: float = 0.0  # relative amplitude of a slow sine on the rates
+    #: kernels run inside CUDA graph launches per second (replays of captured graphs), spread over the
+    #: kernels by share, and kernels per graph
+    graph_kernels: float = 0.0
+    graph_size: int = 1
     period: float = 30.0
     total: dict[str, float] = field(default_factory=dict)
     #: everything counted since first seen, and the launch-shape histograms (as the live sampler has them)
@@ -115,12 +119,18 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
     block_hist = w.block_hist
     grid_sum = block_sum = 0.0
     left = launches
+    graph_launches = round(w.graph_kernels * k * interval / w.graph_size)
+    gleft = graph_kernels = graph_launches * w.graph_size
     for i, (name, share, grid, block) in enumerate(w.kernels):
         # the last kernel takes what rounding left, so the kernels (and histograms) add up to launches
         n = left if i == len(w.kernels) - 1 else min(left, round(launches * share))
         left -= n
+        gn = gleft if i == len(w.kernels) - 1 else min(gleft, round(graph_kernels * share))
+        gleft -= gn
         tot = w.total.get(name, 0.0) + n
         w.total[name] = tot
+        gtot = w.total.get("graph " + name, 0.0) + gn
+        w.total["graph " + name] = gtot
         per_kernel.append(
             KernelStat(
                 name=name,
@@ -130,6 +140,9 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
                 interval_launches=n,
                 launches_per_s=n / interval,
                 object="libtorch_cuda.so" if "at::" in name else None,
+                graph_launches=int(gtot),
+                interval_graph_launches=gn,
+                graph_launches_per_s=gn / interval,
             )
         )
         if n:
@@ -137,12 +150,13 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
             block_hist[_bucket(block)] = block_hist.get(_bucket(block), 0) + n
             grid_sum += grid * n
             block_sum += block * n
-    per_kernel.sort(key=lambda s: -s.launches)
+    per_kernel.sort(key=lambda s: -(s.launches + (s.graph_launches or 0)))
     counted = sum(s.interval_launches or 0 for s in per_kernel)
     iv = Counts(
         launches=launches,
-        graph_launches=0,
+        graph_launches=graph_launches,
         captured_launches=0,
+        graph_kernel_launches=graph_kernels,
         grid_blocks_sum=round(grid_sum),
         block_threads_sum=round(block_sum),
         memcpy=memcpy,
@@ -167,6 +181,7 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
     tot = w.counts = _accumulate(w.counts, iv)
     rates = Rates(
         launches_per_s=launches / interval,
+        graph_kernel_launches_per_s=graph_kernels / interval,
         memcpy_bytes_per_s={d: cb.bytes / interval for d, cb in memcpy.items()},
         uvm_faults_per_s=faults / interval,
         sync_wait_pct=100 * sync_s / interval,
@@ -374,6 +389,8 @@ def workloads() -> list[Workload]:
             container="3f2a9c1b7e40",
             wave=0.25,
             period=40,
+            graph_kernels=58_000,     # decode steps replayed as CUDA graphs of 290 kernels
+            graph_size=290,
         ),
         Workload(
             8100,

@@ -92,8 +92,8 @@ def test_kernel_name_collapses_templates_before_cutting() -> None:
 
 def test_every_issue_column_exists_and_sort_keys_are_their_names() -> None:
     headers = [c.header for c in columns.COLUMNS]
-    assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "H2D/s", "D2H/s", "D2D/s",
-                       "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "LB", "NODE"]
+    assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "GKERN/s", "H2D/s", "D2H/s",
+                       "D2D/s", "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "LB", "NODE"]
     assert tuple(c.key for c in columns.COLUMNS) == columns.SORT_KEYS
     assert columns.DEFAULT_SORT == "launches"
 

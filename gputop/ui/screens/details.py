@@ -103,6 +103,7 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
     rows = [
         ("launches", _per_s(fmt.si(fields.launches_per_s(p))), n(tot, "launches")),
         ("graph launches", n(iv, "graph_launches"), n(tot, "graph_launches")),
+        ("graph kernels", _per_s(fmt.si(fields.graph_kernels_per_s(p))), n(tot, "graph_kernel_launches")),
         ("captured", n(iv, "captured_launches"), n(tot, "captured_launches")),
         ("avg grid×block", f"{fmt.num(p.grid_blocks_avg, 1)} × {fmt.num(p.block_threads_avg, 1)}",
          f"{fmt.num(tot_grid, 1)} × {fmt.num(tot_block, 1)}"),
@@ -183,7 +184,8 @@ def without_live_values(p: ProcSample) -> ProcSample:
     return replace(
         p, interval=None, rates=None, grid_blocks_avg=None, block_threads_avg=None, gpu_mem_bytes=None,
         gpu_util_pct=None, cpu_pct=None, rss_bytes=None, launch_bound=None,
-        kernels=tuple(replace(k, interval_launches=None, launches_per_s=None) for k in p.kernels),
+        kernels=tuple(replace(k, interval_launches=None, launches_per_s=None, interval_graph_launches=None,
+                              graph_launches_per_s=None) for k in p.kernels),
     )
 
 

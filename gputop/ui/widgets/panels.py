@@ -42,14 +42,17 @@ class TextPanel(Widget):
 def kernels_table(
     kernels: Sequence[KernelStat], width: int, limit: int = 10, title: str = "top kernels"
 ) -> Content:
-    """Name, launches/s, avg grid, avg block and total launches of the first ``limit`` kernels."""
-    num_w = (9, 8, 6, 9)
+    """Name, launches/s, avg grid, avg block and total launches of the first ``limit`` kernels, and
+    their launches inside graph launches per second when any kernel ran in a graph."""
+    shown = list(kernels)[:limit]
+    graphs = any(k.graph_launches for k in shown)
+    num_w = (9, 8, 6, 9, 9) if graphs else (9, 8, 6, 9)
     name_w = max(12, width - sum(num_w) - len(num_w) - 2)
     head = f"{title[:name_w]:<{name_w}} {'LAUNCH/s':>9} {'GRID':>8} {'BLOCK':>6} {'TOTAL':>9}"
+    head += f" {'GRAPH/s':>9}" if graphs else ""
     lines = [Content.styled(head, "bold $primary")]
     if not kernels:
         lines.append(Content.styled("no kernels seen yet", _MUTED))
-    shown = list(kernels)[:limit]
     names = fmt.kernel_names(
         [fmt.text(k.name) if k.name else (f"0x{k.address:x}" if k.address is not None else "?") for k in shown],
         name_w,
@@ -61,6 +64,8 @@ def kernels_table(
             fmt.num(k.block_threads_avg, 1),
             fmt.si(k.launches),
         ]
+        if graphs:
+            cells.append(fmt.si(k.graph_launches_per_s))
         parts: list[tuple[str, str] | str] = [fmt.fit(name, name_w).ljust(name_w)]
         for cell, w in zip(cells, num_w, strict=True):
             parts += [" ", (cell.rjust(w), _MUTED if cell == fmt.NA else "")]
