@@ -608,11 +608,15 @@ class BpfSource:
     def read(self) -> BpfReading:
         self.namer.begin_refresh()
         procs: dict[int, RawProc] = {}
+        # the records before their kernels: a record that says its process exited was read after
+        # its every launch, so the kernel entries read next hold them all (the other way round, a
+        # process exiting in between showed exited with part of its launches, then was forgotten)
+        records = self.table("procs").items()
         kernels: dict[int, list[tuple[int, Any]]] = {}
         for k, v in self.table("kernels").items():
             kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
         inflight = self._inflight_sync_ns()
-        for k, v in self.table("procs").items():
+        for k, v in records:
             pid = int(k.value)
             procs[pid] = self._raw(pid, v, kernels.get(pid, ()), inflight.get(pid, 0))
         # the last records of processes that exited (their PID may already be a new process's,
