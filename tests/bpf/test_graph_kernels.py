@@ -9,6 +9,8 @@ whose graph calls succeed and enter the real libcuda.so.1's twins first, shows t
 
 from __future__ import annotations
 
+import os
+
 FUSED = "fused_step(float*, float*, int)"
 UNFUSED = "unfused_step(float const*, float*, int)"
 SAXPY = "gputop::test::saxpy_kernel(float, float const*, float*)"
@@ -97,3 +99,48 @@ def test_driver_graphs_by_function_and_kernel_handle(run_workload, workloads, te
                        env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
     assert _graph(raw) == (6, 30, 0, 0)
     assert {k.key: k.graph_launches for k in raw.kernels} == {0xbeef0: 18, 0xcafe0: 12}
+
+
+def test_batch_json_graph_kernels_per_interval_and_kernel(workloads, testbed, tmp_path) -> None:
+    """The real `gputop -b -f json`: the intervals' graph kernels add up to the total (25 launches of
+    42 kernels), their rates are the counts over interval_s, and the last row (the process exited:
+    its tables are gone) still names each kernel with its graph launches."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent.parent
+    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf"],
+                          stdout=subprocess.PIPE, text=True, cwd=root)
+    assert gt.stdout is not None
+    try:
+        first = json.loads(gt.stdout.readline())
+        assert first["sources"]["bpf"]["status"] == "ok"
+        go = tmp_path / "go"
+        wl = subprocess.Popen([str(workloads.dlopen), "--wait", str(go), "--cudart", str(workloads.shim_runtime),
+                               "g_capture:30:0", "g_capture_to:12:1", "g_inst:1:0", "sleep:700", "g_launch:10",
+                               "sleep:700", "g_launch:15", "sleep:1200"], stdout=subprocess.PIPE,
+                              env={**os.environ, "SHIM_LIBCUDA": str(testbed.libcuda)})
+        time.sleep(1.0)                  # the exec event attaches gputop to the new process
+        go.touch()
+        intervals = []
+        for line in gt.stdout:
+            snap = json.loads(line)
+            p = {q["pid"]: q for q in snap["processes"]}.get(wl.pid)
+            if p is None:
+                continue
+            n = p["interval"]["graph_kernel_launches"]
+            intervals.append(n)
+            assert p["rates"]["graph_kernel_launches_per_s"] == n / snap["interval_s"]
+            if p["state"] == "exited":
+                break
+        wl.wait()
+        assert p["total"]["graph_kernel_launches"] == sum(intervals) == 25 * 42
+        assert p["total"]["graph_launches"] == 25 and p["total"]["launches"] == 0
+        assert {k["name"]: k["graph_launches"] for k in p["kernels"]} == {FUSED: 25 * 30, UNFUSED: 25 * 12}
+        assert [x for x in intervals if x] == [420, 630]        # the two bursts, 700 ms apart
+    finally:
+        gt.terminate()
+        gt.wait()
