@@ -59,6 +59,7 @@ PROC_COUNTERS: tuple[tuple[str, str], ...] = (
     ("gputop_kernel_launches_total", "launches"),
     ("gputop_graph_launches_total", "graph_launches"),
     ("gputop_captured_launches_total", "captured_launches"),
+    ("gputop_graph_kernel_launches_total", "graph_kernel_launches"),
     ("gputop_kernel_grid_blocks_sum", "grid_blocks_sum"),
     ("gputop_kernel_block_threads_sum", "block_threads_sum"),
     ("gputop_alloc_calls_total", "alloc_calls"),
@@ -442,6 +443,8 @@ def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: 
         copies = inc.get("memcpy")
         rates = Rates(
             launches_per_s=inc["launches"] * per_s if "launches" in inc else None,
+            graph_kernel_launches_per_s=(inc["graph_kernel_launches"] * per_s if "graph_kernel_launches" in inc
+                                         else None),
             memcpy_bytes_per_s=({d: v["bytes"] * per_s for d, v in copies.items() if "bytes" in v}
                                 if copies is not None else None),
             uvm_faults_per_s=inc["uvm_cpu_faults"] * per_s if "uvm_cpu_faults" in inc else None,

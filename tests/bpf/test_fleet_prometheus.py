@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +25,8 @@ WINDOW_S = 12
 #: the exporter's collector may run late on a loaded host (2 shared cores here): its delay adds to its refresh
 SCHEDULING_S = 0.5
 PACED_RATE = 1000
+#: refreshes whose median rate is compared with the workload's
+RATE_READS = 5
 
 
 def fleet(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -50,7 +53,7 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
         go = tmp_path / "go"
         wl = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:6000:40,2,1:128,1,1:0",
                                "memcpy:4:1:1000", "memcpy:2:2:500", "sync:3", "sleep:9000",
-                               f"paced:{PACED_RATE}:30000", "sleep:60000"], stdout=subprocess.PIPE)
+                               f"paced:{PACED_RATE}:40000", "sleep:60000"], stdout=subprocess.PIPE)
         assert wl.stdout is not None
         pid = int(wl.stdout.readline().split()[1])
         time.sleep(1.0)                             # the exec event attaches both exporters to it
@@ -77,7 +80,7 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
             ("node-a", 0, 412.345, 87.0), ("node-b", 0, 412.345, 87.0)]
         assert snap.sources["prometheus"].status == "ok" and snap.sources["bpf"].status == "ok"
         # a fixed number of queries: one per metric family, whatever the processes and nodes
-        assert per_refresh == 4 + 2 * 22
+        assert per_refresh == 4 + 2 * 23
 
         # batch mode: one JSON line per refresh; the table has NODE after PID
         out = fleet(prom.url, "-b", "-n", "2", "-d", "0.5", "-f", "json", "-p", str(pid))
@@ -99,16 +102,25 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
         wait_s = 9.0 + WINDOW_S + 2.0 - (time.monotonic() - started)
         time.sleep(max(0.0, wait_s))
         feed.watch([p.key for p in procs.values()])
-        snap = feed.collect()
         bound = (EXPORTER_REFRESH_S + SCHEDULING_S) / (WINDOW_S - 2 * SCRAPE_S)
-        for node, p in mine(snap, pid).items():
-            rate = p.rates.launches_per_s
-            assert abs(rate / PACED_RATE - 1) <= bound, (node, rate)
-            series = feed.series(p.key)
-            assert series is not None and abs(series["launches"][-1][1] / PACED_RATE - 1) <= bound
-            assert p.grid_blocks_hist is not None and p.grid_blocks_hist["2^6"] == 6000
+        rates: dict[str | None, list[float]] = {}
+        charted: dict[str | None, list[float]] = {}
+        for _ in range(RATE_READS):     # the median of a few refreshes: one late exporter refresh is not the rule
+            snap = feed.collect()
+            for node, p in mine(snap, pid).items():
+                assert p.rates is not None and p.rates.launches_per_s is not None
+                rates.setdefault(node, []).append(p.rates.launches_per_s)
+                series = feed.series(p.key)
+                assert series is not None
+                charted.setdefault(node, []).append(series["launches"][-1][1])
+                assert p.grid_blocks_hist is not None and p.grid_blocks_hist["2^6"] == 6000
+            time.sleep(1.0)
+        assert set(rates) == {"node-a", "node-b"}
+        for node in rates:
+            assert abs(statistics.median(rates[node]) / PACED_RATE - 1) <= bound, (node, rates[node])
+            assert abs(statistics.median(charted[node]) / PACED_RATE - 1) <= bound, (node, charted[node])
         # details/compare's extra reads: one query for histograms and kernels, one query_range per chart
-        assert feed.client.queries - before == 2 * per_refresh + 1 + 4
+        assert feed.client.queries - before == (1 + RATE_READS) * per_refresh + RATE_READS * (1 + 4)
 
         # slow: Prometheus stopped (connections queue, nothing answers): the last data stays, marked stale
         prom.proc.send_signal(signal.SIGSTOP)
