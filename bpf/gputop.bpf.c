@@ -127,6 +127,18 @@ BPF_HASH(procs, u32, struct proc_t, MAX_PROCS);
 BPF_HASH(tracked, u32, u8, MAX_PROCS * 4);
 BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 BPF_HASH(names, struct tkey_t, struct name_t, MAX_NAMES);
+// __cudaRegisterFunction's names stay where the program keeps them (static data): per registration
+// only the pointer and when it was made (boot-time ns: user space rejects an entry older than the
+// process now holding that PID). Entries are allocated as they come: `import torch` registers
+// ~100,000 kernels in every process, which a table of 256-byte names could never hold.
+#ifndef MAX_NAME_PTRS
+#define MAX_NAME_PTRS 1048576
+#endif
+struct name_ptr_t {
+    u64 ptr;
+    u64 boot_ns;
+};
+BPF_F_TABLE("hash", struct tkey_t, struct name_ptr_t, name_ptrs, MAX_NAME_PTRS, BPF_F_NO_PREALLOC);
 BPF_HASH(allocs, struct tkey_t, struct alloc_t, MAX_ALLOCS);
 // a capture: the stream that began it, and when
 struct cap_t {
@@ -1467,9 +1479,15 @@ static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
         drop(2);
 }
 
-// __cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, ...)
+// __cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, ...): the name is read by
+// user space, lazily, for the kernels that launch
 int register_function(struct pt_regs *ctx) {
-    put_name(bpf_get_current_pid_tgid() >> 32, PT_REGS_PARM2(ctx), PT_REGS_PARM4(ctx));
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM2(ctx)};
+    struct name_ptr_t v = {.ptr = PT_REGS_PARM4(ctx), .boot_ns = bpf_ktime_get_boot_ns()};
+    track(tgid);
+    if (name_ptrs.update(&k, &v) != 0)
+        drop(2);
     return 0;
 }
 

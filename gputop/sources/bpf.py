@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import ctypes
 import dataclasses
+import errno
 import importlib.util
 import os
 import sys
@@ -496,7 +497,6 @@ class BpfSource:
                     self._classified(key, probed=True)
         return new
 
-
     def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
         """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see from_cuda)."""
         code = self.table("code")
@@ -573,38 +573,6 @@ class BpfSource:
         return out
 
     @_open
-    def baseline(self) -> dict[int, RawProc]:
-        """Every process record as it stands, without names and without touching what read()
-        reports once: where the first interval starts (counts made while the probes were being
-        attached belong to the totals, not to an interval of known length)."""
-        kernels: dict[int, list[tuple[int, Any]]] = {}
-        for k, v in self.table("kernels").items():
-            kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
-        out: dict[int, RawProc] = {}
-        for k, v in self.table("procs").items():
-            pid = int(k.value)
-            ks = kernels.get(pid, [])
-            counters = {name: int(getattr(v, name)) for name in _SCALARS}
-            for _addr, kv in ks:
-                counters["launches"] += int(kv.launches)
-                counters["grid_sum"] += int(kv.grid_sum)
-                counters["block_sum"] += int(kv.block_sum)
-            out[pid] = RawProc(
-                pid=pid, counters=counters,
-                memcpy_calls=tuple(int(x) for x in v.memcpy_calls), memcpy_bytes=tuple(int(x) for x in v.memcpy_bytes),
-                prefetch_calls=tuple(int(x) for x in v.prefetch_calls),
-                prefetch_bytes=tuple(int(x) for x in v.prefetch_bytes),
-                grid_hist=tuple(int(x) for x in v.grid_hist), block_hist=tuple(int(x) for x in v.block_hist),
-                copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
-                exited=bool(v.exited_ns),
-                kernels=tuple(RawKernel(a, int(kv.launches), int(kv.grid_sum), int(kv.block_sum), None, None)
-                              for a, kv in ks),
-                comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
-                complete=pid not in self._partial,
-            )
-        return out
-
-    @_open
     def read(self) -> BpfReading:
         self.namer.begin_refresh()
         procs: dict[int, RawProc] = {}
@@ -638,6 +606,16 @@ class BpfSource:
                               attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)
         return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s,
                           idle=idle, procs_dropped=drops["procs"])
+
+    def baseline(self) -> dict[int, RawProc]:
+        """Every process record as it stands, without names and without touching what read()
+        reports once: where the first interval starts (counts made while the probes were being
+        attached belong to the totals, not to an interval of known length)."""
+        kernels: dict[int, list[tuple[int, Any]]] = {}
+        for k, v in self.table("kernels").items():
+            kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
+        return {int(k.value): self._raw(int(k.value), v, kernels.get(int(k.value), ()), 0, named=False)
+                for k, v in self.table("procs").items()}
 
     def _raw(self, pid: int, v: Any, kernels: Iterable[tuple[int, Any]], inflight_ns: int,
              named: bool = True) -> RawProc:
@@ -700,7 +678,10 @@ class BpfSource:
 
     def _captured_name(self, pid: int, addr: int) -> bytes | None:
         v = self._by_key("names", pid, addr)
-        return None if v is None else bytes(v.name)
+        if v is not None:
+            return bytes(v.name)
+        p = self._by_key("name_ptrs", pid, addr)        # registered: read from the process itself
+        return None if p is None else discovery.read_registered_name(pid, int(p.ptr), int(p.boot_ns))
 
     def _alias(self, pid: int, addr: int) -> int | None:
         v = self._by_key("aliases", pid, addr)
@@ -736,11 +717,45 @@ class BpfSource:
     # ------------------------------------------------------------ forgetting
 
     def _delete_by_pid(self, pids: set[int], tables: tuple[str, ...]) -> None:
-        """Delete the entries of ``pids`` from (tgid, address)-keyed tables: one walk per table."""
+        """Delete the entries of ``pids`` from (tgid, address)-keyed tables: one walk per table, in
+        batches of keys where the kernel has batch operations (a process that imported torch
+        leaves ~100,000 registrations: key by key, their walk took seconds)."""
         for name in tables:
             table = self.table(name)
-            for k in [k for k in table if int(k.tgid) in pids]:
-                table.pop(k, None)
+            if not self._delete_by_pid_batched(table, pids):
+                for k in [k for k in table if int(k.tgid) in pids]:
+                    table.pop(k, None)
+
+    @staticmethod
+    def _delete_by_pid_batched(table: Any, pids: set[int]) -> bool:
+        """The same walk through BPF_MAP_LOOKUP_BATCH and BPF_MAP_DELETE_BATCH; False when the
+        kernel or map cannot (then nothing was deleted)."""
+        lib = load_bcc().lib
+        size, at = ctypes.sizeof(table.Key), table.Key.tgid.offset
+        chunk = 8192
+        keys = (ctypes.c_char * (size * chunk))()
+        values = (ctypes.c_char * (ctypes.sizeof(table.Leaf) * chunk))()
+        token, first, doomed = ctypes.c_uint32(0), True, []
+        while True:
+            count = ctypes.c_uint32(chunk)
+            rc = lib.bpf_lookup_batch(table.map_fd, None if first else ctypes.byref(token), ctypes.byref(token),
+                                      keys, values, ctypes.byref(count))
+            err = ctypes.get_errno()
+            if rc != 0 and err != errno.ENOENT:
+                if first:
+                    return False
+                break                                   # cut short: what was found still goes
+            raw = bytes(keys)[:count.value * size]
+            doomed += [raw[i:i + size] for i in range(0, len(raw), size)
+                       if int.from_bytes(raw[i + at:i + at + 4], sys.byteorder) in pids]
+            first = False
+            if rc != 0:                                 # ENOENT: the walk is over
+                break
+        for i in range(0, len(doomed), chunk):
+            part = b"".join(doomed[i:i + chunk])
+            n = ctypes.c_uint32(len(part) // size)
+            lib.bpf_delete_batch(table.map_fd, ctypes.create_string_buffer(part, len(part)), ctypes.byref(n))
+        return True
 
     def _delete_ranges(self, pids: set[int], tables: tuple[str, ...]) -> None:
         """The same for the LPM tries, whose keys start with the tgid (big-endian)."""
@@ -753,7 +768,7 @@ class BpfSource:
     def _forget_image(self, pid: int) -> None:
         """After an exec: the code ranges and kernel names of the old program no longer apply."""
         self._delete_ranges({pid}, ("code",))
-        self._delete_by_pid({pid}, ("names", "aliases"))
+        self._delete_by_pid({pid}, ("names", "name_ptrs", "aliases"))
         self._code_done = {c for c in self._code_done if c[0] != pid}
         self.namer.forget(pid)
 
@@ -764,8 +779,8 @@ class BpfSource:
             table = self.table(name)
             for pid in gone:
                 table.pop(table.Key(pid), None)
-        self._delete_by_pid(gone, ("kernels", "names", "aliases", "allocs", "capturing", "joined", "capture_events",
-                                   *GRAPH_TABLES))
+        self._delete_by_pid(gone, ("kernels", "names", "name_ptrs", "aliases", "allocs", "capturing", "joined",
+                                   "capture_events", *GRAPH_TABLES))
         self._delete_ranges(gone, ("ranges", "code"))
         self._code_done = {c for c in self._code_done if c[0] not in gone}
         for pid in gone:

@@ -93,6 +93,52 @@ def same_file(m: Mapping | ObjectRef) -> str | None:
     return m.path if (st.st_dev, st.st_ino) == (m.dev, m.inode) else None
 
 
+#: the longest kernel name read from a process's memory
+REGISTERED_NAME_MAX = 4096
+_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def start_boot_ns(pid: int) -> int | None:
+    """When ``pid`` started, in ns since boot (CLOCK_BOOTTIME, the clock's tick as resolution)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return int(fields[19]) * _TICK_NS if len(fields) > 19 else None
+
+
+def read_registered_name(pid: int, ptr: int, boot_ns: int) -> bytes | None:
+    """The NUL-terminated name at ``ptr`` in ``pid``'s memory, registered at ``boot_ns`` (since
+    boot). None when the process is gone or unreadable, or when the registration is older than the
+    process now holding that PID (it was another process's)."""
+    start = start_boot_ns(pid)
+    if start is None or boot_ns < start:
+        return None
+    out = b""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        while len(out) < REGISTERED_NAME_MAX:
+            addr = ptr + len(out)
+            want = min(REGISTERED_NAME_MAX - len(out), mmap.PAGESIZE - addr % mmap.PAGESIZE)
+            chunk = os.pread(fd, want, addr)       # page by page: the name may end before an unmapped page
+            if not chunk:
+                break
+            out += chunk
+            if b"\0" in chunk:
+                break
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    name = out.split(b"\0", 1)[0]
+    return name or None
+
+
 def all_pids() -> list[int]:
     return [int(d.name) for d in PROC.iterdir() if d.name.isdigit()]
 

@@ -60,7 +60,9 @@ class KernelNamer:
             raw = self._captured(pid, addr)
             if raw is not None:
                 text = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-                if len(text) < NAME_LEN - 1:
+                # only a name that fills the BPF buffer may be cut (one read from the process's
+                # memory at its registration can be longer, and is whole)
+                if len(text) != NAME_LEN - 1:
                     return symbols.demangle_cached(text), None
                 cut = text
             target = self._alias(pid, addr)

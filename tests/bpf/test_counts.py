@@ -317,3 +317,37 @@ def test_capture_on_the_per_thread_default_stream_is_that_threads_own(run_worklo
         c = raw.counters
         assert (c["captured_launches"], c["launches"]) == (25, 80), f"mode {mode}"
         assert {k.name: k.launches for k in raw.kernels} == {"unfused_step(float const*, float*, int)": 80}
+
+
+def test_kernel_names_at_pytorch_scale(run_workload, workloads, rt, bpf_source) -> None:
+    """Four processes each register 100,000 kernels through the real runtime (as `import torch`
+    does) and launch three: while they run, every launched kernel has its registered name in every
+    process (read from the process's memory, lazily), and no name is dropped."""
+    import os
+    import signal
+
+    import psutil
+
+    before = bpf_source.dropped()["names"]
+    run = run_workload([workloads.dlopen, "--procs", "4", "--cudart", rt.lib, "register_many:100000:torch_kernel",
+                        "launch:5:1,1,1:1,1,1:0", "launch:7:1,1,1:1,1,1:1", "launch:9:1,1,1:1,1,1:2", "sleep:60000"])
+    bpf_source.scan([run.pid])
+    run.go.touch()
+    want = {"torch_kernel_0": 5, "torch_kernel_1": 7, "torch_kernel_2": 9}
+    deadline = time.monotonic() + 120
+    while True:
+        bpf_source.poll(0.1)
+        pids = [run.pid, *(c.pid for c in psutil.Process(run.pid).children())]
+        procs = bpf_source.read().procs
+        if len(pids) == 4 and all(p in procs and procs[p].counters["launches"] == 21 for p in pids):
+            break
+        assert time.monotonic() < deadline, "the four processes did not launch in time"
+    try:
+        for pid in pids:
+            assert {k.name: k.launches for k in procs[pid].kernels} == want, pid
+        assert bpf_source.dropped()["names"] == before
+    finally:
+        for pid in pids:                # they sleep a minute: long enough to be read however loaded
+            os.kill(pid, signal.SIGKILL)
+        run.proc.wait(timeout=60)
+    bpf_source.forget(*pids)

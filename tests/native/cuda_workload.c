@@ -79,6 +79,8 @@
 //   cu_g_node:N:H      N cuGraphAddNode of CUfunction H (hex)
 //   by_handle:N:K      __cudaGetKernel(&h, stub K), then N cudaLaunchKernel(h, ...) (nvcc 12.8+ stubs)
 //   register:K:NAME    __cudaRegisterFunction(NULL, stub K, NAME, NAME, ...) (no launch)
+//   register_many:N:PREFIX   N registrations, as `import torch` makes: stubs 0..2 as PREFIX_0..2, then
+//                      N-3 made-up stub addresses as PREFIX_kNNNNNN (names kept in memory, as a program's are)
 //   fork:N             fork a child that makes N launches of stub 0; wait for it
 //   sleep:MS
 #define _GNU_SOURCE
@@ -572,6 +574,20 @@ static void run_op(const char *op) {
         for (long i = 0; i < n; i++)
             api.launch(handle, one, one, NULL, 0, NULL);
         return;
+    }
+    if (!strcmp(name, "register_many")) {
+        NEED(register_function);
+        char *names = malloc((size_t)n * 64);
+        for (long i = 0; i < n; i++) {
+            char *nm = names + i * 64;
+            if (i < 3)
+                snprintf(nm, 64, "%s_%ld", a, i);
+            else
+                snprintf(nm, 64, "%s_k%06ld", a, i);
+            const char *stub = i < 3 ? (const char *)stubs[i] : (const char *)(uintptr_t)(0x100000000ULL + i * 16);
+            api.register_function(NULL, stub, nm, nm, -1, NULL, NULL, NULL, NULL, NULL);
+        }
+        return;                         // the names stay allocated for the process's life
     }
     if (!strcmp(name, "register")) {
         NEED(register_function);
