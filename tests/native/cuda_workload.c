@@ -591,7 +591,8 @@ static void run_op(const char *op) {
     }
     if (!strcmp(name, "register")) {
         NEED(register_function);
-        api.register_function(NULL, (const char *)stubs[n % 3], a, a, -1, NULL, NULL, NULL, NULL, NULL);
+        char *kept = strdup(a);         // a program's kernel names are static data: they stay
+        api.register_function(NULL, (const char *)stubs[n % 3], kept, kept, -1, NULL, NULL, NULL, NULL, NULL);
         return;
     }
     if (!strcmp(name, "fork")) {
