@@ -61,6 +61,8 @@ _BPF_MAP_GET_NEXT_KEY, _BPF_OBJ_GET_INFO_BY_FD = 4, 15
 #: map types counted: hash, percpu hash, LRU hash, LRU percpu hash, LPM trie (arrays are full by design)
 _COUNTED = {1: "hash", 5: "percpu_hash", 9: "lru_hash", 10: "lru_percpu_hash", 11: "lpm_trie"}
 _LRU = {9, 10}
+#: maps keyed by file, not by process (they grow with the files gputop has classified, to a cap)
+_PER_FILE = {"known_files"}
 #: RSS may stay this far above the baseline after the churn (CPython keeps freed arenas and dict
 #: tables for reuse); measured here, see docs/RELIABILITY.md "## Soak"
 RSS_TOLERANCE_BYTES = 4 << 20
@@ -130,7 +132,8 @@ def map_entries(pid: int, mine: set[int]) -> tuple[dict[str, int], int]:
                     label = info[2] + (" (lru)" if info[0] in _LRU else "")
                     keys = _keys(fd, info[1])
                     total += len(keys)
-                    out[label] = out.get(label, 0) + sum(1 for k in keys if _tgid(info[0], k) in mine)
+                    if info[2] not in _PER_FILE:
+                        out[label] = out.get(label, 0) + sum(1 for k in keys if _tgid(info[0], k) in mine)
             finally:
                 os.close(fd)
     finally:
