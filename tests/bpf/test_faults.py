@@ -192,20 +192,34 @@ def test_full_process_table_drops_and_says_so(workloads: Workloads, tmp_path: Pa
     sampler = Sampler(SamplerConfig(interval_s=0.2, use_nvml=False), bpf=src)
     sampler.open_bpf()
     assert sampler.bpf_error is None
+    alive = []
     try:
         pids = []
-        for n in (100, 200, 300):           # one after the other: records stay until shown exited
+        # one after the other; the first two stay (an exited process's record is read out and its
+        # place given back at its exit event), so the third finds the table full
+        for n in (100, 200, 300):
             go = tmp_path / f"go{n}"
-            p, pid = start([workloads.dynamic, "--wait", go, LAUNCH.format(n=n), "memcpy:5:1:4096"])
+            stay = ["sleep:60000"] if n < 300 else []
+            p, pid = start([workloads.dynamic, "--wait", go, LAUNCH.format(n=n), "memcpy:5:1:4096", *stay])
             pids.append(pid)
             sampler.wait(0.3)
             go.touch()
-            assert p.wait(timeout=30) == 0
+            if stay:
+                alive.append(p)
+                deadline = time.monotonic() + 30
+                while pid not in src.read().procs or src.read().procs[pid].counters["launches"] < n:
+                    sampler.wait(0.1)
+                    assert time.monotonic() < deadline, f"process {pid} did not launch"
+            else:
+                assert p.wait(timeout=30) == 0
         sampler.config.filters = Filters(frozenset(pids))
         foreign = sorted(set(src.read().procs) - set(pids))
         snap = sampler.collect()
         dropped = src.dropped()
     finally:
+        for p in alive:
+            p.kill()
+            p.wait()
         sampler.close()
     if foreign:
         pytest.skip(f"other CUDA processes of this host ({foreign}) took the two records meanwhile")
