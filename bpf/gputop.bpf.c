@@ -989,6 +989,12 @@ int drv_memcpy_peer(struct pt_regs *ctx) {
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM5(ctx), 3);
 }
 
+// the calling process's record for a call the application made (0: the runtime's own call, see
+// from_cuda, or no room for a record)
+static __always_inline struct proc_t *app_call(struct pt_regs *ctx, u32 tgid) {
+    return nested(ctx, tgid) ? 0 : proc_get(tgid);
+}
+
 // cudaMemcpyToSymbol(symbol, src, count, offset, kind) (+Async, _ptds, _ptsz): a symbol is device
 // memory; kind 1 h2d, 3 d2d, 4 (default) from the source's tracked kind
 static __always_inline u32 side_dir(u32 other, u32 host_dir) {
@@ -996,9 +1002,7 @@ static __always_inline u32 side_dir(u32 other, u32 host_dir) {
 }
 int rt_memcpy_to_symbol(struct pt_regs *ctx) {
     u32 tgid = current_tgid();
-    if (nested(ctx, tgid))
-        return 0;
-    struct proc_t *p = proc_get(tgid);
+    struct proc_t *p = app_call(ctx, tgid);
     if (!p)
         return 0;
     u32 kind = PT_REGS_PARM5(ctx) & 0xffffffff;
@@ -1010,9 +1014,7 @@ int rt_memcpy_to_symbol(struct pt_regs *ctx) {
 // cudaMemcpyFromSymbol(dst, symbol, count, offset, kind): kind 2 d2h, 3 d2d, 4 from the destination
 int rt_memcpy_from_symbol(struct pt_regs *ctx) {
     u32 tgid = current_tgid();
-    if (nested(ctx, tgid))
-        return 0;
-    struct proc_t *p = proc_get(tgid);
+    struct proc_t *p = app_call(ctx, tgid);
     if (!p)
         return 0;
     u32 kind = PT_REGS_PARM5(ctx) & 0xffffffff;
@@ -1023,47 +1025,33 @@ int rt_memcpy_from_symbol(struct pt_regs *ctx) {
 }
 
 // cudaMemcpy3D(const cudaMemcpy3DParms *p) (+Async, _ptds, _ptsz): srcArray @0, srcPtr.ptr @32,
-// dstArray @64, dstPtr.ptr @96, extent {width, height, depth} @128, kind @152. With an array on
-// either side the width counts elements of unknown size: the copy is counted as dropped ("array").
-int rt_memcpy3d(struct pt_regs *ctx) {
+// dstArray @64, dstPtr.ptr @96, extent {width, height, depth} @128, kind @152; cudaMemcpy3DPeer
+// (const cudaMemcpy3DPeerParms *p) (+Async): srcArray @0, dstArray @72, extent @144, always d2d.
+// With an array on either side the width counts elements of unknown size: the copy is counted as
+// dropped ("array").
+static __always_inline int copy3d(struct pt_regs *ctx, int peer) {
     u32 tgid = current_tgid();
-    if (nested(ctx, tgid))
-        return 0;
-    struct proc_t *p = proc_get(tgid);
+    struct proc_t *p = app_call(ctx, tgid);
     if (!p)
         return 0;
     u64 a = PT_REGS_PARM1(ctx);
-    if (read_u64(a) || read_u64(a + 64)) {
+    if (read_u64(a) || read_u64(a + (peer ? 72 : 64))) {
         drop(8);
         return 0;
     }
     u64 e[3] = {};
-    bpf_probe_read_user(e, sizeof(e), (void *)(a + 128));
-    u64 dst = read_u64(a + 96), src = read_u64(a + 32);
-    u32 kind = read_u32(a + 152);
-    u32 dir = kind <= 3 ? (kind == 0 ? D_H2H : kind == 1 ? D_H2D : kind == 2 ? D_D2H : D_D2D)
-                        : classify(tgid, dst, src);
+    bpf_probe_read_user(e, sizeof(e), (void *)(a + (peer ? 144 : 128)));
+    u32 dir = D_D2D;
+    if (!peer) {
+        u32 kind = read_u32(a + 152);
+        dir = kind <= 3 ? (kind == 0 ? D_H2H : kind == 1 ? D_H2D : kind == 2 ? D_D2H : D_D2D)
+                        : classify(tgid, read_u64(a + 96), read_u64(a + 32));
+    }
     count_copy(p, dir, e[0] * e[1] * e[2]);
     return 0;
 }
-// cudaMemcpy3DPeer(const cudaMemcpy3DPeerParms *p) (+Async): srcArray @0, dstArray @72, extent @144; d2d
-int rt_memcpy3d_peer(struct pt_regs *ctx) {
-    u32 tgid = current_tgid();
-    if (nested(ctx, tgid))
-        return 0;
-    struct proc_t *p = proc_get(tgid);
-    if (!p)
-        return 0;
-    u64 a = PT_REGS_PARM1(ctx);
-    if (read_u64(a) || read_u64(a + 72)) {
-        drop(8);
-        return 0;
-    }
-    u64 e[3] = {};
-    bpf_probe_read_user(e, sizeof(e), (void *)(a + 144));
-    count_copy(p, D_D2D, e[0] * e[1] * e[2]);
-    return 0;
-}
+int rt_memcpy3d(struct pt_regs *ctx) { return copy3d(ctx, 0); }
+int rt_memcpy3d_peer(struct pt_regs *ctx) { return copy3d(ctx, 1); }
 
 // one side of a driver 2D/3D copy: CUmemorytype 1 host, 2 device, 3 array, 4 unified (the pointer
 // is in the device field: its tracked kind decides). Returns K_PINNED for host, K_DEVICE, K_NONE
@@ -1082,9 +1070,7 @@ static __always_inline u32 drv_side(u32 tgid, u32 type, u64 device) {
 // dstDevice and of WidthInBytes (Height, Depth follow; depth 1 for 2D)
 static __always_inline int drv_copy_desc(struct pt_regs *ctx, u32 st, u32 sd, u32 dt, u32 dd, u32 w, int is3d) {
     u32 tgid = current_tgid();
-    if (nested(ctx, tgid))
-        return 0;
-    struct proc_t *p = proc_get(tgid);
+    struct proc_t *p = app_call(ctx, tgid);
     if (!p)
         return 0;
     u64 a = PT_REGS_PARM1(ctx);
@@ -1322,9 +1308,7 @@ int alloc_return(struct pt_regs *ctx) {
 // a free of `addr` (an allocs key): its bytes stop being live, its range stops being classified
 static __always_inline int free_key(struct pt_regs *ctx, u64 addr) {
     u32 tgid = current_tgid();
-    if (nested(ctx, tgid))
-        return 0;
-    struct proc_t *p = proc_get(tgid);
+    struct proc_t *p = app_call(ctx, tgid);
     if (!p)
         return 0;
     __sync_fetch_and_add(&p->free_calls, 1);
