@@ -411,7 +411,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
             res.after = take("after")
             for p in longs:
                 p.wait()
-            time.sleep(3 * args.interval_s + 1)
+            # their last rows: a few refreshes, longer when a loaded host makes refreshes late
+            deadline = time.monotonic() + max(3 * args.interval_s + 1, 30.0)
+            while time.monotonic() < deadline:
+                with lock:
+                    if all(t == res.long_expected for t in long_totals.values()):
+                        break
+                time.sleep(0.2)
             settle_short(final=True)
             with lock:
                 res.long_exact = sum(1 for t in long_totals.values() if t == res.long_expected)
