@@ -281,6 +281,13 @@ class _Proc:
         self.hists: dict[str, dict[str, list[tuple[float, float]]]] = {}
         self.kernels: dict[str, float] = {}
 
+    def learn(self, m: Mapping[str, str]) -> None:
+        """Labels another series of the process carries where the first one had none (a series
+        exported before the exporter knew the name is still there until its next scrape)."""
+        for k in ("comm", "cmdline", "container"):
+            if m.get(k) and not self.labels.get(k):
+                self.labels[k] = m[k]
+
 
 _COUNTER_FIELD = dict(PROC_COUNTERS)
 _COUNTER_FIELDS = frozenset([*_COUNTER_FIELD.values(), "live_alloc_bytes"])
@@ -343,6 +350,8 @@ class SnapshotBuilder:
         p = self.procs.get(key)
         if p is None:
             p = self.procs[key] = _Proc(m)
+        elif "comm" in m:
+            p.learn(m)
         return p
 
     def add(self, job: str, samples: list[Sample]) -> None:
@@ -391,6 +400,8 @@ class SnapshotBuilder:
             p = procs.get(key)
             if p is None:
                 p = procs[key] = _Proc(m)
+            elif "comm" in m:
+                p.learn(m)
             counts = p.total if total else p.interval
             if fld is not None:
                 counts[fld] = float(s["value"][1])
