@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "scripts"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-from gputop.feed import SnapshotCallback  # noqa: E402
 from gputop.model import ProcKey, ProcSample, Rates, Snapshot, SourceStatus  # noqa: E402
 from gputop.record import read_recording  # noqa: E402
+from screenshots import FrameFeed  # noqa: E402
 
 RECORDING = ROOT / "tests" / "data" / "scenario.jsonl"
 URL = "http://prometheus.example:9090"
@@ -60,28 +61,16 @@ def fleet_frames(n: int) -> list[Snapshot]:
     return out
 
 
-class FleetFrameFeed:
-    """A feed of kind "fleet" that hands over given fleet snapshots when the flow asks (``deliver``)."""
+class FleetFrameFeed(FrameFeed):
+    """A feed of kind "fleet" that hands over given fleet snapshots when the flow asks (``deliver``),
+    and answers the fleet view's watch and query_range calls from them."""
 
     kind = "fleet"
 
     def __init__(self, frames: list[Snapshot]) -> None:
-        self.frames = frames
-        self.callback: SnapshotCallback | None = None
+        super().__init__(frames)
         self.watched: tuple[ProcKey, ...] = ()
         self.error: str | None = None
-
-    def start(self, on_snapshot: SnapshotCallback) -> None:
-        self.callback = on_snapshot
-
-    def stop(self) -> None:
-        pass
-
-    def set_interval(self, interval_s: float) -> None:
-        pass
-
-    def set_paused(self, paused: bool) -> None:
-        pass
 
     def watch(self, keys: Any) -> None:
         self.watched = tuple(keys)
@@ -100,13 +89,3 @@ class FleetFrameFeed:
                     out.setdefault(name, []).append((snap.time, v))
         return out or None
 
-    async def deliver(self, pilot: Any) -> None:
-        for _ in range(500):
-            if self.callback is not None:
-                break
-            await pilot.pause(0.01)
-        assert self.callback is not None, "the app did not start the feed"
-        for snap in self.frames:
-            self.callback(snap)
-        await pilot.pause()
-        await pilot.pause()
