@@ -171,6 +171,11 @@ class GputopApp(App[int]):
         self.replay_paced = self.is_replay and self.options.interval_s is None
         self._seq = 0
         self._seq_lock = threading.Lock()
+        #: settings changed but not yet written; a save worker takes them all under _save_file_lock, so the
+        #: file always ends with the latest values even when two saves' threads run out of order
+        self._unsaved: dict[str, object] = {}
+        self._unsaved_lock = threading.Lock()
+        self._save_file_lock = threading.Lock()
         self._themes = themes.load_themes()
         for t in self._themes.values():
             self.register_theme(t)
@@ -264,18 +269,25 @@ class GputopApp(App[int]):
             changed.pop("interval_s")  # a replay step is not a refresh preference
         if not changed:
             return
-        cfg = config_mod.Config(**changed)  # type: ignore[arg-type]
-        self.run_worker(partial(self._save_config, cfg), thread=True, name="save-config", exit_on_error=False)
+        with self._unsaved_lock:
+            self._unsaved.update(changed)
+        self.run_worker(self._save_config, thread=True, name="save-config", exit_on_error=False)
 
-    def _save_config(self, cfg: config_mod.Config) -> None:
-        try:
-            backup = config_mod.save_config(cfg, self.config_path)
-        except OSError as e:
-            self.say(f"cannot save settings: {e}", "warning")
-        else:
-            if backup is not None:
-                self.say(f"settings saved; the file as it was (comments, or content gputop cannot read) is kept "
-                         f"in {backup}", "warning", timeout=10)
+    def _save_config(self) -> None:
+        with self._save_file_lock:
+            with self._unsaved_lock:
+                changed, self._unsaved = self._unsaved, {}
+            if not changed:
+                return  # an earlier worker already wrote these
+            cfg = config_mod.Config(**changed)  # type: ignore[arg-type]
+            try:
+                backup = config_mod.save_config(cfg, self.config_path)
+            except OSError as e:
+                self.say(f"cannot save settings: {e}", "warning")
+                return
+        if backup is not None:
+            self.say(f"settings saved; the file as it was (comments, or content gputop cannot read) is kept "
+                     f"in {backup}", "warning", timeout=10)
 
     def set_sort(self, key: str, reverse: bool | None = None) -> None:
         self.settings.sort = columns.check_sort_key(key)

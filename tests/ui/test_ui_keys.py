@@ -311,6 +311,38 @@ def test_theme_key_cycles_and_persists(config_file: Path) -> None:
     assert tomllib.loads(config_file.read_text())["theme"] == "dark"
 
 
+def test_settings_saved_out_of_order_still_end_with_the_last_choice(config_file: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each key press saves in a thread of its own; a first save that is slow (a busy disk, a loaded
+    host) must not land after, and so undo, the later ones."""
+    from gputop import config as config_mod
+
+    real_save = config_mod.save_config
+    calls: list[str | None] = []
+    first_started = threading.Event()
+
+    def slow_first(cfg: config_mod.Config, path: Path | None = None) -> Path | None:
+        calls.append(cfg.theme)
+        if len(calls) == 1:
+            first_started.set()
+            threading.Event().wait(0.5)  # the later presses' workers start while this one sleeps
+        return real_save(cfg, path)
+
+    monkeypatch.setattr(config_mod, "save_config", slow_first)
+
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        await pilot.press("t")
+        assert await asyncio.to_thread(first_started.wait, 5)
+        for _ in range(2):
+            await pilot.press("t")
+        await pilot.pause(1.0)
+        assert app.theme == "monochrome"
+
+    run(None, body)
+    assert tomllib.loads(config_file.read_text())["theme"] == "monochrome"
+    assert calls[0] == "light" and calls[-1] == "monochrome"
+
+
 def test_quit_key() -> None:
     async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
         await pilot.press("q")
