@@ -147,10 +147,10 @@ def process_tree(pid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            stat = (entry / "stat").read_bytes()  # bytes: a name may be any bytes but NUL and "/"
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        ppid = int(stat.rsplit(b")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(entry.name))
     out, todo = [], [pid]
     while todo:
@@ -166,7 +166,7 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     total = 0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])
