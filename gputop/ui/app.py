@@ -434,8 +434,8 @@ class GputopApp(App[int]):
             return "fleet view (--prometheus): the processes run on other nodes, no signal sent"
         return None
 
-    def send_signal(self, targets: Sequence[tuple[int, str | None]], signum: int) -> None:
-        """Send ``signum`` to each (pid, comm) after checking the PID still runs that command."""
+    def send_signal(self, targets: Sequence[tuple[int, str | None, float | None]], signum: int) -> None:
+        """Send ``signum`` to each (pid, comm, start_time) after checking the PID still runs that process."""
         self.run_worker(
             partial(self._send_signal, list(targets), signum),
             thread=True,
@@ -443,23 +443,47 @@ class GputopApp(App[int]):
             exit_on_error=False,
         )
 
-    def _send_signal(self, targets: list[tuple[int, str | None]], signum: int) -> None:
+    def _send_signal(self, targets: list[tuple[int, str | None, float | None]], signum: int) -> None:
         name = signal.Signals(signum).name
-        for pid, comm in targets:
+        for pid, comm, start_time in targets:
             try:
-                with open(f"/proc/{pid}/comm", "rb") as f:   # comm: up to 15 bytes, any bytes
-                    now = f.read().removesuffix(b"\n")     # the kernel's newline; the name may hold one
-                if comm is None:
-                    raise LookupError(f"the command of PID {pid} is unknown, so a reused PID cannot be ruled out")
-                if now != comm.encode("utf-8", "surrogateescape")[:15]:
-                    shown = now.decode("utf-8", "surrogateescape")
-                    raise LookupError(f"PID {pid} now runs '{shown}', not '{comm}' (PID reused)")
-                os.kill(pid, signum)
+                # the pidfd pins the process: what is checked below is what the signal reaches
+                fd = os.pidfd_open(pid)
+            except OSError as e:
+                self.say(f"{name} to {pid} failed: {e.strerror or e}", "error")
+                continue
+            try:
+                _check_identity(pid, comm, start_time)
+                signal.pidfd_send_signal(fd, signum)
             except (OSError, LookupError) as e:
                 msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
                 self.say(f"{name} to {pid} failed: {msg}", "error")
             else:
                 self.say(f"sent {name} to {pid} ({comm})")
+            finally:
+                os.close(fd)
+
+
+def _check_identity(pid: int, comm: str | None, start_time: float | None) -> None:
+    """Raise LookupError unless PID ``pid`` still runs command ``comm`` (and, when known, the process
+    started at ``start_time``, seconds since the epoch as psutil gives it): a PID may have been reused."""
+    import psutil
+
+    with open(f"/proc/{pid}/comm", "rb") as f:   # comm: up to 15 bytes, any bytes
+        now = f.read().removesuffix(b"\n")     # the kernel's newline; the name may hold one
+    if comm is None:
+        raise LookupError(f"the command of PID {pid} is unknown, so a reused PID cannot be ruled out")
+    if now != comm.encode("utf-8", "surrogateescape")[:15]:
+        shown = now.decode("utf-8", "surrogateescape")
+        raise LookupError(f"PID {pid} now runs '{shown}', not '{comm}' (PID reused)")
+    if start_time is not None:
+        try:
+            started = psutil.Process(pid).create_time()
+        except psutil.Error as e:
+            raise LookupError(f"PID {pid}: {e}") from None
+        if abs(started - start_time) > 0.02:  # the kernel counts start times in clock ticks (10 ms)
+            raise LookupError(f"PID {pid} now runs another '{comm}', started {started - start_time:+.2f} s later "
+                              f"(PID reused)")
 
 
 def run_dashboard(feed: Feed, options: DashboardOptions) -> int:

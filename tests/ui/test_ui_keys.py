@@ -579,6 +579,31 @@ def test_k_refuses_a_reused_pid(sleeper: subprocess.Popen[bytes]) -> None:
     assert sleeper.poll() is None
 
 
+def test_k_checks_the_start_time_when_the_command_is_the_same(sleeper: subprocess.Popen[bytes]) -> None:
+    """A PID reused by another process of the same name (the usual case on a fleet host: one more
+    `python`) is told apart by its start time."""
+    import psutil
+
+    started = psutil.Process(sleeper.pid).create_time()
+
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        earlier = replace(proc(sleeper.pid, "sleep", 10.0), start_time=started - 30.0)
+        await push(pilot, feed, snapshot(earlier))
+        await pilot.press("k", "enter")
+        await pilot.pause(0.3)
+        assert any("started +30.00 s later (PID reused)" in n for n in notes(app))
+        assert sleeper.poll() is None
+        await push(pilot, feed, snapshot(replace(earlier, start_time=started)))
+        await pilot.press("k", "enter")
+        for _ in range(100):
+            if sleeper.poll() is not None:
+                break
+            await pilot.pause(0.02)
+
+    run(None, body)
+    assert sleeper.wait(5) == -signal.SIGTERM
+
+
 def test_k_refuses_a_process_whose_command_is_unknown(sleeper: subprocess.Popen[bytes]) -> None:
     async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
         await push(pilot, feed, snapshot(replace(proc(sleeper.pid, "sleep", 10.0), comm=None, cmdline=None)))

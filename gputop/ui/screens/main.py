@@ -170,7 +170,7 @@ class MainScreen(LiveScreen):
         )
         if not pids:
             return
-        targets = [(pid, rows[pid].comm) for pid in pids]
+        targets = [(pid, rows[pid].comm, rows[pid].start_time) for pid in pids]
         labels = [f"{pid} {fmt.text(rows[pid].cmdline or rows[pid].comm)}" for pid in pids]
 
         def sent(signum: int | None) -> None:
