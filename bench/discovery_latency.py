@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import benchjson  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
 
 from gputop.sources.bpf import BpfSource  # noqa: E402
@@ -92,6 +93,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--interval-s", type=float, default=1.0, help="the polling collector's refresh")
+    benchjson.add_argument(ap)
     args = ap.parse_args()
     wl = build_native("cuda_workload.c", "wl_dlopen", "-ldl", "-lpthread")
     src = BpfSource()
@@ -114,6 +116,7 @@ def main() -> int:
                             results.setdefault((mode, kind), []).append(probed_after(src, start, Path(tmp)))
     finally:
         src.close()
+    figures: dict[str, object] = {"rounds": args.rounds, "interval_s": args.interval_s}
     for kind in ("stays", "exits"):
         med: dict[str, float | None] = {}
         for mode in ("events", "polling"):
@@ -121,8 +124,11 @@ def main() -> int:
             med[mode] = statistics.median(times) if times else None
             shown = f"{med[mode] * 1000:.1f} ms" if med[mode] is not None else "never"
             print(f"{kind:6} {mode:8} probed {len(times)}/{args.rounds}, median {shown}")
+            figures[f"{kind}_{mode}_probed"] = len(times)
+            figures[f"{kind}_{mode}_median_s"] = med[mode]
         if med["events"] and med["polling"]:
             print(f"{kind:6} polling / events: {med['polling'] / med['events']:.1f}x")
+    benchjson.write(args.json, figures)
     return 0
 
 

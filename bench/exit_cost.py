@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
+import benchjson  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
 from tmux_driver import TmuxSession  # noqa: E402
 
@@ -60,6 +61,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dashboard", type=int, default=5, metavar="N")
+    benchjson.add_argument(ap)
     args = ap.parse_args()
     exe = build_native("cuda_workload.c", "wl_dlopen", "-ldl", "-lpthread")
     wl = subprocess.Popen([str(exe), "--cudart", str(TESTBED / "cudart" / "libcudart.so.12"),
@@ -91,6 +93,11 @@ def main() -> int:
     if quits:
         print(f"dashboard, q to exit ({len(quits)} runs): median {statistics.median(quits):.2f} s, "
               f"min {min(quits):.2f} s, max {max(quits):.2f} s")
+    benchjson.write(args.json, {
+        "rounds": args.rounds, "probes": probes["links"], "detach_links_s": med["links"], "detach_perf_s": med["perf"],
+        "perf_over_links": med["perf"] / med["links"], "quit_runs": len(quits),
+        "quit_median_s": statistics.median(quits) if quits else None, "quit_min_s": min(quits) if quits else None,
+        "quit_max_s": max(quits) if quits else None})
     return 0
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+import benchjson  # noqa: E402
 from promserver import Exporter, wait_until  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
 
@@ -71,7 +72,10 @@ def main() -> int:
     ap.add_argument("--cpu-seconds", type=float, default=60.0)
     ap.add_argument("--rounds", type=int, default=2, help="A B rounds of the CPU measurement")
     ap.add_argument("--breakdown", action="store_true", help="also measure the CPU without scrapes and refreshes")
+    benchjson.add_argument(ap)
     args = ap.parse_args()
+    figures: dict[str, object] = {"procs": args.procs, "kernels": args.kernels, "scrapes": args.scrapes,
+                                  "cpu_seconds": args.cpu_seconds, "rounds": args.rounds}
 
     tmp = Path(tempfile.mkdtemp(prefix="gputop-exporter-bench-"))
     go = tmp / "go"
@@ -114,8 +118,11 @@ def main() -> int:
         kseries = sum(1 for ln in lines if ln.startswith("gputop_kernel_function_launches"))
         print(f"exporter_cost: {args.procs} traced processes x {args.kernels} kernels, --kernel-metrics 20")
         print(f"  /metrics: {series} series ({kseries} per-kernel), {len(body) / 1024:.0f} KiB")
+        figures.update(series=series, kernel_series=kseries, body_bytes=len(body))
         for name, times in (("a new snapshot (rendered)", cold), ("the same snapshot again (cached)", warm)):
             q = statistics.quantiles(times, n=10)
+            key = "cold" if times is cold else "warm"
+            figures.update({f"scrape_{key}_median_s": statistics.median(times), f"scrape_{key}_p90_s": q[8]})
             print(f"  scrape time of {name}, {len(times)} scrapes: median {statistics.median(times) * 1e3:.1f} ms, "
                   f"p90 {q[8] * 1e3:.1f} ms")
 
@@ -135,6 +142,7 @@ def main() -> int:
         print(f"  CPU, default 15 s refresh, scraped every 15 s ({args.rounds} x {args.cpu_seconds:g} s each, "
               f"A B A B): traced {tr:.2f} % of a core, --no-bpf {pl:.2f} % (ratio {ratio:.2f})")
         print(f"  goal <= 1 % of a core: {'met' if tr <= 1.0 else 'NOT met'}")
+        figures.update(cpu_traced_pct=tr, cpu_no_bpf_pct=pl, traced_over_no_bpf=ratio)
         if idle is not None:
             unscraped = {}
             for name, exp in (("15 s refresh", traced), ("no refresh (-d 600)", idle)):
@@ -144,6 +152,10 @@ def main() -> int:
             per_refresh_ms = (unscraped["15 s refresh"] - unscraped["no refresh (-d 600)"]) / 100 * 15 * 1e3
             print("  unscraped, traced: " + ", ".join(f"{k} {v:.2f} %" for k, v in unscraped.items())
                   + f" of a core; one refresh about {per_refresh_ms:.0f} ms")
+            figures.update(cpu_unscraped_pct=unscraped["15 s refresh"],
+                           cpu_unscraped_no_refresh_pct=unscraped["no refresh (-d 600)"],
+                           refresh_s=per_refresh_ms / 1e3)
+        benchjson.write(args.json, figures)
     finally:
         for p in procs:
             p.kill()

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import benchjson  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
 
 from gputop.sources.bpf import BpfSource  # noqa: E402
@@ -51,6 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20000)
+    benchjson.add_argument(ap)
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/graph_launch_cost.py: error: needs root (BPF)\nhint: sudo .venv/bin/python bench/...")
@@ -101,6 +103,8 @@ def main() -> None:
     print(f"kernel launch  {k:7.1f} ns of BPF per call (median of {len(kernel)} rounds of {args.calls})")
     print(f"graph launch   {g:7.1f} ns of BPF per call (median of {len(graph)} rounds of {args.calls})")
     print(f"graph / kernel launch: {g / k:.2f}")
+    benchjson.write(args.json, {"rounds": len(kernel), "calls": args.calls, "graph_kernels": 50,
+                                "kernel_launch_bpf_ns": k, "graph_launch_bpf_ns": g, "graph_over_kernel": g / k})
 
 
 if __name__ == "__main__":

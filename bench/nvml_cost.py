@@ -27,6 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import benchjson  # noqa: E402
+
 from gputop.sources.nvml import NvmlSource  # noqa: E402
 
 
@@ -84,6 +86,7 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=200, help="reads to time (median reported)")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=64)
+    benchjson.add_argument(ap)
     args = ap.parse_args()
 
     lib_path = build_fake()
@@ -133,6 +136,11 @@ def main() -> None:
     print(f"time per read, bare pynvml loop:           median {bare_med * 1e3:.3f} ms")
     print(f"NvmlSource / bare pynvml:                  {med / bare_med:.2f}x")
     print(f"per C call, NvmlSource:                    {med / statistics.median(c_calls) * 1e6:.1f} us")
+    benchjson.write(args.json, {
+        "gpus": args.gpus, "procs": args.procs, "reads": args.reads, "c_calls_per_read": statistics.median(c_calls),
+        "pynvml_calls_per_read": statistics.median(py_calls), "read_s": med, "read_min_s": min(times),
+        "read_max_s": max(times), "bare_read_s": bare_med, "source_over_bare": med / bare_med,
+        "per_c_call_s": med / statistics.median(c_calls)})
 
 
 if __name__ == "__main__":
