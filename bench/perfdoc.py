@@ -1,0 +1,208 @@
+"""docs/PERFORMANCE.md, written from the benchmarks' ``--json`` figures (bench/performance.py runs
+them). One renderer per section; each takes the figures of its benchmark and returns its Markdown.
+The prose says how each figure is measured; every number in it comes from the figures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Doc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str                       # the figures' file: <json dir>/<name>.json
+    title: str
+    script: str                     # bench/<script>
+    args: tuple[str, ...]           # as bench/performance.py runs it
+    render: Callable[[Doc], str]    # the section's body from the figures
+
+
+# -- number formats --------------------------------------------------------------------------------
+
+def num(x: float | None, digits: int = 1) -> str:
+    """A figure with thousands separators; N/A when unknown."""
+    return "N/A" if x is None else f"{x:,.{digits}f}"
+
+
+def ms(x_s: float | None, digits: int = 1) -> str:
+    return "N/A" if x_s is None else f"{x_s * 1e3:,.{digits}f} ms"
+
+
+def sec(x_s: float | None, digits: int = 2) -> str:
+    return "N/A" if x_s is None else f"{x_s:,.{digits}f} s"
+
+
+def pct(x: float | None, digits: int = 2) -> str:
+    return "N/A" if x is None else f"{x:.{digits}f} %"
+
+
+def ratio(x: float | None, digits: int = 2) -> str:
+    return "N/A" if x is None else f"{x:.{digits}f}"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def measured(doc: Doc) -> str:
+    """The command block and the conditions line every section starts with."""
+    c = doc.get("conditions", {})
+    load = c.get("loadavg_1m")
+    cond = (f"Measured {c.get('date', '?')} on Linux {c.get('kernel', '?')}, {c.get('cpus', '?')} CPUs, "
+            f"Python {c.get('python', '?')}" + (f", load average {load:.1f} at the start" if load is not None else "")
+            + ".")
+    return f"```\n{doc['command']}\n```\n\n{cond}\n"
+
+
+# -- sections ---------------------------------------------------------------------------------------
+
+def graph_launch(doc: Doc) -> str:
+    f = doc["figures"]
+    return f"""{measured(doc)}
+BPF run time per call (the kernel's BPF statistics) of gputop's handlers at both layers, through
+the shim runtime, whose calls enter the real `libcuda.so.1`'s twins: `cudaLaunchKernel` →
+`cuLaunchKernel` against `cudaGraphLaunch` → `cuGraphLaunch` of a captured graph of
+{f['graph_kernels']} kernels, alternating rounds of {f['calls']:,} calls in one process (medians of
+{f['rounds']} rounds). A graph launch adds the exec's kernel count and one launch to its content (three
+hash lookups) instead of a kernel's record; the benchmark also checks that every graph kernel was
+counted.
+
+{table(("kernel launch", "graph launch", "ratio graph / kernel"),
+       [(f"{num(f['kernel_launch_bpf_ns'])} ns", f"{num(f['graph_launch_bpf_ns'])} ns",
+         f"**{ratio(f['graph_over_kernel'])}**")])}
+"""
+
+
+def discovery(doc: Doc) -> str:
+    f = doc["figures"]
+    rows = []
+    for kind, what in (("stays", "a process that keeps running"), ("exits", "a process that exits after ~5 ms")):
+        for mode in ("events", "polling"):
+            rows.append((what, mode, f"{f[f'{kind}_{mode}_probed']}/{f['rounds']}", ms(f[f"{kind}_{mode}_median_s"])))
+    return f"""{measured(doc)}
+The time from a process's first `mmap` of the real `libcudart.so.12` to gputop's probes on it, with
+gputop's exec/mmap events (the default) and with the polling collector alone (a /proc scan every
+{f['interval_s']:g} s), alternating, {f['rounds']} rounds each:
+
+{table(("workload", "discovery", "probed", "median time to probes"), rows)}
+
+A process that exits within a few milliseconds is probed only through the events: the BPF side names
+the file it was asked about, and gputop probes it through that path (docs/collector.md).
+"""
+
+
+def exit_cost(doc: Doc) -> str:
+    f = doc["figures"]
+    quit_row = ("dashboard, `q` to exit (links)",
+                f"median {sec(f['quit_median_s'])} ({sec(f['quit_min_s'])}–{sec(f['quit_max_s'])}, "
+                f"{f['quit_runs']} runs)") if f["quit_runs"] else None
+    rows = [("detach, uprobe_multi links (Linux 6.6+)", sec(f["detach_links_s"], 3)),
+            ("detach, a perf event per probe", sec(f["detach_perf_s"], 3)),
+            ("ratio perf / links", ratio(f["perf_over_links"], 1))]
+    if quit_row:
+        rows.append(quit_row)
+    return f"""{measured(doc)}
+A waiting process maps the real `libcudart.so.12` and `libcuda.so.1`; gputop attaches its full
+probe set to both ({f['probes']} probes) and detaches it (`BpfSource.close()`), alternating the two
+ways of attaching, medians of {f['rounds']} rounds; then the real dashboard, in tmux, probes the same
+objects and `q` is pressed:
+
+{table(("measured", "time"), rows)}
+
+The kernel detaches perf-event uprobes one at a time, each waiting for an RCU grace period; links are
+closed from parallel threads and their grace periods overlap.
+"""
+
+
+def nvml(doc: Doc) -> str:
+    f = doc["figures"]
+    return f"""{measured(doc)}
+The fake `libnvidia-ml.so.1` (tests/native/fake_nvml.c) serves {f['gpus']} GPUs and {f['procs']}
+processes, so this is gputop's own cost around NVML (Python, pynvml, ctypes); on a real driver every
+call also enters the kernel. Side by side: the same pynvml calls in a bare loop, the floor any
+pynvml-based reader pays. Medians of {f['reads']} reads:
+
+{table(("figure", "value"), [
+        ("NVML calls per refresh (C entry points)", num(f["c_calls_per_read"], 0)),
+        ("pynvml calls per refresh", num(f["pynvml_calls_per_read"], 0)),
+        ("time per refresh, `NvmlSource.read()`", ms(f["read_s"], 3)),
+        ("time per refresh, bare pynvml loop", ms(f["bare_read_s"], 3)),
+        ("ratio NvmlSource / bare", f"**{ratio(f['source_over_bare'])}**"),
+    ])}
+
+See [nvml.md](nvml.md) for what each call is for.
+"""
+
+
+def exporter(doc: Doc) -> str:
+    f = doc["figures"]
+    rows = [
+        ("`/metrics`",
+         f"{f['series']:,} series ({f['kernel_series']:,} per-kernel), {f['body_bytes'] / 1024:,.0f} KiB"),
+        (f"scrape of a new snapshot (rendered), {f['scrapes']} scrapes",
+         f"median {ms(f['scrape_cold_median_s'])}, p90 {ms(f['scrape_cold_p90_s'])}"),
+        (f"scrape of the same snapshot again (render cache), {f['scrapes']} scrapes",
+         f"median {ms(f['scrape_warm_median_s'])}, p90 {ms(f['scrape_warm_p90_s'])}"),
+        (f"exporter CPU, default 15 s refresh, scraped every 15 s ({f['rounds']} × {f['cpu_seconds']:g} s, A B A B)",
+         f"{pct(f['cpu_traced_pct'])} of a core"),
+        ("the same beside it with `--no-bpf` (NVML and host data only)",
+         f"{pct(f['cpu_no_bpf_pct'])} (ratio {ratio(f['traced_over_no_bpf'])})"),
+    ]
+    if "cpu_unscraped_pct" in f:
+        rows += [("unscraped, traced, default 15 s refresh", pct(f["cpu_unscraped_pct"])),
+                 ("unscraped, traced, no refresh (`-d 600`)", pct(f["cpu_unscraped_no_refresh_pct"])),
+                 ("one refresh (the difference over 15 s)", ms(f["refresh_s"], 0))]
+    return f"""{measured(doc)}
+{f['procs']} traced processes of the test bed, each with {f['kernels']} distinct kernels; exporters
+with `--kernel-metrics 20`, scraped over loopback:
+
+{table(("figure", "value"), rows)}
+
+The goal of at most 1 % of a core: {verdict(f['cpu_traced_pct'] <= 1.0)}. A refresh reads every
+process's records, psutil data and kernel names; rendering a new snapshot for a scrape is most of a
+scrape's time (prometheus_client formats every sample), and an unchanged snapshot is served from the
+render cache.
+"""
+
+
+SECTIONS: list[Section] = [
+    Section("graph_launch", "A CUDA graph launch", "graph_launch_cost.py", ("--rounds", "9"), graph_launch),
+    Section("discovery", "A new process: time to probes", "discovery_latency.py", ("--rounds", "7"), discovery),
+    Section("exit", "Quitting: detaching the probes", "exit_cost.py", ("--rounds", "3", "--dashboard", "5"),
+            exit_cost),
+    Section("nvml", "NVML", "nvml_cost.py", ("--reads", "200"), nvml),
+    Section("exporter", "The exporter", "exporter_cost.py", ("--cpu-seconds", "45", "--rounds", "2", "--breakdown"),
+            exporter),
+]
+
+PREAMBLE = """# Performance
+
+Written by `.venv/bin/python bench/performance.py` (as root, after `./test.sh` has set up the test
+bed; about 40 minutes on 2 cores) from the figures each benchmark writes with `--json`; do not edit
+by hand. Each section names the command that measured it and the machine's state when it ran.
+Timings on the development VM (2 cores, no GPU) are noisy, so every comparison is measured side by
+side in one run, alternating the configurations (A B A B ...) and taking medians; the ratios are the
+figures to compare, not the absolute times.
+"""
+
+
+def render(docs: dict[str, Doc]) -> str:
+    parts = [PREAMBLE]
+    for s in SECTIONS:
+        parts.append(f"## {s.title}\n")
+        doc = docs.get(s.name)
+        if doc is None:
+            cmd = " ".join([".venv/bin/python", f"bench/{s.script}", *s.args])
+            parts.append(f"Not measured yet: `{cmd}`.\n")
+        else:
+            parts.append(s.render(doc))
+    return "\n".join(parts)

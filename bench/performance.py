@@ -1,0 +1,84 @@
+"""Regenerate docs/PERFORMANCE.md: run every benchmark with ``--json``, then write the document from
+their figures (each section names the command that measured it and the conditions it ran under).
+
+Run as root after ./test.sh has set up the test bed (bpftrace and htop are optional columns):
+
+    .venv/bin/python bench/performance.py                  # everything, about 40 minutes on 2 cores
+    .venv/bin/python bench/performance.py --only probe_cost ui_cpu
+    .venv/bin/python bench/performance.py --render-only    # rewrite the document from the last figures
+
+The figures are kept in ``--json-dir`` (default .cache/perf/); ``--render-only`` rewrites the
+document from them without measuring. Benchmarks run one after another, never side by side with
+each other: each one's own comparisons are side by side within its run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import perfdoc  # noqa: E402
+
+DEFAULT_DIR = ROOT / ".cache" / "perf"
+
+
+def run_one(section: perfdoc.Section, json_dir: Path) -> bool:
+    out = json_dir / f"{section.name}.json"
+    argv = [sys.executable, str(ROOT / "bench" / section.script), *section.args, "--json", str(out)]
+    print(f"== {section.name}: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    rc = subprocess.run(argv, cwd=ROOT).returncode
+    print(f"== {section.name}: exit {rc} after {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    return rc == 0 and out.exists()
+
+
+def load(json_dir: Path) -> dict[str, dict[str, Any]]:
+    docs: dict[str, dict[str, Any]] = {}
+    for s in perfdoc.SECTIONS:
+        path = json_dir / f"{s.name}.json"
+        if path.exists():
+            docs[s.name] = json.loads(path.read_text())
+    return docs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    names = [s.name for s in perfdoc.SECTIONS]
+    ap.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=f"measure only these: {', '.join(names)}")
+    ap.add_argument("--json-dir", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--render-only", action="store_true", help="write the document from the figures already kept")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "PERFORMANCE.md")
+    args = ap.parse_args()
+    if not args.render_only and os.geteuid() != 0:
+        print("gputop: error: the benchmarks need root (BPF)\nhint: sudo .venv/bin/python bench/performance.py",
+              file=sys.stderr)
+        return 77
+    args.json_dir.mkdir(parents=True, exist_ok=True)
+    failed = []
+    if not args.render_only:
+        for s in perfdoc.SECTIONS:
+            if (args.only is None or s.name in args.only) and not run_one(s, args.json_dir):
+                failed.append(s.name)
+    docs = load(args.json_dir)
+    text = perfdoc.render(docs)
+    args.out.write_text(text)
+    missing = [s.name for s in perfdoc.SECTIONS if s.name not in docs]
+    print(f"wrote {args.out}" + (f"; no figures yet for: {', '.join(missing)}" if missing else ""), file=sys.stderr)
+    if failed:
+        print(f"gputop: error: benchmarks failed: {', '.join(failed)}\nhint: run each alone to see why",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
