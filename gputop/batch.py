@@ -87,7 +87,8 @@ def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = Fals
     bpf = snap.sources.get("bpf")
     cost = ""
     if bpf is not None and bpf.status == "ok" and "prometheus" not in snap.sources:   # the fleet has no such cost
-        cost = f"  probes {fmt.si(bpf.probe_hits_per_s)}/s  bpf cpu {fmt.cpu_share(bpf.overhead_ns_per_s)}"
+        cost = (f"  probes {fmt.si(bpf.probe_hits_per_s)}/s  cost {fmt.cpu_share(bpf.cost_ns_per_s)} cpu"
+                f" (traps {fmt.cpu_share(bpf.traps_ns_per_s)} + bpf {fmt.cpu_share(bpf.overhead_ns_per_s)})")
         if bpf.dropped:             # records that found no room: some counts are unknown (as the header says)
             cost += f"  dropped {fmt.si(bpf.dropped)}"
     lines = [f"gputop - {fmt.clock(snap.time)}  {fmt.text(snap.host)}  interval {snap.interval_s:.2f}s  {src}{cost}"]

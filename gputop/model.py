@@ -168,16 +168,29 @@ class SourceStatus:
     objects: int | None = None
     probes: int | None = None
     dropped: int | None = None
-    overhead_ns_per_s: float | None = None
+    overhead_ns_per_s: float | None = None      # the BPF programs' run time (ns of CPU per second)
     probe_hits_per_s: float | None = None
+    #: what the traced processes pay for gputop's probes, ns of CPU per second: uprobe hits x this
+    #: host's calibrated trap cost + overhead_ns_per_s (None while either is unknown)
+    cost_ns_per_s: float | None = None
+    #: the calibrated uprobe trap cost, ns per hit at function entry (None: not yet calibrated)
+    trap_ns: float | None = None
     headers: str | None = None
     attach: str | None = None           # "links" (uprobe_multi) | "perf" (a perf event per probe)
     probes_failed: int | None = None    # probes that did not attach (the first one's reason in ``reason``)
     #: UVM only: what is traced when "ok": "cpu" (CPU faults on managed memory only) or "cpu+gpu"
     scope: str | None = None
 
+    @property
+    def traps_ns_per_s(self) -> float | None:
+        """The trap part of cost_ns_per_s (the rest is the programs' run time)."""
+        if self.cost_ns_per_s is None or self.overhead_ns_per_s is None:
+            return None
+        return self.cost_ns_per_s - self.overhead_ns_per_s
 
-_BPF_ONLY = ("objects", "probes", "dropped", "overhead_ns_per_s", "probe_hits_per_s", "headers", "attach",
+
+_BPF_ONLY = ("objects", "probes", "dropped", "overhead_ns_per_s", "probe_hits_per_s", "cost_ns_per_s", "trap_ns",
+             "headers", "attach",
              "probes_failed")
 _UVM_ONLY = ("scope",)
 

@@ -219,6 +219,15 @@ class SnapshotCollector(Collector):
         if bpf.overhead_ns_per_s is not None:
             fam.gauge("gputop_bpf_run_seconds_per_second", "CPU seconds per second gputop's BPF programs ran "
                       "(last statistics window).", ()).add_metric([], bpf.overhead_ns_per_s / 1e9)
+        if bpf.cost_ns_per_s is not None:
+            fam.gauge("gputop_self_cost_seconds_per_second", "CPU seconds per second the traced processes pay for "
+                      "gputop's probes: uprobe hits x this host's calibrated trap cost (gputop doctor shows it) + "
+                      "the BPF programs' run time (gputop_bpf_run_seconds_per_second); last statistics window.",
+                      ()).add_metric([], bpf.cost_ns_per_s / 1e9)
+        if bpf.trap_ns is not None:
+            fam.gauge("gputop_uprobe_trap_seconds", "This host's uprobe trap cost per probe hit at function entry, "
+                      "calibrated once per kernel (an empty probe on a function starting with push %rbp).",
+                      ()).add_metric([], bpf.trap_ns / 1e9)
         if bpf.dropped is not None:
             fam.counter("gputop_dropped_records", "Records the BPF maps had no room for.",
                         ()).add_metric([], float(bpf.dropped))

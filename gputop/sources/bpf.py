@@ -32,7 +32,6 @@ from gputop.sources.bpfsys import (
     TRACEFS,
     aligned_blocks,
     coverage_gaps,
-    enable_stats,
     ensure_tracefs,
     has_privileges,
     privileges_error,
@@ -42,6 +41,7 @@ from gputop.sources.bpfsys import (
 from gputop.sources.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer
+from gputop.sources.selfcost import ProgStats, SelfCost
 from gputop.sources.uprobes import UprobeAttacher
 
 __all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "IdleProc", "RawKernel", "RawProc", "aligned_blocks",
@@ -57,8 +57,6 @@ EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: f
 PATH_DEPTH = 16       # bpf/gputop.bpf.c's file_event_t: names from a mapped file up to its fs root
 PATH_NAME = 64
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
-STATS_WINDOW_S = 1.0  # BPF run-time statistics are on for this long...
-STATS_PERIOD_S = 5.0  # ...in every this long
 _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_info.minor}/site-packages",
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 
@@ -170,14 +168,20 @@ class BpfReading:
     status: SourceStatus
     procs: dict[int, RawProc] = field(default_factory=dict)
     uvm_cpu_faults: bool = False        # whether CPU faults on managed memory are traced
-    #: gputop's own cost, measured over the last statistics window (see SelfCost)
+    #: gputop's own cost, measured over the last statistics window (see selfcost.SelfCost)
     overhead_ns_per_s: float | None = None
     probe_hits_per_s: float | None = None
+    #: hits x this host's trap cost + overhead_ns_per_s (None while the trap cost is unknown)
+    cost_ns_per_s: float | None = None
+    trap_ns: float | None = None        #: the calibrated trap cost per entry hit (None: not yet known)
     #: processes that map a probed object and have no record in ``procs`` (never gputop itself)
     idle: dict[int, IdleProc] = field(default_factory=dict)
     #: process records that could not be stored since start (a process without one may have called)
     procs_dropped: int = 0
 
+
+#: the programs attached at function return (uretprobes): each hit also pays the return trap
+_RETURN_FNS = frozenset(p.ret for p in catalogue.ALL if p.ret)
 
 _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_bytes", "free_calls",
             "live_bytes", "managed_alloc_calls", "managed_alloc_bytes", "uvm_cpu_faults", "sync_calls",
@@ -193,43 +197,6 @@ class _FileEvent(ctypes.Structure):
     """bpf/gputop.bpf.c's file_event_t (type 6)."""
     _fields_ = (("h", _Event), ("dev", ctypes.c_uint64), ("ino", ctypes.c_uint64), ("depth", ctypes.c_uint32),
                 ("complete", ctypes.c_uint32), ("names", (ctypes.c_char * PATH_NAME) * PATH_DEPTH))
-
-
-class SelfCost:
-    """gputop's own BPF cost, measured over windows: statistics are on for STATS_WINDOW_S in every
-    STATS_PERIOD_S. While they are on, every BPF program on the host pays two clock reads more per
-    run, so they are not left on for good."""
-
-    def __init__(self, read: Callable[[], tuple[int, int]], clock: Callable[[], float]) -> None:
-        self._read = read
-        self._clock = clock
-        self._fd: int | None = None
-        self._t0 = 0.0
-        self._base = (0, 0)
-        self._next = 0.0
-        self.ns_per_s: float | None = None
-        self.hits_per_s: float | None = None
-
-    def tick(self) -> None:
-        now = self._clock()
-        if self._fd is None and now >= self._next:
-            self._fd = enable_stats()
-            if self._fd is None:                # refused: the cost stays unknown
-                self._next = float("inf")
-                return
-            self._t0, self._base = now, self._read()
-        elif self._fd is not None and now - self._t0 >= STATS_WINDOW_S:
-            ns, cnt = self._read()
-            dt = now - self._t0
-            self.ns_per_s = (ns - self._base[0]) / dt
-            self.hits_per_s = (cnt - self._base[1]) / dt
-            self.stop()
-            self._next = self._t0 + STATS_PERIOD_S
-
-    def stop(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 _P = ParamSpec("_P")
@@ -270,6 +237,7 @@ class BpfSource:
         self.uvm_cpu_faults = False
         self._gaps: str | None = None         # why some processes may go untraced (capabilities)
         self.cost = SelfCost(self._prog_stats, clock)
+        self._snapshots = 0                       # reads so far (the trap calibration waits for one)
         self._symcache: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
         self._maps: dict[int, list[discovery.Mapping]] = {}   # last known executable maps by pid
         self._cuda_pids: set[int] = set()         # processes whose known maps hold a probed object
@@ -373,7 +341,8 @@ class BpfSource:
         Returns True when something happened (a rescan attached probes or a process exited).
         """
         self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
-        self.cost.tick()
+        # once a snapshot is out, calibrate the trap cost (cached per kernel) as the probes attach
+        self.cost.tick(self.uprobes.mode if self._snapshots and self.uprobes else None)
         changed = bool(self._exited)
         for pid in self._reimage:       # exec: the old image's code ranges and names are gone
             self._forget_image(pid)
@@ -546,15 +515,20 @@ class BpfSource:
 
     # ------------------------------------------------------------ reading
 
-    def _prog_stats(self) -> tuple[int, int]:
-        """Run time and run count of gputop's programs (they grow only while statistics are on)."""
-        total_ns = total_cnt = 0
-        for fn in self.bpf.funcs.values():
-            st = prog_run_stats(fn.fd)
-            if st:
-                total_ns += st[0]
-                total_cnt += st[1]
-        return total_ns, total_cnt
+    def _prog_stats(self) -> ProgStats | None:
+        """Run time and runs of gputop's programs by kind (they grow only while statistics are on);
+        None once closed (a statistics window may close on its timer thread)."""
+        with self._lock:
+            if self.bpf is None:
+                return None
+            ns, runs = [0, 0, 0], [0, 0, 0]
+            for name, fn in self.bpf.funcs.items():
+                st = prog_run_stats(fn.fd)
+                if st:
+                    kind = 2 if name.startswith(b"tracepoint__") else 1 if name.decode() in _RETURN_FNS else 0
+                    ns[kind] += st[0]
+                    runs[kind] += st[1]
+            return ProgStats(sum(ns), runs[0], runs[1], runs[2], other_ns=ns[2])
 
     def dropped(self) -> dict[str, int]:
         table = self.table("dropped")
@@ -604,7 +578,10 @@ class BpfSource:
         status = SourceStatus("ok", reason, objects=len(self.objects), probes=self.probes, dropped=dropped,
                               headers=self.headers.detail if self.headers else None,
                               attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)
+        self._snapshots += 1
         return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s,
+                          cost_ns_per_s=self.cost.cost_ns_per_s,
+                          trap_ns=self.cost.trap.trap_ns if self.cost.trap else None,
                           idle=idle, procs_dropped=drops["procs"])
 
     def baseline(self) -> dict[int, RawProc]:

@@ -447,6 +447,9 @@ def _sources(n_procs: int, launches: float) -> dict[str, SourceStatus]:
             dropped=0,
             overhead_ns_per_s=launches * 55.0,
             probe_hits_per_s=launches * 1.3 + 800,
+            # the launches' uprobe hits pay the trap; the 800 tracepoint hits do not
+            trap_ns=760.0,
+            cost_ns_per_s=launches * 1.3 * 760.0 + launches * 55.0,
         ),
         "nvml": SourceStatus("ok"),
         "uvm": SourceStatus("ok", "CPU faults on managed memory only", scope="cpu"),

@@ -63,7 +63,8 @@ def proc(pid: int, comm: str = "python", launches: float | None = 100.0, **kw: o
 def snapshot(*procs: ProcSample, time: float = 1767258000.0, host: str = "test-host") -> Snapshot:
     return Snapshot(time=time, interval_s=1.0, host=host,
                     sources={"bpf": SourceStatus("ok", probes=10, objects=2, dropped=0, overhead_ns_per_s=1e6,
-                                                 probe_hits_per_s=5000.0),
+                                                 probe_hits_per_s=5000.0, trap_ns=700.0,
+                                                 cost_ns_per_s=5000 * 700.0 + 1e6),
                              "nvml": SourceStatus("unavailable", "no NVIDIA driver"),
                              "uvm": SourceStatus("unavailable", "no nvidia_uvm")},
                     processes=tuple(procs))

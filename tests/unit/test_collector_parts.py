@@ -167,26 +167,58 @@ def test_doctor_reports_the_real_nvml_without_a_driver(testbed) -> None:
     assert line == "WARN  NVML: unavailable: Driver Not Loaded"
 
 
-def test_self_cost_is_measured_over_windows(monkeypatch) -> None:
-    import gputop.sources.bpf as bpfmod
+def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None:
+    """Statistics are on for 0.1 s in every 5 s (2 %), closed by a timer; the cost is hits x the
+    calibrated trap cost + the programs' run time, unknown (None) until the trap cost is known."""
+    from gputop.sources import bpfsys, selfcost
+    from gputop.sources.selfcost import ProgStats, SelfCost
+    from gputop.sources.trapcost import Calibration, TrapCost
 
+    assert selfcost.STATS_WINDOW_S / selfcost.STATS_PERIOD_S == 0.02
     opened: list[int] = []
-    monkeypatch.setattr(bpfmod, "enable_stats", lambda: opened.append(1) or os.open("/dev/null", os.O_RDONLY))
+    monkeypatch.setattr(bpfsys, "enable_stats", lambda: opened.append(1) or os.open("/dev/null", os.O_RDONLY))
     t = [0.0]
-    counters = [(0, 0)]
-    cost = bpfmod.SelfCost(lambda: counters[0], lambda: t[0])
-    cost.tick()                                  # window opens at t=0
-    assert len(opened) == 1 and cost.ns_per_s is None
-    t[0], counters[0] = 0.5, (1_000_000, 400)
-    cost.tick()
-    assert cost.ns_per_s is None                 # the window is still open
-    t[0], counters[0] = 1.25, (2_500_000, 1000)
-    cost.tick()                                  # closes: 2.5 ms of BPF time and 1000 hits in 1.25 s
-    assert (cost.ns_per_s, cost.hits_per_s) == (2_000_000.0, 800.0)
+    stats = [ProgStats(0, 0, 0)]
+    timers: list[tuple[float, object]] = []
+    calibrations: list[Calibration] = []
+
+    def calibration(mode: str) -> Calibration:
+        c = Calibration(mode, tmp_path,
+                        measure_fn=lambda m: TrapCost(700.0, 600.0, m, 9, 20000, 0.0))
+        calibrations.append(c)
+        return c
+
+    cost = SelfCost(lambda: stats[0], lambda: t[0], schedule=lambda d, fn: timers.append((d, fn)),
+                    calibration=calibration)
+    cost.tick()                                  # window opens at t=0, its close is scheduled
+    assert len(opened) == 1 and timers[0][0] == 0.1 and cost.ns_per_s is None
+    t[0], stats[0] = 0.125, ProgStats(2_500_000, 1000, 100, 150, other_ns=500_000)
+    timers[0][1]()                               # closes: 2.5 ms of BPF time and 1250 runs in 0.125 s
+    assert (cost.ns_per_s, cost.hits_per_s) == (20_000_000.0, 10_000.0)
+    assert (cost.entry_hits_per_s, cost.return_hits_per_s, cost.other_ns_per_s) == (8000.0, 800.0, 4_000_000.0)
+    assert cost.cost_ns_per_s is None            # the trap cost is not known yet
     t[0] = 4.0
-    cost.tick()
-    assert len(opened) == 1                      # off until the next period
+    cost.tick("links")                           # calibrates (here at once) ...
+    assert calibrations[0].attach == "links"
+    calibrations[0].done.wait(5)
+    assert cost.trap == TrapCost(700.0, 600.0, "links", 9, 20000, 0.0)
+    # 8000 entry hits x 700 ns + 800 return hits x 600 ns + 20 ms of programs, per second
+    assert cost.cost_ns_per_s == 8000 * 700.0 + 800 * 600.0 + 20_000_000.0 == 26_080_000.0
+    assert len(opened) == 1                      # ... and opens no window before the period ends
     t[0] = 5.0
-    cost.tick()
-    assert len(opened) == 2
+    cost.tick("links")
+    assert len(opened) == 2 and len(calibrations) == 1
     cost.stop()
+    timers[1][1]()                               # a window closed by stop() reports nothing more
+    assert cost.ns_per_s == 20_000_000.0
+
+
+def test_self_cost_formula_is_exact() -> None:
+    from gputop.sources.selfcost import cost_ns_per_s
+    from gputop.sources.trapcost import TrapCost
+
+    trap = TrapCost(750.5, 612.25, "perf", 9, 20000, 0.0)
+    assert cost_ns_per_s(12_345.0, 67.0, 2_468_000.0, trap) == 12_345 * 750.5 + 67 * 612.25 + 2_468_000.0
+    assert cost_ns_per_s(0.0, 0.0, 0.0, trap) == 0.0
+    assert cost_ns_per_s(1.0, 0.0, 5.0, None) is None          # unknown trap: unknown cost, never 0
+    assert cost_ns_per_s(None, 0.0, 5.0, trap) is None

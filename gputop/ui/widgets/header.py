@@ -77,8 +77,11 @@ def header_pieces(state: HeaderState) -> list[Content]:
         bpf = snap.sources.get("bpf")
         if bpf is not None and bpf.status == "ok" and "prometheus" not in snap.sources:   # not the fleet's
             hits = fmt.si(bpf.probe_hits_per_s)
+            # what the traced processes pay: uprobe traps (calibrated) + the BPF programs' run time
             pieces.append(Content.assemble(("cost ", "bold"),
-                                           f"{hits} hits/s {fmt.cpu_share(bpf.overhead_ns_per_s)} CPU"))
+                                           f"{hits} hits/s {fmt.cpu_share(bpf.cost_ns_per_s)} CPU "
+                                           f"(traps {fmt.cpu_share(bpf.traps_ns_per_s)} + programs "
+                                           f"{fmt.cpu_share(bpf.overhead_ns_per_s)})"))
     return pieces
 
 

@@ -1,0 +1,141 @@
+"""gputop's own cost to the processes it traces: probe hits x this host's trap cost + the BPF
+programs' run time.
+
+The programs' run time and run counts come from BPF run-time statistics (``BPF_ENABLE_STATS``),
+which the kernel keeps only while someone holds them on, and which meanwhile make every BPF
+program on the host -- other tools' too -- pay two clock reads more per run. gputop holds them on
+for STATS_WINDOW_S in every STATS_PERIOD_S (2 % of the time), so what the traced processes pay
+continuously is the between-windows cost. The trap cost per hit comes from ``trapcost`` (measured
+once per kernel and cached). Unknown parts make the total unknown (None), never 0.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import bpfsys
+from .trapcost import Calibration, TrapCost
+
+STATS_WINDOW_S = 0.1  # BPF run-time statistics are on for this long...
+STATS_PERIOD_S = 5.0  # ...in every this long
+
+
+@dataclass(frozen=True)
+class ProgStats:
+    """Totals over gputop's programs since they were loaded (they grow only while statistics are
+    on): run time, and runs by kind -- uprobes at function entry, uprobes at return (uretprobes),
+    and others (tracepoints: no uprobe trap)."""
+
+    run_ns: int
+    entry_runs: int
+    return_runs: int
+    other_runs: int = 0
+    other_ns: int = 0       # the part of run_ns the other programs ran (paid by whatever process hit them)
+
+    @property
+    def runs(self) -> int:
+        return self.entry_runs + self.return_runs + self.other_runs
+
+
+def cost_ns_per_s(entry_hits_per_s: float | None, return_hits_per_s: float | None,
+                  programs_ns_per_s: float | None, trap: TrapCost | None) -> float | None:
+    """CPU ns per second the traced processes pay for gputop's probes: every entry hit pays the
+    trap, every return hit the return probe's extra trap, plus the programs' run time."""
+    if entry_hits_per_s is None or return_hits_per_s is None or programs_ns_per_s is None or trap is None:
+        return None
+    return entry_hits_per_s * trap.trap_ns + return_hits_per_s * trap.return_ns + programs_ns_per_s
+
+
+def _default_schedule(delay_s: float, fn: Callable[[], None]) -> None:
+    t = threading.Timer(delay_s, fn)
+    t.name = "gputop-stats-window"
+    t.daemon = True
+    t.start()
+
+
+class SelfCost:
+    """Statistics windows of STATS_WINDOW_S every STATS_PERIOD_S, and the trap calibration.
+
+    ``read`` returns the programs' ProgStats (None once the source is closed); ``tick`` is called
+    from the collector thread and opens a window when one is due; the window is closed by
+    ``schedule`` (a timer thread) after STATS_WINDOW_S, whatever the collector is doing.
+    """
+
+    def __init__(self, read: Callable[[], ProgStats | None], clock: Callable[[], float],
+                 schedule: Callable[[float, Callable[[], None]], None] = _default_schedule,
+                 calibration: Callable[[str], Calibration] = Calibration) -> None:
+        self._read = read
+        self._clock = clock
+        self._schedule = schedule
+        self._make_calibration = calibration
+        self._mu = threading.Lock()
+        self._fd: int | None = None
+        self._t0 = 0.0
+        self._base = ProgStats(0, 0, 0)
+        self._next = 0.0
+        self.calibration: Calibration | None = None
+        #: over the last window: programs' run ns per second and program runs per second (all kinds)
+        self.ns_per_s: float | None = None
+        self.hits_per_s: float | None = None
+        self.entry_hits_per_s: float | None = None
+        self.return_hits_per_s: float | None = None
+        #: the tracepoint programs' share of ns_per_s (paid by any process that execs, maps, faults...)
+        self.other_ns_per_s: float | None = None
+
+    @property
+    def trap(self) -> TrapCost | None:
+        return self.calibration.cost if self.calibration is not None else None
+
+    @property
+    def cost_ns_per_s(self) -> float | None:
+        return cost_ns_per_s(self.entry_hits_per_s, self.return_hits_per_s, self.ns_per_s, self.trap)
+
+    def tick(self, attach: str | None = None) -> None:
+        """Open a statistics window when one is due; with ``attach`` (the probes are live and a
+        snapshot is out), start the trap calibration once (cache, else a background thread)."""
+        with self._mu:
+            if attach is not None and self.calibration is None and self._fd is None:
+                self.calibration = self._make_calibration(attach)
+                self.calibration.start()
+            if self.calibration is not None and self.calibration.running:
+                return          # statistics would add their clock reads to the calibration's probes
+            if self._fd is not None or self._clock() < self._next:
+                return
+            fd = bpfsys.enable_stats()
+            if fd is None:      # refused: the programs' cost stays unknown
+                self._next = float("inf")
+                return
+            base = self._read()
+            if base is None:
+                os.close(fd)
+                return
+            self._fd, self._t0, self._base = fd, self._clock(), base
+        self._schedule(STATS_WINDOW_S, self.close_window)
+
+    def close_window(self) -> None:
+        end = self._read()          # outside _mu: reading takes the source's lock
+        with self._mu:
+            if self._fd is None:
+                return
+            now = self._clock()
+            os.close(self._fd)
+            self._fd = None
+            self._next = self._t0 + STATS_PERIOD_S
+            dt = now - self._t0
+            if end is None or dt <= 0:
+                return
+            b = self._base
+            self.ns_per_s = (end.run_ns - b.run_ns) / dt
+            self.hits_per_s = (end.runs - b.runs) / dt
+            self.entry_hits_per_s = (end.entry_runs - b.entry_runs) / dt
+            self.return_hits_per_s = (end.return_runs - b.return_runs) / dt
+            self.other_ns_per_s = (end.other_ns - b.other_ns) / dt
+
+    def stop(self) -> None:
+        with self._mu:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
