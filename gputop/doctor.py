@@ -173,8 +173,31 @@ def _cuda_objects() -> list[Check]:
     ]
 
 
+def _trap_cost() -> Check:
+    """Measure this host's uprobe trap cost now and cache it (the header's cost uses it)."""
+    from gputop.sources import trapcost
+
+    if not bpfsys.has_privileges():
+        return Check("uprobe trap cost", "WARN", "not measured: it needs the tracing privileges",
+                     bpfsys.ENABLE_HINT, needed_for_bpf=False)
+    errors = []
+    for mode in ("links", "perf"):      # as gputop attaches: uprobe_multi links where the kernel has them
+        try:
+            cost = trapcost.measure(mode)
+        except (trapcost.CalibrationError, OSError) as e:
+            errors.append(f"{mode}: {e}")
+            continue
+        trapcost.store(cost)
+        return Check("uprobe trap cost", "OK",
+                     f"{cost.trap_ns:.0f} ns per probe hit at function entry, +{cost.return_ns:.0f} ns with a "
+                     f"return probe ({mode}; medians of {cost.rounds} rounds of {cost.calls} calls); cached in "
+                     f"{trapcost.cache_dir() / trapcost.CACHE_NAME} for this kernel", needed_for_bpf=False)
+    return Check("uprobe trap cost", "WARN", "could not be measured: " + "; ".join(errors),
+                 "gputop shows its cost as N/A (the BPF programs' run time is still shown)", needed_for_bpf=False)
+
+
 CHECKS: tuple[Callable[[], Check | list[Check]], ...] = (
-    _privileges, _kernel, _tracefs, _bcc, _headers, _compile, _nvml, _cuda_objects,
+    _privileges, _kernel, _tracefs, _bcc, _headers, _compile, _trap_cost, _nvml, _cuda_objects,
 )
 
 

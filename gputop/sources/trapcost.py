@@ -73,6 +73,7 @@ class TrapCost:
     rounds: int
     calls: int
     measured_at: float          # unix seconds
+    call_ns: float | None = None    # the same call without a probe (the loop's own cost per call)
     cached: bool = False        # read from the cache rather than measured by this process
 
 
@@ -243,8 +244,10 @@ def measure(attach: str = "links", rounds: int = ROUNDS, calls: int = CALLS,
                 run(which)
             entry: list[float] = []
             ret: list[float] = []
+            plain: list[float] = []
             for _ in range(rounds):
                 t = {which: run(which) for which in _OFFSETS}
+                plain.append(t["none"] / calls)
                 entry.append((t["entry"] - t["none"]) / calls)
                 ret.append((t["return"] - t["entry"]) / calls)
                 if pause:
@@ -253,7 +256,8 @@ def measure(attach: str = "links", rounds: int = ROUNDS, calls: int = CALLS,
             for fd in fds:
                 os.close(fd)
     return TrapCost(trap_ns=round(statistics.median(entry), 1), return_ns=round(statistics.median(ret), 1),
-                    attach=attach, rounds=rounds, calls=calls, measured_at=time.time())
+                    attach=attach, rounds=rounds, calls=calls, measured_at=time.time(),
+                    call_ns=round(statistics.median(plain), 2))
 
 
 class Calibration:
