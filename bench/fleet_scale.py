@@ -1,6 +1,7 @@
 """The fleet view at scale: a real Prometheus holding a synthetic fleet of 1,000 nodes x 64 processes.
 
-    .venv/bin/python bench/fleet_scale.py [--nodes 1000] [--procs 64] [--refreshes 5] [--small 10]
+    .venv/bin/python bench/fleet_scale.py [--nodes 1000] [--procs 64] [--refreshes 3] [--small 10]
+                                          [--keep DIR] [--json PATH] [--before-ui]
 
 1. Writes the fleet as OpenMetrics (what `gputop exporter` serves for each process: its 18 counters,
    histogram _sum/_count included, and 4 gauges, without histogram buckets, which the fleet view
@@ -8,14 +9,21 @@
    8 GPUs of 12 gauges), every 30 s over the 2 minutes before T, as Prometheus would have scraped
    it; loads it with `promtool tsdb create-blocks-from openmetrics`; starts Debian's `prometheus`
    on those blocks (loopback, no scraping).
-2. Refreshes the fleet feed (`gputop.fleet.FleetFeed`, window 1m, evaluated at T) over the whole
-   fleet and, side by side in the same run, over --small nodes (--node): seconds per refresh
-   (median), queries per refresh, and the ratio of the two.
-3. Runs the real dashboard (Textual, headless) on the whole fleet in a child process: its CPU
-   seconds per refresh and peak memory (RSS), and the time a key takes to be handled while
-   64,000 rows are shown (page down, sort by another column), beside the same over --small nodes.
+2. Refreshes the fleet feed (`gputop.fleet.FleetFeed`, window 1m, evaluated at T) side by side in
+   one run: the whole fleet read as batch mode reads it (every family, parsed in this process: the
+   mechanism the dashboard used before), the whole fleet read as the dashboard reads it now (the
+   table's families, parsed in the child process of `gputop.fleet_worker`), and --small nodes
+   (--node) read as the dashboard does: seconds per refresh (median), queries per refresh, CPU
+   seconds of this process per refresh.
+3. Runs the real dashboard (Textual, headless, 160x45, configured as `gputop --prometheus` does) on
+   the whole fleet and on --small nodes, each in a child process: seconds and CPU per refresh, peak
+   memory of the dashboard and of its reader process, and the time a key takes to be handled
+   (page down, sort by another column; press to screen updated, through Textual's test pilot):
+   while a refresh is being read (the feed refreshes back to back), and paused. --before-ui does
+   the same with the feed as it was before (every family, parsed in the dashboard's process).
 
-Figures go to docs/PERFORMANCE.md ("Fleet view at scale"). Needs `prometheus` and `promtool`.
+Figures go to docs/PERFORMANCE.md ("Fleet view at scale") and docs/fleet.md; --json writes every
+figure. Needs `prometheus` and `promtool`.
 """
 
 from __future__ import annotations
@@ -64,9 +72,9 @@ def write_openmetrics(path: Path, nodes: int, procs: int, t_end: int) -> int:
     rng = random.Random(9)
     times = [t_end - STEP_S * (SAMPLES - 1 - i) for i in range(SAMPLES)]
     insts = [(f"gpu-node-{n:04d}", f"10.{n // 250}.{n % 250}.1:9464") for n in range(nodes)]
-    # per process: labels and launch rate
-    plist = [(inst, rng.randrange(1000, 4_000_000), rng.choice(COMMS), rng.lognormvariate(7, 1.5))
-             for _, inst in insts for _ in range(procs)]
+    # per process: labels and launch rate (PIDs distinct on a node)
+    plist = [(inst, pid, rng.choice(COMMS), rng.lognormvariate(7, 1.5))
+             for _, inst in insts for pid in rng.sample(range(1000, 4_000_000), procs)]
     series = 0
     with path.open("w") as f:
         def family(name: str, kind: str) -> None:
@@ -137,25 +145,37 @@ def write_openmetrics(path: Path, nodes: int, procs: int, t_end: int) -> int:
     return series
 
 
-def refresh_times(url: str, at: float, refreshes: int, nodes: frozenset[str]) -> tuple[float, int, int]:
-    """(median seconds per refresh, queries per refresh, processes) of the fleet feed."""
+def refresh_times(url: str, at: float, refreshes: int, nodes: frozenset[str], *, dashboard: bool
+                  ) -> dict[str, float]:
+    """Seconds per refresh (median), queries per refresh, processes, CPU seconds of this process
+    per refresh: batch mode's reading (``dashboard`` False) or the dashboard's."""
     from gputop.fleet import FleetConfig, FleetFeed
 
-    feed = FleetFeed(FleetConfig(url=url, window="1m", at=at, nodes=nodes, timeout_s=300.0))
+    feed = FleetFeed(FleetConfig(url=url, window="1m", at=at, nodes=nodes, timeout_s=300.0,
+                                 table_only=dashboard, child=dashboard))
     times, n = [], 0
-    before = feed.client.queries
+    before = feed.queries
+    cpu0 = time.process_time()
     for _ in range(refreshes):
         t0 = time.monotonic()
         snap = feed.collect()
         times.append(time.monotonic() - t0)
         n = len(snap.processes)
+    cpu = (time.process_time() - cpu0) / refreshes
     feed.stop()
-    return statistics.median(times), (feed.client.queries - before) // refreshes, n
+    return {"s_per_refresh": statistics.median(times), "queries_per_refresh": (feed.queries - before) // refreshes,
+            "processes": n, "cpu_s_per_refresh": cpu}
 
 
 # ---------------------------------------------------------------- the dashboard (child process)
 
-def ui_child(url: str, at: float, nodes: str, refreshes: int) -> None:
+def _hwm_mib(pid: int | str) -> float:
+    """Peak resident memory (VmHWM) of a process (getrusage's maxrss would count the parent's at fork)."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return int(next(line for line in status if line.startswith("VmHWM:")).split()[1]) / 1024
+
+
+def ui_child(url: str, at: float, nodes: str, refreshes: int, before: bool) -> None:
     """Run the real dashboard headless over the fleet feed; print JSON figures."""
     import asyncio
 
@@ -165,11 +185,12 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int) -> None:
     from gputop.ui.widgets.proc_table import ProcTable
 
     cfg = FleetConfig(url=url, window="1m", at=at, interval_s=1.0, timeout_s=300.0,
-                      nodes=frozenset(nodes.split(",")) if nodes else frozenset())
+                      nodes=frozenset(nodes.split(",")) if nodes else frozenset(),
+                      table_only=not before, child=not before)      # as gputop.fleet_mode runs the dashboard
     feed = FleetFeed(cfg)
     app = GputopApp(feed, DashboardOptions(interval_s=1.0, filters=Filters()),
                     config_path=Path(tempfile.mkdtemp()) / "config.toml")
-    out: dict[str, object] = {}
+    out: dict[str, float] = {}
 
     async def run() -> None:
         async with app.run_test(size=(160, 45)) as pilot:
@@ -187,13 +208,21 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int) -> None:
             out["cpu_s_per_refresh"] = (time.process_time() - cpu0) / refreshes
             out["wall_s_per_refresh"] = (time.monotonic() - t0) / refreshes
             out["rows"] = len(app.screen.query_one(ProcTable).rows)
-            # keys while the feed's thread refreshes (it shares the interpreter), then paused
+            # keys while the feed's thread reads a refresh (the feed refreshes back to back: interval 1 s),
+            # then paused
             for phase in ("busy", "paused"):
                 if phase == "paused":
                     app.paused = True
                     feed.set_paused(True)
+                    while feed.refreshing:
+                        await pilot.pause(0.1)
                 keys: dict[str, list[float]] = {"pagedown": [], "sort": []}
+                during = 0
                 for i in range(20):
+                    if phase == "busy":
+                        while not feed.refreshing:      # press while a refresh is in flight
+                            await pilot.pause(0.02)
+                        during += 1
                     t = time.monotonic()
                     await pilot.press("pagedown")
                     await pilot.pause()
@@ -203,20 +232,23 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int) -> None:
                     await pilot.pause()
                     keys["sort"].append(time.monotonic() - t)
                 suffix = "" if phase == "paused" else "_busy"
-                out.update({f"{k}{suffix}_ms": 1000 * statistics.median(v) for k, v in keys.items()})
+                for k, v in keys.items():
+                    out[f"{k}{suffix}_ms"] = 1000 * statistics.median(v)
+                    out[f"{k}{suffix}_max_ms"] = 1000 * max(v)
+            worker = getattr(feed.reader, "pid", None)
+            out["worker_max_rss_mib"] = _hwm_mib(worker) if worker else 0.0
             app.exit()
 
     asyncio.run(run())
     feed.stop()
-    # the peak RSS of this process (VmHWM: getrusage's maxrss would count the parent's at fork)
-    hwm = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:"))
-    out["max_rss_mib"] = int(hwm.split()[1]) / 1024
+    out["max_rss_mib"] = _hwm_mib("self")
     print(json.dumps(out))
 
 
-def ui_figures(url: str, at: float, nodes: str, refreshes: int) -> dict[str, float]:
+def ui_figures(url: str, at: float, nodes: str, refreshes: int, before: bool = False) -> dict[str, float]:
     res = subprocess.run([sys.executable, __file__, "--ui-child", url, "--at", str(at), "--ui-nodes", nodes,
-                          "--refreshes", str(refreshes)], capture_output=True, text=True, timeout=3600)
+                          "--refreshes", str(refreshes), *(["--before-ui"] if before else [])],
+                         capture_output=True, text=True, timeout=3600)
     if res.returncode != 0:
         raise SystemExit(f"dashboard run failed: {res.stderr[-2000:]}")
     figures: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
@@ -227,15 +259,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--procs", type=int, default=64)
-    ap.add_argument("--refreshes", type=int, default=5)
+    ap.add_argument("--refreshes", type=int, default=3)
     ap.add_argument("--small", type=int, default=10, help="nodes of the side-by-side small fleet (--node)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the TSDB here (and reuse it when present)")
+    ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    ap.add_argument("--before-ui", action="store_true",
+                    help="also run the dashboard with the feed as it was before (slow: minutes at 64,000 rows)")
     ap.add_argument("--ui-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--at", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ui-nodes", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.ui_child:
-        ui_child(args.ui_child, args.at, args.ui_nodes, args.refreshes)
+        ui_child(args.ui_child, args.at, args.ui_nodes, args.refreshes, args.before_ui)
         return 0
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         print("needs Debian's prometheus package (prometheus and promtool)", file=sys.stderr)
@@ -273,23 +308,47 @@ def main() -> int:
     try:
         wait_until("Prometheus to be ready", lambda: http_get(url + "/-/ready")[0] == 200, 600, 1.0)
         small = frozenset(f"gpu-node-{n:04d}" for n in range(args.small))
-        big_s, big_q, big_n = refresh_times(url, t_end, args.refreshes, frozenset())
-        small_s, small_q, small_n = refresh_times(url, t_end, args.refreshes, small)
-        print(f"refresh, whole fleet ({big_n} processes): {big_s:.2f} s median, {big_q} queries")
-        print(f"refresh, {args.small} nodes ({small_n} processes): {small_s:.3f} s median, {small_q} queries")
-        print(f"ratio: {big_s / small_s:.0f}x the time for {big_n / max(1, small_n):.0f}x the processes; "
-              f"queries {big_q / small_q:.2f}x")
-        ui_big = ui_figures(url, t_end, "", args.refreshes)
-        ui_small = ui_figures(url, t_end, ",".join(sorted(small)), args.refreshes)
-        for name, f in ((f"whole fleet ({ui_big['rows']:.0f} rows)", ui_big),
-                        (f"{args.small} nodes ({ui_small['rows']:.0f} rows)", ui_small)):
-            print(f"dashboard, {name}: {f['cpu_s_per_refresh']:.2f} CPU s per refresh, "
-                  f"{f['wall_s_per_refresh']:.2f} s per refresh, peak RSS {f['max_rss_mib']:.0f} MiB, "
-                  f"page down {f['pagedown_ms']:.1f} ms, sort {f['sort_ms']:.1f} ms (medians); while refreshing: "
-                  f"page down {f['pagedown_busy_ms']:.1f} ms, sort {f['sort_busy_ms']:.1f} ms")
-        print(f"ratios whole/small: page down {ui_big['pagedown_ms'] / ui_small['pagedown_ms']:.1f}x, "
-              f"sort {ui_big['sort_ms'] / ui_small['sort_ms']:.1f}x, "
-              f"CPU per refresh {ui_big['cpu_s_per_refresh'] / ui_small['cpu_s_per_refresh']:.0f}x")
+        figures: dict[str, object] = {"nodes": args.nodes, "procs_per_node": args.procs, "series": series,
+                                      "refreshes": args.refreshes, "small_nodes": args.small}
+        feed: dict[str, dict[str, float]] = {
+            "whole_batch": refresh_times(url, t_end, args.refreshes, frozenset(), dashboard=False),
+            "whole_dashboard": refresh_times(url, t_end, args.refreshes, frozenset(), dashboard=True),
+            "small_dashboard": refresh_times(url, t_end, args.refreshes, small, dashboard=True),
+        }
+        figures["feed"] = feed
+        for name, f in feed.items():
+            print(f"refresh, {name} ({f['processes']:.0f} processes): {f['s_per_refresh']:.2f} s median, "
+                  f"{f['queries_per_refresh']:.0f} queries, {f['cpu_s_per_refresh']:.2f} CPU s of this process",
+                  flush=True)
+        big, old, sm = feed["whole_dashboard"], feed["whole_batch"], feed["small_dashboard"]
+        ratios = {"refresh_batch_over_dashboard": old["s_per_refresh"] / big["s_per_refresh"],
+                  "cpu_batch_over_dashboard": old["cpu_s_per_refresh"] / big["cpu_s_per_refresh"],
+                  "refresh_whole_over_small": big["s_per_refresh"] / sm["s_per_refresh"]}
+        print(f"whole fleet, batch's reading / the dashboard's: {ratios['refresh_batch_over_dashboard']:.1f}x the "
+              f"time, {ratios['cpu_batch_over_dashboard']:.0f}x the CPU of the reading process; whole / small: "
+              f"{ratios['refresh_whole_over_small']:.0f}x the time for "
+              f"{big['processes'] / max(1, sm['processes']):.0f}x the processes", flush=True)
+        ui = {"whole": ui_figures(url, t_end, "", args.refreshes),
+              "small": ui_figures(url, t_end, ",".join(sorted(small)), args.refreshes)}
+        if args.before_ui:
+            ui["whole_before"] = ui_figures(url, t_end, "", args.refreshes, before=True)
+        figures["dashboard"] = ui
+        for name, f in ui.items():
+            print(f"dashboard, {name} ({f['rows']:.0f} rows): {f['cpu_s_per_refresh']:.2f} CPU s and "
+                  f"{f['wall_s_per_refresh']:.2f} s per refresh, peak RSS {f['max_rss_mib']:.0f} MiB "
+                  f"(reader process {f['worker_max_rss_mib']:.0f} MiB); keys while a refresh is read: page down "
+                  f"{f['pagedown_busy_ms']:.0f} ms (max {f['pagedown_busy_max_ms']:.0f}), sort "
+                  f"{f['sort_busy_ms']:.0f} ms (max {f['sort_busy_max_ms']:.0f}); paused: page down "
+                  f"{f['pagedown_ms']:.0f} ms, sort {f['sort_ms']:.0f} ms (medians of 20)", flush=True)
+        w, s_ = ui["whole"], ui["small"]
+        ratios.update({"pagedown_busy_whole_over_small": w["pagedown_busy_ms"] / s_["pagedown_busy_ms"],
+                       "sort_busy_whole_over_small": w["sort_busy_ms"] / s_["sort_busy_ms"],
+                       "pagedown_whole_over_small": w["pagedown_ms"] / s_["pagedown_ms"],
+                       "sort_whole_over_small": w["sort_ms"] / s_["sort_ms"]})
+        figures["ratios"] = ratios
+        print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=1) + "\n")
     finally:
         prom.terminate()
         prom.wait(timeout=60)

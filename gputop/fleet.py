@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from gputop.errors import EX_ERROR, EX_USAGE, GputopError
 from gputop.feed import SnapshotCallback
@@ -293,6 +293,15 @@ _COUNTER_FIELD = dict(PROC_COUNTERS)
 _COUNTER_FIELDS = frozenset([*_COUNTER_FIELD.values(), "live_alloc_bytes"])
 _DIRECTED = {name: (fld, label, part) for name, fld, label, part in PROC_DIRECTED}
 _FLOAT_FIELDS = {"sync_wait_s"}
+#: every per-process counter family (the ``total:`` and ``inc:`` queries)
+COUNTER_FAMILIES: tuple[str, ...] = (*(n for n, _ in PROC_COUNTERS), *(n for n, *_ in PROC_DIRECTED), *HIST_COUNTS)
+_TOTAL_NAMES = frozenset(COUNTER_FAMILIES)
+#: the families whose increases the process table shows (rates, grid and block averages): what the
+#: dashboard reads for every process (``FleetConfig.table_only``)
+TABLE_FAMILIES: tuple[str, ...] = (
+    "gputop_kernel_launches_total", "gputop_graph_kernel_launches_total", "gputop_kernel_grid_blocks_sum",
+    "gputop_kernel_block_threads_sum", "gputop_memcpy_bytes_total", "gputop_uvm_cpu_faults_total",
+    "gputop_sync_wait_seconds_total", *HIST_COUNTS)
 
 
 def _counts(c: dict[str, Any], integral: bool) -> Counts | None:
@@ -310,8 +319,9 @@ def _counts(c: dict[str, Any], integral: bool) -> Counts | None:
     for fld, dirs in (("memcpy", MEMCPY_DIRECTIONS), ("prefetch", PREFETCH_DIRECTIONS)):
         parts = c.get(fld)
         if parts is not None:
+            # None, not {}, when only one half was read (the table's scope reads copies' bytes only)
             kw[fld] = {d: CallBytes(num(parts[d]["calls"], "calls"), num(parts[d]["bytes"], "bytes"))
-                       for d in dirs if d in parts and "calls" in parts[d] and "bytes" in parts[d]}
+                       for d in dirs if d in parts and "calls" in parts[d] and "bytes" in parts[d]} or None
     mig = c.get("uvm_migrated")
     if mig is not None:
         kw["uvm_migrated"] = {d: num(mig[d]["value"], "b") for d in UVM_DIRECTIONS if d in mig}
@@ -374,23 +384,29 @@ class SnapshotBuilder:
                 if m.get("gpu", "").isdigit():
                     p.gpu = int(m["gpu"])
         elif job.startswith(("total:", "inc:")):
-            self._add_counter(job.startswith("total:"), job.partition(":")[2], samples)
+            # total launches come by name (a process renamed in the lookback has two: the larger is current)
+            name = job.partition(":")[2]
+            self._add_counter(job.startswith("total:"), name, samples, largest=name == PROC_COUNTERS[0][0])
+        elif job == "watched_inc":          # increases of several families, each tagged with its name
+            for s in samples:
+                self._add_counter(False, s["metric"].get("family", ""), [s])
         elif job == "watched":
             for s in samples:
                 m = s["metric"]
-                found = self.procs.get((m.get("instance", ""), m.get("pid", "")))
-                if found is None:
-                    continue
-                p = found
+                p = self._proc(m)
                 name = m.get("__name__", "")
-                if name == KERNEL_LAUNCHES:
+                if name in _TOTAL_NAMES:        # the table's scope: totals of the watched processes only
+                    self._add_counter(True, name, [s], largest=True)
+                elif name == KERNEL_LAUNCHES:
                     p.kernels[m.get("kernel", "")] = _value(s)
                 elif "le" in m:
                     le = float(m["le"])
                     p.hists.setdefault(name, {}).setdefault(m.get("direction", ""), []).append((le, _value(s)))
 
-    def _add_counter(self, total: bool, name: str, samples: list[Sample]) -> None:
-        """One counter family's values: the hot loop (64,000 processes x 2 x 22 families a refresh)."""
+    def _add_counter(self, total: bool, name: str, samples: list[Sample], largest: bool = False) -> None:
+        """One counter family's values: the hot loop (64,000 processes x 2 x 22 families a refresh).
+        ``largest``: raw series, where a process renamed within the lookback has two of a counter
+        (the older one stale): keep the larger value rather than the last one read."""
         fld = _COUNTER_FIELD.get(name) or (name if name in HIST_COUNTS else None)
         fld_d, label, part = _DIRECTED.get(name, ("", "", None))
         procs = self.procs
@@ -403,10 +419,13 @@ class SnapshotBuilder:
             elif "comm" in m:
                 p.learn(m)
             counts = p.total if total else p.interval
+            v = float(s["value"][1])
             if fld is not None:
-                counts[fld] = float(s["value"][1])
+                counts[fld] = max(v, counts.get(fld, v)) if largest else v
             elif fld_d:
-                counts.setdefault(fld_d, {}).setdefault(m.get(label, ""), {})[part or "value"] = float(s["value"][1])
+                slot = counts.setdefault(fld_d, {}).setdefault(m.get(label, ""), {})
+                k = part or "value"
+                slot[k] = max(v, slot.get(k, v)) if largest else v
 
     def build(self, *, at: float, window_s: float, host: str, nodes: frozenset[str] = frozenset()) -> Snapshot:
         out: list[ProcSample] = []
@@ -558,6 +577,11 @@ def _regex_alt(values: Iterable[str]) -> str:
     return "|".join(re.escape(v).replace("\\", "\\\\").replace('"', '\\"') for v in sorted(set(values)))
 
 
+#: a process's time series: ``{series name: [(t, v)]}`` by process
+Series = dict[ProcKey, dict[str, list[tuple[float, float]]]]
+Watched = tuple[tuple[str, int], ...]
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     url: str
@@ -574,10 +598,144 @@ class FleetConfig:
     workers: int = 4
     #: evaluate at this unix time instead of now (the benchmark's backfilled fleet)
     at: float | None = None
+    #: read for every process only what the process table shows (``TABLE_FAMILIES``' increases, the
+    #: gauges, total launches with the names) and everything for the watched processes (details,
+    #: compare): the dashboard. False: every family for every process (batch mode, records)
+    table_only: bool = False
+    #: read and parse the answers in a child process (``gputop.fleet_worker``) that hands back the
+    #: snapshot in chunks: the dashboard, whose keys would wait while answers are parsed here
+    child: bool = False
+
+
+class FleetReader:
+    """The queries of one refresh and the snapshot built from their answers: in the feed's own
+    process, or in the child process of ``gputop.fleet_worker``."""
+
+    def __init__(self, config: FleetConfig) -> None:
+        self.config = config
+        self.window_s = parse_duration(config.window)
+        self.client = PromClient(config.url, config.timeout_s or max(10.0, 2 * config.interval_s))
+        self._pool = ThreadPoolExecutor(max_workers=max(1, config.workers), thread_name_prefix="gputop-fleet-q")
+
+    @property
+    def queries(self) -> int:
+        return self.client.queries
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _selector(self, *extra: str) -> str:
+        return ",".join(p for p in (self.config.match, *extra) if p)
+
+    def jobs(self, info: list[Sample], watched: Watched) -> tuple[dict[str, str], dict[str, str]]:
+        """The refresh's instant queries and its ``query_range`` ones, by job name (``SnapshotBuilder.add``)."""
+        cfg = self.config
+        extra = ""
+        if cfg.nodes:
+            instances = [s["metric"].get("instance", "") for s in info if s["metric"].get("node") in cfg.nodes]
+            if not instances:
+                raise FleetError("empty", f"no node named {', '.join(sorted(cfg.nodes))} in Prometheus at "
+                                 f"{cfg.url}", "check --node against the node label of gputop_build_info")
+            extra = f'instance=~"{_regex_alt(instances)}"'
+        sel = self._selector(extra)
+        w = cfg.window
+
+        def by(name: str) -> str:
+            # only the labels that identify a value: smaller answers
+            return "instance,pid" + (f",{_DIRECTED[name][1]}" if name in _DIRECTED else "")
+
+        def increase(name: str, selector: str) -> str:
+            return f"sum by ({by(name)}) (increase({name}{{{selector}}}[{w}]))"
+
+        launches = PROC_COUNTERS[0][0]
+        jobs: dict[str, str] = {
+            "source_up": f"gputop_source_up{{{sel}}}",
+            "gpus": "{" + self._selector(extra, '__name__=~"gputop_gpu_.+"') + "}",
+            "gauges": "{" + self._selector(extra, f'__name__=~"{"|".join(PROC_GAUGES)}"') + "}",
+            # the launches keep comm & co.: every process's names
+            f"total:{launches}": f"max by (instance,pid,comm,cmdline,container) ({launches}{{{sel}}})",
+        }
+        for name in COUNTER_FAMILIES:
+            if not cfg.table_only and name != launches:
+                jobs[f"total:{name}"] = f"sum by ({by(name)}) ({name}{{{sel}}})"
+            if not cfg.table_only or name in TABLE_FAMILIES:
+                jobs[f"inc:{name}"] = increase(name, sel)
+        ranges: dict[str, str] = {}
+        if watched:
+            wsel = self._selector(extra, self._watch_selector(watched))
+            names = [*(b for b, _ in HISTOGRAMS), KERNEL_LAUNCHES]
+            if cfg.table_only:
+                names += COUNTER_FAMILIES
+                # the other families' increases in one query, each series tagged with its family
+                jobs["watched_inc"] = " or ".join(f'label_replace({increase(n, wsel)}, "family", "{n}", "", "")'
+                                                  for n in COUNTER_FAMILIES if n not in TABLE_FAMILIES)
+            jobs["watched"] = "{" + self._selector(wsel, f'__name__=~"{"|".join(names)}"') + "}"
+            for name, expr in SERIES_QUERIES:
+                ranges[f"range:{name}"] = expr.replace("{S", "{" + wsel).replace("[W]", f"[{w}]")
+        return jobs, ranges
+
+    def read(self, at: float, watched: Watched, interval_s: float) -> tuple[Snapshot, Series]:
+        """One refresh: every query at ``at``; raises ``FleetError`` when Prometheus fails."""
+        q = self.client.query
+        info = q(f"gputop_build_info{{{self.config.match}}}", at)
+        if not info:
+            where = f" matching {{{self.config.match}}}" if self.config.match else ""
+            raise FleetError("empty", f"Prometheus at {self.config.url} holds no gputop metrics{where} "
+                             "(gputop_build_info is empty)",
+                             "check that Prometheus scrapes 'gputop exporter' on each node (its /targets page), "
+                             "and --match")
+        jobs, range_jobs = self.jobs(info, watched)
+        step = max(1.0, interval_s)
+        builder = SnapshotBuilder()
+        builder.add("build_info", info)
+        futures: dict[Future[list[Sample]], str] = {}
+        for key, expr in range_jobs.items():
+            futures[self._pool.submit(self.client.query_range, expr, at - step * SERIES_POINTS, at, step)] = key
+        for key, expr in jobs.items():
+            futures[self._pool.submit(q, expr, at)] = key
+        ranges: dict[str, list[Sample]] = {}
+        try:
+            for fut in as_completed(list(futures)):
+                key = futures.pop(fut)          # the answer goes once read (as_completed lets go too)
+                if key.startswith("range:"):
+                    ranges[key] = fut.result()
+                else:
+                    builder.add(key, fut.result())      # the first FleetError propagates
+                del fut
+        except FleetError:
+            for pending in futures:
+                pending.cancel()
+            raise
+        snap = builder.build(at=at, window_s=self.window_s, host=self.config.url, nodes=self.config.nodes)
+        del builder
+        series: Series = {}
+        for name, _ in SERIES_QUERIES:
+            for k, by_name in series_points(ranges.get(f"range:{name}", ()), name).items():
+                if k in watched:
+                    series.setdefault(k, {}).update(by_name)
+        return snap, series
+
+    @staticmethod
+    def _watch_selector(keys: Sequence[tuple[str, int]]) -> str:
+        instances = _regex_alt(k[0] for k in keys)
+        pids = _regex_alt(str(k[1]) for k in keys)
+        return f'instance=~"{instances}",pid=~"{pids}"'
+
+
+class Reader(Protocol):
+    """What the feed reads a refresh through: ``FleetReader`` or ``gputop.fleet_worker.WorkerReader``."""
+
+    @property
+    def queries(self) -> int: ...
+
+    def read(self, at: float, watched: Watched, interval_s: float) -> tuple[Snapshot, Series]: ...
+
+    def close(self) -> None: ...
 
 
 class FleetFeed:
-    """A ``Feed`` over Prometheus: a snapshot every interval, built by the feed's own thread."""
+    """A ``Feed`` over Prometheus: a snapshot every interval, built by the feed's own thread (and,
+    with ``FleetConfig.child``, read and parsed by a child process)."""
 
     kind = "fleet"
 
@@ -590,21 +748,33 @@ class FleetFeed:
             raise GputopError(f"--window must be longer than 0: {config.window!r}", "try --window 2m", EX_USAGE)
         self.config = config
         self.interval_s = config.interval_s
-        self.client = PromClient(config.url, config.timeout_s or max(10.0, 2 * config.interval_s))
+        self.timeout_s = config.timeout_s or max(10.0, 2 * config.interval_s)
+        self.reader: Reader
+        if config.child:
+            from gputop.fleet_worker import WorkerReader
+
+            self.reader = WorkerReader(config)
+        else:
+            self.reader = FleetReader(config)
         #: what the header shows while Prometheus does not answer (None when it does)
         self.error: str | None = None
         #: seconds the last refresh took (the benchmark reads it)
         self.last_refresh_s: float | None = None
-        self._match = config.match
+        #: True while a refresh is being read (the benchmark reads it)
+        self.refreshing = False
         self._last: Snapshot | None = None
-        self._watched: tuple[tuple[str, int], ...] = ()
-        self._series: dict[ProcKey, dict[str, list[tuple[float, float]]]] = {}
+        self._watched: Watched = ()
+        self._series: Series = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._paused = False
         self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=max(1, config.workers), thread_name_prefix="gputop-fleet-q")
+
+    @property
+    def queries(self) -> int:
+        """Queries sent so far (tests and the benchmark count them)."""
+        return self.reader.queries
 
     # ------------------------------------------------------------ Feed
 
@@ -615,9 +785,9 @@ class FleetFeed:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self.reader.close()         # a child reading a refresh ends: the thread's read returns at once
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.client.timeout_s + 1)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+            self._thread.join(timeout=self.timeout_s + 1)
 
     def set_interval(self, interval_s: float) -> None:
         self.interval_s = interval_s
@@ -647,7 +817,10 @@ class FleetFeed:
         while not self._stop.is_set():
             started = time.monotonic()
             if not self._paused:
-                on_snapshot(self.refresh())
+                snap = self.refresh()
+                if self._stop.is_set():
+                    break
+                on_snapshot(snap)
             # one refresh every interval (a refresh slower than that is followed by the next at once)
             self._wake.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
             self._wake.clear()
@@ -673,86 +846,18 @@ class FleetFeed:
                             sources={"prometheus": status})
         return replace(last, sources={**last.sources, "prometheus": status})
 
-    def _selector(self, *extra: str) -> str:
-        return ",".join(p for p in (self._match, *extra) if p)
-
     def collect(self) -> Snapshot:
         """One refresh: every query at one instant; raises ``FleetError`` when Prometheus fails."""
         t0 = time.monotonic()
         at = self.config.at if self.config.at is not None else time.time()
-        q = self.client.query
-        info = q(f"gputop_build_info{{{self._match}}}", at)
-        if not info:
-            where = f" matching {{{self._match}}}" if self._match else ""
-            raise FleetError("empty", f"Prometheus at {self.config.url} holds no gputop metrics{where} "
-                             "(gputop_build_info is empty)",
-                             "check that Prometheus scrapes 'gputop exporter' on each node (its /targets page), "
-                             "and --match")
-        extra = ""
-        if self.config.nodes:
-            instances = [s["metric"].get("instance", "") for s in info if s["metric"].get("node") in self.config.nodes]
-            if not instances:
-                raise FleetError("empty", f"no node named {', '.join(sorted(self.config.nodes))} in Prometheus at "
-                                 f"{self.config.url}", "check --node against the node label of gputop_build_info")
-            extra = f'instance=~"{_regex_alt(instances)}"'
-        sel = self._selector(extra)
-        w = self.config.window
-        jobs: dict[str, str] = {
-            "source_up": f"gputop_source_up{{{sel}}}",
-            "gpus": "{" + self._selector(extra, '__name__=~"gputop_gpu_.+"') + "}",
-            "gauges": "{" + self._selector(extra, f'__name__=~"{"|".join(PROC_GAUGES)}"') + "}",
-        }
-        for name in [*(n for n, _ in PROC_COUNTERS), *(n for n, *_ in PROC_DIRECTED), *HIST_COUNTS]:
-            # only the labels that identify a value: smaller answers (the launches keep comm & co.)
-            by = "instance,pid" + (f",{_DIRECTED[name][1]}" if name in _DIRECTED else "")
-            current = f"{name}{{{sel}}}"
-            jobs[f"total:{name}"] = current if name == PROC_COUNTERS[0][0] else f"sum by ({by}) ({current})"
-            jobs[f"inc:{name}"] = f"sum by ({by}) (increase({current}[{w}]))"
-        watched = self._watched
-        step = max(1.0, self.interval_s)
-        if watched:
-            wsel = self._selector(extra, self._watch_selector(watched))
-            names = "|".join([*(b for b, _ in HISTOGRAMS), KERNEL_LAUNCHES])
-            jobs["watched"] = "{" + self._selector(extra, self._watch_selector(watched), f'__name__=~"{names}"') + "}"
-            for name, expr in SERIES_QUERIES:
-                jobs[f"range:{name}"] = expr.replace("{S", "{" + wsel).replace("[W]", f"[{w}]")
-        builder = SnapshotBuilder()
-        builder.add("build_info", info)
-        futures: dict[Future[list[Sample]], str] = {}
-        for key, expr in jobs.items():
-            if key.startswith("range:"):
-                futures[self._pool.submit(self.client.query_range, expr, at - step * SERIES_POINTS, at, step)] = key
-            else:
-                futures[self._pool.submit(q, expr, at)] = key
-        ranges: dict[str, list[Sample]] = {}
+        self.refreshing = True
         try:
-            for fut in as_completed(list(futures)):
-                key = futures.pop(fut)          # the answer goes once read (as_completed lets go too)
-                if key.startswith("range:"):
-                    ranges[key] = fut.result()
-                else:
-                    builder.add(key, fut.result())      # the first FleetError propagates
-                del fut
-        except FleetError:
-            for pending in futures:
-                pending.cancel()
-            raise
-        snap = builder.build(at=at, window_s=self.window_s, host=self.config.url, nodes=self.config.nodes)
-        del builder
-        series: dict[ProcKey, dict[str, list[tuple[float, float]]]] = {}
-        for name, _ in SERIES_QUERIES:
-            for k, by_name in series_points(ranges.get(f"range:{name}", ()), name).items():
-                if k in watched:
-                    series.setdefault(k, {}).update(by_name)
+            snap, series = self.reader.read(at, self._watched, self.interval_s)
+        finally:
+            self.refreshing = False
         with self._lock:
             self._series = series
         self._last = snap
         self.error = None
         self.last_refresh_s = time.monotonic() - t0
         return snap
-
-    @staticmethod
-    def _watch_selector(keys: Sequence[tuple[str, int]]) -> str:
-        instances = _regex_alt(k[0] for k in keys)
-        pids = _regex_alt(str(k[1]) for k in keys)
-        return f'instance=~"{instances}",pid=~"{pids}"'

@@ -10,6 +10,7 @@ import argparse
 import io
 import sys
 import time
+from dataclasses import replace
 
 from gputop.errors import EX_OK, EX_USAGE, GputopError
 
@@ -73,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     opts = DashboardOptions(interval_s=config.interval_s, sort=args.sort, filters=filters, theme=args.theme,
                             readonly=args.readonly, baseline=args.baseline, baseline_pid=args.baseline_pid,
                             record=args.record)
-    feed = FleetFeed(config)
+    # the dashboard reads what its table shows (everything when recording) in a child process
+    feed = FleetFeed(replace(config, table_only=not args.record, child=True))
     try:
         return run_dashboard(feed, opts)
     except ValueError as e:

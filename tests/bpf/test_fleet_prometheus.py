@@ -17,6 +17,7 @@ from promserver import GPUTOP, Exporter, Prometheus, wait_until
 from support import NVML_H100, ROOT, Workloads, build_native, table_rows
 
 from gputop.fleet import FleetConfig, FleetFeed
+from gputop.fleet_worker import WorkerReader
 from gputop.model import CallBytes, ProcSample, Snapshot
 
 EXPORTER_REFRESH_S = 0.25
@@ -64,9 +65,9 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
 
         # exact totals under both instances, each with its node; the GPUs of both nodes
         feed = FleetFeed(FleetConfig(url=prom.url, window=f"{WINDOW_S}s", interval_s=1.0))
-        before = feed.client.queries
+        before = feed.queries
         snap = feed.collect()
-        per_refresh = feed.client.queries - before
+        per_refresh = feed.queries - before
         procs = mine(snap, pid)
         assert set(procs) == {"node-a", "node-b"}
         assert {p.instance for p in procs.values()} == {f"127.0.0.1:{e.port}" for e in exporters}
@@ -81,6 +82,33 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
         assert snap.sources["prometheus"].status == "ok" and snap.sources["bpf"].status == "ok"
         # a fixed number of queries: one per metric family, whatever the processes and nodes
         assert per_refresh == 4 + 2 * 23
+
+        # the dashboard's reading, in a child process: the table's families for every process (13 queries
+        # and the build info), everything for the watched ones, equal to batch mode's reading at one instant
+        at = time.time()
+        time.sleep(SCRAPE_S)        # a scrape begun before `at` is stored by now
+        batch_feed = FleetFeed(FleetConfig(url=prom.url, window=f"{WINDOW_S}s", interval_s=1.0, at=at))
+        dash = FleetFeed(FleetConfig(url=prom.url, window=f"{WINDOW_S}s", interval_s=1.0, at=at, table_only=True,
+                                     child=True))
+        try:
+            table = mine(dash.collect(), pid)
+            assert dash.queries == 1 + 4 + 9
+            assert isinstance(dash.reader, WorkerReader) and dash.reader.pid not in (None, os.getpid())
+            for p in table.values():
+                assert p.comm == "wl_dynamic" and p.total is not None and p.total.launches == 6000
+                assert (p.total.sync_calls, p.total.memcpy, p.interval.alloc_calls if p.interval else 0) == (
+                    None, None, None)       # not read for a process not shown in details
+            keys = [p.key for p in table.values()]
+            dash.watch(keys)
+            batch_feed.watch(keys)
+            watched = mine(dash.collect(), pid)
+            assert dash.queries == 2 * (1 + 4 + 9) + 2 + 4       # + histograms & totals, other increases, charts
+            assert watched == mine(batch_feed.collect(), pid)
+            assert watched["node-a"].total is not None and watched["node-a"].total.sync_calls == 3
+            assert all(dash.series(k) == batch_feed.series(k) for k in keys)
+        finally:
+            dash.stop()
+            batch_feed.stop()
 
         # batch mode: one JSON line per refresh; the table has NODE after PID
         out = fleet(prom.url, "-b", "-n", "2", "-d", "0.5", "-f", "json", "-p", str(pid))
@@ -120,7 +148,7 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
             assert abs(statistics.median(rates[node]) / PACED_RATE - 1) <= bound, (node, rates[node])
             assert abs(statistics.median(charted[node]) / PACED_RATE - 1) <= bound, (node, charted[node])
         # details/compare's extra reads: one query for histograms and kernels, one query_range per chart
-        assert feed.client.queries - before == (1 + RATE_READS) * per_refresh + RATE_READS * (1 + 4)
+        assert feed.queries - before == (1 + RATE_READS) * per_refresh + RATE_READS * (1 + 4)
 
         # slow: Prometheus stopped (connections queue, nothing answers): the last data stays, marked stale
         prom.proc.send_signal(signal.SIGSTOP)
