@@ -26,7 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
-from gputop.sources import btf, catalogue, discovery, kheaders, symbols
+from gputop.sources import bpfcache, btf, catalogue, discovery, kheaders, symbols
 from gputop.sources.bpfsys import (
     ENABLE_HINT,
     TRACEFS,
@@ -42,6 +42,7 @@ from gputop.sources.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer
 from gputop.sources.selfcost import ProgStats, SelfCost
+from gputop.sources.startup import Prefetch, Steps, read_object, release_compiler_pages, release_heap
 from gputop.sources.uprobes import UprobeAttacher
 
 __all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "IdleProc", "RawKernel", "RawProc", "aligned_blocks",
@@ -223,8 +224,14 @@ class BpfSource:
         self._limits = {**LIMITS, **(limits or {})}
         self._want_uvm = uvm
         self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them
-        #: kernel struct offsets (BTF) for naming the files processes map; None: not named
-        self.file_offsets = btf.file_offsets()
+        #: kernel struct offsets (BTF) for naming the files processes map; None: not named (read at start)
+        self.file_offsets: dict[str, int] | None = None
+        #: seconds each start-up step took (bench/startup.py), and how the program was made (bpfcache)
+        self.startup_s: dict[str, float] = {}
+        self.compiled: str | None = None
+        self.startup_released_bytes = 0       # the compiler's pages handed back after the compile
+        self.startup_rss_bytes: dict[str, int] = {}     # resident memory after each start-up step
+        self._prefetched: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
         #: files the BPF side named because they were not classified: key -> (pid, names or None)
         self._unknown_files: dict[tuple[int, int], tuple[int, list[bytes] | None]] = {}
         self.uprobes: UprobeAttacher | None = None
@@ -271,28 +278,43 @@ class BpfSource:
     def start(self) -> None:
         """Check, compile, load and attach; then probe every CUDA object already mapped.
 
-        Raises BpfUnavailable with the reason and a hint.
+        The ELF objects processes map are read on another thread while the program compiles
+        (libbcc's compile releases the GIL). Raises BpfUnavailable with the reason and a hint.
         """
+        steps = Steps(self.startup_s, self.startup_rss_bytes)
         refusal = privileges_error()
         if refusal is not None:
             raise BpfUnavailable(refusal, ENABLE_HINT, noperm=True)
         gaps = coverage_gaps()
         self._gaps = (f"missing {', '.join(gaps)}: processes whose CUDA library exists only in a container, or was "
                       "deleted or replaced since they loaded it, may go untraced" if gaps else None)
-        bcc = load_bcc()
-        err = ensure_tracefs()
-        if err:
-            raise BpfUnavailable(err, "mount -t tracefs nodev /sys/kernel/tracing")
-        self.headers = use_headers()
-        if self.headers.kind == "missing":
-            raise BpfUnavailable(f"bcc needs kernel headers: {self.headers.detail}",
-                                 "install linux-headers for your kernel (./gputop.sh does it)")
-        self.uvm_cpu_faults = self._want_uvm and tracepoint_exists("exceptions", "page_fault_user")
+        reader = Prefetch()
         try:
-            self.bpf = bcc.BPF(text=self.program_text().encode(), cflags=self.cflags())
-        except Exception as e:
-            raise BpfUnavailable(f"compiling the BPF program failed: {e}",
-                                 f"check the kernel headers ({self.headers.detail}); run gputop doctor") from e
+            bcc = load_bcc()
+            steps("load_bcc")
+            err = ensure_tracefs()
+            if err:
+                raise BpfUnavailable(err, "mount -t tracefs nodev /sys/kernel/tracing")
+            self.headers = use_headers()
+            if self.headers.kind == "missing":
+                raise BpfUnavailable(f"bcc needs kernel headers: {self.headers.detail}",
+                                     "install linux-headers for your kernel (./gputop.sh does it)")
+            self.uvm_cpu_faults = self._want_uvm and tracepoint_exists("exceptions", "page_fault_user")
+            self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
+            steps("headers_btf")
+            try:
+                self.bpf, self.compiled = bpfcache.compile_program(bcc, self.program_text().encode(), self.cflags(),
+                                                                   self.headers.path, TRACEFS)
+            except Exception as e:
+                raise BpfUnavailable(f"compiling the BPF program failed: {e}",
+                                     f"check the kernel headers ({self.headers.detail}); run gputop doctor") from e
+            steps("compile")
+        finally:
+            self._prefetched = reader.result()
+        steps("elf_wait")
+        release_heap()
+        self.startup_released_bytes = release_compiler_pages()
+        steps("release")
         # bcc's own exit hook would detach the probes again, racing with close() on another thread
         atexit.unregister(self.bpf.cleanup)
         atexit.register(self.close)
@@ -300,7 +322,10 @@ class BpfSource:
         self.cost.tick()
         self.table("events").open_ring_buffer(self._on_event)
         self.scan()
+        self._prefetched = {}
         self._last_full_scan = self._clock()
+        steps("attach")
+        self.startup_s["elf_read"] = reader.elapsed_s
 
     def table(self, name: str) -> Any:
         return self.bpf[name.encode()]
@@ -410,9 +435,7 @@ class BpfSource:
             if os.fstat(fd).st_ino != ref.inode:
                 return False                # the path now leads elsewhere (a PID reused)
             path = f"/proc/self/fd/{fd}"
-            if not symbols.mentions_cuda(path):
-                return self._reject(ref)
-            syms = symbols.read_symbols(path)
+            syms = self._prefetched.pop(ref.key) if ref.key in self._prefetched else read_object(path)
             wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
             if syms is None or not wanted:
                 return self._reject(ref)

@@ -11,6 +11,7 @@ import bisect
 import mmap
 import re
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -116,11 +117,35 @@ class ObjectSymbols:
 #: runtime-layer names (the rest of _CUDA_CODE is the driver's)
 _RUNTIME_NAME = re.compile(r"^(_{0,2}cuda|libcudart_static_|_ZN\d+cudart|_?_?cudart)")
 def mentions_cuda(path: str) -> bool:
+    """Whether the names of the object's symbols mention a CUDA entry point: searched in the
+    string tables of its symbol tables only (where those names are), or in the whole file when
+    its section headers cannot be read (a 100 MB library: 20 ms instead of 0.3 s)."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return any(mm.find(m) >= 0 for m in _MARKERS)
+            ranges = _symbol_strings(mm) or [(0, len(mm))]
+            return any(mm.find(m, lo, hi) >= 0 for lo, hi in ranges for m in _MARKERS)
     except (OSError, ValueError):
         return False
+
+
+def _symbol_strings(mm: mmap.mmap) -> list[tuple[int, int]] | None:
+    """File ranges of the string tables that ``.symtab`` and ``.dynsym`` name their symbols from
+    (64-bit little-endian ELF); None when the section headers are absent or odd."""
+    if len(mm) < 64 or mm[:6] != b"\x7fELF\x02\x01":
+        return None
+    shoff, = struct.unpack_from("<Q", mm, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", mm, 0x3A)
+    if not shoff or not shnum or shentsize < 64 or shoff + shnum * shentsize > len(mm):
+        return None
+    headers = [struct.unpack_from("<IIQQQQII", mm, shoff + i * shentsize) for i in range(shnum)]
+    out = []
+    for _name, sh_type, _fl, _addr, _off, _size, link, _info in headers:
+        if sh_type in (2, 11) and link < shnum:         # SHT_SYMTAB, SHT_DYNSYM
+            off, size = headers[link][4], headers[link][5]
+            if off + size > len(mm):
+                return None
+            out.append((off, off + size))
+    return out
 
 
 def _name(sec: SymbolTableSection, sym: Symbol) -> str:
