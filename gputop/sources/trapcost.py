@@ -140,7 +140,7 @@ def _bpf(cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
     return fd
 
 
-def _empty_prog(links: bool) -> int:
+def empty_prog(links: bool) -> int:
     """An empty BPF program (r0 = 0; exit) of the uprobes' type, loaded without bcc."""
     insns = struct.pack("<BBhi", 0xB7, 0, 0, 0) + struct.pack("<BBhi", 0x95, 0, 0, 0)
     ibuf = ctypes.create_string_buffer(insns, len(insns))
@@ -202,7 +202,7 @@ def _code() -> Iterator[tuple[str, int]]:
 def _attach(path: str, links: bool) -> list[int]:
     """Empty programs on the "entry" copy's entry and the "return" copy's entry and return."""
     fds: list[int] = []
-    progs = [_empty_prog(links) for _ in range(2)]
+    progs = [empty_prog(links) for _ in range(2)]
     try:
         wanted = ((_OFFSETS["entry"], False), (_OFFSETS["return"], False), (_OFFSETS["return"], True))
         for off, ret in wanted:
