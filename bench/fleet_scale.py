@@ -37,7 +37,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gputop.model import Snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -188,9 +193,20 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int, before: bool) -> N
                       nodes=frozenset(nodes.split(",")) if nodes else frozenset(),
                       table_only=not before, child=not before)      # as gputop.fleet_mode runs the dashboard
     feed = FleetFeed(cfg)
+    delivered: list[float] = []         # when the feed's thread handed the app a snapshot
+    start = feed.start
+
+    def start_timed(on_snapshot: Callable[[Snapshot], None]) -> None:
+        def timed(snap: Snapshot) -> None:
+            delivered.append(time.monotonic())
+            on_snapshot(snap)
+        start(timed)
+
+    feed.start = start_timed  # type: ignore[method-assign]
     app = GputopApp(feed, DashboardOptions(interval_s=1.0, filters=Filters()),
                     config_path=Path(tempfile.mkdtemp()) / "config.toml")
-    out: dict[str, float] = {}
+    out: dict[str, object] = {}
+    presses: list[dict[str, object]] = []
 
     async def run() -> None:
         async with app.run_test(size=(160, 45)) as pilot:
@@ -223,14 +239,16 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int, before: bool) -> N
                         while not feed.refreshing:      # press while a refresh is in flight
                             await pilot.pause(0.02)
                         during += 1
-                    t = time.monotonic()
-                    await pilot.press("pagedown")
-                    await pilot.pause()
-                    keys["pagedown"].append(time.monotonic() - t)
-                    t = time.monotonic()
-                    await pilot.press("greater_than_sign" if i % 2 == 0 else "less_than_sign")
-                    await pilot.pause()
-                    keys["sort"].append(time.monotonic() - t)
+                    for name, key in (("pagedown", "pagedown"),
+                                      ("sort", "greater_than_sign" if i % 2 == 0 else "less_than_sign")):
+                        t = time.monotonic()
+                        reading = feed.refreshing
+                        await pilot.press(key)
+                        await pilot.pause()
+                        keys[name].append(time.monotonic() - t)
+                        presses.append({"phase": phase, "key": name, "ms": round(1000 * keys[name][-1], 1),
+                                        "refresh_in_flight": reading,
+                                        "snapshots_during": sum(t <= d for d in delivered)})
                 suffix = "" if phase == "paused" else "_busy"
                 for k, v in keys.items():
                     out[f"{k}{suffix}_ms"] = 1000 * statistics.median(v)
@@ -242,16 +260,17 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int, before: bool) -> N
     asyncio.run(run())
     feed.stop()
     out["max_rss_mib"] = _hwm_mib("self")
+    out["presses"] = presses
     print(json.dumps(out))
 
 
-def ui_figures(url: str, at: float, nodes: str, refreshes: int, before: bool = False) -> dict[str, float]:
+def ui_figures(url: str, at: float, nodes: str, refreshes: int, before: bool = False) -> dict[str, Any]:
     res = subprocess.run([sys.executable, __file__, "--ui-child", url, "--at", str(at), "--ui-nodes", nodes,
                           "--refreshes", str(refreshes), *(["--before-ui"] if before else [])],
                          capture_output=True, text=True, timeout=3600)
     if res.returncode != 0:
         raise SystemExit(f"dashboard run failed: {res.stderr[-2000:]}")
-    figures: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
+    figures: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     return figures
 
 

@@ -436,6 +436,9 @@ class SnapshotBuilder:
             if nodes and node not in nodes:
                 continue
             out.append(_proc_sample(p, int(pid), instance, node, window_s))
+        # in the order that breaks the table's ties (gputop.ui.columns.identity): sorting rows that are
+        # already in order is a linear pass for the dashboard's thread
+        out.sort(key=lambda q: (q.node or "", q.instance or "", q.pid))
         gpus = _gpus(self.gpu_samples, self.node_of, nodes)
         sources = _sources(self.source_up, self.node_of, nodes)
         sources["prometheus"] = SourceStatus("ok")

@@ -35,6 +35,8 @@ from gputop.model import Snapshot
 #: processes per frame: the feed's thread unpickles one frame, then yields the interpreter
 CHUNK = 500
 _LENGTH = struct.Struct("<Q")
+#: the child's niceness above the dashboard's: on a busy host, keys are handled before answers are parsed
+NICE = 10
 
 
 def write_frame(out: IO[bytes], obj: object) -> None:
@@ -88,6 +90,8 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
 def main() -> int:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr         # the pipe carries frames only
+    with contextlib.suppress(OSError):
+        os.nice(NICE)               # the dashboard's keys before this process's parsing
     with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):     # the feed went away
         serve(inp, out)
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gputop.model import ProcSample
 from gputop.ui import fields
@@ -261,18 +262,14 @@ def sort_processes(procs: Sequence[ProcSample], key: str, reverse: bool = False)
     """
     col = BY_KEY[key]
     descending = col.descending != reverse
-    known: list[tuple[float | str, ProcSample]] = []
-    unknown: list[ProcSample] = []
-    for p in procs:
-        v = col.value(p)
-        if v is None:
-            unknown.append(p)
-        else:
-            known.append((v.lower() if isinstance(v, str) else v, p))
-    known.sort(key=lambda kv: identity(kv[1]))
-    known.sort(key=lambda kv: kv[0], reverse=descending)
-    unknown.sort(key=identity)
-    return [p for _, p in known] + unknown
+    # indices into lists rather than (value, process) pairs: at 64,000 rows (fleet view) the pairs
+    # outlived the cyclic collector's young generations and set off full collections of seconds
+    order = sorted(procs, key=identity)
+    values = [col.value(p) for p in order]
+    lowered: list[Any] = [v.lower() if isinstance(v, str) else v for v in values]    # None where unknown
+    known = [i for i, v in enumerate(values) if v is not None]
+    known.sort(key=lowered.__getitem__, reverse=descending)     # stable: ties stay in identity order
+    return [order[i] for i in known] + [p for p, v in zip(order, values, strict=True) if v is None]
 
 
 def neighbour(key: str, visible: Sequence[str], step: int) -> str:
