@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from textual.content import Content
 from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widget import Widget
 
 from gputop.model import GpuSample, Snapshot
@@ -86,6 +87,7 @@ def gpu_line(g: GpuSample, history: list[float | None], width: int) -> Content:
 
 
 class GpuPanel(Widget):
+    auto_links = Reactive(False)     # no links: skips a per-segment meta decode each repaint
     DEFAULT_CSS = """
     GpuPanel { height: auto; max-height: 30%; background: $surface; color: $foreground;
                text-wrap: nowrap; text-overflow: ellipsis; }

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from textual.content import Content
 from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widget import Widget
 
 from gputop.model import Snapshot, SourceStatus
@@ -95,6 +96,7 @@ def header_content(state: HeaderState, width: int = 10_000) -> Content:
 
 
 class HeaderBar(Widget):
+    auto_links = Reactive(False)     # no links: skips a per-segment meta decode each repaint
     DEFAULT_CSS = """
     HeaderBar {
         height: auto; max-height: 3; background: $panel; color: $foreground; text-wrap: nowrap;

@@ -1,7 +1,9 @@
 """The process table: a Line-API widget that draws only the visible rows.
 
-A fixed header line with the sort column marked; rows are drawn lazily per line and cached until
-the next snapshot, so a refresh costs a few formatted lines, not a widget tree. The selection
+A fixed header line with the sort column marked; rows are drawn lazily per line. A new snapshot
+repaints only the screen lines whose text or look changed (``set_rows`` compares each visible
+line's cells with what is drawn there), so an unchanged process costs no redraw and a refresh
+costs a few formatted lines, not a widget tree. The selection
 follows a process (its PID; scrape target and PID in the fleet view) across re-sorts. Clicking a
 header posts ``SortClicked``; clicking a row selects it; double-clicking (or Enter, bound by the
 screen) opens the details.
@@ -17,7 +19,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -28,6 +30,11 @@ from gputop.ui import format as fmt
 from gputop.ui.columns import BY_KEY, Column
 
 GUTTER = 2  # tag mark and a space
+
+#: what a row's line shows: its cells' text, tagged, exited, under the cursor
+LineKey = tuple[tuple[str, ...], bool, bool, bool]
+#: the key of a line below the last row
+BLANK: LineKey = ((), False, False, False)
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,7 @@ class ProcTable(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._rows: list[ProcSample] = []
-        self._cells: list[list[str] | None] = []
+        self._cells: list[tuple[str, ...] | None] = []
         self._columns: tuple[str, ...] = ()
         self._sort_key = ""
         self._descending = True
@@ -169,7 +176,13 @@ class ProcTable(ScrollView, can_focus=True):
         self._message = ""
         self._cursor = 0
         self._selected_key: ProcKey | None = None
-        self._strips: dict[int, Strip] = {}
+        #: row index -> (what the line shows, its strip)
+        self._strips: dict[int, tuple[LineKey, Strip]] = {}
+        #: screen line -> what is drawn there (None: unknown, redraw it); line 0 is the header
+        self._drawn: dict[int, LineKey | None] = {}
+        #: the content width the lines are drawn at (measured once a repaint, not once a line)
+        self._width = 0
+        self._styles: dict[str, Style] = {}
         self._layout = Layout(())
         self._layout_key: tuple[object, ...] = ()
         self._hoffset = 0  #: columns scrolled off to the left (← →)
@@ -185,9 +198,13 @@ class ProcTable(ScrollView, can_focus=True):
         tags: Collection[ProcKey] = (),
         message: str = "",
     ) -> None:
-        """Show ``rows`` in this order (already filtered and sorted)."""
+        """Show ``rows`` in this order (already filtered and sorted); repaint the lines that changed."""
+        was_empty = not self._rows
         self._rows = list(rows)
         self._cells = [None] * len(self._rows)
+        header = (tuple(columns), sort_key, descending)
+        full = (header != (self._columns, self._sort_key, self._descending) or message != self._message
+                or was_empty or not self._rows)
         self._columns = tuple(columns)
         self._sort_key = sort_key
         self._descending = descending
@@ -196,12 +213,51 @@ class ProcTable(ScrollView, can_focus=True):
         index = next((i for i, p in enumerate(self._rows) if p.key == self._selected_key), None)
         if index is None:
             index = min(self._cursor, max(0, len(self._rows) - 1))
-        self._set_cursor(index, scroll=False)
+        self._cursor = index
+        self._selected_key = self._rows[index].key if self._rows else None
         size = Size(self.size.width, len(self._rows) + 1)
         if size != self.virtual_size:  # a layout pass only when the row count changes
             self.virtual_size = size
+        if full:
+            self._repaint()
+        else:
+            self._repaint_changed()
+
+    def _repaint(self) -> None:
         self._strips.clear()
+        self._drawn.clear()
         self.refresh()
+
+    def _repaint_changed(self) -> None:
+        """Refresh only the visible lines whose content differs from what is drawn there."""
+        if not self.is_mounted:
+            return self._repaint()
+        width = self._width
+        if self._measure() != width:
+            return self._repaint()
+        cols = self._current_layout()
+        top = round(self.scroll_y)
+        drawn = self._drawn
+        rows = len(self._rows)
+        for y in range(1, self.scrollable_content_region.height):
+            index = top + y - 1
+            key = self._line_key(index, cols) if index < rows else BLANK
+            if drawn.get(y) != key:
+                drawn[y] = None
+                self.refresh(Region(0, y, width, 1))
+
+    def _measure(self) -> int:
+        """The content width now (the vertical scrollbar comes and goes with the row count)."""
+        self._width = self.scrollable_content_region.width
+        return self._width
+
+    def _line_key(self, index: int, cols: Layout) -> LineKey:
+        """What row ``index``'s line shows: equal keys draw the same line."""
+        p = self._rows[index]
+        cells = self._cells[index]
+        if cells is None:
+            cells = self._cells[index] = tuple(col.render(p) for col, _ in cols)
+        return (cells, p.key in self._tags, p.state == "exited", index == self._cursor)
 
     @property
     def rows(self) -> list[ProcSample]:
@@ -229,14 +285,13 @@ class ProcTable(ScrollView, can_focus=True):
 
     def _set_cursor(self, index: int, scroll: bool = True) -> None:
         index = max(0, min(index, len(self._rows) - 1)) if self._rows else 0
-        if index != self._cursor:
-            self._strips.pop(self._cursor, None)
-            self._strips.pop(index, None)
-            self.refresh()
+        moved = index != self._cursor
         self._cursor = index
         self._selected_key = self._rows[index].key if self._rows else None
         if scroll:
             self._scroll_to_cursor()
+        if moved:
+            self._repaint_changed()
 
     def _scroll_to_cursor(self) -> None:
         visible = max(1, self.size.height - 1)
@@ -258,14 +313,16 @@ class ProcTable(ScrollView, can_focus=True):
 
     def action_hscroll(self, step: int) -> None:
         """Scroll the columns right of the first one by ``step`` columns (while some are hidden)."""
+        self._measure()
         lay = self._current_layout()
         if (step > 0 and not lay.hidden_right) or (step < 0 and not lay.hidden_left):
             return
         self._hoffset = max(0, self._hoffset + step)
-        self.refresh()
+        self._repaint()
 
     @property
     def current_layout(self) -> Layout:
+        self._measure()
         return self._current_layout()
 
     # -- mouse -----------------------------------------------------------------------------
@@ -286,6 +343,7 @@ class ProcTable(ScrollView, can_focus=True):
 
     def _column_at(self, x: int) -> str | None:
         pos = GUTTER
+        self._measure()
         lay = self._current_layout()
         for i, (col, w) in enumerate(lay):
             if i == lay.fixed and lay.hidden_left:
@@ -299,16 +357,24 @@ class ProcTable(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._base_style = None
+        self._styles.clear()
         self._strips.clear()
+        self._drawn.clear()
 
     def on_resize(self, event: events.Resize) -> None:
         self._strips.clear()
+        self._drawn.clear()
+        self._measure()
         self.virtual_size = Size(event.size.width, len(self._rows) + 1)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._measure()     # once a repaint, not once a line: it is dear to compute
+        return super().render_lines(crop)
 
     def _current_layout(self) -> Layout:
         """The layout for the current width, columns, sort column and scroll; the rows' cached
         cells and lines are for one layout only, so a new one drops them."""
-        width = self.scrollable_content_region.width
+        width = self._width
         key = (width, self._columns, self._sort_key, self._hoffset)
         if key != self._layout_key:
             self._layout = layout(self._columns, width, self._sort_key, self._hoffset)
@@ -316,10 +382,14 @@ class ProcTable(ScrollView, can_focus=True):
             self._layout_key = (width, self._columns, self._sort_key, self._hoffset)
             self._cells = [None] * len(self._rows)
             self._strips.clear()
+            self._drawn.clear()
         return self._layout
 
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(name)
+        style = self._styles.get(name)     # kept until the theme or CSS changes (notify_style_update)
+        if style is None:
+            style = self._styles[name] = self.get_component_rich_style(name)
+        return style
 
     def _base(self) -> Style:
         style = self._base_style
@@ -328,21 +398,28 @@ class ProcTable(ScrollView, can_focus=True):
         return style
 
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width
+        width = self._width or self._measure()
         cols = self._current_layout()
         if y == 0:
+            self._drawn[0] = None
             return self._header_strip(cols, width)
         index = round(self.scroll_y) + y - 1
         if not self._rows:
+            self._drawn[y] = None
             if y == 2 and self._message:
                 return _strip([("  " + self._message, self._style("proc-table--message"))], width, self._base())
             return Strip.blank(width, self._base())
         if index >= len(self._rows):
+            self._drawn[y] = BLANK
             return Strip.blank(width, self._base())
-        strip = self._strips.get(index)
-        if strip is None:
-            strip = self._row_strip(index, cols, width)
-            self._strips[index] = strip
+        key = self._line_key(index, cols)
+        cached = self._strips.get(index)
+        if cached is not None and cached[0] == key:
+            strip = cached[1]
+        else:
+            strip = self._row_strip(index, key, cols, width)
+            self._strips[index] = (key, strip)
+        self._drawn[y] = key
         return strip
 
     def _header_strip(self, cols: Layout, width: int) -> Strip:
@@ -365,37 +442,59 @@ class ProcTable(ScrollView, can_focus=True):
             parts.append((" " * (width - _used(parts) - 1) + "▶", base))
         return _strip(parts, width, base)
 
-    def _row_strip(self, index: int, cols: Layout, width: int) -> Strip:
-        p = self._rows[index]
-        cells = self._cells[index]
-        if cells is None:
-            cells = [col.render(p) for col, _ in cols]
-            self._cells[index] = cells
-        tagged = p.key in self._tags
-        if index == self._cursor:
+    def _row_strip(self, index: int, key: LineKey, cols: Layout, width: int) -> Strip:
+        cells, tagged, exited, cursor = key
+        if cursor:
             base = self._style("proc-table--cursor")
-        elif p.state == "exited":
+        elif exited:
             base = self._style("proc-table--exited")
         else:
             base = self._base()
         if tagged:
             base = base + self._style("proc-table--tagged")
-        na = base + Style(dim=True) if index == self._cursor else base + self._style("proc-table--na")
+        na = base + Style(dim=True) if cursor else base + self._style("proc-table--na")
         flag = base + self._style("proc-table--flag")
         parts: list[tuple[str, Style]] = [("● " if tagged else "  ", base)]
+        gap = cols.fixed if cols.hidden_left else -1
         for i, ((col, w), cell) in enumerate(zip(cols, cells, strict=True)):
-            text = fmt.fit_middle(cell, w) if col.cut == "middle" else fmt.fit(cell, w)
+            text = _cell_text(cell, w, col.align, col.cut)
             style = na if cell == fmt.NA else (flag if col.key == "launch_bound" and cell else base)
-            if i == cols.fixed and cols.hidden_left:
+            if i == gap:
                 parts.append((" ", base))
             if i:
                 parts.append((" ", base))
-            parts.append((text.ljust(w) if col.align == "left" else text.rjust(w), style))
+            parts.append((text, style))
         return _strip(parts, width, base)
+
+
+_CELL_TEXT: dict[tuple[str, int, str, str], str] = {}
+
+
+def _cell_text(cell: str, width: int, align: str, cut: str) -> str:
+    """A cell's text cut and padded to ``width`` (memoised: most cells repeat from one refresh to the next)."""
+    key = (cell, width, align, cut)
+    text = _CELL_TEXT.get(key)
+    if text is None:
+        text = fmt.fit_middle(cell, width) if cut == "middle" else fmt.fit(cell, width)
+        text = text.ljust(width) if align == "left" else text.rjust(width)
+        if len(_CELL_TEXT) >= 8192:
+            _CELL_TEXT.clear()
+        _CELL_TEXT[key] = text
+    return text
 
 
 def _used(parts: list[tuple[str, Style]]) -> int:
     return sum(cell_len(chunk) for chunk, _ in parts)
+
+
+#: characters Rich measures without looking at each one (its fast path); a segment holding any other
+#: (an ellipsis, a wide character) is measured character by character each time Textual cuts the line
+#: at the scrollbar, so such a part gets a segment of its own instead of lengthening its neighbours'
+_FAST_WIDTH = frozenset(
+    chr(c)
+    for lo, hi in ((0x20, 0x7E), (0xA0, 0xAC), (0xAE, 0x2FF), (0x370, 0x482), (0x2500, 0x25FC), (0x2800, 0x28FF))
+    for c in range(lo, hi + 1)
+)
 
 
 def _strip(parts: list[tuple[str, Style]], width: int, fill: Style) -> Strip:
@@ -406,19 +505,27 @@ def _strip(parts: list[tuple[str, Style]], width: int, fill: Style) -> Strip:
     current: Style | None = None
     used = 0
     for chunk, style in parts:
-        if style != current and text:
+        if chunk.isascii():
+            used += len(chunk)
+            slow = False
+        else:
+            used += cell_len(chunk)
+            slow = not _FAST_WIDTH.issuperset(chunk)
+        if text and (slow or (style is not current and style != current)):
             segments.append(Segment("".join(text), current))
             text = []
         current = style
-        text.append(chunk)
-        used += len(chunk) if chunk.isascii() else cell_len(chunk)
-    if used < width:
-        if current == fill:
-            text.append(" " * (width - used))
+        if slow:
+            segments.append(Segment(chunk, style))
         else:
-            segments.append(Segment("".join(text), current))
-            text = [" " * (width - used)]
+            text.append(chunk)
+    if used < width:
+        if current is not fill and current != fill:
+            if text:
+                segments.append(Segment("".join(text), current))
+                text = []
             current = fill
+        text.append(" " * (width - used))
         used = width
     if text:
         segments.append(Segment("".join(text), current))
