@@ -48,7 +48,8 @@ def proc(pid: int, launches: int = 6000, **kw: object) -> ProcSample:
 def snap(*procs: ProcSample, gpus: tuple[GpuSample, ...] = ()) -> Snapshot:
     return Snapshot(time=1.0, interval_s=1.0, host="node-a", processes=procs, gpus=gpus, sources={
         "bpf": SourceStatus("ok", objects=2, probes=137, dropped=0, overhead_ns_per_s=2e6,
-                            probe_hits_per_s=5000.0, probes_failed=0),
+                            probe_hits_per_s=5000.0, probes_failed=0, trap_ns=750.0,
+                            cost_ns_per_s=4000 * 750.0 + 2e6),
         "nvml": SourceStatus("ok"), "uvm": SourceStatus("unavailable", "no kprobes")})
 
 
@@ -100,6 +101,8 @@ def test_counters_are_the_snapshot_totals(clock: Clock) -> None:
     assert m[("gputop_source_up", lbl(source="uvm"))] == 0
     assert m[("gputop_probe_hits_per_second", ())] == 5000
     assert m[("gputop_bpf_run_seconds_per_second", ())] == 0.002
+    assert m[("gputop_self_cost_seconds_per_second", ())] == 0.005      # 4000 hits x 750 ns + 2 ms, per second
+    assert m[("gputop_uprobe_trap_seconds", ())] == 7.5e-07
     assert m[("gputop_dropped_records_total", ())] == 0
     assert m[("gputop_probes", ())] == 137
 
@@ -114,6 +117,13 @@ def test_unknown_values_are_absent_series_never_zero(clock: Clock) -> None:
                 "gputop_gpu_utilization_ratio"} & names
     assert not [k for k in m if ("pid", "7") in k[1]]        # nothing known about pid 7 but its GPU
     assert m[("gputop_gpu_temperature_celsius", lbl(gpu="0", mig="", uuid="", name="H100"))] == 40
+    # the trap cost not yet calibrated: no self-cost series (the programs' run time still is)
+    from dataclasses import replace
+    s = snap(proc(41))
+    c.update(replace(s, sources={**s.sources, "bpf": replace(s.sources["bpf"], cost_ns_per_s=None, trap_ns=None)}))
+    names = {k[0] for k in scrape(c)}
+    assert "gputop_bpf_run_seconds_per_second" in names
+    assert not {"gputop_self_cost_seconds_per_second", "gputop_uprobe_trap_seconds"} & names
 
 
 def test_histograms_have_exact_count_and_sum_and_cumulative_log2_buckets(clock: Clock) -> None:
