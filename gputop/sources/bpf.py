@@ -366,8 +366,8 @@ class BpfSource:
         Returns True when something happened (a rescan attached probes or a process exited).
         """
         self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
-        # once a snapshot is out, calibrate the trap cost (cached per kernel) as the probes attach
-        self.cost.tick(self.uprobes.mode if self._snapshots and self.uprobes else None)
+        # the trap cost (cached per kernel), measured on a background thread once a snapshot is out
+        self.cost.tick(self.uprobes.mode if self.uprobes else None, measure=self._snapshots > 0)
         changed = bool(self._exited)
         for pid in self._reimage:       # exec: the old image's code ranges and names are gone
             self._forget_image(pid)

@@ -93,13 +93,15 @@ class SelfCost:
     def cost_ns_per_s(self) -> float | None:
         return cost_ns_per_s(self.entry_hits_per_s, self.return_hits_per_s, self.ns_per_s, self.trap)
 
-    def tick(self, attach: str | None = None) -> None:
-        """Open a statistics window when one is due; with ``attach`` (the probes are live and a
-        snapshot is out), start the trap calibration once (cache, else a background thread)."""
+    def tick(self, attach: str | None = None, measure: bool = True) -> None:
+        """Open a statistics window when one is due; with ``attach`` (how the probes attach), take
+        the trap cost from the cache, or measure it once on a background thread when ``measure``
+        (the caller's say: once a snapshot is out, so that it never delays the first)."""
         with self._mu:
-            if attach is not None and self.calibration is None and self._fd is None:
-                self.calibration = self._make_calibration(attach)
-                self.calibration.start()
+            if attach is not None and self._fd is None:
+                if self.calibration is None:
+                    self.calibration = self._make_calibration(attach)
+                self.calibration.start(measure)
             if self.calibration is not None and self.calibration.running:
                 return          # statistics would add their clock reads to the calibration's probes
             if self._fd is not None or self._clock() < self._next:

@@ -274,13 +274,17 @@ class Calibration:
         self._thread: threading.Thread | None = None
         self.done = threading.Event()
 
-    def start(self) -> None:
+    def start(self, measure: bool = True) -> None:
+        """Take the cached figure; without one, measure on a background thread (only when
+        ``measure``: the caller says when the CPU can be spared, e.g. after the first snapshot)."""
         if self._thread is not None or self.done.is_set():
             return
         cached = load_cached(self.attach, self._dir)
         if cached is not None:
             self.cost = cached
             self.done.set()
+            return
+        if not measure:
             return
         self._thread = threading.Thread(target=self._run, name="gputop-trap-calibration", daemon=True)
         self._thread.start()

@@ -198,6 +198,8 @@ def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None
     assert (cost.entry_hits_per_s, cost.return_hits_per_s, cost.other_ns_per_s) == (8000.0, 800.0, 4_000_000.0)
     assert cost.cost_ns_per_s is None            # the trap cost is not known yet
     t[0] = 4.0
+    cost.tick("links", measure=False)            # before the first snapshot: the cache only (empty)
+    assert cost.trap is None and not calibrations[0].running and not calibrations[0].done.is_set()
     cost.tick("links")                           # calibrates (here at once) ...
     assert calibrations[0].attach == "links"
     calibrations[0].done.wait(5)
@@ -211,6 +213,12 @@ def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None
     cost.stop()
     timers[1][1]()                               # a window closed by stop() reports nothing more
     assert cost.ns_per_s == 20_000_000.0
+    # the next start finds the figure in the cache before its first snapshot, without measuring
+    later = SelfCost(lambda: stats[0], lambda: t[0], schedule=lambda d, fn: None,
+                     calibration=lambda m: Calibration(m, tmp_path, measure_fn=None))
+    later.tick("links", measure=False)
+    assert later.trap == TrapCost(700.0, 600.0, "links", 9, 20000, 0.0, cached=True)
+    later.stop()
 
 
 def test_self_cost_formula_is_exact() -> None:
