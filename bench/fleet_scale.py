@@ -15,6 +15,8 @@
    table's families, parsed in the child process of `gputop.fleet_worker`), and --small nodes
    (--node) read as the dashboard does: seconds per refresh (median), queries per refresh, CPU
    seconds of this process per refresh.
+   Prometheus runs at niceness --prometheus-nice (10: on this 2-core VM it stands in for the
+   fleet's Prometheus on another host; 0 measures it competing with the dashboard as an equal).
 3. Runs the real dashboard (Textual, headless, 160x45, configured as `gputop --prometheus` does) on
    the whole fleet and on --small nodes, each in a child process: seconds and CPU per refresh, peak
    memory of the dashboard and of its reader process, and the time a key takes to be handled
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -282,6 +285,9 @@ def main() -> int:
     ap.add_argument("--small", type=int, default=10, help="nodes of the side-by-side small fleet (--node)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the TSDB here (and reuse it when present)")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    ap.add_argument("--prometheus-nice", type=int, default=10,
+                    help="niceness of Prometheus (default 10: it stands in for a Prometheus on another host, "
+                         "which a user's dashboard does not share its cores with; 0: it competes as an equal)")
     ap.add_argument("--before-ui", action="store_true",
                     help="also run the dashboard with the feed as it was before (slow: minutes at 64,000 rows)")
     ap.add_argument("--ui-child", default=None, help=argparse.SUPPRESS)
@@ -321,14 +327,17 @@ def main() -> int:
     cfg = work / "prometheus.yml"
     cfg.write_text("global: {scrape_interval: 30s}\n")
     log = (work / "prometheus.log").open("w")
-    prom = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
+    prom = subprocess.Popen(["nice", "-n", str(args.prometheus_nice),       # nice execs prometheus: same PID
+                             "prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
                              f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
                              "--query.max-samples=200000000", "--log.level=warn"], stdout=log, stderr=log)
     try:
         wait_until("Prometheus to be ready", lambda: http_get(url + "/-/ready")[0] == 200, 600, 1.0)
         small = frozenset(f"gpu-node-{n:04d}" for n in range(args.small))
         figures: dict[str, object] = {"nodes": args.nodes, "procs_per_node": args.procs, "series": series,
-                                      "refreshes": args.refreshes, "small_nodes": args.small}
+                                      "refreshes": args.refreshes, "small_nodes": args.small,
+                                      "prometheus_nice": args.prometheus_nice, "cpus": os.cpu_count(),
+                                      "loadavg_at_start": os.getloadavg()[0]}
         feed: dict[str, dict[str, float]] = {
             "whole_batch": refresh_times(url, t_end, args.refreshes, frozenset(), dashboard=False),
             "whole_dashboard": refresh_times(url, t_end, args.refreshes, frozenset(), dashboard=True),
