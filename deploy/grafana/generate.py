@@ -137,10 +137,12 @@ def build() -> dashboard.Dashboard:
         query(f"max by (node, gpu) ({by_node('gputop_gpu_power_watts')})", "{{node}} GPU {{gpu}}")))
     d = d.with_row(row("gputop's own cost"))
     d = d.with_panel(series(
-        "gputop CPU", "percentunit", "CPU time per second: gputop's BPF programs (in the traced processes, last "
-        "statistics window) and the exporter process itself.",
+        "gputop CPU", "percentunit", "CPU time per second: what the traced processes pay for gputop's probes "
+        "(uprobe traps + BPF programs, last statistics window), of it the BPF programs, and the exporter process "
+        "itself.",
         query(by_node("gputop_bpf_run_seconds_per_second"), "BPF {{node}}"),
-        query(by_node(f"rate(process_cpu_seconds_total{RATE})"), "exporter {{node}}", "B")))
+        query(by_node(f"rate(process_cpu_seconds_total{RATE})"), "exporter {{node}}", "B"),
+        query(by_node("gputop_self_cost_seconds_per_second"), "probes (traps + BPF) {{node}}", "C")))
     d = d.with_panel(series(
         "Probe hits/s and dropped records", "short", "Hits of gputop's probes per second, and records the BPF "
         "maps had no room for (per second: above 0 means counts are missing).",
