@@ -5,6 +5,9 @@
 // Compile-time parameters (set by gputop/sources/bpf.py): MAX_PROCS, MAX_KERNELS, MAX_ALLOCS,
 // MAX_NAMES, MAX_THREADS, MAX_CODE (MAX_GRAPHS, MAX_GRAPH_NODES have defaults here).
 #include <uapi/linux/ptrace.h>
+#ifndef EEXIST
+#define EEXIST 17
+#endif
 
 #define NDIR 5          // memcpy directions: h2d d2h d2d h2h unknown
 #define D_H2D 0
@@ -126,6 +129,37 @@ BPF_HASH(procs, u32, struct proc_t, MAX_PROCS);
 // processes with names or code ranges but maybe no record: their exit must still be reported
 BPF_HASH(tracked, u32, u8, MAX_PROCS * 4);
 BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
+// The launch fast path. A hash lookup costs a call into the kernel here (~50 ns with its `ret` thunks,
+// more than all the rest of the handler), an array lookup is a few inlined instructions. So a
+// (process, kernel) counts its launches in a slot of a direct-mapped array, at a hash of the
+// pair; its `kernels` entry (made first: the table's capacity and drops are unchanged) keeps the
+// launches made while the slot belonged to another pair. A slot also counts its launches' log2
+// grid and block buckets (KS_GRID and KS_BLOCK of them: a kernel's shapes rarely vary more);
+// other buckets go to the process record's histograms. User space maps the array (mmap, no
+// system call per read), adds slot and entry, and frees a process's slots when it forgets it.
+#ifndef MAX_KSLOTS
+#define MAX_KSLOTS 16384        // a power of two
+#endif
+#define KS_GRID 4
+#define KS_BLOCK 2
+#define KS_READY (1ULL << 32)   // owner: tgid | KS_READY once func and the counters are set
+#define KS_CLAIMED (2ULL << 32) //        tgid | KS_CLAIMED while they are being set; 0: free
+struct kslot_t {
+    u64 func;
+    u64 launches;
+    u64 grid_sum;
+    u64 block_sum;
+    u64 grid_bucket[KS_GRID];   // bucket + 1 (0: free)
+    u64 grid_count[KS_GRID];
+    u64 block_bucket[KS_BLOCK];
+    u64 block_count[KS_BLOCK];
+    u64 owner;                  // last: user space frees a slot by zeroing it front to back
+};
+BPF_F_TABLE("array", u32, struct kslot_t, kslots, MAX_KSLOTS, BPF_F_MMAPABLE);
+// Captures under way on the host: begun (0) and ended (1) counted here, (2) the captures of
+// processes that exited capturing, counted by user space when it deletes their entries (each
+// counter has one writer). Launches look for a capture only while begun - ended - forgotten > 0.
+BPF_ARRAY(capture_n, u64, 3);
 BPF_HASH(names, struct tkey_t, struct name_t, MAX_NAMES);
 // __cudaRegisterFunction's names stay where the program keeps them (static data): per registration
 // only the pointer and when it was made (boot-time ns: user space rejects an entry older than the
@@ -496,22 +530,107 @@ static __always_inline struct cap_t *captured_by(u32 tgid, struct proc_t *p, u64
     return capture_of(tgid, stream_id(read_u64(stream_addr), ptsz));
 }
 
-// the hot path: no stack reads (the stream is read only while the process captures a graph)
+// true when some capture on the host may be under way. The counters are read ended and forgotten
+// first: every capture they count began before, so a capture under way when this launch was made
+// is in begun as read after them (x86 keeps loads in order; volatile keeps the compiler from
+// reordering them).
+static __always_inline int captures_under_way(void) {
+    u32 i0 = 0, i1 = 1, i2 = 2;
+    u64 *ended = capture_n.lookup(&i1), *forgotten = capture_n.lookup(&i2), *begun = capture_n.lookup(&i0);
+    if (!ended || !forgotten || !begun)
+        return 1;
+    u64 done = *(volatile u64 *)ended + *(volatile u64 *)forgotten;
+    return *(volatile u64 *)begun != done;
+}
+
+// the pair's launch slot, claimed if free (after its `kernels` entry exists); 0: count in the entry
+static __always_inline struct kslot_t *kslot_of(u32 tgid, u64 func) {
+    u32 i = (u32)(((func ^ ((u64)tgid << 40)) * 0x9E3779B97F4A7C15ULL) >> 32) & (MAX_KSLOTS - 1);
+    struct kslot_t *s = kslots.lookup(&i);
+    if (!s)
+        return 0;
+    u64 mine = tgid | KS_READY;
+    if (s->owner == mine && s->func == func)
+        return s;
+    if (s->owner != 0 || !proc_get(tgid))  // a new pair: its process's record first (its name)
+        return 0;
+    struct tkey_t k = {.tgid = tgid, .addr = func};
+    if (!kernels.lookup(&k)) {
+        struct kstat_t zero = {};
+        kernels.insert(&k, &zero);
+        if (!kernels.lookup(&k))
+            return 0;                   // no room: the slow path drops it
+    }
+    if (__sync_val_compare_and_swap(&s->owner, 0, tgid | KS_CLAIMED) != 0)
+        return 0;
+    s->func = func;
+    s->launches = s->grid_sum = s->block_sum = 0;
+#pragma unroll
+    for (int j = 0; j < KS_GRID; j++)
+        s->grid_bucket[j] = s->grid_count[j] = 0;
+#pragma unroll
+    for (int j = 0; j < KS_BLOCK; j++)
+        s->block_bucket[j] = s->block_count[j] = 0;
+    s->owner = mine;                    // after the stores above (x86 keeps stores in order)
+    return s;
+}
+
+// one launch in bucket b (+ 1) of a slot's buckets: its own or a free one; 0 when none is left
+static __always_inline int kslot_bucket(u64 *bucket, u64 *count, int n, u64 b) {
+#pragma unroll
+    for (int j = 0; j < KS_GRID; j++) {
+        if (j >= n)
+            break;
+        u64 have = bucket[j];
+        if (have == 0)
+            have = __sync_val_compare_and_swap(&bucket[j], 0, b) ?: b;
+        if (have == b) {
+            __sync_fetch_and_add(&count[j], 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// The hot path: two inlined array lookups and five atomic adds, no stack reads (the stream is
+// read only while the process captures a graph), no hash lookup once the pair has its slot.
 static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 gz, u64 bx, u64 by, u64 bz,
                                         u64 stream_addr, int ptsz) {
-    struct proc_t *p = proc_get(tgid);
-    if (!p)
-        return 0;
-    struct cap_t *cap = captured_by(tgid, p, stream_addr, ptsz);
-    if (cap) {
-        __sync_fetch_and_add(&p->captured_launches, 1);
-        content_add_kernel(tgid, cap->gid, func);
-        return 0;
+    struct proc_t *p = 0;
+    if (captures_under_way()) {
+        p = procs.lookup(&tgid);
+        struct cap_t *cap = p ? captured_by(tgid, p, stream_addr, ptsz) : 0;
+        if (cap) {
+            __sync_fetch_and_add(&p->captured_launches, 1);
+            content_add_kernel(tgid, cap->gid, func);
+            return 0;
+        }
     }
     u64 grid = gx * gy * gz;
     u64 block = bx * by * bz;
     u32 gb = log2_bucket(grid);
     u32 bb = log2_bucket(block);
+    struct kslot_t *s = kslot_of(tgid, func);
+    if (s) {
+        __sync_fetch_and_add(&s->launches, 1);
+        __sync_fetch_and_add(&s->grid_sum, grid);
+        __sync_fetch_and_add(&s->block_sum, block);
+        int g = kslot_bucket(s->grid_bucket, s->grid_count, KS_GRID, gb + 1);
+        int b = kslot_bucket(s->block_bucket, s->block_count, KS_BLOCK, bb + 1);
+        if (g && b)
+            return 0;
+        p = proc_get(tgid);
+        if (!p)
+            return 0;
+        if (!g && gb < NB)
+            __sync_fetch_and_add(&p->grid_hist[gb], 1);
+        if (!b && bb < NB)
+            __sync_fetch_and_add(&p->block_hist[bb], 1);
+        return 0;
+    }
+    p = proc_get(tgid);
+    if (!p)
+        return 0;
     if (gb < NB)
         __sync_fetch_and_add(&p->grid_hist[gb], 1);
     if (bb < NB)
@@ -683,10 +802,16 @@ int begin_capture_return(struct pt_regs *ctx) {
     // gputop did not see that graph built
     u64 gid = graph ? graph_writable(tgid, graph) : gid_new(tgid, 0, 0);
     struct cap_t cap = {.origin = k.addr, .seq = bpf_ktime_get_ns(), .gid = gid};
-    if (capturing.update(&k, &cap) != 0) {
-        drop(5);
+    int rc = capturing.insert(&k, &cap);
+    if (rc != 0) {
+        if (rc != -EEXIST)              // another thread's return marked it (the driver's twin)
+            drop(5);
         return 0;
     }
+    u32 begun = 0;
+    u64 *n = capture_n.lookup(&begun);
+    if (n)
+        __sync_fetch_and_add(n, 1);
     struct proc_t *p = proc_get(tgid);
     if (p)
         __sync_fetch_and_add(&p->capturing, 1);
@@ -729,6 +854,10 @@ static __always_inline int end_capture_at(struct pt_regs *ctx, int ptsz) {
     graph_call(ctx, OP_END, PT_REGS_PARM2(ctx), gid, 0);
     if (!c || capturing.delete(&k) != 0)
         return 0;
+    u32 ended = 1;
+    u64 *n = capture_n.lookup(&ended);
+    if (n)
+        __sync_fetch_and_add(n, 1);
     struct proc_t *p = procs.lookup(&tgid);
     if (p)
         __sync_fetch_and_add(&p->capturing, (u64)-1);

@@ -41,6 +41,7 @@ from gputop.sources.bpfsys import (
 from gputop.sources.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer
+from gputop.sources.launchslots import LaunchSlots, SlotCounts
 from gputop.sources.selfcost import ProgStats, SelfCost
 from gputop.sources.startup import Prefetch, Steps, read_object, release_compiler_pages, release_heap
 from gputop.sources.uprobes import UprobeAttacher
@@ -259,6 +260,7 @@ class BpfSource:
         self._exited: set[int] = set()
         self._final: dict[int, RawProc] = {}      # last records of exited processes, until shown
         self._last_full_scan = 0.0
+        self.slots = LaunchSlots(self.table)      # the launch fast path's slots (launchslots.py)
         self.namer = KernelNamer(self._captured_name, self._alias, self._symcache, self._maps)
         self.graph_kernels = GraphKernels(self.table)
 
@@ -577,13 +579,11 @@ class BpfSource:
         # its every launch, so the kernel entries read next hold them all (the other way round, a
         # process exiting in between showed exited with part of its launches, then was forgotten)
         records = self.table("procs").items()
-        kernels: dict[int, list[tuple[int, Any]]] = {}
-        for k, v in self.table("kernels").items():
-            kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
+        kernels = self.slots.counts(self.table("kernels").items())
         inflight = self._inflight_sync_ns()
         for k, v in records:
             pid = int(k.value)
-            procs[pid] = self._raw(pid, v, kernels.get(pid, ()), inflight.get(pid, 0))
+            procs[pid] = self._raw(pid, v, kernels, inflight.get(pid, 0))
         # the last records of processes that exited (their PID may already be a new process's,
         # whose record is reported once the old one was shown: forget())
         procs.update(self._final)
@@ -611,18 +611,15 @@ class BpfSource:
         """Every process record as it stands, without names and without touching what read()
         reports once: where the first interval starts (counts made while the probes were being
         attached belong to the totals, not to an interval of known length)."""
-        kernels: dict[int, list[tuple[int, Any]]] = {}
-        for k, v in self.table("kernels").items():
-            kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
-        return {int(k.value): self._raw(int(k.value), v, kernels.get(int(k.value), ()), 0, named=False)
-                for k, v in self.table("procs").items()}
+        records = self.table("procs").items()
+        kernels = self.slots.counts(self.table("kernels").items())
+        return {int(k.value): self._raw(int(k.value), v, kernels, 0, named=False) for k, v in records}
 
-    def _raw(self, pid: int, v: Any, kernels: Iterable[tuple[int, Any]], inflight_ns: int,
-             named: bool = True) -> RawProc:
-        """The counters of one process record ``v`` and its kernels' entries."""
+    def _raw(self, pid: int, v: Any, kernels: SlotCounts, inflight_ns: int, named: bool = True) -> RawProc:
+        """The counters of one process record ``v`` and its kernels' entries and launch slots."""
         counters = {name: int(getattr(v, name)) for name in _SCALARS}
         counters["sync_ns"] += inflight_ns
-        ks = sorted(kernels, key=lambda kv: -int(kv[1].launches))
+        ks = sorted(kernels.kernels.get(pid, ()), key=lambda kv: -int(kv[1].launches))
         for _addr, kv in ks:            # the record holds only the kernel table's overflow
             counters["launches"] += int(kv.launches)
             counters["grid_sum"] += int(kv.grid_sum)
@@ -634,8 +631,8 @@ class BpfSource:
             memcpy_bytes=tuple(int(x) for x in v.memcpy_bytes),
             prefetch_calls=tuple(int(x) for x in v.prefetch_calls),
             prefetch_bytes=tuple(int(x) for x in v.prefetch_bytes),
-            grid_hist=tuple(int(x) for x in v.grid_hist),
-            block_hist=tuple(int(x) for x in v.block_hist),
+            grid_hist=kernels.grid_hist(pid, v.grid_hist),
+            block_hist=kernels.block_hist(pid, v.block_hist),
             copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
             exited=bool(v.exited_ns),
             kernels=tuple(self._kernel(pid, addr, kv, named and i < NAMED_KERNELS) for i, (addr, kv) in enumerate(ks)),
@@ -656,12 +653,9 @@ class BpfSource:
                 continue
         if not records:
             return
-        kernels: dict[int, list[tuple[int, Any]]] = {}
-        for k, v in self.table("kernels").items():
-            if int(k.tgid) in records:
-                kernels.setdefault(int(k.tgid), []).append((int(k.addr), v))
+        kernels = self.slots.counts(self.table("kernels").items(), set(records))
         for pid, v in records.items():
-            self._final[pid] = self._raw(pid, v, kernels.get(pid, ()), 0)
+            self._final[pid] = self._raw(pid, v, kernels, 0)
         self._forget(set(records))
 
     def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
@@ -779,7 +773,8 @@ class BpfSource:
             table = self.table(name)
             for pid in gone:
                 table.pop(table.Key(pid), None)
-        self._delete_by_pid(gone, ("kernels", "names", "name_ptrs", "aliases", "allocs", "capturing", "joined",
+        self.slots.forget(gone)             # their launch slots, and captures they left under way
+        self._delete_by_pid(gone, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
                                    "capture_events", *GRAPH_TABLES))
         self._delete_ranges(gone, ("ranges", "code"))
         self._code_done = {c for c in self._code_done if c[0] not in gone}
@@ -822,5 +817,6 @@ class BpfSource:
                         self.uprobes.detach_all()
             finally:
                 if bpf is not None:
+                    self.slots.close()
                     bpf.cleanup()
                 self.cost.stop()

@@ -62,6 +62,7 @@
 //   graphs (a stack of graphs and one of executable graphs; "top" is the last pushed):
 //   g_capture:N:K      capture N launches of stub K on stream 0x77 into a new graph (pushed)
 //   g_capture_to:N:K   cudaStreamBeginCaptureToGraph into the top graph, N launches of stub K, end
+//   g_begin:N:K        begin a capture on stream 0x77, N launches of stub K into it, never end it
 //   g_create:1         cudaGraphCreate (pushed)      g_clone:1   cudaGraphClone of the top (pushed)
 //   g_kernel:N:K       N cudaGraphAddKernelNode of stub K to the top graph
 //   g_node:N:K         N cudaGraphAddNode of kernel stub K (cudaGraphAddNode_v2 where the runtime has it,
@@ -435,6 +436,12 @@ static void graph_op(const char *name, long n, const char *a) {
         api.end_capture(s, &g);
         if (name[9] != '_')
             push_graph(g);
+    } else if (!strcmp(name, "g_begin")) {
+        NEED(launch);
+        NEED(begin_capture);
+        api.begin_capture(s, 0);
+        for (long i = 0; i < n; i++)
+            api.launch(stub, one, one, NULL, 0, s);
     } else if (!strcmp(name, "g_create") || !strcmp(name, "cu_g_create")) {
         if (name[0] == 'g') { NEED(g_create); api.g_create(&g, 0); }
         else { NEED(cu_g_create); api.cu_g_create(&g, 0); }
