@@ -7,7 +7,7 @@ Run as root after ./test.sh has set up the test bed (bpftrace and htop are optio
     .venv/bin/python bench/performance.py --only probe_cost ui_cpu
     .venv/bin/python bench/performance.py --render-only    # rewrite the document from the last figures
 
-The figures are kept in ``--json-dir`` (default .cache/perf/); ``--render-only`` rewrites the
+The figures are kept in ``--json-dir`` (default docs/perf/, in git); ``--render-only`` rewrites the
 document from them without measuring. Benchmarks run one after another, never side by side with
 each other: each one's own comparisons are side by side within its run.
 """
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import perfdoc  # noqa: E402
 
-DEFAULT_DIR = ROOT / ".cache" / "perf"
+DEFAULT_DIR = ROOT / "docs" / "perf"  # kept in git: the document can be rewritten from them
 
 
 def run_one(section: perfdoc.Section, json_dir: Path) -> bool:
