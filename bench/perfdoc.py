@@ -174,7 +174,74 @@ render cache.
 """
 
 
+def self_cost(doc: Doc) -> str:
+    f = doc["figures"]
+    sh, cal, real = f["shown_median"], f["calibration"], f["real_libcudart"]
+    ms_s = 1e6  # ns per s -> ms per s
+    lk, pf = cal["links"], cal["perf"]
+    return f"""The header's `cost … CPU (traps … + programs …)` (`sources.bpf.cost_ns_per_s`) is what the traced
+processes pay for gputop's probes, in CPU ns per second:
+
+    cost_ns_per_s = entry hits/s × trap_ns + return hits/s × return trap + programs' run ns/s
+
+- **Programs**: BPF run-time statistics (`BPF_ENABLE_STATS`), held on {f['stats_window_s']:g} s in every
+  {f['stats_period_s']:g} s ({100 * f['stats_window_s'] / f['stats_period_s']:g} % of the time: while they are on,
+  every BPF program on the host pays two more clock reads per run), give the programs' run time and their runs
+  by kind (uprobes at entry, at return, tracepoints).
+- **Traps**: every uprobe hit first pays the breakpoint trap and the kernel's dispatch, several
+  times the program's run time. gputop measures it on the host once per kernel release, CPU model
+  and attach mode (cached in `trap-cost.json` in its cache directory), on a background thread after
+  the first snapshot, or with `gputop doctor`: a machine-code loop calls a tiny function that starts
+  with `push %rbp` (as libcudart's `cudaLaunchKernel` does; the kernel emulates it) without a probe,
+  with an empty BPF program on its entry, and on its entry and return, attached as gputop attaches;
+  the calling thread's CPU time, alternating rounds, medians (docs/collector.md).
+
+{measured(doc)}
+A loop launching through the real `libcudart.so.12` at {f['rate_per_s']:,} launches/s runs alone and with
+gputop's BPF source attached (polled and read as the collector does), {f['rounds']} rounds of
+{f['seconds']:g} s, A B A B ({f['rounds_discarded']} discarded); its CPU time per second, medians; against the
+cost gputop showed over the same runs (its statistics windows' median), less the tracepoint programs' share
+(exec/mmap/fault tracepoints run for every process on the host, not for the loop). Each round uses a fresh
+private copy of the library, and a round is discarded when a short run through that copy afterwards shows
+another tracer's uprobe on it (one trap serves every tracer probing a function):
+
+{table(("figure", "measured"), [
+        ("the loop alone", f"{num(f['loop_cpu_alone_median_ns_per_s'] / ms_s, 2)} ms/s of CPU"),
+        ("the loop with gputop attached", f"{num(f['loop_cpu_with_gputop_median_ns_per_s'] / ms_s, 2)} ms/s"),
+        ("extra CPU the loop paid (B − A)",
+         f"**{num(f['extra_ns_per_s'] / ms_s, 2)} ms/s** ({num(f['extra_ns_per_launch'], 0)} ns per launch)"),
+        ("gputop showed (`cost_ns_per_s`)",
+         f"{num(sh['cost_ns_per_s'] / ms_s, 2)} ms/s = {num(sh['entry_hits_per_s'], 0)} entry hits/s × "
+         f"{num(sh['trap_ns'], 0)} ns + programs {num(sh['programs_ns_per_s'] / ms_s, 2)} ms/s"),
+        ("of which tracepoint programs (not the loop's)", f"{num(sh['tracepoint_ns_per_s'] / ms_s, 2)} ms/s"),
+        ("shown for the loop", f"**{num(f['shown_for_loop_ns_per_s'] / ms_s, 2)} ms/s**"),
+        ("shown / measured", f"**{ratio(f['shown_over_measured'])}** (must be {1 - f['tolerance']:.2f}–"
+         f"{1 + f['tolerance']:.2f}: {verdict(bool(f['within_tolerance']))})"),
+    ])}
+
+The trap calibration, in the same run, against the trap the real `cudaLaunchKernel` pays (CPU ns per
+call of {real['calls']:,} calls through a private copy of `libcudart.so.12` with an empty uprobe on it,
+minus without, alternating rounds, medians):
+
+{table(("", "ns per hit"), [
+        ("calibration, uprobe_multi link (as gputop attaches on 6.6+)",
+         f"{num(lk['trap_ns'], 0)} (+{num(lk['return_ns'], 0)} with a return probe)"),
+        ("calibration, a perf event per probe",
+         f"{num(pf['trap_ns'], 0)} (+{num(pf['return_ns'], 0)} with a return probe)"),
+        ("the real `cudaLaunchKernel` (link)",
+         f"{num(real['trap_ns'], 0)} ({num(real['none_ns'], 0)} → {num(real['empty_uprobe_ns'], 0)} per call)"),
+        ("calibration / real", f"**{ratio(real['calibration_over_real'])}**"),
+    ])}
+
+The calibration moves between runs on a busy host (`gputop doctor` measures it again and refreshes
+the cache). What the figure leaves out: a driver entry point whose first instruction the kernel cannot
+emulate (`cuLaunchKernel` in `libcuda.so.1` begins with a RIP-relative `cmpl`) pays more per hit than
+the calibrated trap; where another tracer probes the same function, the trap is shared.
+"""
+
+
 SECTIONS: list[Section] = [
+    Section("self_cost", "Self-cost: what gputop's probes cost the traced processes", "self_cost.py", (), self_cost),
     Section("graph_launch", "A CUDA graph launch", "graph_launch_cost.py", ("--rounds", "9"), graph_launch),
     Section("discovery", "A new process: time to probes", "discovery_latency.py", ("--rounds", "7"), discovery),
     Section("exit", "Quitting: detaching the probes", "exit_cost.py", ("--rounds", "3", "--dashboard", "5"),
