@@ -27,9 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
-from .catalogue import Probe
+from .catalogue import LAUNCH, Probe
 
 _KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)
+#: the launch handlers, attached first
+LAUNCH_ENTRIES = frozenset(p.entry for p in LAUNCH) | {"rt_launch", "rt_launch_checked", "rt_launch_checked_ptsz"}
 _EV_UNSAFE = re.compile(rb"[^a-zA-Z0-9_]")
 
 #: int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type, const char *ev_name,
@@ -61,16 +63,22 @@ class UprobeAttacher:
         """Attach ``(probe, vaddr, file_offset)`` in ``path``; return how many probes attached.
 
         ``name`` identifies the object in event names and failures (default ``path``; give it
-        when ``path`` is a ``/proc/self/fd/N`` whose number is reused later). Return probes go
-        first: an entry seen without its return would leave a stale depth. A probe that cannot
+        when ``path`` is a ``/proc/self/fd/N`` whose number is reused later). Launch probes go
+        first (they have no return probe: a running process is counted before the other handlers
+        are verified; alloc_return alone takes 0.1 s), then return probes, then the other entry
+        probes: an entry seen without its return would leave a stale depth. A probe that cannot
         attach (an odd symbol, a program the verifier refuses) does not stop the others.
         """
         groups: dict[tuple[str, bool], list[tuple[int, int]]] = {}
         for probe, vaddr, offset in wanted:
+            if not probe.ret and probe.entry in LAUNCH_ENTRIES:
+                groups.setdefault((probe.entry, False), []).append((vaddr, offset))
+        for probe, vaddr, offset in wanted:
             if probe.ret:
                 groups.setdefault((probe.ret, True), []).append((vaddr, offset))
         for probe, vaddr, offset in wanted:
-            groups.setdefault((probe.entry, False), []).append((vaddr, offset))
+            if probe.ret or probe.entry not in LAUNCH_ENTRIES:
+                groups.setdefault((probe.entry, False), []).append((vaddr, offset))
         attached = 0
         label = name or path
         for (fn, ret), where in groups.items():
