@@ -227,6 +227,7 @@ class BpfSource:
         self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them
         #: kernel struct offsets (BTF) for naming the files processes map; None: not named (read at start)
         self.file_offsets: dict[str, int] | None = None
+        self._offsets_read = False
         #: seconds each start-up step took (bench/startup.py), and how the program was made (bpfcache)
         self.startup_s: dict[str, float] = {}
         self.compiled: str | None = None
@@ -267,6 +268,9 @@ class BpfSource:
     # ------------------------------------------------------------ set-up
 
     def cflags(self) -> list[str]:
+        if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
+            self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
+            self._offsets_read = True
         flags = [f"-D{k}={v}" for k, v in self._limits.items()]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
@@ -302,7 +306,7 @@ class BpfSource:
                 raise BpfUnavailable(f"bcc needs kernel headers: {self.headers.detail}",
                                      "install linux-headers for your kernel (./gputop.sh does it)")
             self.uvm_cpu_faults = self._want_uvm and tracepoint_exists("exceptions", "page_fault_user")
-            self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
+            self.cflags()                       # reads the BTF offsets
             steps("headers_btf")
             try:
                 self.bpf, self.compiled = bpfcache.compile_program(bcc, self.program_text().encode(), self.cflags(),
