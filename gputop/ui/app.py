@@ -25,7 +25,7 @@ from gputop import config as config_mod
 from gputop.feed import Feed, Filters
 from gputop.model import ProcKey, Snapshot
 from gputop.record import Recorder, RecordingError
-from gputop.ui import bindings, columns, themes
+from gputop.ui import bindings, columns, gcsettings, themes
 from gputop.ui import format as fmt
 from gputop.ui.baseline import Baseline, load_baseline
 from gputop.ui.history import History, Point, points_of_series
@@ -499,6 +499,7 @@ def run_dashboard(feed: Feed, options: DashboardOptions) -> int:
     except BaseException:
         feed.stop()  # never started, but it may hold resources from its construction
         raise
+    gcsettings.tune()
     try:
         code = app.run()
     finally:

@@ -107,11 +107,19 @@ class HeaderBar(Widget):
         super().__init__(id=id)
         self._state = HeaderState()
         self._lines = 1     #: the height the last layout gave the header
+        self._laid_out: tuple[HeaderState, int, list[Content]] | None = None
+
+    def _lines_at(self, width: int) -> list[Content]:
+        """``header_lines`` of the current state, kept: show, layout and render each need them."""
+        cached = self._laid_out
+        if cached is None or cached[0] is not self._state or cached[1] != width:
+            cached = self._laid_out = (self._state, width, header_lines(self._state, width))
+        return cached[2]
 
     def show(self, state: HeaderState) -> None:
         if state != self._state:
             self._state = state
-            lines = len(header_lines(state, self.content_region.width or 10_000))
+            lines = len(self._lines_at(self.content_region.width or 10_000))
             self.refresh(layout=lines != self._lines)     # a new height only when the count changes
             self._lines = lines
 
@@ -120,8 +128,8 @@ class HeaderBar(Widget):
         return self._state
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        self._lines = len(header_lines(self._state, width))   # the height laid out (resizes too)
+        self._lines = len(self._lines_at(width))   # the height laid out (resizes too)
         return self._lines
 
     def render(self) -> Content:
-        return header_content(self._state, self.content_region.width or 10_000)
+        return Content("\n").join(self._lines_at(self.content_region.width or 10_000))

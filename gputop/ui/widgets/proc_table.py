@@ -232,19 +232,24 @@ class ProcTable(ScrollView, can_focus=True):
         """Refresh only the visible lines whose content differs from what is drawn there."""
         if not self.is_mounted:
             return self._repaint()
-        width = self._width
-        if self._measure() != width:
+        width, height = self.scrollable_content_region.size
+        if width != self._width:
+            self._width = width
             return self._repaint()
         cols = self._current_layout()
         top = round(self.scroll_y)
         drawn = self._drawn
         rows = len(self._rows)
-        for y in range(1, self.scrollable_content_region.height):
+        start = 0   # first line of the run of changed lines being gathered (0: none)
+        for y in range(1, height + 1):
             index = top + y - 1
-            key = self._line_key(index, cols) if index < rows else BLANK
-            if drawn.get(y) != key:
+            changed = y < height and drawn.get(y) != (self._line_key(index, cols) if index < rows else BLANK)
+            if changed:
                 drawn[y] = None
-                self.refresh(Region(0, y, width, 1))
+                start = start or y
+            elif start:      # one refresh a run of changed lines: each call costs Textual some work
+                self.refresh(Region(0, start, width, y - start))
+                start = 0
 
     def _measure(self) -> int:
         """The content width now (the vertical scrollbar comes and goes with the row count)."""
