@@ -48,7 +48,9 @@ if TYPE_CHECKING:
     from gputop.model import Snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+
+import benchjson  # noqa: E402
 
 STEP_S = 30
 SAMPLES = 5                    # T-120 s .. T
@@ -284,7 +286,7 @@ def main() -> int:
     ap.add_argument("--refreshes", type=int, default=3)
     ap.add_argument("--small", type=int, default=10, help="nodes of the side-by-side small fleet (--node)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the TSDB here (and reuse it when present)")
-    ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    benchjson.add_argument(ap)
     ap.add_argument("--prometheus-nice", type=int, default=10,
                     help="niceness of Prometheus (default 10: it stands in for a Prometheus on another host, "
                          "which a user's dashboard does not share its cores with; 0: it competes as an equal)")
@@ -336,8 +338,8 @@ def main() -> int:
         small = frozenset(f"gpu-node-{n:04d}" for n in range(args.small))
         figures: dict[str, object] = {"nodes": args.nodes, "procs_per_node": args.procs, "series": series,
                                       "refreshes": args.refreshes, "small_nodes": args.small,
-                                      "prometheus_nice": args.prometheus_nice, "cpus": os.cpu_count(),
-                                      "loadavg_at_start": os.getloadavg()[0]}
+                                      "prometheus_nice": args.prometheus_nice,
+                                      "loadavg_1m_at_start": os.getloadavg()[0]}
         feed: dict[str, dict[str, float]] = {
             "whole_batch": refresh_times(url, t_end, args.refreshes, frozenset(), dashboard=False),
             "whole_dashboard": refresh_times(url, t_end, args.refreshes, frozenset(), dashboard=True),
@@ -375,8 +377,7 @@ def main() -> int:
                        "sort_whole_over_small": w["sort_ms"] / s_["sort_ms"]})
         figures["ratios"] = ratios
         print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
-        if args.json:
-            args.json.write_text(json.dumps(figures, indent=1) + "\n")
+        benchjson.write(args.json, figures)
     finally:
         prom.terminate()
         prom.wait(timeout=60)

@@ -12,6 +12,13 @@ fixed number of queries per refresh, one per metric family, never one per proces
 - for the one or two processes shown in details or compare (``watch``): their histogram buckets
   and per-kernel launches (one query), and their time series through ``query_range``.
 
+The dashboard reads less (``FleetConfig.table_only``): for every process only what its table shows
+(``TABLE_FAMILIES``' increases, the gauges, total launches with the names), and everything for the
+watched processes (their raw counters with the histograms, and the other increases in one query).
+It also reads in a child process (``FleetConfig.child``, ``gputop.fleet_worker``), so that parsing
+tens of megabytes of JSON never holds the dashboard's interpreter lock. Batch mode and records read
+every family for every process, in this process.
+
 All queries of a refresh are evaluated at one instant (the ``time`` parameter), so the numbers of
 one snapshot agree with each other. Errors (unreachable, slow, refused, no gputop metrics) never
 end the feed: the last good snapshot is sent again with the ``prometheus`` source unavailable and
