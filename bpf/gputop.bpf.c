@@ -133,10 +133,13 @@ BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 // more than all the rest of the handler), an array lookup is a few inlined instructions. So a
 // (process, kernel) counts its launches in a slot of a direct-mapped array, at a hash of the
 // pair; its `kernels` entry (made first: the table's capacity and drops are unchanged) keeps the
-// launches made while the slot belonged to another pair. A slot also counts its launches' log2
-// grid and block buckets (KS_GRID and KS_BLOCK of them: a kernel's shapes rarely vary more);
-// other buckets go to the process record's histograms. User space maps the array (mmap, no
-// system call per read), adds slot and entry, and frees a process's slots when it forgets it.
+// launches made while the slot belonged to another pair. A slot keeps the shape (grid and block
+// sizes) of the pair's first launch and counts the launches of exactly that shape with one atomic
+// add (user space derives their sums and buckets); other shapes add to their own counters, sums
+// and log2 buckets (KS_GRID and KS_BLOCK places: a kernel's shapes rarely vary more; the rest go
+// to the process record's histograms). Every counter only grows, so every figure user space adds
+// up from them does too. User space maps the array (mmap, no system call per read), adds slot and
+// entry, and frees a process's slots when it forgets it.
 #ifndef MAX_KSLOTS
 #define MAX_KSLOTS 16384        // a power of two
 #endif
@@ -146,7 +149,10 @@ BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 #define KS_CLAIMED (2ULL << 32) //        tgid | KS_CLAIMED while they are being set; 0: free
 struct kslot_t {
     u64 func;
-    u64 launches;
+    u64 grid0;                  // the shape of the pair's first launch: grid and block sizes
+    u64 block0;
+    u64 launches0;              // launches of exactly that shape
+    u64 launches;               // launches of other shapes, and their grid and block sums
     u64 grid_sum;
     u64 block_sum;
     u64 grid_bucket[KS_GRID];   // bucket + 1 (0: free)
@@ -544,7 +550,7 @@ static __always_inline int captures_under_way(void) {
 }
 
 // the pair's launch slot, claimed if free (after its `kernels` entry exists); 0: count in the entry
-static __always_inline struct kslot_t *kslot_of(u32 tgid, u64 func) {
+static __always_inline struct kslot_t *kslot_of(u32 tgid, u64 func, u64 grid, u64 block) {
     u32 i = (u32)(((func ^ ((u64)tgid << 40)) * 0x9E3779B97F4A7C15ULL) >> 32) & (MAX_KSLOTS - 1);
     struct kslot_t *s = kslots.lookup(&i);
     if (!s)
@@ -564,7 +570,9 @@ static __always_inline struct kslot_t *kslot_of(u32 tgid, u64 func) {
     if (__sync_val_compare_and_swap(&s->owner, 0, tgid | KS_CLAIMED) != 0)
         return 0;
     s->func = func;
-    s->launches = s->grid_sum = s->block_sum = 0;
+    s->grid0 = grid;
+    s->block0 = block;
+    s->launches0 = s->launches = s->grid_sum = s->block_sum = 0;
 #pragma unroll
     for (int j = 0; j < KS_GRID; j++)
         s->grid_bucket[j] = s->grid_count[j] = 0;
@@ -592,8 +600,9 @@ static __always_inline int kslot_bucket(u64 *bucket, u64 *count, int n, u64 b) {
     return 0;
 }
 
-// The hot path: two inlined array lookups and five atomic adds, no stack reads (the stream is
-// read only while the process captures a graph), no hash lookup once the pair has its slot.
+// The hot path: inlined array lookups and one atomic add (a pair's usual shape), no stack reads
+// (the stream is read only while the process captures a graph), no hash lookup once the pair has
+// its slot.
 static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 gz, u64 bx, u64 by, u64 bz,
                                         u64 stream_addr, int ptsz) {
     struct proc_t *p = 0;
@@ -608,9 +617,13 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
     }
     u64 grid = gx * gy * gz;
     u64 block = bx * by * bz;
+    struct kslot_t *s = kslot_of(tgid, func, grid, block);
+    if (s && s->grid0 == grid && s->block0 == block) {
+        __sync_fetch_and_add(&s->launches0, 1);
+        return 0;
+    }
     u32 gb = log2_bucket(grid);
     u32 bb = log2_bucket(block);
-    struct kslot_t *s = kslot_of(tgid, func);
     if (s) {
         __sync_fetch_and_add(&s->launches, 1);
         __sync_fetch_and_add(&s->grid_sum, grid);

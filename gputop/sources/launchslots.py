@@ -2,10 +2,12 @@
 
 A (process, kernel) pair counts its launches in a slot of the direct-mapped array ``kslots`` (an
 inlined array lookup instead of a hash lookup per launch); its ``kernels`` entry holds the
-launches made while the slot belonged to another pair. A slot also counts the log2 grid and block
-buckets of its launches, in KS_GRID and KS_BLOCK bucket places; the process record's histograms
-hold the rest. So a process's kernel counts are its entries plus its slots, and its histograms its
-record's plus its slots'.
+launches made while the slot belonged to another pair. A slot keeps the shape (grid and block
+sizes) of the pair's first launch and counts the launches of exactly that shape (one atomic add):
+their sums are that count times the shape, their buckets the shape's. Other shapes have their own
+launch count, sums and log2 buckets, in KS_GRID and KS_BLOCK bucket places; the process record's
+histograms hold the rest. So a process's kernel counts are its entries plus its slots, and its
+histograms its record's plus its slots'. Every figure is a sum of counters that only grow.
 
 The array is mapped into this process (BPF_F_MMAPABLE): a read is a copy of memory, no system
 call per slot. A process's slots are freed when gputop forgets the process: counters zeroed
@@ -25,12 +27,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-#: struct kslot_t in u64 words: func, launches, grid_sum, block_sum, grid buckets and counts,
-#: block buckets and counts, owner
+#: struct kslot_t in u64 words: func, grid0, block0, launches0, launches, grid_sum, block_sum, grid
+#: buckets and counts, block buckets and counts, owner
 KS_GRID = 4
 KS_BLOCK = 2
-WORDS = 4 + 2 * KS_GRID + 2 * KS_BLOCK + 1
-_GRID = 4                                    # first grid bucket word
+WORDS = 7 + 2 * KS_GRID + 2 * KS_BLOCK + 1
+_GRID = 7                                    # first grid bucket word
 _BLOCK = _GRID + 2 * KS_GRID                 # first block bucket word
 _OWNER = WORDS - 1
 READY = 1 << 32                              # owner = tgid | READY: the slot counts for (tgid, func)
@@ -61,6 +63,11 @@ class SlotCounts:
     def block_hist(self, pid: int, record: Iterable[int]) -> tuple[int, ...]:
         extra = self.hists.get(pid)
         return tuple(int(x) + (extra[1][i] if extra else 0) for i, x in enumerate(record))
+
+
+def log2_bucket(v: int) -> int:
+    """bpf/gputop.bpf.c's log2_bucket: floor(log2(v)), 0 for 0, at most NB - 1."""
+    return min(max(v.bit_length() - 1, 0), NB - 1)
 
 
 class LaunchSlots:
@@ -100,11 +107,14 @@ class LaunchSlots:
             pid = w[_OWNER] & 0xFFFFFFFF
             if w[_OWNER] >> 32 != 1:             # freed or claimed again since the owners were read
                 continue
-            c = merged.setdefault(pid, {}).setdefault(w[0], [0, 0, 0])
-            c[0] += w[1]
-            c[1] += w[2]
-            c[2] += w[3]
+            func, grid0, block0, launches0 = w[0], w[1], w[2], w[3]
+            c = merged.setdefault(pid, {}).setdefault(func, [0, 0, 0])
+            c[0] += launches0 + w[4]
+            c[1] += launches0 * grid0 + w[5]
+            c[2] += launches0 * block0 + w[6]
             grid, block = out.hists.setdefault(pid, ([0] * NB, [0] * NB))
+            grid[log2_bucket(grid0)] += launches0
+            block[log2_bucket(block0)] += launches0
             for j in range(KS_GRID):
                 if 0 < w[_GRID + j] <= NB:
                     grid[w[_GRID + j] - 1] += w[_GRID + KS_GRID + j]
