@@ -2,7 +2,8 @@
 benchmark's generator, 3 nodes x 400 processes, loaded with promtool) read in a child process and handed
 back in chunks. Exact: the query count, every process, its launch rate (the counter's rise over the
 window, which the samples span exactly), and every value the table shows, equal to batch mode's reading
-in this process; what the table does not show is unknown (None) until the process is watched."""
+in this process; what the table does not show is unknown (None) until the process is watched; a reader
+process that died is started again at the next refresh, and the reader ends with the feed."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import gc
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -82,13 +84,21 @@ def test_child_reads_the_table_exactly_in_chunks(tmp_path: Path) -> None:
         p = snap.processes[0]
         assert p.total is not None and p.total.sync_calls is None and p.interval is not None
         assert p.interval.sync_calls is None and p.interval.memcpy is None     # not shown: not read
+        # a reader process that died is started again at the next refresh
+        first = dash.reader.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_until("the killed reader to be a zombie",
+                   lambda: Path(f"/proc/{first}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")
+        assert dash.collect().processes == snap.processes
+        assert dash.reader.pid not in (None, first) and dash.queries == 2 * 14
         # watched: everything, as batch mode reads it
         dash.watch([p.key])
         batch.watch([p.key])
         watched = {q.key: q for q in dash.collect().processes}[p.key]
         assert watched == {q.key: q for q in batch.collect().processes}[p.key]
         assert watched.total is not None and watched.total.sync_calls is not None
-        assert dash.queries == 2 * 14 + 2 + 4
+        assert dash.queries == 3 * 14 + 2 + 4
         # the child ends with the feed
         child = dash.reader.pid
         dash.stop()
