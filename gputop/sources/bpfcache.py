@@ -279,11 +279,13 @@ def write(k: str, data: dict[str, Any], directory: Path | None = None) -> None:
 # ------------------------------------------------------------------ loading
 
 
-def cached_bpf(bcc: ModuleType, text: bytes, cflags: list[str], data: dict[str, Any]) -> Any:
+def cached_bpf(bcc: ModuleType, text: bytes, cflags: list[str], data: dict[str, Any],
+               on_refused: Callable[[], None] = lambda: None) -> Any:
     """A ``bcc.BPF`` of the program's declarations whose functions load the stored bytecode.
 
     Raises what ``bcc.BPF`` raises; KeyError when a stored function names a map the
-    declarations did not create."""
+    declarations did not create. ``on_refused`` runs when the kernel refuses a stored function
+    (the next start then compiles in full: a fresh compile's load also carries BTF)."""
     lib = _lib(bcc)
     base = bcc.BPF
     funcs: dict[bytes, Any] = {n.encode(): v for n, v in data["funcs"].items()}
@@ -310,6 +312,7 @@ def cached_bpf(bcc: ModuleType, text: bytes, cflags: list[str], data: dict[str, 
                                    data["license"].encode(), lib.bpf_module_kern_version(self.module),
                                    0, None, 0, device, attach_type)
             if fd < 0:
+                on_refused()
                 raise Exception(f"Failed to load BPF program {func_name.decode()}: "
                                 f"{os.strerror(ctypes.get_errno())}")
             fn = self.Function(self, func_name, fd)
@@ -343,8 +346,9 @@ def compile_program(bcc: ModuleType, text: bytes, cflags: list[str], headers: Pa
     k = key(bcc, text, cflags, headers, tracefs)
     data = read(k, directory)
     if data is not None:
+        entry = (directory or cache_dir()) / f"{k}.json"
         try:
-            return cached_bpf(bcc, text, cflags, data), "cached"
+            return cached_bpf(bcc, text, cflags, data, lambda: entry.unlink(missing_ok=True)), "cached"
         except Exception:       # damaged or stale in a way the key missed: compile for real
             pass
     bpf = bcc.BPF(text=text, cflags=cflags)
