@@ -12,6 +12,10 @@ median of the windows' ratios (both programs measured over the same seconds, so 
 elsewhere on the host weighs on both). htop's cost grows with the number of processes on the
 host (it reads them all), which the JSON records beside it.
 
+``--baseline-tree DIR`` runs a third program beside them: gputop from another checkout (an older
+commit: ``git worktree add /tmp/gputop-before COMMIT``), with this checkout's Python, over the same
+recording, so a change's effect is a ratio from one run too (``baseline_*`` in the JSON).
+
 Also measured: the time from starting gputop to its first frame ("starting…") and to the first
 frame with data. The gputop command is ``gputop --replay FILE`` (the real CLI).
 Target (issue 12): gputop ≤ 3× htop. htop is optional (apt-get install -y htop); without it
@@ -74,9 +78,13 @@ def main() -> int:
         default=None,
         help="gputop command before the file (default: python -m gputop.cli --replay)",
     )
+    ap.add_argument("--baseline-tree", type=Path, default=None, metavar="DIR",
+                    help="also run gputop from this checkout (e.g. an older commit) side by side")
     args = ap.parse_args()
     if args.windows < 1 or args.window <= 0 or args.procs < 1:
         ap.error("--windows, --window and --procs must be positive")
+    if args.baseline_tree is not None and not (args.baseline_tree / "gputop" / "cli.py").is_file():
+        ap.error(f"--baseline-tree {args.baseline_tree}: not a gputop checkout (no gputop/cli.py)")
     if not have_tmux():
         print("gputop: error: tmux not found\nhint: apt-get install -y tmux", file=sys.stderr)
         return 1
@@ -91,6 +99,10 @@ def main() -> int:
     htop = shutil.which("htop")
 
     sessions: dict[str, TmuxSession] = {"gputop": TmuxSession(cmd, env=env, cwd=ROOT)}
+    if args.baseline_tree is not None:
+        sessions["baseline"] = TmuxSession([sys.executable, "-m", "gputop.cli", "--replay", str(rec)],
+                                           env={"XDG_CONFIG_HOME": str(tmp / "config-baseline")},
+                                           cwd=args.baseline_tree.resolve())
     if htop:
         sessions["htop"] = TmuxSession([htop, "-d", "10"], env={"HOME": str(tmp)})
     windows: dict[str, list[float]] = {name: [] for name in sessions}
@@ -100,6 +112,8 @@ def main() -> int:
         first_frame = time.monotonic() - g.started_at
         g.wait_for(HOST, timeout=20, poll=0.01)
         first_data = time.monotonic() - g.started_at
+        if "baseline" in sessions:
+            sessions["baseline"].start().wait_for(HOST, timeout=20)
         if htop:
             sessions["htop"].start().wait_for("PID", timeout=10)
         time.sleep(args.warmup)
@@ -165,6 +179,20 @@ def main() -> int:
         )
         rows.append(("htop CPU", f"{htop_pct:.2f} % of one core (median)"))
         rows.append(("ratio gputop/htop", "N/A" if ratio is None else f"{ratio:.2f}× (median of the windows)"))
+    if "baseline" in sessions:
+        base_pct = statistics.median(windows["baseline"])
+        base_ratios = [a / b for a, b in zip(windows["gputop"], windows["baseline"], strict=True) if b > 0]
+        base_ratio = statistics.median(base_ratios) if base_ratios else None
+        result.update(
+            baseline_tree=str(args.baseline_tree),
+            baseline_cpu_pct=round(base_pct, 3),
+            baseline_cpu_pct_windows=[round(x, 3) for x in windows["baseline"]],
+            ratio_to_baseline=None if base_ratio is None else round(base_ratio, 3),
+            ratio_to_baseline_windows=[round(x, 3) for x in base_ratios],
+        )
+        rows.append((f"baseline ({args.baseline_tree}) CPU", f"{base_pct:.2f} % of one core (median)"))
+        rows.append(("ratio gputop/baseline",
+                     "N/A" if base_ratio is None else f"{base_ratio:.2f}× (median of the windows)"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

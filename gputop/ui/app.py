@@ -273,6 +273,11 @@ class GputopApp(App[int]):
             self._unsaved.update(changed)
         self.run_worker(self._save_config, thread=True, name="save-config", exit_on_error=False)
 
+    def flush_settings(self) -> None:
+        """Write what is not saved yet, after a save under way (a key pressed just before quitting:
+        the save worker's thread does not outlive the process)."""
+        self._save_config()
+
     def _save_config(self) -> None:
         with self._save_file_lock:
             with self._unsaved_lock:
@@ -504,6 +509,7 @@ def run_dashboard(feed: Feed, options: DashboardOptions) -> int:
         code = app.run()
     finally:
         try:
+            app.flush_settings()
             feed.stop()
         finally:
             if app.recorder is not None:
