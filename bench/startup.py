@@ -54,9 +54,9 @@ from gputop.sources.startup import rss_bytes
 imports_s = time.perf_counter() - t0
 rss_imports = rss_bytes()
 src = BpfSource()
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 src.start()
-start_s = time.perf_counter() - t1
+start_s, start_cpu_s = time.perf_counter() - t1, time.process_time() - c1
 pid = int(sys.argv[1])
 steady = []
 end = time.monotonic() + float(sys.argv[2])
@@ -78,13 +78,62 @@ for line in open("/proc/self/smaps_rollup").read().splitlines()[1:]:
     k, v = line.split(":")
     rollup[k] = int(v.split()[0]) * 1024
 top = dict(sorted(maps.items(), key=lambda kv: -kv[1])[:8])
-print(json.dumps({"imports_s": imports_s, "start_s": start_s, "compiled": src.compiled, "steps_s": src.startup_s,
+print(json.dumps({"imports_s": imports_s, "start_s": start_s, "start_cpu_s": start_cpu_s, "compiled": src.compiled,
+                  "steps_s": src.startup_s,
                   "rss_imports": rss_imports, "rss_steps": src.startup_rss_bytes,
                   "rss_steady": steady[-1] if steady else None, "released_bytes": src.startup_released_bytes,
                   "launches": launches, "rollup": rollup, "top_maps": top}))
 src.close()
 """
 
+
+#: parts of the start-up measured apart, in a fresh interpreter (with the cache filled)
+_PARTS = r"""
+import json, mmap, os, time
+from gputop.sources import bpfcache, btf, discovery, symbols
+from gputop.sources.bpf import TRACEFS, BpfSource, load_bcc, use_headers, LIMITS
+from gputop.sources.bpfsys import BPF_TRACE_UPROBE_MULTI
+out = {}
+refs = discovery.scan()
+def whole(path):
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return any(mm.find(m) >= 0 for m in symbols._MARKERS)
+    except (OSError, ValueError):
+        return False
+t = time.perf_counter(); old = [whole(r.open_path) for r in refs]
+out["prefilter_whole_file_s"] = time.perf_counter() - t
+t = time.perf_counter(); new = [symbols.mentions_cuda(r.open_path) for r in refs]
+out["prefilter_string_tables_s"] = time.perf_counter() - t
+out["prefilter_objects"] = len(refs)
+out["prefilter_mapped_bytes"] = sum(os.stat(r.open_path).st_size for r in refs if os.path.exists(r.open_path))
+out["prefilter_verdicts_differ"] = sum(a != b for a, b in zip(old, new))
+t = time.perf_counter(); btf.file_offsets.__wrapped__(btf.VMLINUX); out["btf_parse_s"] = time.perf_counter() - t
+t = time.perf_counter(); bpfcache.file_offsets(btf.file_offsets.__wrapped__, btf.VMLINUX)
+out["btf_cached_s"] = time.perf_counter() - t
+bcc = load_bcc(); headers = use_headers()
+def decls(limits):
+    src = BpfSource(limits=limits); src.uvm_cpu_faults = True
+    text, cflags = bpfcache.declarations_only(src.program_text()).encode(), src.cflags()
+    t = time.perf_counter(); b = bcc.BPF(text=text, cflags=cflags); dt = time.perf_counter() - t
+    b.cleanup()
+    return dt
+out["declarations_compile_s"] = decls(None)
+out["declarations_compile_tiny_tables_s"] = decls({k: 16 for k in LIMITS})
+src = BpfSource(); src.uvm_cpu_faults = True
+b, how = bpfcache.compile_program(bcc, src.program_text().encode(), src.cflags(), headers.path, TRACEFS)
+data = bpfcache.read(bpfcache.key(bcc, src.program_text().encode(), src.cflags(), headers.path, TRACEFS))
+times = {}
+for name in (data or {}).get("funcs", {}):
+    if not name.startswith("tracepoint__"):
+        t = time.perf_counter(); b.load_func(name.encode(), 2, None, BPF_TRACE_UPROBE_MULTI)
+        times[name] = time.perf_counter() - t
+b.cleanup()
+slowest = max(times, key=times.get) if times else None
+out.update({"verify_programs": len(times), "verify_total_s": sum(times.values()), "verify_slowest": slowest,
+            "verify_slowest_s": times.get(slowest) if slowest else None, "program_from": how})
+print(json.dumps(out))
+"""
 
 def env_for(mode: str) -> dict[str, str]:
     env = {**os.environ}
@@ -115,6 +164,13 @@ def in_process(mode: str, pid: int, steady_s: float) -> dict[str, Any]:
     return res
 
 
+def parts() -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", _PARTS], capture_output=True, text=True, timeout=300, check=True,
+                         env=env_for("cached"), cwd=ROOT).stdout
+    res: dict[str, Any] = json.loads(out.splitlines()[-1])
+    return res
+
+
 def med(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -137,6 +193,7 @@ def main() -> int:
     wl = subprocess.Popen([str(wl_bin), f"paced:{args.rate}:{duration_ms}"], stdout=subprocess.DEVNULL)
     e2e: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     inproc: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+    part_runs: list[dict[str, Any]] = []
     try:
         time.sleep(0.5)
         end_to_end("cached", wl.pid, args.rate)           # fills the cache (not counted)
@@ -149,6 +206,7 @@ def main() -> int:
                 print(f"round {r + 1} {mode:<8} probes live {last['probes_live_s']:.2f} s, first snapshot "
                       f"{last['first_snapshot_s']:.2f} s; in-process start {ip['start_s']:.2f} s ({ip['compiled']})",
                       flush=True)
+            part_runs.append(parts())
     finally:
         wl.kill()
         wl.wait()
@@ -164,6 +222,7 @@ def main() -> int:
             "first_snapshot_s": med([x["first_snapshot_s"] for x in e2e[mode]]),
             "imports_s": med([x["imports_s"] for x in ip]),
             "start_s": med([x["start_s"] for x in ip]),
+            "start_cpu_s": med([x["start_cpu_s"] for x in ip]),
             "steps_s": {k: med([x["steps_s"].get(k, 0.0) for x in ip]) for k in steps},
             "rss_imports_bytes": med([x["rss_imports"] for x in ip]),
             "rss_steps_bytes": {k: med([x["rss_steps"].get(k, 0) for x in ip]) for k in steps if k != "elf_read"},
@@ -174,15 +233,25 @@ def main() -> int:
             "top_maps_bytes": ip[0]["top_maps"],
             "compiled": sorted({x["compiled"] for x in ip}),
         }
+    nums = [k for k, v in part_runs[0].items() if isinstance(v, (int, float))]
+    figures["parts"] = {**{k: med([p[k] for p in part_runs]) for k in nums},
+                        "verify_slowest": statistics.mode([p["verify_slowest"] for p in part_runs]),
+                        "program_from": sorted({p["program_from"] for p in part_runs})}
+    pt = figures["parts"]
+    figures["prefilter_whole_over_tables"] = pt["prefilter_whole_file_s"] / pt["prefilter_string_tables_s"]
+    figures["tables_cost_s"] = pt["declarations_compile_s"] - pt["declarations_compile_tiny_tables_s"]
     c, u = figures["cached"], figures["uncached"]
     figures["probes_live_uncached_over_cached"] = u["probes_live_s"] / c["probes_live_s"]
     figures["start_uncached_over_cached"] = u["start_s"] / c["start_s"]
+    figures["start_cpu_uncached_over_cached"] = u["start_cpu_s"] / c["start_cpu_s"]
+    figures["rss_attach_cached_over_uncached"] = (c["rss_steps_bytes"]["attach"] / u["rss_steps_bytes"]["attach"])
     mb = 1 << 20
     print(f"\nmedians of {args.runs} alternating rounds (load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after):")
     print(f"{'':<26}{'cached':>10}{'uncached':>10}")
     rows = [("probes live (exec ->)", "probes_live_s", 1, "s"), ("first snapshot (-d 0.2)", "first_snapshot_s", 1, "s"),
-            ("imports", "imports_s", 1, "s"), ("BpfSource.start", "start_s", 1, "s")]
+            ("imports", "imports_s", 1, "s"), ("BpfSource.start", "start_s", 1, "s"),
+            ("  its CPU time", "start_cpu_s", 1, "s")]
     for label, k, scale, unit in rows:
         print(f"{label:<26}{c[k] / scale:>9.2f}{unit}{u[k] / scale:>9.2f}{unit}")
     for k in c["steps_s"]:
@@ -195,7 +264,17 @@ def main() -> int:
     print(f"  {f'after {args.steady_s:.0f} s':<24}{(c['rss_steady_bytes'] or 0) / mb:>8.0f}MB"
           f"{(u['rss_steady_bytes'] or 0) / mb:>8.0f}MB")
     print(f"ratios uncached/cached: probes live {figures['probes_live_uncached_over_cached']:.2f}, "
-          f"start {figures['start_uncached_over_cached']:.2f}")
+          f"start {figures['start_uncached_over_cached']:.2f}, its CPU time "
+          f"{figures['start_cpu_uncached_over_cached']:.2f}")
+    print(f"CUDA pre-filter over {pt['prefilter_objects']:.0f} mapped objects "
+          f"({pt['prefilter_mapped_bytes'] / mb:.0f} MB): whole files {pt['prefilter_whole_file_s']:.3f} s, "
+          f"symbol string tables {pt['prefilter_string_tables_s']:.3f} s "
+          f"({pt['prefilter_verdicts_differ']:.0f} verdicts differ)")
+    print(f"BTF offsets: parsed {pt['btf_parse_s']:.3f} s, cached {pt['btf_cached_s']:.4f} s")
+    print(f"declarations compiled with gputop's tables {pt['declarations_compile_s']:.2f} s, with 16-entry tables "
+          f"{pt['declarations_compile_tiny_tables_s']:.2f} s")
+    print(f"verifying {pt['verify_programs']:.0f} programs {pt['verify_total_s']:.2f} s, slowest "
+          f"{figures['parts']['verify_slowest']} {pt['verify_slowest_s']:.3f} s")
     benchjson.write(args.json, figures)
     return 0
 
