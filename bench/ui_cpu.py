@@ -62,6 +62,14 @@ def cpu_ns(pids: Sequence[int]) -> int:
     return total
 
 
+def _shown(arg: str) -> str:
+    """A path inside the repository as a user types it from its root."""
+    path = Path(arg)
+    if path.is_absolute() and path.is_relative_to(ROOT):
+        return str(path.relative_to(ROOT))
+    return arg
+
+
 def host_processes() -> int:
     return sum(1 for e in Path("/proc").iterdir() if e.name.isdigit())
 
@@ -135,7 +143,7 @@ def main() -> int:
 
     gputop_pct = statistics.median(windows["gputop"])
     result: dict[str, object] = {
-        "gputop_command": " ".join([*cmd[:-1], "FILE"]),
+        "gputop_command": " ".join([_shown(a) for a in cmd[:-1]] + ["FILE"]),
         "processes": args.procs,
         "refresh_s": 1.0,
         "terminal": "160x45",

@@ -4,9 +4,10 @@ A repaint of a 64-row table creates and frees thousands of container objects (ea
 holds seven small caches). CPython collects its youngest generation after 700 net new containers,
 so with its defaults the collector ran about twice a frame and, every half minute or so, walked
 every object of the process (about 185,000, 0.12 s of CPU): a quarter of the dashboard's CPU at
-1 Hz (bench/ui_cpu.py). Objects freed by their reference count never count towards the threshold,
-so a higher one lets a frame's garbage go without a collection while cyclic garbage and real
-growth (the history, a replay's snapshots) are still collected.
+1 Hz (measured with ``gc.callbacks`` during bench/ui_cpu.py's replay). Objects freed by their
+reference count never count towards the threshold, so a higher one lets a frame's garbage go
+without a collection while cyclic garbage and real growth (the history, a replay's snapshots)
+are still collected.
 """
 
 from __future__ import annotations
