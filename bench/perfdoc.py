@@ -18,6 +18,8 @@ class Section:
     script: str                     # bench/<script>
     args: tuple[str, ...]           # as bench/performance.py runs it
     render: Callable[[Doc], str]    # the section's body from the figures
+    #: the tree before a change, to measure beside the current one: (git revision, the option naming its directory)
+    baseline: tuple[str, str] | None = None
 
 
 # -- number formats --------------------------------------------------------------------------------
@@ -313,12 +315,62 @@ sorting: {ratio(r['sort_busy_whole_over_small'])}× ({ratio(r['sort_whole_over_s
 """
 
 
+def ui_cpu(doc: Doc) -> str:
+    f = doc["figures"]
+    rows = [
+        (f"gputop, {f['processes']} rows, {1 / f['refresh_s']:g} Hz", f"{pct(f['gputop_cpu_pct'])} of a core"),
+        ("htop, same seconds", pct(f["htop_cpu_pct"])),
+        ("**gputop / htop**", f"**{ratio(f['ratio'])}×** (windows {ratio(min(f['ratio_windows']))}–"
+         f"{ratio(max(f['ratio_windows']))}; target ≤ {f['target_ratio']:g}×: {verdict(bool(f['target_met']))})"),
+    ]
+    before = ""
+    if f.get("baseline_cpu_pct") is not None:
+        rows += [("gputop before issue 12's dashboard work (63b4ced), same seconds", pct(f["baseline_cpu_pct"])),
+                 ("gputop / before", f"{ratio(f['ratio_to_baseline'])}× (windows "
+                  f"{ratio(min(f['ratio_to_baseline_windows']))}–{ratio(max(f['ratio_to_baseline_windows']))})")]
+        before = (" and, with `--baseline-tree` (bench/performance.py extracts commit 63b4ced there), beside gputop "
+                  "from the tree before issue 12's dashboard work (same Python, same recording)")
+    rows.append(("first frame (`starting…`) / first frame with data",
+                 f"{sec(f['first_frame_s'])} / {sec(f['first_data_frame_s'])}"))
+    return f"""{measured(doc)}
+gputop replays {f['processes']} busy processes at {1 / f['refresh_s']:g} Hz in a {f['terminal'].replace('x', '×')}
+tmux pane (every process's rates change every second, so every visible row is redrawn at each refresh: the worst
+case), beside htop (`-d 10`){before}. CPU is read from schedstat over {f['windows']} windows of {f['window_s']:g} s
+after {f['warmup_s']:g} s of warm-up; figures are medians of the windows, ratios the median of the windows' ratios
+({f['host_processes']} processes on the host):
+
+{table(("figure", "value"), rows)}
+
+htop's cost grows with the number of processes on the host (it reads all of them each second), so the
+ratio depends on the host: it is what this run measured side by side, not a constant of gputop.
+
+What a refresh costs, and what keeps it low (gputop/ui/widgets/proc_table.py, gputop/ui/gcsettings.py):
+- The process table repaints only the screen lines whose text or look changed: `set_rows`
+  compares each visible line's cells (and tag, cursor, exited) with what is drawn there and
+  refreshes runs of changed lines. A process whose figures did not change costs no redraw (this
+  bench changes every row, so it measures the redraw of all of them).
+- Per line: the width is measured once a repaint, component styles are kept until the theme
+  changes, cut and padded cell text is memoised, and a part Rich measures character by character
+  (an ellipsis `…`) gets a segment of its own.
+- The header lays its lines out once a state; the header and GPU panel have no links, so Textual's
+  per-segment link scan is off for them.
+- The garbage collector: CPython collects its young generation after 700 net new containers,
+  less than one 64-row repaint makes and frees, so it ran every frame, and now and then a full
+  collection walked every object of the process. The dashboard sets the threshold to 5,000 and
+  freezes the start-up objects (`gcsettings.tune`).
+
+Left as they are: Textual's own per-line work (styling, cutting at the scrollbar, writing) is now
+the larger part of a frame; the GPU panel and the header are drawn from `Content` each refresh.
+"""
+
+
 SECTIONS: list[Section] = [
     Section("self_cost", "Self-cost: what gputop's probes cost the traced processes", "self_cost.py", (), self_cost),
     Section("graph_launch", "A CUDA graph launch", "graph_launch_cost.py", ("--rounds", "9"), graph_launch),
     Section("discovery", "A new process: time to probes", "discovery_latency.py", ("--rounds", "7"), discovery),
     Section("exit", "Quitting: detaching the probes", "exit_cost.py", ("--rounds", "3", "--dashboard", "5"),
             exit_cost),
+    Section("ui_cpu", "Dashboard CPU", "ui_cpu.py", (), ui_cpu, baseline=("63b4ced", "--baseline-tree")),
     Section("nvml", "NVML", "nvml_cost.py", ("--reads", "200"), nvml),
     Section("exporter", "The exporter", "exporter_cost.py", ("--cpu-seconds", "45", "--rounds", "2", "--breakdown"),
             exporter),
@@ -345,5 +397,7 @@ def render(docs: dict[str, Doc]) -> str:
             cmd = " ".join([".venv/bin/python", f"bench/{s.script}", *s.args])
             parts.append(f"Not measured yet: `{cmd}`.\n")
         else:
+            parts.append(f"`.venv/bin/python bench/performance.py --only {s.name}` measures this section again; "
+                         f"the run that gave the figures below:\n")
             parts.append(s.render(doc))
     return "\n".join(parts)

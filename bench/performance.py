@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,28 @@ import perfdoc  # noqa: E402
 DEFAULT_DIR = ROOT / "docs" / "perf"  # kept in git: the document can be rewritten from them
 
 
+def baseline_args(section: perfdoc.Section, tmp: Path) -> list[str]:
+    """Extract the section's baseline revision into ``tmp`` (git archive); [] where that fails."""
+    if section.baseline is None:
+        return []
+    rev, option = section.baseline
+    tree = tmp / f"{section.name}-{rev}"
+    tree.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
+    if archive.returncode != 0 or subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout).returncode:
+        print(f"== {section.name}: no baseline (git archive {rev} failed); measured without it", file=sys.stderr)
+        return []
+    return [option, str(tree)]
+
+
 def run_one(section: perfdoc.Section, json_dir: Path) -> bool:
     out = json_dir / f"{section.name}.json"
-    argv = [sys.executable, str(ROOT / "bench" / section.script), *section.args, "--json", str(out)]
+    with tempfile.TemporaryDirectory(prefix="gputop-perf-") as tmp:
+        return _run(section, [*section.args, *baseline_args(section, Path(tmp))], out)
+
+
+def _run(section: perfdoc.Section, args: list[str], out: Path) -> bool:
+    argv = [sys.executable, str(ROOT / "bench" / section.script), *args, "--json", str(out)]
     print(f"== {section.name}: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     rc = subprocess.run(argv, cwd=ROOT).returncode
