@@ -6,11 +6,11 @@ Unknown values sort last whichever the direction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
-from gputop.model import ProcSample
+from gputop.model import ProcKey, ProcSample
 from gputop.ui import fields
 from gputop.ui import format as fmt
 
@@ -256,20 +256,136 @@ def filter_processes(procs: Iterable[ProcSample], query: str) -> list[ProcSample
 
 
 def sort_processes(procs: Sequence[ProcSample], key: str, reverse: bool = False) -> list[ProcSample]:
-    """Sort by column ``key`` in its natural direction (``reverse`` flips it); PID breaks ties.
+    """Sort by column ``key`` in its natural direction (``reverse`` flips it); ties in ``identity``
+    order (node, scrape target, PID; then as given).
 
-    Unknown values go last in both directions.
+    Unknown values go last in both directions, in ``identity`` order.
     """
-    col = BY_KEY[key]
-    descending = col.descending != reverse
-    # indices into lists rather than (value, process) pairs: at 64,000 rows (fleet view) the pairs
-    # outlived the cyclic collector's young generations and set off full collections of seconds
-    order = sorted(procs, key=identity)
-    values = [col.value(p) for p in order]
-    lowered: list[Any] = [v.lower() if isinstance(v, str) else v for v in values]    # None where unknown
-    known = [i for i, v in enumerate(values) if v is not None]
-    known.sort(key=lowered.__getitem__, reverse=descending)     # stable: ties stay in identity order
-    return [order[i] for i in known] + [p for p, v in zip(order, values, strict=True) if v is None]
+    return ProcOrder(procs).rows(key, reverse)
+
+
+class ProcOrder:
+    """One snapshot's processes, sorted and filtered for the table (``sort_processes``'s order).
+
+    At 64,000 rows (the fleet view) a sort must not walk the rows in Python: what it needs is computed
+    once per snapshot, lazily, as lists of plain values (no container per row, which would feed the
+    cyclic collector): the ties' order (``identity``: one C-level sort of tuples built by ``zip``), and
+    per column its values (text lowered) and the indices of the processes it knows and does not know,
+    each in the ties' order. A sort is then ``list.sort`` keyed by ``values.__getitem__`` (C-level,
+    stable: ties keep the ties' order), the unknown appended; its result is kept per column and
+    direction, so going back to a column costs nothing. A filter keeps the sorted order (filtering a
+    stable sort's result equals sorting the filtered rows). ``Rows.position`` finds the selected
+    process's row with ``list.index`` (C-level) over the PIDs, then over the row order.
+    """
+
+    def __init__(self, procs: Sequence[ProcSample]) -> None:
+        self.procs = procs
+        self._ties: list[int] | None = None
+        #: column -> (values by process index, known and unknown process indices in the ties' order)
+        self._columns: dict[str, tuple[list[Any], list[int], list[int]]] = {}
+        self._sorted: dict[tuple[str, bool], list[int]] = {}
+        self._matches: dict[str, list[bool]] = {}
+        self._pids: list[int] = []
+        self._instances: list[str | None] = []
+
+    def _ties_order(self) -> list[int]:
+        if self._ties is None:
+            ps = self.procs
+            self._pids = [p.pid for p in ps]
+            self._instances = [p.instance for p in ps]
+            keys = list(zip([p.node or "" for p in ps], [i or "" for i in self._instances], self._pids,
+                            strict=True))
+            self._ties = sorted(range(len(ps)), key=keys.__getitem__)
+        return self._ties
+
+    def _column(self, key: str) -> tuple[list[Any], list[int], list[int]]:
+        got = self._columns.get(key)
+        if got is None:
+            values: list[Any] = list(map(BY_KEY[key].value, self.procs))
+            if any(isinstance(v, str) for v in values):
+                values = [v.lower() if isinstance(v, str) else v for v in values]
+            ties = self._ties_order()
+            known = [i for i in ties if values[i] is not None]
+            unknown = [i for i in ties if values[i] is None] if len(known) < len(ties) else []
+            got = self._columns[key] = (values, known, unknown)
+        return got
+
+    def indices(self, key: str, reverse: bool = False, query: str = "") -> list[int]:
+        """The shown processes' indices in ``procs``, in row order (don't change the list)."""
+        descending = BY_KEY[key].descending != reverse
+        order = self._sorted.get((key, descending))
+        if order is None:
+            values, known, unknown = self._column(key)
+            order = sorted(known, key=values.__getitem__, reverse=descending)
+            order += unknown
+            self._sorted[(key, descending)] = order
+        q = query.strip().lower()
+        if not q:
+            return order
+        match = self._matches.get(q)
+        if match is None:
+            match = self._matches[q] = [_matches(p, q) for p in self.procs]
+        return [i for i in order if match[i]]
+
+    def rows(self, key: str, reverse: bool = False, query: str = "") -> list[ProcSample]:
+        return list(map(self.procs.__getitem__, self.indices(key, reverse, query)))
+
+    def view(self, key: str, reverse: bool = False, query: str = "") -> Rows:
+        """The rows as a sequence that fetches a process when asked (a table draws a screenful)."""
+        return Rows(self, self.indices(key, reverse, query))
+
+    def where(self, which: ProcKey) -> list[int]:
+        """The indices in ``procs`` of the processes whose ``ProcSample.key`` is ``which`` (one, but
+        for a PID reused within a snapshot): a C-level scan of the PIDs, no map built."""
+        self._ties_order()
+        pids, instances = self._pids, self._instances
+        pid, instance = (which, None) if isinstance(which, int) else (which[1], which[0])
+        out: list[int] = []
+        i = -1
+        try:
+            while True:
+                i = pids.index(pid, i + 1)
+                if instances[i] == instance:
+                    out.append(i)
+        except ValueError:
+            return out
+
+
+class Rows(Sequence[ProcSample]):
+    """``ProcOrder``'s processes in row order, fetched by index (no list of every row is built)."""
+
+    def __init__(self, order: ProcOrder, indices: list[int]) -> None:
+        self._procs = order.procs
+        self._order = order
+        self.indices = indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, index: int) -> ProcSample: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ProcSample]: ...
+
+    def __getitem__(self, index: int | slice) -> ProcSample | list[ProcSample]:
+        if isinstance(index, slice):
+            return list(map(self._procs.__getitem__, self.indices[index]))
+        return self._procs[self.indices[index]]
+
+    def __iter__(self) -> Iterator[ProcSample]:
+        return map(self._procs.__getitem__, self.indices)
+
+    def position(self, which: ProcKey) -> int | None:
+        """The row of the process ``which`` (``ProcSample.key``; the first such row), or None."""
+        found = self._order.where(which)
+        if len(found) == 1:
+            try:
+                return self.indices.index(found[0])
+            except ValueError:      # filtered out
+                return None
+        wanted = set(found)
+        return next((r for r, i in enumerate(self.indices) if i in wanted), None)
 
 
 def neighbour(key: str, visible: Sequence[str], step: int) -> str:

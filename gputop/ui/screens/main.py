@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from textual import on
 from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
+from gputop.model import ProcKey, ProcSample
 from gputop.ui import bindings, columns
 from gputop.ui import format as fmt
 from gputop.ui.screens.base import LiveScreen
@@ -32,6 +35,9 @@ class MainScreen(LiveScreen):
         yield Input(placeholder=f"filter by {what} — Enter keeps it, Esc clears it", id="filter")
         yield Footer()
 
+    #: the shown snapshot's processes, sorted and filtered (``update_view``)
+    _order: columns.ProcOrder | None = None
+
     def on_screen_resume(self) -> None:
         self.gapp.show_in_detail(())     # no process shown in detail
 
@@ -47,12 +53,16 @@ class MainScreen(LiveScreen):
             self.query_one(GpuPanel).show(snap, app.filter_text)
         s = app.settings
         descending = columns.BY_KEY[s.sort].descending != s.reverse
+        rows: Sequence[ProcSample] = []
+        find: Callable[[ProcKey], int | None] | None = None
         if snap is None:
             message = "waiting for the first sample…"
-            rows = []
         else:
-            shown = columns.filter_processes(snap.processes, app.filter_text)
-            rows = columns.sort_processes(shown, s.sort, s.reverse)
+            order = self._order
+            if order is None or order.procs is not snap.processes:
+                order = self._order = columns.ProcOrder(snap.processes)    # once a snapshot
+            view = order.view(s.sort, s.reverse, app.filter_text)
+            rows, find = view, view.position
             if rows:
                 message = ""
             elif snap.processes:
@@ -60,7 +70,7 @@ class MainScreen(LiveScreen):
             else:
                 message = "no CUDA process seen yet"
         fleet = snap is not None and columns.is_fleet(snap.processes)
-        self.table.set_rows(rows, columns.visible(s.columns, fleet), s.sort, descending, app.tags, message)
+        self.table.set_rows(rows, columns.visible(s.columns, fleet), s.sort, descending, app.tags, message, find)
 
     # -- filter ----------------------------------------------------------------------------
     def action_filter(self) -> None:
