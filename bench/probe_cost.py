@@ -1,21 +1,27 @@
 """Probe cost and gputop's own CPU, measured side by side in one run (A B A B, medians).
 
-Run as root after ./test.sh has set up the test bed (bpftrace: apt-get install bpftrace):
+Run as root after ./test.sh has set up the test bed (bpftrace: apt-get install -y bpftrace):
 
-    .venv/bin/python bench/probe_cost.py [--rounds 7] [--calls 200000]
+    .venv/bin/python bench/probe_cost.py [--rounds 15] [--calls 300000] [--json PATH]
 
 1. ns per cudaLaunchKernel call through the REAL libcudart.so.12 (the call fails after entry
    without a GPU), with: nothing attached, one empty uprobe (attached as gputop attaches: a
    uprobe_multi link where the kernel has them), the bpftrace one-liner
-   `uprobe:LIB:cudaLaunchKernel { @[pid] = count(); }`, and gputop's full probe set (measured
-   between gputop's BPF-statistics windows, which add ~45 ns per probe hit 1 s in every 5 s), and
-   gputop attached with a perf event per probe (as on kernels before 6.6).
-2. gputop's own CPU (user+system of `gputop -b`) while a workload launches at 2k/s and at 100k/s.
+   `uprobe:LIB:cudaLaunchKernel { @[pid] = count(); }`, gputop's full probe set, and gputop
+   attached with a perf event per probe (as on kernels before 6.6). gputop is measured
+   continuously, as the traced processes pay it: its collector polls and opens its BPF-statistics
+   windows on their schedule, whichever rounds they fall in. Every round uses a fresh private copy
+   of the library (its own inode), so other tracers on the host that probe the test bed's copy do
+   not slow the loop; a "nothing attached" round far above the bare call says one did anyway.
+2. The run time per hit of gputop's launch handler and of an empty program (kernel BPF statistics,
+   switched on for those rounds only), alternating rounds, medians: what gputop's handler adds.
+3. gputop's own CPU (user+system of `gputop -b`) while a workload launches at 2k/s and at 100k/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -25,19 +31,25 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import benchjson  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
 
 from gputop.sources.bpf import BpfSource, load_bcc, use_headers  # noqa: E402
+from gputop.sources.bpfsys import enable_stats, prog_run_stats  # noqa: E402
 from gputop.sources.catalogue import Probe  # noqa: E402
 from gputop.sources.symbols import read_symbols  # noqa: E402
 from gputop.sources.uprobes import UprobeAttacher  # noqa: E402
 
 LIB = TESTBED / "cudart" / "libcudart.so.12"
+#: a "nothing attached" call above this says another tracer probes the copy (the bare call: ~13 ns)
+CONTAMINATED_NS = 200.0
 
 
 def workload() -> Path:
@@ -46,57 +58,76 @@ def workload() -> Path:
                         "-l:libcudart.so.12", f"-Wl,-rpath,{cudart}", "-ldl", "-lpthread")
 
 
-def ns_per_call(exe: Path, calls: int) -> float:
-    out = subprocess.run([str(exe), f"bench:{calls}"], capture_output=True, text=True, check=True).stdout
+def ns_per_call(exe: Path, calls: int, env: dict[str, str] | None = None) -> float:
+    out = subprocess.run([str(exe), f"bench:{calls}"], capture_output=True, text=True, check=True,
+                         env=env).stdout
     return float(out.split("ns_per_call")[1].split()[0])
+
+
+class Round:
+    """A fresh private copy of the library for one round, and the environment that loads it."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="gputop-probe-cost-")
+        self.lib = Path(self._dir.name) / LIB.name
+        shutil.copy2(LIB, self.lib)
+        self.env = {**os.environ, "LD_LIBRARY_PATH": self._dir.name}     # before the RUNPATH
+
+    def close(self) -> None:
+        self._dir.cleanup()
 
 
 class Nothing:
     name = "none"
 
-    def __enter__(self) -> Nothing:
-        return self
-
-    def __exit__(self, *a: object) -> None:
+    def attach(self, rnd: Round) -> None:
         pass
+
+    def detach(self) -> None:
+        pass
+
+    def handler_fd(self) -> int | None:
+        """The BPF program a hit runs (for its run-time statistics), if this configuration has one."""
+        return None
 
 
 class EmptyUprobe(Nothing):
     name = "empty uprobe"
 
-    def __enter__(self) -> EmptyUprobe:
+    def attach(self, rnd: Round) -> None:
         bcc = load_bcc()
         use_headers()
         self.b = bcc.BPF(text=b"int empty(void *ctx) { return 0; }")
         # attached the way gputop attaches (a uprobe_multi link where the kernel has them)
-        syms = read_symbols(str(LIB))
+        syms = read_symbols(str(rnd.lib))
         assert syms is not None
         vaddr = syms.functions["cudaLaunchKernel"]
         off = syms.offset_of_vaddr(vaddr)
         assert off is not None
         self.up = UprobeAttacher(self.b, bcc.lib, "empty")
-        assert self.up.attach(str(LIB), [(Probe("cudaLaunchKernel", "empty"), vaddr, off)]) == 1
-        return self
+        assert self.up.attach(str(rnd.lib), [(Probe("cudaLaunchKernel", "empty"), vaddr, off)]) == 1
 
-    def __exit__(self, *a: object) -> None:
+    def detach(self) -> None:
         self.up.detach_all()
         self.b.cleanup()
+
+    def handler_fd(self) -> int | None:
+        return int(self.b.funcs[b"empty"].fd)
 
 
 class Bpftrace(Nothing):
     name = "bpftrace one-liner"
 
-    def __enter__(self) -> Bpftrace:
-        prog = f"uprobe:{LIB}:cudaLaunchKernel {{ @[pid] = count(); }} BEGIN {{ printf(\"attached\\n\"); }}"
+    def attach(self, rnd: Round) -> None:
+        prog = f"uprobe:{rnd.lib}:cudaLaunchKernel {{ @[pid] = count(); }} BEGIN {{ printf(\"attached\\n\"); }}"
         self.p = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                   text=True)
         assert self.p.stdout is not None
         for line in self.p.stdout:
             if "attached" in line:
                 break
-        return self
 
-    def __exit__(self, *a: object) -> None:
+    def detach(self) -> None:
         self.p.terminate()
         self.p.wait()
 
@@ -105,35 +136,35 @@ class Gputop(Nothing):
     name = "gputop"
     links = True
 
-    def __enter__(self) -> Gputop:
+    def attach(self, rnd: Round) -> None:
         self.src = BpfSource(uprobe_links=self.links)
         self.src.start()
-        # as in gputop, the collector thread polls (and runs its BPF statistics windows)
+        # as in gputop, the collector thread polls (and opens its BPF statistics windows on their
+        # schedule: measured continuously, windows included)
         self.stop = threading.Event()
         self.poller = threading.Thread(target=self._poll, daemon=True)
         # attach to the library as discovery would when a process maps it
         self.keep = subprocess.Popen([str(workload()), "--wait", "/nonexistent-gputop-bench", "sleep:1"],
-                                     stdout=subprocess.PIPE)
+                                     stdout=subprocess.PIPE, env=rnd.env)
         assert self.keep.stdout is not None
         pid = int(self.keep.stdout.readline().split()[1])
         self.src.scan([pid])
-        assert self.src.objects, "gputop did not attach to libcudart"
+        assert str(rnd.lib) in self.src.objects.values(), "gputop did not attach to the library's copy"
         self.poller.start()
-        # measure outside the statistics windows (1 s in every 5 s): wait for the first to close
-        while self.src.cost.ns_per_s is None:
-            time.sleep(0.05)
-        return self
 
     def _poll(self) -> None:
         while not self.stop.is_set():
             self.src.poll(0.2)
 
-    def __exit__(self, *a: object) -> None:
+    def detach(self) -> None:
         self.stop.set()
         self.poller.join()
         self.keep.kill()
         self.keep.wait()
         self.src.close()
+
+    def handler_fd(self) -> int | None:
+        return int(self.src.bpf.funcs[b"rt_launch"].fd)
 
 
 class GputopPerf(Gputop):
@@ -141,15 +172,92 @@ class GputopPerf(Gputop):
     links = False
 
 
-def probe_cost(rounds: int, calls: int) -> dict[str, float]:
+class GputopBefore(Gputop):
+    """gputop with another version of bpf/gputop.bpf.c (``--before PATH``): a change measured side by side."""
+
+    def __init__(self, program: Path) -> None:
+        self.text = program.read_text()
+        self.name = "gputop, before"
+
+    def attach(self, rnd: Round) -> None:
+        text = self.text
+
+        class Src(BpfSource):
+            def program_text(self) -> str:
+                return text
+
+        self.src = Src(uprobe_links=self.links)
+        self.src.slots.forget = lambda gone: None   # type: ignore[method-assign]  # an older program: no slots
+        self.src.start()
+        self.stop = threading.Event()
+        self.poller = threading.Thread(target=self._poll, daemon=True)
+        self.keep = subprocess.Popen([str(workload()), "--wait", "/nonexistent-gputop-bench", "sleep:1"],
+                                     stdout=subprocess.PIPE, env=rnd.env)
+        assert self.keep.stdout is not None
+        self.src.scan([int(self.keep.stdout.readline().split()[1])])
+        assert str(rnd.lib) in self.src.objects.values(), "gputop did not attach to the library's copy"
+        self.poller.start()
+
+    def _poll(self) -> None:
+        # this version's user space may expect maps the older program lacks (reading them fails)
+        while not self.stop.is_set():
+            with contextlib.suppress(KeyError):
+                self.src.poll(0.2)
+
+
+def probe_cost(rounds: int, calls: int, before: Path | None = None
+               ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """ns per call by configuration, then BPF run ns per hit of each configuration's handler
+    (statistics on for those rounds only), alternating rounds."""
     exe = workload()
-    configs = [Nothing(), EmptyUprobe(), Gputop(), GputopPerf()] + ([Bpftrace()] if shutil.which("bpftrace") else [])
-    samples: dict[str, list[float]] = {c.name: [] for c in configs}
+    configs: list[Nothing] = [Nothing(), EmptyUprobe(), Gputop(), GputopPerf()]
+    configs += [Bpftrace()] if shutil.which("bpftrace") else []
+    configs += [GputopBefore(before)] if before else []
+    handlers = [c for c in configs if isinstance(c, EmptyUprobe | GputopBefore) or type(c) is Gputop]
+    calls_ns: dict[str, list[float]] = {c.name: [] for c in configs}
+    run_ns: dict[str, list[float]] = {}
     for _ in range(rounds):
         for c in configs:
-            with c:
-                samples[c.name].append(ns_per_call(exe, calls))
-    return {k: statistics.median(v) for k, v in samples.items()}
+            rnd = Round()
+            try:
+                c.attach(rnd)
+                try:
+                    calls_ns[c.name].append(ns_per_call(exe, calls, rnd.env))
+                finally:
+                    c.detach()
+            finally:
+                rnd.close()
+    for _ in range(rounds):
+        for c in handlers:                      # the empty program, gputop's launch handler(s)
+            rnd = Round()
+            try:
+                c.attach(rnd)
+                try:
+                    per_hit = handler_run_ns(c, exe, calls, rnd.env)
+                finally:
+                    c.detach()
+            finally:
+                rnd.close()
+            if per_hit is not None:
+                run_ns.setdefault(c.name, []).append(per_hit)
+    return calls_ns, run_ns
+
+
+def handler_run_ns(c: Nothing, exe: Path, calls: int, env: dict[str, str]) -> float | None:
+    """BPF run time per hit of ``c``'s handler over one loop, with statistics on meanwhile."""
+    fd = c.handler_fd()
+    stats = enable_stats()
+    if fd is None or stats is None:
+        return None
+    try:
+        before = prog_run_stats(fd)
+        ns_per_call(exe, calls, env)
+        after = prog_run_stats(fd)
+    finally:
+        os.close(stats)
+    if before is None or after is None or after[1] == before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def cpu_of(pid: int) -> float:
@@ -164,6 +272,8 @@ def gputop_cpu(rate: int, seconds: float) -> float:
                           stdout=subprocess.PIPE, text=True)
     assert gt.stdout is not None
     gt.stdout.readline()                       # started and attached
+    # keep reading: a snapshot of a busy host fills the pipe in seconds, and a blocked gputop costs nothing
+    threading.Thread(target=gt.stdout.read, daemon=True).start()
     with tempfile.TemporaryDirectory() as tmp:
         go = Path(tmp) / "go"
         wl = subprocess.Popen([str(exe), "--wait", str(go), f"paced:{rate}:{int(seconds * 1000) + 2000}"],
@@ -176,34 +286,77 @@ def gputop_cpu(rate: int, seconds: float) -> float:
         c1, t1 = cpu_of(gt.pid), time.monotonic()
         wl.wait()
     gt.terminate()
-    gt.wait()
+    try:
+        gt.wait(timeout=10)
+    except subprocess.TimeoutExpired:          # a SIGTERM that landed in a ring-buffer callback is lost
+        gt.kill()
+        gt.wait()
     return (c1 - c0) / (t1 - t0)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--calls", type=int, default=200000)
-    ap.add_argument("--cpu-seconds", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--calls", type=int, default=300000)
+    ap.add_argument("--cpu-seconds", type=float, default=10.0, help="0: skip gputop's own CPU")
+    ap.add_argument("--before", type=Path, metavar="PROGRAM",
+                    help="also measure gputop with this version of bpf/gputop.bpf.c, e.g. "
+                         "<(git show HEAD~1:bpf/gputop.bpf.c)")
+    benchjson.add_argument(ap)
     args = ap.parse_args()
-    med = probe_cost(args.rounds, args.calls)
+    samples, run_samples = probe_cost(args.rounds, args.calls, args.before)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    run = {k: statistics.median(v) for k, v in run_samples.items()}
     base = med["none"]
-    print(f"ns per cudaLaunchKernel call, medians of {args.rounds} alternating rounds of {args.calls} calls:")
+    print(f"ns per cudaLaunchKernel call, medians of {args.rounds} alternating rounds of {args.calls} calls"
+          " (gputop measured continuously, its statistics windows included):")
     for name, v in med.items():
         print(f"  {name:<20} {v:8.1f} ns   (+{v - base:.1f} ns over none)")
-    print(f"ratio gputop/empty uprobe:    {med['gputop'] / med['empty uprobe']:.3f}")
-    print(f"ratio gputop links/perf:      {med['gputop'] / med['gputop, perf events']:.3f}")
-    if "bpftrace one-liner" in med:
-        print(f"ratio gputop/bpftrace:        {med['gputop'] / med['bpftrace one-liner']:.3f}")
-    cpu = {}
-    for _ in range(2):                         # A B A B
-        for rate in (2000, 100000):
-            cpu.setdefault(rate, []).append(gputop_cpu(rate, args.cpu_seconds))
-    lo, hi = statistics.median(cpu[2000]), statistics.median(cpu[100000])
-    print(f"gputop CPU at 2k launches/s:   {100 * lo:.2f}% of a core")
-    print(f"gputop CPU at 100k launches/s: {100 * hi:.2f}% of a core")
-    print(f"ratio 100k/2k:                {hi / lo if lo else float('nan'):.2f}")
-    return 0
+    contaminated = base > CONTAMINATED_NS
+    if contaminated:
+        print(f"WARNING: {base:.0f} ns with nothing attached: another tracer probes the library; the ratios are "
+              "biased towards 1", file=sys.stderr)
+    ratios = {
+        "gputop/empty uprobe": ratio(med["gputop"], med["empty uprobe"]),
+        "gputop links/perf": ratio(med["gputop"], med["gputop, perf events"]),
+        "gputop/bpftrace": ratio(med["gputop"], med.get("bpftrace one-liner")),
+    }
+    for name, r in ratios.items():
+        if r is not None:
+            print(f"ratio {name + ':':<22} {r:.3f}")
+    added = {k: v - run["empty uprobe"] for k, v in run.items()} if "empty uprobe" in run else {}
+    print(f"BPF run ns per hit (kernel statistics, medians of {args.rounds} alternating rounds):")
+    for name, v in run.items():
+        print(f"  {name:<20} {v:8.1f} ns" + (f"   (+{added[name]:.1f} ns over an empty program)"
+                                            if name in added and name != "empty uprobe" else ""))
+    figures: dict[str, Any] = {
+        "rounds": args.rounds, "calls": args.calls,
+        "ns_per_call": med, "ns_per_call_samples": samples,
+        "ns_over_none": {k: v - base for k, v in med.items()},
+        "ratios": ratios,
+        "handler_run_ns": run, "handler_run_ns_samples": run_samples,
+        "handler_run_ns_over_empty": added,
+        "handler": "rt_launch (cudaLaunchKernel)",
+        "contaminated": contaminated,
+        "before": str(args.before) if args.before else None,
+    }
+    if args.cpu_seconds > 0:
+        cpu: dict[int, list[float]] = {}
+        for _ in range(2):                         # A B A B
+            for rate in (2000, 100000):
+                cpu.setdefault(rate, []).append(gputop_cpu(rate, args.cpu_seconds))
+        lo, hi = statistics.median(cpu[2000]), statistics.median(cpu[100000])
+        print(f"gputop CPU at 2k launches/s:   {100 * lo:.2f}% of a core")
+        print(f"gputop CPU at 100k launches/s: {100 * hi:.2f}% of a core")
+        print(f"ratio 100k/2k:                {hi / lo if lo else float('nan'):.2f}")
+        figures["gputop_cpu_pct"] = {"2000": 100 * lo, "100000": 100 * hi}
+        figures["gputop_cpu_ratio_100k_2k"] = hi / lo if lo else None
+    benchjson.write(args.json, figures)
+    return 1 if contaminated else 0
 
 
 if __name__ == "__main__":
