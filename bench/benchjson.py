@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 
+#: the host's load when the benchmark started (this module is imported at its start)
+_LOAD_AT_START = os.getloadavg()[0]
+
+
 def add_argument(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", type=Path, metavar="PATH",
                     help="also write every figure to PATH as JSON (bench/performance.py reads it)")
@@ -48,7 +52,8 @@ def conditions() -> dict[str, Any]:
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
-        "loadavg_1m": os.getloadavg()[0],
+        "loadavg_1m_start": _LOAD_AT_START,
+        "loadavg_1m": os.getloadavg()[0],           # at the end
     }
 
 

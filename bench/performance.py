@@ -3,7 +3,8 @@ their figures (each section names the command that measured it and the condition
 
 Run as root after ./test.sh has set up the test bed (bpftrace and htop are optional columns):
 
-    .venv/bin/python bench/performance.py                  # everything, about 40 minutes on 2 cores
+    .venv/bin/python bench/performance.py                  # all but the soak, about 40 minutes on 2 cores
+    .venv/bin/python bench/performance.py --slow           # and the hour-long soak
     .venv/bin/python bench/performance.py --only probe_cost ui_cpu
     .venv/bin/python bench/performance.py --render-only    # rewrite the document from the last figures
 
@@ -75,6 +76,7 @@ def main() -> int:
     names = [s.name for s in perfdoc.SECTIONS]
     ap.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=f"measure only these: {', '.join(names)}")
     ap.add_argument("--json-dir", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--slow", action="store_true", help="also the hour-long soak (bench/soak.py)")
     ap.add_argument("--render-only", action="store_true", help="write the document from the figures already kept")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "PERFORMANCE.md")
     args = ap.parse_args()
@@ -86,7 +88,8 @@ def main() -> int:
     failed = []
     if not args.render_only:
         for s in perfdoc.SECTIONS:
-            if (args.only is None or s.name in args.only) and not run_one(s, args.json_dir):
+            wanted = s.name in args.only if args.only is not None else (args.slow or not s.slow)
+            if wanted and not run_one(s, args.json_dir):
                 failed.append(s.name)
     docs = load(args.json_dir)
     text = perfdoc.render(docs)

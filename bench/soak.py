@@ -448,7 +448,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--burst", type=int, default=100, help="launches per burst of a long-lived process")
     ap.add_argument("--short-launches", type=int, default=7, help="launches of each short-lived process")
     ap.add_argument("--rss-tolerance-bytes", type=int, default=RSS_TOLERANCE_BYTES)
-    ap.add_argument("--out", type=Path, help="write the summary and every sample as JSON")
+    ap.add_argument("--out", "--json", type=Path, help="write the summary and every sample as JSON")
     return ap
 
 
