@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 #: the host's load when the benchmark started (this module is imported at its start)
 _LOAD_AT_START = os.getloadavg()[0]
 

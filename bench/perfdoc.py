@@ -421,9 +421,9 @@ Where the time goes (the parts measured apart, same run):
 - **ELF reading**: the CUDA pre-filter searches the string tables the symbol tables name,
   {sec(parts['prefilter_string_tables_s'], 3)} for the {parts['prefilter_objects']} objects
   ({mb(parts['prefilter_mapped_bytes'])}) this host's processes mapped, against
-  {sec(parts['prefilter_whole_file_s'], 3)} searching every file whole ({ratio(f['prefilter_whole_over_tables'], 0)}×; verdicts that differ:
-  {parts['prefilter_verdicts_differ']}). The symbol reads run on a thread while the compile runs (libbcc holds no
-  Python lock).
+  {sec(parts['prefilter_whole_file_s'], 3)} searching every file whole
+  ({ratio(f['prefilter_whole_over_tables'], 0)}×; verdicts that differ: {parts['prefilter_verdicts_differ']}). The
+  symbol reads run on a thread while the compile runs (libbcc holds no Python lock).
 - **BTF**: parsing the kernel's BTF for the struct offsets takes {sec(parts['btf_parse_s'], 3)}; it runs at start
   on the collector's thread and is cached per kernel build ({sec(parts['btf_cached_s'], 4)}).
 - **Verification**: the kernel verifies {parts['verify_programs']} programs in {sec(parts['verify_total_s'])}
