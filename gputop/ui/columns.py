@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, is_, is_not
 from typing import Any, overload
 
 from gputop.model import ProcKey, ProcSample
@@ -264,12 +266,40 @@ def sort_processes(procs: Sequence[ProcSample], key: str, reverse: bool = False)
     return ProcOrder(procs).rows(key, reverse)
 
 
+_PID = attrgetter("pid")
+_INSTANCE = attrgetter("instance")
+_NODE = attrgetter("node")
+#: ``_EMPTY.get(v, v)``: "" for None, else ``v`` (C-level, as ``identity`` has it)
+_EMPTY: dict[Any, Any] = {None: ""}
+
+
+#: columns whose value is an attribute of the process, or of its rates (None without rates)
+_ATTRIBUTES = {"pid": "pid", "user": "user", "gpu": "gpu_index", "grid": "grid_blocks_avg",
+               "block": "block_threads_avg", "gpu_mem": "gpu_mem_bytes", "sm": "gpu_util_pct", "cpu": "cpu_pct",
+               "node": "node"}
+_RATES = {"launches": "launches_per_s", "graph_kernels": "graph_kernel_launches_per_s",
+          "uvm": "uvm_faults_per_s", "sync": "sync_wait_pct"}
+
+
+def _values(key: str, procs: Sequence[ProcSample]) -> list[Any]:
+    """Column ``key``'s values (``Column.value``) of every process, with C-level loops where they are
+    plain attributes (``getattr(None, name, None)`` is None: no rates, no value)."""
+    if key in _ATTRIBUTES:
+        return list(map(attrgetter(_ATTRIBUTES[key]), procs))
+    if key in _RATES:
+        return list(map(getattr, map(attrgetter("rates"), procs), repeat(_RATES[key]), repeat(None)))
+    return list(map(BY_KEY[key].value, procs))
+
+
 class ProcOrder:
     """One snapshot's processes, sorted and filtered for the table (``sort_processes``'s order).
 
     At 64,000 rows (the fleet view) a sort must not walk the rows in Python: what it needs is computed
-    once per snapshot, lazily, as lists of plain values (no container per row, which would feed the
-    cyclic collector): the ties' order (``identity``: one C-level sort of tuples built by ``zip``), and
+    once per snapshot, lazily, with C-level loops (``map``, ``compress``: a loop in Python bytecode
+    hands the interpreter lock to the feed's thread every 5 ms while it unpickles a refresh) into
+    lists of plain values (no container per row: 64,000 new tuples set off collections of the
+    youngest generations, which move on into walks over the freshly unpickled snapshot): the ties'
+    order (``identity``: three stable sorts, by PID, scrape target, node), and
     per column its values (text lowered) and the indices of the processes it knows and does not know,
     each in the ties' order. A sort is then ``list.sort`` keyed by ``values.__getitem__`` (C-level,
     stable: ties keep the ties' order), the unknown appended; its result is kept per column and
@@ -291,22 +321,28 @@ class ProcOrder:
     def _ties_order(self) -> list[int]:
         if self._ties is None:
             ps = self.procs
-            self._pids = [p.pid for p in ps]
-            self._instances = [p.instance for p in ps]
-            keys = list(zip([p.node or "" for p in ps], [i or "" for i in self._instances], self._pids,
-                            strict=True))
-            self._ties = sorted(range(len(ps)), key=keys.__getitem__)
+            self._pids = list(map(_PID, ps))
+            self._instances = list(map(_INSTANCE, ps))
+            # (node, instance, PID) by three stable sorts, least significant first: no tuple per row
+            ties = sorted(range(len(ps)), key=self._pids.__getitem__)
+            instances: list[Any] = list(map(_EMPTY.get, self._instances, self._instances))
+            ties.sort(key=instances.__getitem__)
+            nodes: list[Any] = list(map(_NODE, ps))
+            nodes = list(map(_EMPTY.get, nodes, nodes))
+            ties.sort(key=nodes.__getitem__)
+            self._ties = ties
         return self._ties
 
     def _column(self, key: str) -> tuple[list[Any], list[int], list[int]]:
         got = self._columns.get(key)
         if got is None:
-            values: list[Any] = list(map(BY_KEY[key].value, self.procs))
-            if any(isinstance(v, str) for v in values):
+            values: list[Any] = _values(key, self.procs)
+            if str in set(map(type, values)):
                 values = [v.lower() if isinstance(v, str) else v for v in values]
             ties = self._ties_order()
-            known = [i for i in ties if values[i] is not None]
-            unknown = [i for i in ties if values[i] is None] if len(known) < len(ties) else []
+            known = list(compress(ties, map(is_not, map(values.__getitem__, ties), repeat(None))))
+            unknown = (list(compress(ties, map(is_, map(values.__getitem__, ties), repeat(None))))
+                       if len(known) < len(ties) else [])
             got = self._columns[key] = (values, known, unknown)
         return got
 

@@ -63,6 +63,7 @@ def test_every_column_sorts_64000_processes_as_before(procs: tuple[ProcSample, .
     assert len(procs) == 64_000
     order = columns.ProcOrder(procs)
     for key in columns.SORT_KEYS:
+        assert columns._values(key, procs) == [columns.BY_KEY[key].value(p) for p in procs], key
         expected = reference_sort(procs, key, reverse)
         assert order.rows(key, reverse) == expected, key
         assert list(order.view(key, reverse)) == expected, key          # and again, from what it kept
