@@ -312,9 +312,13 @@ sorting: {ratio(r['sort_busy_whole_over_small'])}× ({ratio(r['sort_whole_over_s
   chunks. Before, `json.loads` held the interpreter lock for a whole answer (tens of megabytes), and
   the cyclic collector walked the growing snapshot again and again: the seconds-long key waits in
   the middle column.
-- Sorting 64,000 rows is the dashboard's own work on its thread (`gputop.ui.columns.sort_processes`
-  and the table's rows), paused as while reading; it takes longer while the reader process and
-  Prometheus share the 2 cores with it.
+- Sorting 64,000 rows is the dashboard's own work on its thread (`gputop.ui.columns.ProcOrder`):
+  once a snapshot, lazily, the ties' order and each column's values as lists of plain values,
+  built with C-level loops (a loop in Python bytecode hands the interpreter to the feed's thread
+  every 5 ms while it unpickles a refresh; a tuple per row sets off collections over the snapshot);
+  a sort is then one C-level `list.sort` of indices, kept per column and direction. The table gets
+  a view of the rows (no list of 64,000) and finds the selected row with `list.index`; it draws
+  only the visible lines.
 """
 
 
