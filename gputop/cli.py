@@ -6,7 +6,8 @@ import argparse
 import io
 import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -157,12 +158,22 @@ def tracing_off(reason: str, hint: str) -> str:
     return f"gputop: tracing is off ({reason}): NVML and host data only. To trace: {hint}"
 
 
-def _stop_on_signals() -> None:
-    """SIGTERM and SIGHUP end batch mode and the dashboard as SIGINT does: the probes detach, exit 0."""
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+def _stop_on_signals(request_stop: Callable[[], None] | None = None) -> None:
+    """SIGTERM and SIGHUP end batch mode and the dashboard as SIGINT does: the probes detach, exit 0.
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    With ``request_stop`` (batch mode, whose main thread runs bcc's ring-buffer callbacks), SIGINT,
+    SIGTERM and SIGHUP call it instead of raising: an exception raised in a ctypes callback is
+    printed and dropped, so a signal that landed there was lost. A second signal raises."""
+    requested = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal requested
+        if request_stop is None or requested:
+            raise KeyboardInterrupt
+        requested = True
+        request_stop()
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, *((signal.SIGINT,) if request_stop else ())):
         signal.signal(sig, stop)
 
 
@@ -191,7 +202,13 @@ def _batch(args: argparse.Namespace) -> int:
             return EX_OK
         sampler = _sampler(args)
         assert isinstance(sampler, Sampler)
-        _stop_on_signals()
+        stopping = threading.Event()
+
+        def request_stop() -> None:
+            stopping.set()
+            sampler.stop()          # wakes its wait(); batch mode has no collector thread to join
+
+        _stop_on_signals(request_stop)
         sampler.open_bpf()
         if sampler.bpf_error is not None and args.bpf:
             sampler.close()
@@ -200,8 +217,10 @@ def _batch(args: argparse.Namespace) -> int:
             sys.stderr.write(sanitize(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint)) + "\n")
         try:
             i = 0
-            while args.iterations is None or i < args.iterations:
+            while (args.iterations is None or i < args.iterations) and not stopping.is_set():
                 sampler.wait(sampler.config.interval_s)
+                if stopping.is_set():
+                    break
                 snap = sampler.collect()
                 batch.emit([snap], form, sort=sort)
                 if recorder:
