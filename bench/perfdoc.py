@@ -18,8 +18,9 @@ class Section:
     script: str                     # bench/<script>
     args: tuple[str, ...]           # as bench/performance.py runs it
     render: Callable[[Doc], str]    # the section's body from the figures
-    #: the tree before a change, to measure beside the current one: (git revision, the option naming its directory)
-    baseline: tuple[str, str] | None = None
+    #: the tree before a change, to measure beside the current one: (git revision, the option naming it, the
+    #: path inside that tree the option takes: "" for the tree itself)
+    baseline: tuple[str, str, str] | None = None
     #: measured only when asked for by name or with --slow (the soak runs an hour)
     slow: bool = False
 
@@ -475,7 +476,88 @@ every copy of the CUDA libraries the host's processes mapped during the run.
 """
 
 
+def probe_cost(doc: Doc) -> str:
+    f = doc["figures"]
+    ns, r, run, over = f["ns_per_call"], f["ratios"], f["handler_run_ns"], f["handler_run_ns_over_empty"]
+    before = "gputop, before" in ns
+    rows = [("nothing", num(ns["none"])), ("one empty uprobe", num(ns["empty uprobe"])),
+            ("gputop (all its probes, collector polling, statistics windows included)", num(ns["gputop"])),
+            ("gputop, a perf event per probe", num(ns["gputop, perf events"]))]
+    if "bpftrace one-liner" in ns:
+        rows.append(("bpftrace `uprobe:LIB:cudaLaunchKernel { @[pid] = count(); }`", num(ns["bpftrace one-liner"])))
+    if before:
+        rows.append(("gputop before the launch slots (4c75dbd)", num(ns["gputop, before"])))
+    ratios = [("gputop / empty uprobe", r["gputop/empty uprobe"], ns.get("gputop, before"), ns["empty uprobe"], 1.10),
+              ("gputop / bpftrace one-liner", r["gputop/bpftrace"], ns.get("gputop, before"),
+               ns.get("bpftrace one-liner"), 0.9)]
+    rrows = []
+    for name, value, old, denom, target in ratios:
+        was = ratio(old / denom, 3) if old is not None and denom else "—"
+        ok = value is not None and value <= target
+        rrows.append((name, f"**{ratio(value, 3)}**", was, f"≤ {target:g}: {verdict(ok)}"))
+    rrows.append(("gputop links / perf events", ratio(r["gputop links/perf"], 3), "—", "—"))
+    hrows = [("empty (`return 0`)", num(run["empty uprobe"]), "—"),
+             ("gputop's `rt_launch`", num(run["gputop"]), f"**+{num(over['gputop'])}**")]
+    if "gputop, before" in run:
+        hrows.append(("gputop's `rt_launch` before (4c75dbd)", num(run["gputop, before"]),
+                      f"+{num(over['gputop, before'])}"))
+    cpu = ""
+    if f.get("gputop_cpu_pct"):
+        c = f["gputop_cpu_pct"]
+        cpu = f"""
+gputop's own CPU in the same run (user + system of `gputop -b -f json -d 1 --no-nvml` while one workload
+launches at a fixed rate, two alternating runs per rate, medians): {pct(c['2000'])} of a core at 2,000
+launches/s, {pct(c['100000'])} at 100,000 launches/s (ratio {ratio(f['gputop_cpu_ratio_100k_2k'])}): aggregation
+happens in the kernel, so user space reads the same fixed-size records once per refresh whatever the launch rate.
+"""
+    return f"""{measured(doc)}
+A loop of `cudaLaunchKernel` calls through the real `libcudart.so.12` (each call fails right after
+entry without a GPU, so the loop measures almost only the probe), {f['rounds']} alternating rounds of
+{f['calls']:,} calls, each round on a fresh private copy of the library (its own inode: other tracers on
+the host that probe the test bed's copy do not slow the loop; a "nothing attached" far above the bare
+call would say one did, and the benchmark then exits 1). gputop is measured **continuously**, as the
+traced processes pay it: its collector polls and opens its BPF-statistics windows on their own
+schedule, whichever rounds they fall in. gputop and the empty uprobe attach with uprobe_multi links
+where the kernel has them; "perf events" is gputop attached the way it attaches on kernels before 6.6;
+"before" is gputop with the BPF program of commit 4c75dbd (before the launch slots), in the same rounds.
+bpftrace is optional (`apt-get install -y bpftrace`).
+
+{table(("attached", "ns per call (median)"), rows)}
+
+{table(("ratio", "measured", "before (4c75dbd), same run", "target"), rrows)}
+
+BPF run time per hit of the handler alone (the kernel's BPF statistics, switched on for these rounds
+only; medians). The statistics themselves add two clock reads to every run, the same for every
+program, so compare the differences:
+
+{table(("program on `cudaLaunchKernel`", "ns a hit", "over the empty program"), hrows)}
+{cpu}
+Almost all of the cost is the uprobe trap itself (the empty uprobe's
+{num(f['ns_over_none']['empty uprobe'], 0)} ns over the bare call, measured for gputop's self-cost as the
+calibrated trap). What keeps gputop's share small (docs/collector.md):
+
+- **Launch slots**: a (process, kernel) pair counts in a slot of a direct-mapped, mmap'd array
+  (`gputop/sources/launchslots.py` reads it as memory, no system call per slot). The slot keeps the
+  shape of the pair's first launch and counts the launches of exactly that shape with one atomic add;
+  other shapes count their own launches, sums and log2 buckets. A pair whose slot another pair holds
+  counts in its `kernels` entry, made first for every pair, so the kernel table's capacity and drops
+  are unchanged. An array lookup is a few instructions the verifier inlines; a hash lookup is a call
+  into the kernel (and on AMD hosts every kernel `ret` goes through the SRSO "Safe RET" thunk).
+- **Captures**: a launch looks for a graph capture only while the host has one under way (three
+  inlined counters), instead of reading its process record every time.
+- The LPM trie of CUDA code ranges (≈ 200 ns a lookup) is not on the runtime's launch path: only
+  the driver's entry points, the checked runtime handler of static runtimes and the copy and
+  allocation handlers ask it. On a GPU host every runtime launch also takes the driver probe's trap
+  and lookup: the next thing to cut.
+- No per-thread state and no stack reads on the runtime's launch path; the stream argument is read
+  only while a capture is under way.
+"""
+
+
 SECTIONS: list[Section] = [
+    Section("probe_cost", "Probe cost on a launch", "probe_cost.py",
+            ("--rounds", "15", "--calls", "300000", "--cpu-seconds", "10"), probe_cost,
+            baseline=("4c75dbd", "--before", "bpf/gputop.bpf.c")),
     Section("self_cost", "Self-cost: what gputop's probes cost the traced processes", "self_cost.py", (), self_cost),
     Section("startup", "Start-up and memory", "startup.py", ("--runs", "5", "--steady-s", "30"), startup),
     Section("soak_hour", "Memory and exactness over an hour of churn", "soak.py", (), soak, slow=True),
@@ -483,7 +565,7 @@ SECTIONS: list[Section] = [
     Section("discovery", "A new process: time to probes", "discovery_latency.py", ("--rounds", "7"), discovery),
     Section("exit", "Quitting: detaching the probes", "exit_cost.py", ("--rounds", "3", "--dashboard", "5"),
             exit_cost),
-    Section("ui_cpu", "Dashboard CPU", "ui_cpu.py", (), ui_cpu, baseline=("63b4ced", "--baseline-tree")),
+    Section("ui_cpu", "Dashboard CPU", "ui_cpu.py", (), ui_cpu, baseline=("63b4ced", "--baseline-tree", "")),
     Section("nvml", "NVML", "nvml_cost.py", ("--reads", "200"), nvml),
     Section("exporter", "The exporter", "exporter_cost.py", ("--cpu-seconds", "45", "--rounds", "2", "--breakdown"),
             exporter),

@@ -37,14 +37,14 @@ def baseline_args(section: perfdoc.Section, tmp: Path) -> list[str]:
     """Extract the section's baseline revision into ``tmp`` (git archive); [] where that fails."""
     if section.baseline is None:
         return []
-    rev, option = section.baseline
+    rev, option, inside = section.baseline
     tree = tmp / f"{section.name}-{rev}"
     tree.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
     if archive.returncode != 0 or subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout).returncode:
         print(f"== {section.name}: no baseline (git archive {rev} failed); measured without it", file=sys.stderr)
         return []
-    return [option, str(tree)]
+    return [option, str(tree / inside) if inside else str(tree)]
 
 
 def run_one(section: perfdoc.Section, json_dir: Path) -> bool:
