@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -216,6 +217,11 @@ class Snapshot:
 # ---------------------------------------------------------------- JSON
 
 
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -226,18 +232,92 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+#: values the JSON writer takes as they are (``_plain`` returns them unchanged)
+_LEAF_TYPES = frozenset({int, float, str, bool, type(None)})
+
+
+def _plain_map(m: Any) -> Any:
+    """``_plain`` of a mapping field (or None): its keys as text, its values converted."""
+    if m is None:
+        return None
+    return {str(k): v if type(v) in _LEAF_TYPES else _plain(v) for k, v in m.items()}
+
+
+def _plain_list(items: Any) -> Any:
+    return [v if type(v) in _LEAF_TYPES else _plain(v) for v in items]
+
+
+def _dict_converter(cls: type, nested: Mapping[str, Any]) -> Any:
+    """A fast ``_plain`` for instances of the dataclass ``cls``: one C-level getattr of every field
+    (in field order, as ``_plain`` writes them) and a converter for each field that is not a plain
+    value: its annotation names a mapping, a tuple or another dataclass (``nested``: a field's own
+    converter; other mappings and tuples get ``_plain_map``/``_plain_list``)."""
+    names = _field_names(cls)
+    getter = operator.attrgetter(*names)
+    fixes: list[tuple[str, Any]] = []
+    for f in dataclasses.fields(cls):
+        ann = str(f.type)
+        if f.name in nested:
+            fixes.append((f.name, nested[f.name]))
+        elif "Mapping" in ann or "dict" in ann:
+            fixes.append((f.name, _plain_map))
+        elif "tuple" in ann or "list" in ann:
+            fixes.append((f.name, _plain_list))
+
+    def convert(obj: Any) -> dict[str, Any]:
+        d = dict(zip(names, getter(obj), strict=True))
+        for name, fn in fixes:
+            v = d[name]
+            if v is not None:
+                d[name] = fn(v)
+        return d
+
+    return convert
+
+
+def _callbytes_plain(m: Mapping[Any, CallBytes]) -> dict[str, Any]:
+    return {str(k): {"calls": v.calls, "bytes": v.bytes} if type(v) is CallBytes else _plain(v)
+            for k, v in m.items()}
+
+
+_counts_plain = _dict_converter(Counts, {"memcpy": _callbytes_plain, "prefetch": _callbytes_plain})
+_rates_plain = _dict_converter(Rates, {})
+_kernel_plain = _dict_converter(KernelStat, {})
+
+
+def _kernels_plain(ks: Any) -> list[Any]:
+    return [_kernel_plain(k) if type(k) is KernelStat else _plain(k) for k in ks]
+
+
+def _memcpy_hist_plain(m: Any) -> Any:
+    return {str(k): _plain_map(v) if isinstance(v, Mapping) else _plain(v) for k, v in m.items()}
+
+
+_proc_plain = _dict_converter(ProcSample, {
+    "interval": lambda c: _counts_plain(c) if type(c) is Counts else _plain(c),
+    "total": lambda c: _counts_plain(c) if type(c) is Counts else _plain(c),
+    "rates": lambda r: _rates_plain(r) if type(r) is Rates else _plain(r),
+    "kernels": _kernels_plain,
+    "memcpy_size_hist": _memcpy_hist_plain,
+})
+_gpu_plain = _dict_converter(GpuSample, {})
+_source_plain = _dict_converter(SourceStatus, {})
+
+
 def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
+    """The snapshot as plain JSON values: what ``_plain`` makes of it (tests/unit/test_model_json.py
+    holds them equal), by per-class converters rather than a generic walk."""
     d: dict[str, Any] = {
         "schema": snap.schema,
         "time": snap.time,
         "interval_s": snap.interval_s,
         "host": snap.host,
         "sources": {},
-        "gpus": [_plain(g) for g in snap.gpus],
-        "processes": [_plain(p) for p in snap.processes],
+        "gpus": [_gpu_plain(g) if type(g) is GpuSample else _plain(g) for g in snap.gpus],
+        "processes": [_proc_plain(p) if type(p) is ProcSample else _plain(p) for p in snap.processes],
     }
     for name, st in snap.sources.items():
-        sd = _plain(st)
+        sd = _source_plain(st) if type(st) is SourceStatus else _plain(st)
         if name != "bpf":
             for k in _BPF_ONLY:
                 sd.pop(k, None)
@@ -283,11 +363,6 @@ def _callbytes_map(d: Mapping[str, Any] | None) -> dict[str, CallBytes] | None:
     if d is None:
         return None
     return {k: CallBytes(int(v["calls"]), int(v["bytes"])) for k, v in d.items()}
-
-
-@cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _counts(d: Mapping[str, Any] | None) -> Counts | None:
