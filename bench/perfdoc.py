@@ -79,8 +79,10 @@ the shim runtime, whose calls enter the real `libcuda.so.1`'s twins: `cudaLaunch
 `cuLaunchKernel` against `cudaGraphLaunch` → `cuGraphLaunch` of a captured graph of
 {f['graph_kernels']} kernels, alternating rounds of {f['calls']:,} calls in one process (medians of
 {f['rounds']} rounds). A graph launch adds the exec's kernel count and one launch to its content (three
-hash lookups) instead of a kernel's record; the benchmark also checks that every graph kernel was
-counted.
+hash lookups) instead of a kernel's record, so a graph launch costs
+{ratio(f['graph_over_kernel'])} kernel launches of BPF time for the {f['graph_kernels']} kernels it runs
+({num(f['graph_launch_bpf_ns'] / f['graph_kernels'])} ns per kernel). The benchmark also checks that every graph
+kernel was counted.
 
 {table(("kernel launch", "graph launch", "ratio graph / kernel"),
        [(f"{num(f['kernel_launch_bpf_ns'])} ns", f"{num(f['graph_launch_bpf_ns'])} ns",
