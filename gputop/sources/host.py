@@ -113,11 +113,24 @@ def cpu_pct(prev_cpu_s: float, prev_wall_s: float, cpu_s: float, wall_s: float) 
 _STOPPED = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
 
 
+@dataclass(frozen=True)
+class _Static:
+    """What does not change while a process runs one program: read when it is first seen and again
+    when its name changes (an exec), not every refresh."""
+    comm: str
+    cmdline: str | None
+    user: str | None
+    container: str | None
+    nspid: int | None
+    start_time: float | None
+
+
 @dataclass
 class _Cached:
     proc: psutil.Process
     cpu_s: float | None = None
     wall_s: float | None = None
+    static: _Static | None = None
 
 
 def _field(fn: Callable[[], T]) -> T | None:
@@ -175,6 +188,8 @@ class HostSource:
         return cached
 
     def _read_one(self, pid: int) -> HostProc | None:
+        """Per refresh /proc/PID/stat (twice: psutil's identity check, then the oneshot) and statm;
+        the rest (cmdline, status, cgroup) once per (PID, creation time) and after an exec."""
         cached = self._process(pid)
         if cached is None:
             return None
@@ -186,17 +201,17 @@ class HostSource:
                     return None
                 comm = p.name()
                 ppid = _field(p.ppid)
-                cmd = _field(p.cmdline)
-                user = _field(p.username)
                 times = _field(p.cpu_times)
                 wall = self._clock()
                 mem = _field(p.memory_info)
+                static = cached.static
+                if static is None or static.comm != comm:
+                    static = self._static(p, comm)
+                    if static is None:
+                        return None
+                    cached.static = static
         except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone (or a zombie), or status/name refused
             return None
-        cgroup = _read_text(f"/proc/{pid}/cgroup")
-        status_text = _read_text(f"/proc/{pid}/status")
-        if cgroup is None and status_text is None and not p.is_running():
-            return None  # it went away while being read
 
         pct: float | None = None
         cpu_s = times.user + times.system if times is not None else None
@@ -208,12 +223,30 @@ class HostSource:
             pid=pid,
             ppid=ppid,
             comm=comm,
-            cmdline=" ".join(cmd) if cmd else None,
-            user=user,
-            container=parse_container(cgroup) if cgroup is not None else None,
-            nspid=parse_nspid(status_text, pid) if status_text is not None else None,
+            cmdline=static.cmdline,
+            user=static.user,
+            container=static.container,
+            nspid=static.nspid,
             cpu_pct=pct,
             rss_bytes=int(mem.rss) if mem is not None else None,
             stopped=status in _STOPPED,
+            start_time=static.start_time,
+        )
+
+    @staticmethod
+    def _static(p: psutil.Process, comm: str) -> _Static | None:
+        """The facts of ``p`` that only an exec changes; None when it went away while being read."""
+        cmd = _field(p.cmdline)
+        user = _field(p.username)
+        cgroup = _read_text(f"/proc/{p.pid}/cgroup")
+        status_text = _read_text(f"/proc/{p.pid}/status")
+        if cgroup is None and status_text is None and not p.is_running():
+            return None
+        return _Static(
+            comm=comm,
+            cmdline=" ".join(cmd) if cmd else None,
+            user=user,
+            container=parse_container(cgroup) if cgroup is not None else None,
+            nspid=parse_nspid(status_text, p.pid) if status_text is not None else None,
             start_time=_field(p.create_time),
         )

@@ -273,3 +273,25 @@ V1_DOCKER = f"""\
 )
 def test_parse_container(text: str, expected: str | None) -> None:
     assert parse_container(text) == expected
+
+
+def test_cmdline_read_again_after_an_exec() -> None:
+    """The command line is read once per process and again when its name changes (an exec)."""
+    p = subprocess.Popen(["sh", "-c", "read line; exec sleep 30"], stdin=subprocess.PIPE)
+    try:
+        src = HostSource()
+        before = src.read([p.pid])[p.pid]
+        assert before.comm == "sh" and before.cmdline == "sh -c read line; exec sleep 30"
+        assert src.read([p.pid])[p.pid].cmdline == before.cmdline
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        deadline = time.monotonic() + 5
+        while psutil.Process(p.pid).name() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        after = src.read([p.pid])[p.pid]
+        assert after.comm == "sleep" and after.cmdline == "sleep 30"
+        assert after.start_time == before.start_time and after.cpu_pct is not None
+    finally:
+        p.kill()
+        p.wait()
