@@ -254,6 +254,9 @@ class BpfSource:
         self._idle_exited: dict[int, bool] = {}
         self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
         self._code_dropped = 0
+        #: the keys of the ``code`` trie by process: only user space writes that trie, so a
+        #: process's entries are deleted by key, without a walk through everyone's
+        self._code_keys: dict[int, list[bytes]] = {}
         self._partial: set[int] = set()       # processes already running CUDA when gputop attached
         self._rescan: set[int] = set()
         self._reimage: set[int] = set()
@@ -520,6 +523,7 @@ class BpfSource:
                     try:
                         code[k] = ctypes.c_uint32(1)
                         added = True
+                        self._code_keys.setdefault(pid, []).append(bytes(k))
                     except Exception:
                         self._code_dropped += 1
                         return
@@ -756,10 +760,19 @@ class BpfSource:
         return True
 
     def _delete_ranges(self, pids: set[int], tables: tuple[str, ...]) -> None:
-        """The same for the LPM tries, whose keys start with the tgid (big-endian)."""
+        """The same for the LPM tries, whose keys start with the tgid (big-endian); the ``code``
+        trie's by the keys user space put there (``_code_keys``), the BPF side adds none."""
         prefixes = {pid.to_bytes(4, "big") for pid in pids}
         for name in tables:
             table = self.table(name)
+            if name == "code":
+                for pid in pids:
+                    for raw in self._code_keys.pop(pid, ()):
+                        try:
+                            del table[table.Key.from_buffer_copy(raw)]
+                        except KeyError:
+                            pass
+                continue
             for k in [k for k in table if bytes(k.data[:4]) in prefixes]:
                 table.pop(k, None)
 

@@ -65,6 +65,14 @@ class SlotCounts:
         return tuple(int(x) + (extra[1][i] if extra else 0) for i, x in enumerate(record))
 
 
+_U64 = (1 << 64) - 1
+
+
+def slot_of(tgid: int, func: int, n: int) -> int:
+    """bpf/gputop.bpf.c kslot_of's slot of the pair (tgid, func) in an array of ``n`` (a power of two)."""
+    return ((((func ^ (tgid << 40)) & _U64) * 0x9E3779B97F4A7C15 & _U64) >> 32) & (n - 1)
+
+
 def log2_bucket(v: int) -> int:
     """bpf/gputop.bpf.c's log2_bucket: floor(log2(v)), 0 for 0, at most NB - 1."""
     return min(max(v.bit_length() - 1, 0), NB - 1)
@@ -78,6 +86,9 @@ class LaunchSlots:
         self._mem: mmap.mmap | None = None
         self._words: memoryview | None = None
         self.forgotten_captures = 0
+        #: kernels of processes as read for ``counts(entries, pids)`` (their exit): ``forget`` finds
+        #: their slots by these; others' by a walk through every slot
+        self._final_funcs: dict[int, set[int]] = {}
 
     def _map(self) -> memoryview:
         if self._words is None:
@@ -93,6 +104,20 @@ class LaunchSlots:
         owners = words[_OWNER::WORDS].tolist()
         return [i for i, o in enumerate(owners) if o >> 32 == 1 and (pids is None or o & 0xFFFFFFFF in pids)]
 
+    @staticmethod
+    def _owned_of(words: memoryview, funcs: dict[int, set[int]]) -> list[int]:
+        """Indices of the slots that count for the processes of ``funcs`` (pid -> its kernels'
+        addresses), without a walk through every slot: a pair's slot can only be the one its hash
+        names, claimed after its kernels entry was made (bpf/gputop.bpf.c kslot_of)."""
+        n = len(words) // WORDS
+        out = set()
+        for pid, fs in funcs.items():
+            for f in fs:
+                i = slot_of(pid, f, n)
+                if words[i * WORDS + _OWNER] == pid | READY:
+                    out.add(i)
+        return sorted(out)
+
     def counts(self, entries: Iterable[tuple[Any, Any]], pids: set[int] | None = None) -> SlotCounts:
         """``entries`` (the ``kernels`` table's items, read first) with the slots added, by process."""
         merged: dict[int, dict[int, list[int]]] = {}
@@ -102,7 +127,10 @@ class LaunchSlots:
                 merged.setdefault(pid, {})[int(k.addr)] = [int(v.launches), int(v.grid_sum), int(v.block_sum)]
         out = SlotCounts()
         words = self._map()
-        for i in self._owned(words, pids):
+        if pids is not None:
+            funcs = {pid: set(merged.get(pid, ())) for pid in pids}
+            self._final_funcs.update(funcs)
+        for i in self._owned(words, None) if pids is None else self._owned_of(words, funcs):
             w = words[i * WORDS:(i + 1) * WORDS].tolist()
             pid = w[_OWNER] & 0xFFFFFFFF
             if w[_OWNER] >> 32 != 1:             # freed or claimed again since the owners were read
@@ -127,7 +155,10 @@ class LaunchSlots:
     def forget(self, gone: set[int]) -> None:
         """Free the slots of processes that are gone, and count their captures as over."""
         words = self._map()
-        for i in self._owned(words, gone):
+        known = {pid: self._final_funcs.pop(pid) for pid in gone if pid in self._final_funcs}
+        unknown = gone - set(known)
+        slots = self._owned_of(words, known) + (self._owned(words, unknown) if unknown else [])
+        for i in slots:
             base = i * WORDS
             words[base:base + _OWNER] = memoryview(bytes(8 * _OWNER)).cast("Q")
             words[base + _OWNER] = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from gputop.sources.launchslots import KS_BLOCK, KS_GRID, READY, WORDS
+from gputop.sources.launchslots import KS_BLOCK, KS_GRID, READY, WORDS, slot_of
 
 FUSED = "fused_step(float*, float*, int)"
 UNFUSED = "unfused_step(float const*, float*, int)"
@@ -44,6 +44,10 @@ def test_more_buckets_than_a_slot_holds_stay_exact(run_workload, workloads, bpf_
     entries = {int(k.addr): int(v.launches) for k, v in bpf_source.table("kernels").items() if k.tgid == run.pid}
     assert len(entries) == 2 and _owned_slots(bpf_source, run.pid) == sum(1 for n in entries.values() if n == 0)
     assert _owned_slots(bpf_source, run.pid) >= 1
+    # the slots are where slot_of says (forget() frees them there, without a walk through all)
+    owners = bpf_source.slots._map()[WORDS - 1::WORDS].tolist()
+    assert {i for i, o in enumerate(owners) if o == run.pid | READY} <= {
+        slot_of(run.pid, addr, len(owners)) for addr in entries}
     run.proc.kill()
     run.proc.wait()
     while not bpf_source.read().procs[run.pid].exited:
