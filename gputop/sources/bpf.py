@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import wraps
+from functools import cache, wraps
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -80,6 +80,17 @@ def program_path() -> Path:
             return cand
     raise BpfUnavailable("the BPF program bpf/gputop.bpf.c is missing from the installation",
                          "reinstall gputop")
+
+
+#: entries a BPF_MAP_LOOKUP_BATCH call asks for
+_BATCH = 1024
+
+
+@cache
+def _batch_buffers(key_size: int, value_size: int) -> tuple[ctypes.Array[ctypes.c_char], ctypes.Array[ctypes.c_char]]:
+    """Key and value buffers for batch walks, made once per size (forgetting walks a dozen tables
+    several times a refresh; a new zeroed buffer each time cost more than the walk)."""
+    return (ctypes.c_char * (key_size * _BATCH))(), (ctypes.c_char * (value_size * _BATCH))()
 
 
 def load_bcc() -> ModuleType:
@@ -734,9 +745,8 @@ class BpfSource:
         kernel or map cannot (then nothing was deleted)."""
         lib = load_bcc().lib
         size, at = ctypes.sizeof(table.Key), table.Key.tgid.offset
-        chunk = 8192
-        keys = (ctypes.c_char * (size * chunk))()
-        values = (ctypes.c_char * (ctypes.sizeof(table.Leaf) * chunk))()
+        chunk = _BATCH
+        keys, values = _batch_buffers(size, ctypes.sizeof(table.Leaf))
         token, first, doomed = ctypes.c_uint32(0), True, []
         while True:
             count = ctypes.c_uint32(chunk)
@@ -747,7 +757,7 @@ class BpfSource:
                 if first:
                     return False
                 break                                   # cut short: what was found still goes
-            raw = bytes(keys)[:count.value * size]
+            raw = ctypes.string_at(keys, count.value * size)
             doomed += [raw[i:i + size] for i in range(0, len(raw), size)
                        if int.from_bytes(raw[i + at:i + at + 4], sys.byteorder) in pids]
             first = False
@@ -768,10 +778,8 @@ class BpfSource:
             if name == "code":
                 for pid in pids:
                     for raw in self._code_keys.pop(pid, ()):
-                        try:
+                        with contextlib.suppress(KeyError):
                             del table[table.Key.from_buffer_copy(raw)]
-                        except KeyError:
-                            pass
                 continue
             for k in [k for k in table if bytes(k.data[:4]) in prefixes]:
                 table.pop(k, None)
