@@ -168,6 +168,9 @@ class HostSource:
         out: dict[int, HostProc] = {}
         for pid in sorted(wanted):
             proc = self._read_one(pid)
+            if proc is None and pid in self._cache:   # gone, or its PID is a new process's now
+                del self._cache[pid]
+                proc = self._read_one(pid)
             if proc is None:
                 self._cache.pop(pid, None)
             else:
@@ -176,7 +179,7 @@ class HostSource:
 
     def _process(self, pid: int) -> _Cached | None:
         cached = self._cache.get(pid)
-        if cached is not None and cached.proc.is_running():  # same pid and creation time
+        if cached is not None:      # its identity is checked by ppid() (psutil: pid and creation time)
             return cached
         try:
             cached = _Cached(psutil.Process(pid))
@@ -188,19 +191,20 @@ class HostSource:
         return cached
 
     def _read_one(self, pid: int) -> HostProc | None:
-        """Per refresh /proc/PID/stat (twice: psutil's identity check, then the oneshot) and statm;
-        the rest (cmdline, status, cgroup) once per (PID, creation time) and after an exec."""
+        """Per refresh /proc/PID/stat (twice: psutil's identity check in ppid(), then the oneshot)
+        and statm; the rest (cmdline, status, cgroup) once per (PID, creation time) and after an
+        exec. None when it is gone, or a process it had read before is (its PID reused)."""
         cached = self._process(pid)
         if cached is None:
             return None
         p = cached.proc
         try:
             with p.oneshot():
+                ppid = _field(p.ppid)           # first: raises NoSuchProcess if the PID is another's now
                 status = p.status()
                 if status == psutil.STATUS_ZOMBIE:
                     return None
                 comm = p.name()
-                ppid = _field(p.ppid)
                 times = _field(p.cpu_times)
                 wall = self._clock()
                 mem = _field(p.memory_info)
