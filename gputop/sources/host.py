@@ -209,7 +209,9 @@ class HostSource:
                 wall = self._clock()
                 mem = _field(p.memory_info)
                 static = cached.static
-                if static is None or static.comm != comm:
+                # read again after an exec, and while the command line is empty (none yet: read
+                # in the instant of an exec, between the new name and the new arguments)
+                if static is None or static.comm != comm or static.cmdline is None:
                     static = self._static(p, comm)
                     if static is None:
                         return None

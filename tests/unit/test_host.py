@@ -279,6 +279,9 @@ def test_cmdline_read_again_after_an_exec() -> None:
     """The command line is read once per process and again when its name changes (an exec)."""
     p = subprocess.Popen(["sh", "-c", "read line; exec sleep 30"], stdin=subprocess.PIPE)
     try:
+        deadline = time.monotonic() + 5
+        while psutil.Process(p.pid).cmdline()[:1] != ["sh"] and time.monotonic() < deadline:
+            time.sleep(0.01)                    # Popen returns before the child's exec is done
         src = HostSource()
         before = src.read([p.pid])[p.pid]
         assert before.comm == "sh" and before.cmdline == "sh -c read line; exec sleep 30"
