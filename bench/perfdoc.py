@@ -556,11 +556,40 @@ calibrated trap). What keeps gputop's share small (docs/collector.md):
 """
 
 
+def collector_cost(doc: Doc) -> str:
+    f = doc["figures"]
+    rows = []
+    for part, what in (("cpu", "total"), ("host", "host read (psutil, /proc)"), ("json", "JSON encoding"),
+                       ("rest", "the rest (BPF reads, sampler, output)")):
+        cur, base = f[f"{part}_ms_per_refresh_current"], f.get(f"{part}_ms_per_refresh_baseline")
+        rows.append((what, num(base) if base is not None else "—", num(cur),
+                     ratio(cur / base) if base else "—"))
+    return f"""{measured(doc)}
+The CPU time of `gputop -b -f json -d 1 --no-nvml` per 1 s refresh while it traces {f['procs']} processes
+launching {f['rate_per_s']:,} times a second each ({f['processes_shown']} processes shown: every CUDA process on
+the host is traced), {f['refreshes']} refreshes, {f['rounds']} rounds A B A B, medians; beside it the tree of
+commit 4c75dbd (before this work), same workloads, same seconds. The host read and the JSON encoding are timed
+apart in a process of each tree; "the rest" is the total less those two. Start-up (the BPF compile) is left out.
+
+{table(("CPU per refresh (ms)", "before (4c75dbd)", "now", "ratio"), rows)}
+
+At one refresh a second that is {pct(f['cpu_ms_per_refresh_current'] / 10, 1)} of a core. What changed: a
+process's command line, user, container, namespaced PID and start time are read once per (PID, start time) and
+again after an exec (its name changes, or the BPF source's exec event says so);
+each refresh reads only `/proc/PID/stat` and `statm`. The snapshot is converted to JSON by one converter per
+class instead of a generic walk (byte for byte the same output, `tests/unit/test_model_json.py`). Forgetting an
+exited process deletes the code trie's entries by the keys gputop put there and finds its launch slots by their
+hash, instead of walking every table.
+"""
+
+
 SECTIONS: list[Section] = [
     Section("probe_cost", "Probe cost on a launch", "probe_cost.py",
             ("--rounds", "15", "--calls", "300000", "--cpu-seconds", "10"), probe_cost,
             baseline=("4c75dbd", "--before", "bpf/gputop.bpf.c")),
     Section("self_cost", "Self-cost: what gputop's probes cost the traced processes", "self_cost.py", (), self_cost),
+    Section("collector_cost", "gputop's own CPU per refresh", "collector_cost.py", (), collector_cost,
+            baseline=("4c75dbd", "--baseline-tree", "")),
     Section("startup", "Start-up and memory", "startup.py", ("--runs", "5", "--steady-s", "30"), startup),
     Section("soak_hour", "Memory and exactness over an hour of churn", "soak.py", (), soak, slow=True),
     Section("graph_launch", "A CUDA graph launch", "graph_launch_cost.py", ("--rounds", "9"), graph_launch),

@@ -275,7 +275,7 @@ class Sampler:
         nv = self._nvml.read() if self._nvml is not None else NvmlReading(
             SourceStatus("unavailable", "disabled with --no-nvml"), (), {})
         pids = set(reading.procs) | set(reading.idle) | set(nv.procs)
-        hosts = self._host.read(sorted(pids))
+        hosts = self._host.read(sorted(pids), reading.execed)
         # a process whose last record is still shown under a PID the kernel gave to a new process:
         # that row keeps the old process's host data; the new process's counts start from zero
         reused = {pid for pid, h in hosts.items() if self._reused(pid, h)}

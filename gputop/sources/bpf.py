@@ -191,6 +191,8 @@ class BpfReading:
     idle: dict[int, IdleProc] = field(default_factory=dict)
     #: process records that could not be stored since start (a process without one may have called)
     procs_dropped: int = 0
+    #: processes that exec'd since the last reading (their command line, user... are read again)
+    execed: frozenset[int] = frozenset()
 
 
 #: the programs attached at function return (uretprobes): each hit also pays the return trap
@@ -271,6 +273,7 @@ class BpfSource:
         self._partial: set[int] = set()       # processes already running CUDA when gputop attached
         self._rescan: set[int] = set()
         self._reimage: set[int] = set()
+        self._execed: set[int] = set()            # processes that exec'd since the last read()
         self._scanned_ns: dict[int, int] = {}     # CLOCK_MONOTONIC ns of each process's last scan
         self._exited: set[int] = set()
         self._final: dict[int, RawProc] = {}      # last records of exited processes, until shown
@@ -374,6 +377,8 @@ class BpfSource:
                 self._rescan.add(tgid)
         else:
             # an exec after the last scan of that process replaced its image (one before it was seen)
+            if kind == 1:
+                self._execed.add(tgid)
             if kind == 1 and int(ev.ts) > self._scanned_ns.get(tgid, 0):
                 self._reimage.add(tgid)
             self._rescan.add(tgid)
@@ -624,7 +629,11 @@ class BpfSource:
         return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s,
                           cost_ns_per_s=self.cost.cost_ns_per_s,
                           trap_ns=self.cost.trap.trap_ns if self.cost.trap else None,
-                          idle=idle, procs_dropped=drops["procs"])
+                          idle=idle, procs_dropped=drops["procs"], execed=self._take_execed())
+
+    def _take_execed(self) -> frozenset[int]:
+        execed, self._execed = frozenset(self._execed), set()
+        return execed
 
     def baseline(self) -> dict[int, RawProc]:
         """Every process record as it stands, without names and without touching what read()

@@ -160,7 +160,14 @@ class HostSource:
         self._clock = clock
         self._cache: dict[int, _Cached] = {}
 
-    def read(self, pids: Iterable[int]) -> dict[int, HostProc]:
+    def read(self, pids: Iterable[int], execed: Iterable[int] = ()) -> dict[int, HostProc]:
+        """Host data of ``pids``; ``execed``: processes known to have exec'd since the last read (the
+        BPF source's exec events), whose command line, user and container are read again even when
+        the new program has the old one's name (`python` exec'ing `python train.py`)."""
+        for pid in execed:
+            cached = self._cache.get(pid)
+            if cached is not None:
+                cached.static = None
         wanted = set(pids)
         for pid in list(self._cache):  # forget processes nobody asks about any more
             if pid not in wanted:

@@ -298,3 +298,32 @@ def test_cmdline_read_again_after_an_exec() -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_an_exec_keeping_the_name_is_read_again_when_told() -> None:
+    """`python launcher.py` exec'ing `python train.py` keeps its name; the BPF source's exec events
+    (``execed``) make the host source read the new command line."""
+    code = ("import os, sys; sys.stdin.readline(); "
+            "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(30)', 'second'])")
+    p = subprocess.Popen([sys.executable, "-c", code, "first"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 5
+        while "first" not in psutil.Process(p.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        src = HostSource()
+        before = src.read([p.pid])[p.pid]
+        assert before.cmdline is not None and before.cmdline.endswith(" first")
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        deadline = time.monotonic() + 5
+        while "second" not in psutil.Process(p.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        same = src.read([p.pid])[p.pid]
+        assert (same.comm, same.cmdline) == (before.comm, before.cmdline)    # not told: read once
+        after = src.read([p.pid], execed=[p.pid])[p.pid]
+        assert after.comm == before.comm and after.cmdline is not None and after.cmdline.endswith(" second")
+        assert after.start_time == before.start_time
+    finally:
+        p.kill()
+        p.wait()

@@ -19,7 +19,7 @@ class Host:
     """The processes alive now: pid -> (comm, start time)."""
     procs: dict[int, tuple[str, float]]
 
-    def read(self, pids: list[int]) -> dict[int, HostProc]:
+    def read(self, pids: list[int], execed: object = ()) -> dict[int, HostProc]:
         return {p: HostProc(p, 1, self.procs[p][0], None, "alice", None, None, None, None,
                             start_time=self.procs[p][1]) for p in pids if p in self.procs}
 

@@ -77,7 +77,7 @@ class FakeHost:
         self.alive = alive
         self.stopped = stopped if stopped is not None else set()
 
-    def read(self, pids: list[int]) -> dict[int, HostProc]:
+    def read(self, pids: list[int], execed: object = ()) -> dict[int, HostProc]:
         return {p: HostProc(p, 1, f"proc{p}", f"proc{p} --x", "alice", None, None, 12.5, 1 << 20,
                             stopped=p in self.stopped)
                 for p in pids if p in self.alive}
@@ -229,7 +229,7 @@ def test_stopping_quickly_says_nothing() -> None:
 
 
 class BrokenHost(FakeHost):
-    def read(self, pids: list[int]) -> dict[int, HostProc]:
+    def read(self, pids: list[int], execed: object = ()) -> dict[int, HostProc]:
         raise RuntimeError("a bug")
 
 
