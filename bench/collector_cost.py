@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import benchjson  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
+from support import cpu_seconds as cpu_s  # noqa: E402
 
 CUDART = TESTBED / "cudart" / "libcudart.so.12"
 CUDA = TESTBED / "nvidia" / "libcuda.so.1"
@@ -77,10 +78,6 @@ def start_workloads(n: int, rate: int, go: Path) -> list[subprocess.Popen[bytes]
         procs.append(p)
     return procs
 
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _env(tree: Path) -> dict[str, str]:

@@ -22,7 +22,6 @@ Run as root after ./test.sh has set up the test bed:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import benchjson  # noqa: E402
 from promserver import Exporter, wait_until  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
+from support import cpu_seconds as cpu_s  # noqa: E402
 
 CUDART = TESTBED / "cudart" / "libcudart.so.12"
 CUDA = TESTBED / "nvidia" / "libcuda.so.1"
@@ -53,10 +53,6 @@ def start_workloads(n: int, kernels: int, go: Path) -> list[subprocess.Popen[byt
         procs.append(p)
     return procs
 
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def scrape(url: str) -> bytes:

@@ -95,6 +95,12 @@ class Workloads:
     shim_runtime: Path  # tests/native/shim_runtime.c: a runtime that calls the real libcuda.so.1
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (its threads included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def table_rows(out: str) -> list[dict[str, str]]:
     """Every process row of `gputop -b -f table` output by header: the cells before COMMAND hold no
     spaces (an empty LB cell is absent), COMMAND is the rest of the line."""
