@@ -171,7 +171,8 @@ def exporter(doc: Doc) -> str:
                  ("one refresh (the difference over 15 s)", ms(f["refresh_s"], 0))]
     return f"""{measured(doc)}
 {f['procs']} traced processes of the test bed, each with {f['kernels']} distinct kernels; exporters
-with `--kernel-metrics 20`, scraped over loopback:
+with `--kernel-metrics 20`, scraped over loopback. An exporter serves every CUDA process on the host, so
+other CUDA processes running at the time (the series count says how many it held) add to every figure:
 
 {table(("figure", "value"), rows)}
 
@@ -511,6 +512,8 @@ gputop's own CPU in the same run (user + system of `gputop -b -f json -d 1 --no-
 launches at a fixed rate, two alternating runs per rate, medians): {pct(c['2000'])} of a core at 2,000
 launches/s, {pct(c['100000'])} at 100,000 launches/s (ratio {ratio(f['gputop_cpu_ratio_100k_2k'])}): aggregation
 happens in the kernel, so user space reads the same fixed-size records once per refresh whatever the launch rate.
+gputop traces every CUDA process on the host, so other CUDA processes running at the time add to both figures
+(what a refresh costs per process: the next section but one).
 """
     return f"""{measured(doc)}
 A loop of `cudaLaunchKernel` calls through the real `libcudart.so.12` (each call fails right after

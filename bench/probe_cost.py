@@ -136,8 +136,11 @@ class Gputop(Nothing):
     name = "gputop"
     links = True
 
+    def source(self) -> BpfSource:
+        return BpfSource(uprobe_links=self.links)
+
     def attach(self, rnd: Round) -> None:
-        self.src = BpfSource(uprobe_links=self.links)
+        self.src = self.source()
         self.src.start()
         # as in gputop, the collector thread polls (and opens its BPF statistics windows on their
         # schedule: measured continuously, windows included)
@@ -179,24 +182,16 @@ class GputopBefore(Gputop):
         self.text = program.read_text()
         self.name = "gputop, before"
 
-    def attach(self, rnd: Round) -> None:
+    def source(self) -> BpfSource:
         text = self.text
 
         class Src(BpfSource):
             def program_text(self) -> str:
                 return text
 
-        self.src = Src(uprobe_links=self.links)
-        self.src.slots.forget = lambda gone: None   # type: ignore[method-assign]  # an older program: no slots
-        self.src.start()
-        self.stop = threading.Event()
-        self.poller = threading.Thread(target=self._poll, daemon=True)
-        self.keep = subprocess.Popen([str(workload()), "--wait", "/nonexistent-gputop-bench", "sleep:1"],
-                                     stdout=subprocess.PIPE, env=rnd.env)
-        assert self.keep.stdout is not None
-        self.src.scan([int(self.keep.stdout.readline().split()[1])])
-        assert str(rnd.lib) in self.src.objects.values(), "gputop did not attach to the library's copy"
-        self.poller.start()
+        src = Src(uprobe_links=self.links)
+        src.slots.forget = lambda gone: None   # type: ignore[method-assign]  # an older program: no slots
+        return src
 
     def _poll(self) -> None:
         # this version's user space may expect maps the older program lacks (reading them fails)
