@@ -458,7 +458,9 @@ def soak(doc: Doc) -> str:
         ("gputop's RSS: at the baseline / after the churn / the most seen",
          f"{mb(base['rss_bytes'])} / {mb(after['rss_bytes'])} / {mb(doc['rss_max_bytes'])}"),
         ("objects probed at the baseline / after", f"{base['objects']} / {after['objects']}"),
-        ("open fds at the baseline / after", f"{base['fds']} / {after['fds']}"),
+        ("open fds besides the probes' at the baseline / after", f"{base['fds']} / {after['fds']}"),
+        ("the probes' descriptors (links, perf events) at the baseline / after",
+         f"{base['probe_fds']:,} / {after['probe_fds']:,}"),
         (f"long-lived processes exact ({doc['long_expected']:,} launches each)", f"{doc['long_exact']} / {a['long']}"),
         (f"short-lived processes exact ({a['short_launches']} launches each)",
          f"{doc['short_exact']:,} / {doc['short_started']:,} (under {doc['short_under']}, "
@@ -474,8 +476,11 @@ other work on this host, so a miss can come from refreshes that ran late:
 
 {table(("measured", "value"), rows)}
 
-The memory after the churn includes each probed object's symbols and links: the objects probed are
-every copy of the CUDA libraries the host's processes mapped during the run.
+The memory after the churn holds each probed object's symbols and links: the objects probed are
+every copy of the CUDA libraries the host's processes mapped during the run (other tests' private copies
+on this host), and gputop keeps an object's probes attached after the last process that mapped it has
+gone. Where new library files keep appearing (new container images on a node), that grows with them:
+detaching the probes of objects no process maps is not done yet.
 """
 
 
