@@ -225,7 +225,9 @@ static __always_inline void drop(u32 what) {
         __sync_fetch_and_add(d, 1);
 }
 
-static __always_inline struct proc_t *proc_get(u32 tgid) {
+// the process's record, made if it has none; 0 when the table is full (not counted as dropped:
+// the caller that gives the call up counts it, once)
+static __always_inline struct proc_t *proc_make(u32 tgid) {
     struct proc_t *p = procs.lookup(&tgid);
     if (p)
         return p;
@@ -236,12 +238,15 @@ static __always_inline struct proc_t *proc_get(u32 tgid) {
     // insert, not update: a record another CPU just created must not be replaced under it
     int created = procs.insert(&tgid, zero) == 0;
     p = procs.lookup(&tgid);
-    if (!p) {
-        drop(0);
-        return 0;
-    }
-    if (created)
+    if (p && created)
         bpf_get_current_comm(p->comm, sizeof(p->comm));
+    return p;
+}
+
+static __always_inline struct proc_t *proc_get(u32 tgid) {
+    struct proc_t *p = proc_make(tgid);
+    if (!p)
+        drop(0);
     return p;
 }
 
@@ -558,7 +563,8 @@ static __always_inline struct kslot_t *kslot_of(u32 tgid, u64 func, u64 grid, u6
     u64 mine = tgid | KS_READY;
     if (s->owner == mine && s->func == func)
         return s;
-    if (s->owner != 0 || !proc_get(tgid))  // a new pair: its process's record first (its name)
+    if (s->owner != 0 || !proc_make(tgid))  // a new pair: its process's record first (its name); the
+                                            // slow path counts a full table's drop
         return 0;
     struct tkey_t k = {.tgid = tgid, .addr = func};
     if (!kernels.lookup(&k)) {
