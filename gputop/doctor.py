@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from gputop.sources import bpf, bpfsys, catalogue, discovery, kheaders, symbols
+from gputop.sources import bpf, bpfsys, catalogue, discovery, kheaders
+from gputop.sources.startup import read_object
 from gputop.sources.uprobes import UprobeAttacher
 from gputop.textsafe import sanitize
 
@@ -151,9 +152,13 @@ def _nvml() -> Check:
 def _cuda_objects() -> list[Check]:
     found = {}
     for ref in discovery.scan():
-        if not symbols.mentions_cuda(ref.open_path):
+        fd = ref.open()
+        if fd is None:
             continue
-        syms = symbols.read_symbols(ref.open_path)
+        try:
+            syms = read_object(fd, ref.open_path)
+        finally:
+            os.close(fd)
         if syms and catalogue.probes_for(syms.functions):
             found[ref.key] = ref.path
     files = []

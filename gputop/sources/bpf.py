@@ -42,8 +42,9 @@ from gputop.sources.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer
 from gputop.sources.launchslots import LaunchSlots, SlotCounts
+from gputop.sources.objreads import ObjectReads, Pending
 from gputop.sources.selfcost import ProgStats, SelfCost
-from gputop.sources.startup import Prefetch, Steps, read_object, release_compiler_pages, release_heap
+from gputop.sources.startup import Prefetch, Steps, release_compiler_pages, release_heap
 from gputop.sources.uprobes import UprobeAttacher
 
 __all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "IdleProc", "RawKernel", "RawProc", "aligned_blocks",
@@ -247,6 +248,8 @@ class BpfSource:
         self.startup_released_bytes = 0       # the compiler's pages handed back after the compile
         self.startup_rss_bytes: dict[str, int] = {}     # resident memory after each start-up step
         self._prefetched: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
+        self._reads = ObjectReads()           # object reads off the collector's path (objreads.py)
+        self._pending: dict[tuple[int, int], discovery.ObjectRef] = {}    # objects still being read
         #: files the BPF side named because they were not classified: key -> (pid, names or None)
         self._unknown_files: dict[tuple[int, int], tuple[int, list[bytes] | None]] = {}
         self.uprobes: UprobeAttacher | None = None
@@ -391,6 +394,10 @@ class BpfSource:
         Returns True when something happened (a rescan attached probes or a process exited).
         """
         self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
+        with self._reads.budget():
+            return self._after_events()
+
+    def _after_events(self) -> bool:
         # the trap cost (cached per kernel), measured on a background thread once a snapshot is out
         self.cost.tick(self.uprobes.mode if self.uprobes else None, measure=self._snapshots > 0)
         changed = bool(self._exited)
@@ -406,6 +413,8 @@ class BpfSource:
             self._exited.clear()
         if self._unknown_files:
             changed = self._reach_unknown() > 0 or changed
+        if self._reads.running():
+            changed = self._attach_pending() > 0 or changed
         if self._clock() - self._last_full_scan >= RESCAN_S:
             self._last_full_scan = self._clock()
             changed = self.scan() > 0 or changed
@@ -415,6 +424,10 @@ class BpfSource:
     @_open
     def scan(self, pids: list[int] | None = None) -> int:
         """Probe new CUDA objects mapped by ``pids`` (default: all processes); returns how many."""
+        with self._reads.budget():
+            return self._scan(pids)
+
+    def _scan(self, pids: list[int] | None) -> int:
         known = set(self.objects) | self.rejected
         new = 0
         maps: dict[int, list[discovery.Mapping]] = {}
@@ -444,23 +457,27 @@ class BpfSource:
 
     def _attach_object(self, ref: discovery.ObjectRef, users: dict[int, list[discovery.Mapping]] | None = None) -> bool:
         """Probe one object; False if it has no CUDA entry points (or its process just exited:
-        then it is not marked, and the next process that maps it brings it back).
+        then it is not marked, and the next process that maps it brings it back; or its read
+        outlasts this scan's wait: then it is attached once read, see objreads).
 
-        The object is opened once and read and probed through that descriptor, so a process
-        that exits meanwhile cannot leave it half probed."""
-        try:
-            fd = os.open(ref.open_path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        The object is opened once, checked on the descriptor (discovery.open_object), and read
+        and probed through that descriptor, so a process that exits meanwhile cannot leave it
+        half probed, and a file swapped for a FIFO or a symlink is never opened."""
+        fd = ref.open()
+        if fd is None:
             # its process is gone, and its map_files with it: the same file by its path from here
             here = discovery.same_file(ref)
             if here is None or here == ref.open_path:
                 return self._reject(ref)
             return self._attach_object(dataclasses.replace(ref, open_path=here), users)
         try:
-            if os.fstat(fd).st_ino != ref.inode:
-                return False                # the path now leads elsewhere (a PID reused)
-            path = f"/proc/self/fd/{fd}"
-            syms = self._prefetched.pop(ref.key) if ref.key in self._prefetched else read_object(path)
+            try:
+                syms = (self._prefetched.pop(ref.key) if ref.key in self._prefetched
+                        else self._reads.read(ref.key, fd, ref.open_path))
+            except Pending:
+                self._pending[ref.key] = ref
+                return False
+            self._pending.pop(ref.key, None)
             wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
             if syms is None or not wanted:
                 return self._reject(ref)
@@ -470,12 +487,28 @@ class BpfSource:
             self.objects[ref.key] = ref.path
             for pid, pmaps in (users or {}).items():      # code ranges first, then the probes
                 self._add_code_ranges(pid, pmaps)
-            self.uprobes.attach(path, [(probe, addr, off) for probe, addr in wanted
-                                       if (off := syms.offset_of_vaddr(addr)) is not None], name=ref.path)
+            self.uprobes.attach(f"/proc/self/fd/{fd}", [(probe, addr, off) for probe, addr in wanted
+                                                         if (off := syms.offset_of_vaddr(addr)) is not None],
+                                name=ref.path)
         finally:
             os.close(fd)
         self._classified(ref.key, probed=True)
         return True
+
+    def _attach_pending(self) -> int:
+        """Probe the objects whose reads finished after their scan stopped waiting."""
+        new = 0
+        for key in self._reads.done():
+            ref = self._pending.get(key)
+            if ref is None or key in self.objects or key in self.rejected:
+                continue
+            users = {p: pm for p, pm in self._maps.items() if any((m.dev, m.inode) == key for m in pm)}
+            if self._attach_object(ref, users):
+                new += 1
+                self._partial.update(users)
+        if new:
+            self._update_cuda_pids(self._maps)
+        return new
 
     def _reject(self, ref: discovery.ObjectRef) -> bool:
         if os.path.exists(ref.open_path):       # readable: really not a CUDA object
@@ -854,3 +887,4 @@ class BpfSource:
                     self.slots.close()
                     bpf.cleanup()
                 self.cost.stop()
+                self._reads.close()

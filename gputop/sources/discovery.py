@@ -11,9 +11,12 @@ import ctypes
 import mmap
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from gputop.sources import elfread
 
 PROC = Path("/proc")
 
@@ -41,6 +44,10 @@ class ObjectRef:
     @property
     def key(self) -> tuple[int, int]:
         return (self.dev, self.inode)
+
+    def open(self) -> int | None:
+        """A descriptor for reading this very file (see open_object), or None."""
+        return open_object(self.open_path, self.dev, self.inode)
 
 
 def _dev(text: str) -> int:
@@ -72,16 +79,54 @@ def read_maps(pid: int, *, executable_only: bool = True) -> list[Mapping]:
 
 
 def open_path(pid: int, m: Mapping) -> str | None:
-    """A path to the mapped file that works from this mount namespace, checked by inode."""
+    """A path to the mapped file that works from this mount namespace, checked by inode (the
+    check is repeated on the descriptor whenever it is opened: see open_object)."""
     # map_files needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE); the plain path works on the host
     for cand in (f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}", f"/proc/{pid}/root{m.path}", m.path):
         try:
             st = os.stat(cand)
         except OSError:
             continue
-        if st.st_ino == m.inode and st.st_dev == m.dev:
+        if st.st_ino == m.inode and st.st_dev == m.dev and stat.S_ISREG(st.st_mode):
             return cand
     return None
+
+
+_MAP_FILES = re.compile(r"^/proc/\d+/map_files/[0-9a-f]+-[0-9a-f]+$")
+
+
+def open_object(path: str, dev: int, inode: int) -> int | None:
+    """A descriptor for reading the regular file (``dev``, ``inode``) at ``path``, or None.
+
+    The path is another user's to change at any moment (a FIFO or a device swapped in, a symlink
+    planted): it is resolved once with O_PATH, which opens nothing (no FIFO wait, no device's
+    open), without following a symlink at its end (a map_files entry is the kernel's own link to
+    the mapped file and is followed); the file is checked on that descriptor, and only then opened
+    for reading through it, never through the path again."""
+    follow = bool(_MAP_FILES.match(path))
+    try:
+        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    except OSError:
+        return None
+    try:
+        if not _is(os.fstat(pfd), dev, inode):
+            return None
+        fd = os.open(f"/proc/self/fd/{pfd}", elfread.OPEN_FLAGS)
+    except OSError:
+        return None
+    finally:
+        os.close(pfd)
+    try:
+        if _is(os.fstat(fd), dev, inode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _is(st: os.stat_result, dev: int, inode: int) -> bool:
+    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (dev, inode)
 
 
 def same_file(m: Mapping | ObjectRef) -> str | None:
@@ -275,15 +320,8 @@ def reach(dev: int, inode: int, names: Sequence[bytes], pid: int) -> ObjectRef |
     own mount namespace that leads to the same device and inode; None if there is none. The
     reference carries the key its mappings have (see mapped_key)."""
     for path in paths_here(dev, names):
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) != (dev, inode):
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        fd = open_object(path, dev, inode)
+        if fd is None:
             continue
         try:
             key = mapped_key(fd) or (dev, inode)

@@ -9,6 +9,7 @@ Resolved names are cached; misses are retried after a while, not on every refres
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -95,7 +96,12 @@ class KernelNamer:
         key = (m.dev, m.inode)
         if self._symcache.get(key) is None:
             path = discovery.open_path(pid, m)
-            syms = symbols.read_symbols(path) if path else None
+            fd = discovery.open_object(path, m.dev, m.inode) if path else None
+            try:
+                syms = symbols.read_symbols(fd, path) if fd is not None else None
+            finally:
+                if fd is not None:
+                    os.close(fd)
             if syms is None:
                 return None     # not cached: another process may map it readably later
             self._symcache[key] = syms

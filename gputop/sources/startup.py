@@ -9,15 +9,19 @@ import re
 import threading
 import time
 
-from gputop.sources import discovery, symbols
+from gputop.sources import discovery, elfread, symbols
 
 ObjectKey = tuple[int, int]
 
 
-def read_object(path: str) -> symbols.ObjectSymbols | None:
-    """The function symbols of a mapped object, or None when it holds no CUDA entry points
-    (the cheap byte search first: most objects a host maps are not CUDA's)."""
-    return symbols.read_symbols(path) if symbols.mentions_cuda(path) else None
+def read_object(fd: int, path: str) -> symbols.ObjectSymbols | None:
+    """The function symbols of the mapped object open as ``fd``, or None when it holds no CUDA
+    entry points (the cheap search of its symbol names first: most objects a host maps are not
+    CUDA's). Both reads share one time budget (elfread.BUDGET_S)."""
+    t0 = time.monotonic()
+    if not symbols.mentions_cuda(fd):
+        return None
+    return symbols.read_symbols(fd, path, budget_s=max(0.0, elfread.BUDGET_S - (time.monotonic() - t0)))
 
 
 class Prefetch:
@@ -38,13 +42,11 @@ class Prefetch:
             for ref in discovery.scan():
                 if self._stop.is_set():
                     break
-                try:
-                    fd = os.open(ref.open_path, os.O_RDONLY | os.O_CLOEXEC)
-                except OSError:
+                fd = ref.open()
+                if fd is None:
                     continue            # its process is gone: the scan handles it
                 try:
-                    if os.fstat(fd).st_ino == ref.inode:
-                        self._out[ref.key] = read_object(f"/proc/self/fd/{fd}")
+                    self._out[ref.key] = read_object(fd, ref.open_path)
                 finally:
                     os.close(fd)
         except Exception:       # a prefetch that fails leaves the scan to read as before

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from gputop.sources import bpfcache, startup, symbols
+from gputop.sources import bpfcache, elfread, startup, symbols
 from gputop.sources.bpf import program_path
 
 SNIPPET = r"""
@@ -100,7 +100,8 @@ def test_the_cuda_prefilter_reads_the_symbol_string_tables(testbed) -> None:  # 
                 if Path(p).exists())
     for path, cuda in ((testbed.libcudart, True), (testbed.libcuda, True), (libc, False)):
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            ranges = symbols._symbol_strings(mm)
+            tables = elfread.ElfReader(f.fileno()).symbol_tables()
+            ranges = [(t.strtab_offset, t.strtab_offset + t.strtab_size) for t in tables]
             assert ranges and all(0 < lo < hi <= len(mm) for lo, hi in ranges)
             assert sum(hi - lo for lo, hi in ranges) < len(mm) // 4
             whole = any(mm.find(m) >= 0 for m in symbols._MARKERS)
