@@ -33,9 +33,11 @@ from gputop.sources.bpfsys import (
     aligned_blocks,
     coverage_gaps,
     ensure_tracefs,
+    fd_room,
     has_privileges,
     privileges_error,
     prog_run_stats,
+    raise_fd_limit,
     tracepoint_exists,
 )
 from gputop.sources.graphs import TABLES as GRAPH_TABLES
@@ -270,6 +272,7 @@ class BpfSource:
         self._idle_exited: dict[int, bool] = {}
         self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
         self._code_dropped = 0
+        self._objects_dropped = 0               # objects not probed for want of descriptors
         #: the keys of the ``code`` trie by process: only user space writes that trie, so a
         #: process's entries are deleted by key, without a walk through everyone's
         self._code_keys: dict[int, list[bytes]] = {}
@@ -308,6 +311,7 @@ class BpfSource:
         (libbcc's compile releases the GIL). Raises BpfUnavailable with the reason and a hint.
         """
         steps = Steps(self.startup_s, self.startup_rss_bytes)
+        raise_fd_limit()
         refusal = privileges_error()
         if refusal is not None:
             raise BpfUnavailable(refusal, ENABLE_HINT, noperm=True)
@@ -487,9 +491,12 @@ class BpfSource:
             self.objects[ref.key] = ref.path
             for pid, pmaps in (users or {}).items():      # code ranges first, then the probes
                 self._add_code_ranges(pid, pmaps)
+            if not fd_room(2 * len(wanted)):     # at most an entry and a return probe each
+                self._objects_dropped += 1          # no descriptors left for its probes: see fd_room
+                return False
             self.uprobes.attach(f"/proc/self/fd/{fd}", [(probe, addr, off) for probe, addr in wanted
                                                          if (off := syms.offset_of_vaddr(addr)) is not None],
-                                name=ref.path)
+                                name=ref.path, owner=ref.key)
         finally:
             os.close(fd)
         self._classified(ref.key, probed=True)
@@ -594,7 +601,19 @@ class BpfSource:
         for pid in dead & self._cuda_pids:
             self._idle_exited.setdefault(pid, False)
         self.forget(*(pid for pid in dead if self._idle_exited.get(pid, True)))
+        self._release_unmapped()
 
+    def _release_unmapped(self) -> None:
+        """Detach and forget the objects no known process maps any more (after a full scan): an
+        object comes back with the next process that maps it (its mapping starts a rescan), and
+        a user who made many crafted ones leaves neither probes nor descriptors behind."""
+        mapped = {(m.dev, m.inode) for pmaps in self._maps.values() for m in pmaps}
+        for key in [k for k in self.objects if k not in mapped and k not in self._pending]:
+            assert self.uprobes is not None
+            self.uprobes.detach(key)
+            del self.objects[key]
+            self._symcache.pop(key, None)
+        self.rejected &= mapped
     # ------------------------------------------------------------ reading
 
     def _prog_stats(self) -> ProgStats | None:
@@ -616,6 +635,7 @@ class BpfSource:
         table = self.table("dropped")
         out = {name: int(table[table.Key(i)].value) for i, name in enumerate(DROP_KINDS)}
         out["code"] = self._code_dropped
+        out["objects"] = self._objects_dropped
         return out
 
     def _inflight_sync_ns(self) -> dict[int, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import resource
 import struct
 import subprocess
 from pathlib import Path
@@ -192,3 +193,32 @@ def uprobe_multi_link(prog_fd: int, path: str, offsets: list[int], *, retprobe: 
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return fd
+
+
+#: descriptors kept free for everything else (psutil's reads, the exporter's sockets, files)
+FD_RESERVE = 256
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit on open descriptors to its hard limit (each probed object
+    holds a link or a perf event per probe); returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass
+    return soft
+
+
+def fd_room(wanted: int) -> bool:
+    """Whether ``wanted`` more descriptors leave FD_RESERVE free under the soft limit."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return True
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return True
+    return used + wanted + FD_RESERVE <= soft

@@ -179,8 +179,9 @@ class ElfReader:
                     break
                 if any(m in chunk for m in markers):
                     return True
-                budget -= len(chunk)
                 if pos + len(chunk) >= end:
                     break
-                pos += max(1, len(chunk) - overlap)
+                step = max(1, len(chunk) - overlap)
+                pos += step
+                budget -= step
         return False

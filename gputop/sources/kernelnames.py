@@ -19,6 +19,8 @@ from gputop.sources import discovery, symbols
 NAME_LEN = 256
 RETRY_S = 5.0
 MAX_ALIAS_HOPS = 3
+#: seconds of demangling per refresh (names left over are demangled at the next: symbols.Demangler)
+DEMANGLE_BUDGET_S = 0.25
 
 Resolved = tuple[str | None, str | None]   # (name, object path)
 
@@ -37,8 +39,9 @@ class KernelNamer:
         self._fresh_maps: dict[int, list[discovery.Mapping]] = {}
 
     def begin_refresh(self) -> None:
-        """Maps are read at most once per process per refresh."""
+        """Maps are read at most once per process per refresh; demangling has a budget per refresh."""
         self._fresh_maps.clear()
+        symbols.DEMANGLER.deadline = time.monotonic() + DEMANGLE_BUDGET_S
 
     def name(self, pid: int, addr: int) -> Resolved:
         key = (pid, addr)
@@ -48,6 +51,8 @@ class KernelNamer:
         if missed is not None and self._clock() - missed[0] < RETRY_S:
             return missed[1]
         res = self._resolve(pid, addr)
+        if res[0] is not None and res[0].startswith("_Z") and symbols.DEMANGLER(res[0]) is None:
+            return res                  # not demangled yet (this refresh's budget is spent): not kept
         if res[0] is not None:
             self._done[key] = res
             self._missed.pop(key, None)
@@ -64,7 +69,7 @@ class KernelNamer:
                 # only a name that fills the BPF buffer may be cut (one read from the process's
                 # memory at its registration can be longer, and is whole)
                 if len(text) != NAME_LEN - 1:
-                    return symbols.demangle_cached(text), None
+                    return self._demangled(text), None
                 cut = text
             target = self._alias(pid, addr)
             if target is None or target == addr:
@@ -89,8 +94,12 @@ class KernelNamer:
                     return None, m.path
                 vaddr = syms.vaddr_of_offset(addr - m.start + m.offset)
                 sym = syms.name_at(vaddr) if vaddr is not None else None
-                return (symbols.demangle_cached(sym) if sym else None), m.path
+                return (self._demangled(sym) if sym else None), m.path
         return None, None
+
+    @staticmethod
+    def _demangled(name: str) -> str:
+        return symbols.DEMANGLER(name) or name
 
     def _symbols_of(self, pid: int, m: discovery.Mapping) -> symbols.ObjectSymbols | None:
         key = (m.dev, m.inode)

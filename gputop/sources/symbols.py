@@ -10,11 +10,14 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import resource
+import select
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -189,30 +192,103 @@ def _read(elf: elfread.ElfReader, path: str) -> ObjectSymbols:
     return out
 
 
-@lru_cache(maxsize=65536)
-def _demangle_one(name: str) -> str:
-    return demangle([name])[0]
+#: a mangled name longer than this is not demangled (it is kept as it is)
+DEMANGLE_INPUT_MAX = 1024
+#: a demangled name longer than this is cut, ending in "…" (a name's demangled form can double with
+#: each level of nesting: 250 bytes demangle to 400 MB)
+DEMANGLED_MAX = 4096
+#: one c++filt run's wall time and address space
+DEMANGLE_TIMEOUT_S = 0.5
+_DEMANGLE_AS_BYTES = 256 << 20
 
 
-def demangle(names: list[str]) -> list[str]:
-    """Demangle C++ names with c++filt (one process for the batch); others pass through."""
-    todo = [n for n in names if n.startswith("_Z")]
-    if not todo:
-        return list(names)
-    exe = shutil.which("c++filt")
+class Demangler:
+    """C++ names demangled with binutils' ``c++filt``, one bounded run per new name, cached.
+
+    Each run is bounded in time (DEMANGLE_TIMEOUT_S, then killed), memory (its address space)
+    and output (DEMANGLED_MAX: reading stops there and the run is killed). ``deadline`` bounds
+    the runs of one refresh together: a name not demangled by then is demangled at a later one.
+    """
+
+    def __init__(self, cache_size: int = 65536) -> None:
+        self._done: dict[str, str] = {}
+        self._cache_size = cache_size
+        self.deadline: float | None = None
+
+    def __call__(self, name: str) -> str | None:
+        """``name`` demangled (or as it is: not C++, too long, or a run that failed); None when
+        this refresh's time for demangling is spent."""
+        if not name.startswith("_Z") or len(name) > DEMANGLE_INPUT_MAX:
+            return name
+        out = self._done.get(name)
+        if out is not None:
+            return out
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return None
+        out = _cxxfilt(name) or name
+        if len(self._done) >= self._cache_size:
+            self._done.clear()
+        self._done[name] = out
+        return out
+
+
+@lru_cache(maxsize=1)
+def _cxxfilt_path() -> str | None:
+    return shutil.which("c++filt")
+
+
+def _cxxfilt(name: str) -> str | None:
+    """One bounded c++filt run; None when it failed, was killed, or printed nothing."""
+    exe = _cxxfilt_path()
     if exe is None:
-        return list(names)
+        return None
     try:
-        res = subprocess.run([exe], input="\n".join(todo) + "\n", capture_output=True, encoding="utf-8",
-                             errors="surrogateescape", timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return list(names)
-    out_lines = res.stdout.splitlines()
-    if len(out_lines) != len(todo):
-        return list(names)
-    table = dict(zip(todo, out_lines, strict=False))
-    return [table.get(n, n) for n in names]
+        proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    try:
+        # limits before it reads its input (no preexec_fn: the collector is not the only thread)
+        with suppress(OSError, ValueError):
+            resource.prlimit(proc.pid, resource.RLIMIT_AS, (_DEMANGLE_AS_BYTES, _DEMANGLE_AS_BYTES))
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(name.encode("utf-8", "surrogateescape") + b"\n")
+        proc.stdin.close()
+        raw = _read_bounded(proc.stdout.fileno(), DEMANGLED_MAX * 4 + 2, time.monotonic() + DEMANGLE_TIMEOUT_S)
+    except OSError:
+        raw = None
+    finally:
+        proc.kill()
+        proc.wait()
+        for f in (proc.stdin, proc.stdout):
+            if f is not None:
+                with suppress(OSError):
+                    f.close()
+    if not raw:
+        return None
+    text = raw.split(b"\n", 1)[0].decode("utf-8", "surrogateescape")
+    if len(text) > DEMANGLED_MAX or b"\n" not in raw:
+        return text[:DEMANGLED_MAX] + "…"
+    return text
+
+
+def _read_bounded(fd: int, limit: int, deadline: float) -> bytes | None:
+    """What ``fd`` gives until EOF, ``limit`` bytes or ``deadline``; None at the deadline."""
+    out = b""
+    while len(out) < limit:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, limit - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+#: the collector's demangler (kernelnames sets its deadline per refresh)
+DEMANGLER = Demangler()
 
 
 def demangle_cached(name: str) -> str:
-    return _demangle_one(name) if name.startswith("_Z") else name
+    """``name`` demangled, without a deadline (doctor, tests)."""
+    return DEMANGLER(name) or name

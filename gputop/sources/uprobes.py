@@ -51,6 +51,8 @@ class UprobeAttacher:
         self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
         self._multi = links and self._links_supported(probe_fn)
         self._links: list[int] = []
+        #: each object's links or perf events (by the ``name`` it was attached under) and probes
+        self._owned: dict[object, tuple[list[int], list[bytes], int]] = {}
         self.probes = 0         # addresses probed (entry and return probes counted apart)
         self.failed: list[str] = []     # "path+0xoffset fn: reason" of probes that did not attach
 
@@ -59,11 +61,13 @@ class UprobeAttacher:
         """"links" (uprobe_multi) or "perf" (one perf event per probe)."""
         return "links" if self._multi else "perf"
 
-    def attach(self, path: str, wanted: Sequence[tuple[Probe, int, int]], name: str | None = None) -> int:
+    def attach(self, path: str, wanted: Sequence[tuple[Probe, int, int]], name: str | None = None,
+               owner: object = None) -> int:
         """Attach ``(probe, vaddr, file_offset)`` in ``path``; return how many probes attached.
 
         ``name`` identifies the object in event names and failures (default ``path``; give it
-        when ``path`` is a ``/proc/self/fd/N`` whose number is reused later). Launch probes go
+        when ``path`` is a ``/proc/self/fd/N`` whose number is reused later); ``owner``: the key
+        detach() takes (default the name). Launch probes go
         first (they have no return probe: a running process is counted before the other handlers
         are verified; alloc_return alone takes 0.1 s), then return probes, then the other entry
         probes: an entry seen without its return would leave a stale depth. A probe that cannot
@@ -81,6 +85,7 @@ class UprobeAttacher:
                 groups.setdefault((probe.entry, False), []).append((vaddr, offset))
         attached = 0
         label = name or path
+        links_before, perf_before = len(self._links), set(self._bpf.uprobe_fds)
         for (fn, ret), where in groups.items():
             try:
                 prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
@@ -91,7 +96,26 @@ class UprobeAttacher:
             attach = self._attach_links if self._multi else self._attach_perf
             attached += attach(prog, path, label, fn, ret, where)
         self.probes += attached
+        owner = label if owner is None else owner
+        links, events, probes = self._owned.get(owner, ([], [], 0))
+        self._owned[owner] = (links + self._links[links_before:],
+                              events + [e for e in self._bpf.uprobe_fds if e not in perf_before], probes + attached)
         return attached
+
+    def detach(self, owner: object) -> int:
+        """Detach every probe attached for ``owner`` (an object no process maps any more);
+        returns how many probes that was."""
+        links, events, probes = self._owned.pop(owner, ([], [], 0))
+        gone = set(links)
+        self._links = [fd for fd in self._links if fd not in gone]
+        for fd in links:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for ev in events:
+            with contextlib.suppress(Exception):
+                self._bpf.detach_uprobe_event(ev)
+        self.probes -= probes
+        return probes
 
     def _failed(self, label: str, fn: str, offset: int, why: str) -> None:
         self.failed.append(f"{os.path.basename(label)}+0x{offset:x} {fn}: {why}")
@@ -158,6 +182,7 @@ class UprobeAttacher:
     def detach_all(self) -> None:
         """Close every link at once (their grace periods overlap); perf events stay for bcc's cleanup."""
         links, self._links = self._links, []
+        self._owned.clear()
         if not links:
             return
         try:
