@@ -12,7 +12,11 @@ not match (another key, a damaged or foreign file, an instruction bcc's loader w
 means the full compile, as before.
 
 The cache is a directory only root (the effective user) can write: what it holds is loaded into
-the kernel. ``GPUTOP_BPF_CACHE=off`` turns it off.
+the kernel. A file is read only when it is a regular file of root's (or this user's) that no one
+else can write, in a directory whose every component is root's (or this user's) and writable by no
+one else (``gputop.safefiles``, on descriptors); as root, an XDG_CACHE_HOME that another user
+controls is passed over. Files are written through an ``O_EXCL`` temporary name renamed into place.
+``GPUTOP_BPF_CACHE=off`` turns it off.
 """
 
 from __future__ import annotations
@@ -30,16 +34,18 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gputop import safefiles
+
 FORMAT = 1                   # of the cache file (part of the key)
 KEEP = 16                    # cache files kept of each kind (other limits, kernels, headers, gputop versions)
+MAX_BYTES = 64 << 20         # a cache file larger than this is not read (the program's is about 250 KB)
 _LD_IMM64 = 0x18             # BPF_LD | BPF_DW | BPF_IMM
 _PSEUDO_MAP_FD = 1
 _TP = re.compile(rb"^TRACEPOINT_PROBE\((\w+),\s*(\w+)\)", re.M)
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or ("/var/cache" if os.geteuid() == 0 else "~/.cache")
-    return Path(base).expanduser() / "gputop" / "bpf"
+    return safefiles.cache_home()[0] / "gputop" / "bpf"
 
 
 def enabled() -> bool:
@@ -233,22 +239,12 @@ def file_offsets(compute: Callable[[], dict[str, int] | None], vmlinux: Path,
     return offsets
 
 
-def _trusted(path: Path) -> bool:
-    """Written by this user and writable by no one else (its contents go into the kernel)."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
-
-
 def read(k: str, directory: Path | None = None) -> dict[str, Any] | None:
-    d = directory or cache_dir()
-    path = d / f"{k}.json"
-    if not (_trusted(d) and _trusted(path)):
-        return None
+    """The entry stored under ``k``; None when missing, damaged, or not trusted (see the module's
+    docstring)."""
+    path = (directory or cache_dir()) / f"{k}.json"
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(safefiles.read_file(path, max_bytes=MAX_BYTES))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("key") != k or not isinstance(data.get("funcs"), dict):
@@ -258,22 +254,25 @@ def read(k: str, directory: Path | None = None) -> dict[str, Any] | None:
 
 def write(k: str, data: dict[str, Any], directory: Path | None = None) -> None:
     """Store ``data`` under ``k`` (atomically), keeping the newest KEEP files. Failing is harmless."""
-    d = directory or cache_dir()
     try:
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not _trusted(d):
-            return
-        tmp = d / f".{k}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({**data, "key": k}, f)
-        os.replace(tmp, d / f"{k}.json")
-        kind = "btf-" if k.startswith("btf-") else "bpf-"
-        old = sorted(d.glob(kind + "*.json"), key=lambda p: p.stat().st_mtime, reverse=True)[KEEP:]
-        for p in old:
-            p.unlink(missing_ok=True)
+        d = safefiles.open_dir(directory or cache_dir(), create=True, mode=0o700)
     except OSError:
+        return
+    try:
+        safefiles.write_atomic_at(d, f"{k}.json", json.dumps({**data, "key": k}).encode())
+        _prune(d, "btf-" if k.startswith("btf-") else "bpf-")
+    except (OSError, ValueError):
         pass
+    finally:
+        os.close(d)
+
+
+def _prune(dir_fd: int, kind: str) -> None:
+    """Keep the newest KEEP files of ``kind`` in the cache directory."""
+    names = [n for n in os.listdir(dir_fd) if n.startswith(kind) and n.endswith(".json")]
+    mtimes = {n: os.stat(n, dir_fd=dir_fd, follow_symlinks=False).st_mtime for n in names}
+    for name in sorted(names, key=mtimes.__getitem__, reverse=True)[KEEP:]:
+        os.unlink(name, dir_fd=dir_fd)
 
 
 # ------------------------------------------------------------------ loading

@@ -15,7 +15,10 @@ It depends on the CPU, the kernel and how the probe is attached, so gputop measu
   and the medians of the per-round differences are the trap (entry) and return-probe costs.
 
 The result is cached per kernel release, CPU model and attach mode (``trap-cost.json`` in
-gputop's cache directory), so later starts reuse it. Unknown is None, never 0.
+gputop's cache directory), so later starts reuse it. Unknown is None, never 0. The cache is read
+only when it is a file of root's (or this user's) that no one else can write, in a directory no
+other user controls (``gputop.safefiles``; as root, an XDG_CACHE_HOME of another user's is passed
+over), and a figure that is not finite or lies outside ``LIMITS`` is discarded and measured again.
 """
 
 from __future__ import annotations
@@ -23,21 +26,27 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import mmap
 import os
 import platform
 import statistics
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gputop import safefiles
+
 from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 
 CACHE_NAME = "trap-cost.json"
+#: the cache file is a few hundred bytes per kernel and CPU; a larger one is not read
+MAX_CACHE_BYTES = 1 << 20
+#: the range a cached figure must lie in (ns per hit): a trap is a kernel entry, microseconds at most
+LIMITS = {"trap_ns": (1.0, 1e6), "return_ns": (0.0, 1e6), "call_ns": (0.0, 1e6)}
 ROUNDS = 9
 CALLS = 20_000
 
@@ -82,8 +91,7 @@ class CalibrationError(Exception):
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or ("/var/cache" if os.geteuid() == 0 else "~/.cache")
-    return Path(base).expanduser() / "gputop"
+    return safefiles.cache_home()[0] / "gputop"
 
 
 def cache_key(attach: str) -> str:
@@ -97,39 +105,54 @@ def cache_key(attach: str) -> str:
     return f"{platform.release()} {platform.machine()} {cpu} {attach}"
 
 
-def load_cached(attach: str, directory: Path | None = None) -> TrapCost | None:
-    path = (directory or cache_dir()) / CACHE_NAME
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def valid(cost: TrapCost) -> bool:
+    """Finite figures within ``LIMITS``, whole positive rounds and calls: what a measurement gives."""
+    for name, (low, high) in LIMITS.items():
+        value = getattr(cost, name)
+        if not (value is None and name == "call_ns") and not (_number(value) and low <= value <= high):
+            return False
+    counts = (cost.rounds, cost.calls)
+    return (all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in counts)
+            and _number(cost.measured_at) and isinstance(cost.attach, str))
+
+
+def _read_cache(path: Path) -> dict[str, object]:
+    """The cache file's entries ({} when missing, refused or damaged)."""
     try:
-        raw = json.loads(path.read_text()).get(cache_key(attach))
-        if not isinstance(raw, dict):
-            return None
-        cost = TrapCost(**{**raw, "cached": True})
-        if not (isinstance(cost.trap_ns, (int, float)) and isinstance(cost.return_ns, (int, float))):
-            return None
-        return cost
-    except (OSError, ValueError, TypeError, AttributeError):
+        data = json.loads(safefiles.read_file(path, max_bytes=MAX_CACHE_BYTES))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_cached(attach: str, directory: Path | None = None) -> TrapCost | None:
+    raw = _read_cache((directory or cache_dir()) / CACHE_NAME).get(cache_key(attach))
+    if not isinstance(raw, dict):
         return None
+    try:
+        cost = TrapCost(**{**raw, "cached": True})
+    except TypeError:
+        return None
+    return cost if cost.attach == attach and valid(cost) else None
 
 
 def store(cost: TrapCost, directory: Path | None = None) -> None:
     """Merge ``cost`` into the cache file (atomically; other keys kept). Errors are ignored: the
-    next start measures again."""
+    next start measures again. A figure outside ``LIMITS`` is not stored."""
+    if not valid(cost):
+        return
     d = directory or cache_dir()
-    path = d / CACHE_NAME
+    data = _read_cache(d / CACHE_NAME)
+    entry = asdict(cost)
+    entry.pop("cached")
+    data[cache_key(cost.attach)] = entry
     with contextlib.suppress(OSError, ValueError):
-        d.mkdir(parents=True, exist_ok=True)
-        try:
-            data = json.loads(path.read_text())
-            data = data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            data = {}
-        entry = asdict(cost)
-        entry.pop("cached")
-        data[cache_key(cost.attach)] = entry
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".trap-cost.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
+        safefiles.write_atomic(d / CACHE_NAME, text.encode(), create_dirs=True)
 
 
 def _bpf(cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
