@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -359,47 +360,362 @@ def snapshot_to_json(snap: Snapshot) -> str:
     return text
 
 
-def _callbytes_map(d: Mapping[str, Any] | None) -> dict[str, CallBytes] | None:
-    if d is None:
-        return None
-    return {k: CallBytes(int(v["calls"]), int(v["bytes"])) for k, v in d.items()}
+# ---------------------------------------------------------------- reading: every field checked
+#
+# A snapshot read back (a recording, which may come from anyone) is held to the schema field by
+# field, here and nowhere else: an integer is an int (not a bool, a float or text) within its
+# range, a number is finite and within its range, text is a str of bounded length, a list or an
+# object has the shape its field says and a bounded length. Unknown fields are ignored (the schema
+# adds fields freely). A field the schema lets be null whose value is bad is read as None (unknown)
+# and the problem reported; any other bad value refuses the snapshot (``SnapshotError``).
+
+#: Linux's PID_MAX_LIMIT on 64-bit (``pid_max`` can be raised up to it, never beyond)
+PID_MAX = 1 << 22
+#: pid_t's range: the other ids of a process (ppid, nspid), GPU and MIG indices
+ID_MAX = (1 << 31) - 1
+#: counts are the BPF side's unsigned 64-bit counters
+COUNT_LIMIT = 1 << 64
+#: unix seconds (time, start_time): below 2^37, the year 6325 (Python's dates end at 9999)
+TIME_LIMIT = 1 << 37
+#: the seconds a snapshot covers (the fleet view's --window included): above 0, below 2^32
+INTERVAL_LIMIT = 1 << 32
+#: any other number (a rate, a percentage, an average, a temperature): finite, |x| below 2^64
+NUMBER_LIMIT = float(1 << 64)
+#: characters of a command line: Linux allows 6 MiB of arguments
+MAX_CMDLINE = 8 << 20
+#: characters of any other text (a name, a kernel name, a reason); the sanitiser looks no further
+#: into a kernel name than this (``textsafe.sanitize_middle``)
+MAX_TEXT = 1 << 16
+#: characters of a key of a keyed object (a direction, a source's name, a field's name), and its entries
+MAX_KEY = 64
+MAX_ENTRIES = 64
+#: kernels per process: the schema keeps the top 20 (``sampler.TOP_KERNELS``); more are cut to 20
+MAX_KERNELS = 20
+MAX_GPUS = 1 << 16
+MAX_PROCESSES = 1 << 20
+#: the keys of a log2 histogram
+HIST_KEYS = frozenset(f"2^{k}" for k in range(64))
 
 
-def _counts(d: Mapping[str, Any] | None) -> Counts | None:
-    if d is None:
-        return None
-    kw = {name: d.get(name) for name in _field_names(Counts)}
-    kw["memcpy"] = _callbytes_map(d.get("memcpy"))
-    kw["prefetch"] = _callbytes_map(d.get("prefetch"))
-    return Counts(**kw)
+class SnapshotError(ValueError):
+    """A snapshot read from JSON that does not hold to schema gputop/1: the message says where
+    (``processes[2].pid``) and what is wrong, in ASCII."""
 
 
-def _simple(cls: Any, d: Mapping[str, Any]) -> Any:
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in d.items() if k in names})
+class _Bad(Exception):
+    """A bad value: ``what`` is wrong with it, at ``path`` (built outwards as it propagates)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.path = ""
+
+    def under(self, name: str) -> _Bad:
+        self.path = _join(name, self.path)
+        return self
 
 
-def _proc(d: Mapping[str, Any]) -> ProcSample:
-    names = _field_names(ProcSample)
-    kw = {k: v for k, v in d.items() if k in names}
-    kw["interval"] = _counts(d.get("interval"))
-    kw["total"] = _counts(d.get("total"))
-    kw["rates"] = _simple(Rates, d["rates"]) if d.get("rates") is not None else None
-    kw["kernels"] = tuple(_simple(KernelStat, k) for k in d.get("kernels") or ())
-    return ProcSample(**kw)
+class _Cut(Exception):
+    """A value too long, kept cut to ``value``; ``what`` says so."""
+
+    def __init__(self, value: Any, what: str) -> None:
+        super().__init__(what)
+        self.value = value
+        self.what = what
 
 
-def snapshot_from_dict(d: Mapping[str, Any]) -> Snapshot:
-    if d.get("schema") != SCHEMA:
-        raise ValueError(f"unsupported schema {d.get('schema')!r} (expected {SCHEMA!r})")
-    return Snapshot(
-        time=float(d["time"]),
-        interval_s=float(d["interval_s"]),
-        host=str(d["host"]),
-        sources={k: _simple(SourceStatus, v) for k, v in (d.get("sources") or {}).items()},
-        gpus=tuple(_simple(GpuSample, g) for g in d.get("gpus") or ()),
-        processes=tuple(_proc(p) for p in d.get("processes") or ()),
-    )
+_ABSENT: Any = object()
+_KIND = {str: "text", int: "an integer", float: "a floating-point number", bool: "true/false",
+         type(None): "null", list: "a list", dict: "an object"}
+#: reads one value; may append problems (paths relative to the value) or raise _Bad or _Cut
+Check = Callable[[Any, list[str]], Any]
+
+
+def _join(name: str, sub: str) -> str:
+    """``sub`` (a path or a problem that starts with one) inside ``name``."""
+    if not sub:
+        return name
+    return name + sub if sub[0] == "[" else f"{name}.{sub}"
+
+
+def _prefix(problems: list[str], start: int, name: str) -> None:
+    for j in range(start, len(problems)):
+        problems[j] = _join(name, problems[j])
+
+
+def _kind(v: Any) -> str:
+    return _KIND.get(type(v), "an unknown type")
+
+
+def _not(expected: str, v: Any) -> _Bad:
+    return _Bad(f"is not {expected} ({_kind(v)})")
+
+
+def _key(k: str) -> str:
+    return f"[{k!a}]"
+
+
+def _ints(lo: int, hi: int, label: str) -> Check:
+    def check(v: Any, problems: list[str]) -> int:
+        if type(v) is int:
+            if lo <= v <= hi:
+                return v
+            raise _Bad(f"is out of range ({label})")
+        raise _not("an integer", v)
+    return check
+
+
+def _numbers(lo: float, hi: float, label: str, *, lo_open: bool = False, to_float: bool = False) -> Check:
+    """Numbers from ``lo`` (excluded when ``lo_open``) to below ``hi``; an integer stays one unless
+    ``to_float``."""
+    def check(v: Any, problems: list[str]) -> float:
+        t = type(v)
+        if t is float or t is int:
+            if lo < v < hi or (v == lo and not lo_open):      # false for NaN
+                return float(v) if to_float else v
+            if t is float and not math.isfinite(v):
+                raise _Bad("is not finite")
+            raise _Bad(f"is out of range ({label})")
+        raise _not("a number", v)
+    return check
+
+
+def _texts(cap: int) -> Check:
+    def check(v: Any, problems: list[str]) -> str:
+        if type(v) is str:
+            if len(v) <= cap:
+                return v
+            raise _Cut(v[: cap - 1] + "…", f"is longer than {cap} characters: cut")
+        raise _not("text", v)
+    return check
+
+
+def _flag(v: Any, problems: list[str]) -> bool:
+    if type(v) is bool:
+        return v
+    raise _not("true or false", v)
+
+
+_count = _ints(0, COUNT_LIMIT - 1, "0 to 2^64-1")
+_signed = _ints(-(1 << 63), (1 << 63) - 1, "-2^63 to 2^63-1")
+_pid = _ints(1, PID_MAX, f"1 to {PID_MAX}")
+_id = _ints(0, ID_MAX, f"0 to {ID_MAX}")
+_number = _numbers(-NUMBER_LIMIT, NUMBER_LIMIT, "-2^64 to 2^64")
+_unix_time = _numbers(0, TIME_LIMIT, "0 to 2^37")
+_time = _numbers(0, TIME_LIMIT, "0 to 2^37", to_float=True)
+_interval = _numbers(0, INTERVAL_LIMIT, "above 0, below 2^32", lo_open=True, to_float=True)
+_text = _texts(MAX_TEXT)
+_cmdline = _texts(MAX_CMDLINE)
+
+
+def _keyed(value: Check) -> Check:
+    """An object of at most ``MAX_ENTRIES`` keys of at most ``MAX_KEY`` characters (a direction,
+    a source, a field's name: any, so that the schema can add one), each value read by ``value``."""
+    def check(v: Any, problems: list[str]) -> dict[str, Any]:
+        if type(v) is not dict:
+            raise _not("an object", v)
+        if len(v) > MAX_ENTRIES:
+            raise _Bad(f"has more than {MAX_ENTRIES} entries")
+        out = {}
+        for k, x in v.items():
+            if type(k) is not str or len(k) > MAX_KEY:
+                raise _Bad(f"has a key longer than {MAX_KEY} characters")
+            start = len(problems)
+            try:
+                out[k] = value(x, problems)
+            except _Bad as e:
+                raise e.under(_key(k)) from None
+            except _Cut as e:
+                out[k] = e.value
+                problems.append(f"{_key(k)} {e.what}")
+                continue
+            if len(problems) > start:
+                _prefix(problems, start, _key(k))
+        return out
+    return check
+
+
+def _hist(v: Any, problems: list[str]) -> dict[str, int]:
+    """Log2 buckets ``{"2^k": count}``, k from 0 to 63."""
+    if type(v) is not dict:
+        raise _not("an object", v)
+    for k, n in v.items():
+        if k not in HIST_KEYS:
+            raise _Bad(f"has a bucket other than 2^0 to 2^63 ({str(k)[:24]!a})")
+        try:
+            _count(n, problems)
+        except _Bad as e:
+            raise e.under(_key(k)) from None
+    return v
+
+
+def _callbytes(v: Any, problems: list[str]) -> CallBytes:
+    if type(v) is not dict:
+        raise _not("an object", v)
+    calls_bytes = []
+    for name in ("calls", "bytes"):
+        x = v.get(name, _ABSENT)
+        if x is _ABSENT:
+            raise _Bad("is missing").under(name)
+        try:
+            calls_bytes.append(_count(x, problems))
+        except _Bad as e:
+            raise e.under(name) from None
+    return CallBytes(*calls_bytes)
+
+
+#: a field as ``_read`` reads it: its name, its check, whether the schema lets it be null (a bad
+#: value is then read as None), whether it must be there (no default), and whether its check may
+#: report problems of its own (an object, a list or a keyed object)
+_Field = tuple[str, Check, bool, bool, bool]
+
+
+#: the checks that report no problems of their own (they return a value or raise)
+_LEAVES = frozenset({_count, _signed, _pid, _id, _number, _unix_time, _time, _interval, _text, _cmdline, _flag,
+                     _hist})
+
+
+def _spec(cls: type, checks: Mapping[str, Check]) -> tuple[_Field, ...]:
+    fields = dataclasses.fields(cls)
+    assert {f.name for f in fields} - {"schema"} == set(checks), f"{cls.__name__}: a field without a check"
+    return tuple((f.name, checks[f.name], "None" in str(f.type),
+                  f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                  checks[f.name] not in _LEAVES)
+                 for f in fields if f.name in checks)
+
+
+def _read(spec: tuple[_Field, ...], d: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
+    """The fields of ``spec`` in ``d``, checked: keyword arguments of the dataclass."""
+    kw: dict[str, Any] = {}
+    for name, check, nullable, required, nested in spec:
+        v = d.get(name, _ABSENT)
+        if v is _ABSENT:
+            if required:
+                raise _Bad("is missing").under(name)
+            continue
+        if v is None and nullable:
+            kw[name] = None
+            continue
+        start = len(problems)
+        try:
+            kw[name] = check(v, problems)
+        except _Cut as e:
+            if nested:
+                _prefix(problems, start, name)
+            kw[name] = e.value
+            problems.append(f"{name} {e.what}")
+            continue
+        except _Bad as e:
+            if not nullable:
+                raise e.under(name) from None
+            kw[name] = None
+            del problems[start:]
+            problems.append(f"{_join(name, e.path)} {e.what}: read as unknown")
+            continue
+        if nested and len(problems) > start:
+            _prefix(problems, start, name)
+    return kw
+
+
+def _objects(spec: tuple[_Field, ...], cls: type) -> Check:
+    def check(v: Any, problems: list[str]) -> Any:
+        if type(v) is not dict:
+            raise _not("an object", v)
+        return cls(**_read(spec, v, problems))
+    return check
+
+
+def _list(item: Check, limit: str, cut: bool = False) -> Check:
+    """A list read by ``item``, of at most the module's ``limit`` entries (looked up at each call:
+    a test can lower it); with ``cut``, a longer one is cut to that many (the first ones: the list
+    is sorted by importance)."""
+    def check(v: Any, problems: list[str]) -> tuple[Any, ...]:
+        if type(v) is not list:
+            raise _not("a list", v)
+        most: int = globals()[limit]
+        over = len(v) > most
+        if over and not cut:
+            raise _Bad(f"has more than {most} entries")
+        out = []
+        for i, x in enumerate(v[:most] if over else v):
+            start = len(problems)
+            try:
+                out.append(item(x, problems))
+            except _Bad as e:
+                raise e.under(f"[{i}]") from None
+            if len(problems) > start:
+                _prefix(problems, start, f"[{i}]")
+        if over:
+            raise _Cut(tuple(out), f"has more than {most} entries: the first {most} kept")
+        return tuple(out)
+    return check
+
+
+_COUNTS_SPEC = _spec(Counts, {
+    **{f.name: _count for f in dataclasses.fields(Counts)},
+    "live_alloc_bytes": _signed,        # allocations minus frees: a signed 64-bit counter
+    "memcpy": _keyed(_callbytes), "prefetch": _keyed(_callbytes), "uvm_migrated": _keyed(_count),
+    "sync_wait_s": _number,
+})
+_RATES_SPEC = _spec(Rates, {**{f.name: _number for f in dataclasses.fields(Rates)},
+                            "memcpy_bytes_per_s": _keyed(_number)})
+_KERNEL_SPEC = _spec(KernelStat, {
+    "name": _text, "launches": _count, "grid_blocks_avg": _number, "block_threads_avg": _number,
+    "interval_launches": _count, "launches_per_s": _number, "object": _text, "address": _count,
+    "graph_launches": _count, "interval_graph_launches": _count, "graph_launches_per_s": _number,
+})
+_PROC_SPEC = _spec(ProcSample, {
+    "pid": _pid, "comm": _text, "ppid": _id, "cmdline": _cmdline, "user": _text, "container": _text,
+    "state": _text, "interval": _objects(_COUNTS_SPEC, Counts), "total": _objects(_COUNTS_SPEC, Counts),
+    "rates": _objects(_RATES_SPEC, Rates), "grid_blocks_avg": _number, "block_threads_avg": _number,
+    "grid_blocks_hist": _hist, "block_threads_hist": _hist, "memcpy_size_hist": _keyed(_hist),
+    "kernels": _list(_objects(_KERNEL_SPEC, KernelStat), "MAX_KERNELS", cut=True),
+    "gpu_index": _id, "gpu_mem_bytes": _count, "gpu_util_pct": _number, "cpu_pct": _number,
+    "rss_bytes": _count, "launch_bound": _flag, "nspid": _id, "start_time": _unix_time, "node": _text,
+    "instance": _text,
+})
+_GPU_SPEC = _spec(GpuSample, {
+    "index": _id, "uuid": _text, "name": _text, "util_pct": _number, "mem_util_pct": _number,
+    "mem_used_bytes": _count, "mem_total_bytes": _count, "temp_c": _number, "power_w": _number,
+    "power_limit_w": _number, "sm_clock_mhz": _number, "pcie_tx_bytes_per_s": _number,
+    "pcie_rx_bytes_per_s": _number, "xid_errors": _count, "ecc_volatile_errors": _count, "mig_instance": _id,
+    "reasons": _keyed(_text), "node": _text,
+})
+_SOURCE_SPEC = _spec(SourceStatus, {
+    "status": _text, "reason": _text, "objects": _count, "probes": _count, "dropped": _count,
+    "overhead_ns_per_s": _number, "probe_hits_per_s": _number, "cost_ns_per_s": _number, "trap_ns": _number,
+    "headers": _text, "attach": _text, "probes_failed": _count, "scope": _text,
+})
+_SNAPSHOT_SPEC = _spec(Snapshot, {
+    "time": _time, "interval_s": _interval, "host": _text,
+    "sources": _keyed(_objects(_SOURCE_SPEC, SourceStatus)),
+    "gpus": _list(_objects(_GPU_SPEC, GpuSample), "MAX_GPUS"),
+    "processes": _list(_objects(_PROC_SPEC, ProcSample), "MAX_PROCESSES"),
+})
+
+
+def snapshot_from_dict(d: Mapping[str, Any], problems: list[str] | None = None) -> Snapshot:
+    """The snapshot a JSON object (``json.loads`` of a line) describes, every field checked.
+
+    Raises ``SnapshotError`` (a ValueError) for a snapshot that does not hold to the schema. A
+    field the schema lets be null that holds a bad value is read as None; text longer than its
+    cap is cut (``…`` marks the cut), and kernels beyond the top 20 are dropped: each such problem
+    is appended to ``problems`` when given, as one ASCII line that says where and what.
+    """
+    if not isinstance(d, Mapping):
+        raise SnapshotError(f"a snapshot is an object, not {_kind(d)}")
+    schema = d.get("schema")
+    if schema != SCHEMA:
+        shown = f"{schema[:40]!a}" if isinstance(schema, str) else "None" if schema is None else _kind(schema)
+        raise SnapshotError(f"unsupported schema {shown} (expected {SCHEMA!r})")
+    found: list[str] = []
+    try:
+        kw = _read(_SNAPSHOT_SPEC, d, found)
+    except _Bad as e:
+        raise SnapshotError(f"{e.path} {e.what}") from None
+    if problems is not None:
+        problems.extend(found)
+    return Snapshot(**kw)
 
 
 def snapshot_from_json(line: str) -> Snapshot:

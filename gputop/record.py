@@ -6,11 +6,13 @@
 - ``ReplayFeed(path)``: a ``gputop.feed.Feed`` that plays a recording at its recorded pace
   (times ``speed``), with pause, step and speed controls for the dashboard.
 
-Files ending in ``.gz`` are read and written compressed. Bad files raise ``RecordingError``
-with a message naming the file and line, and a hint. A last line cut short (the recorder was
-killed mid-write) is skipped with a notice. Memory stays bounded whatever the file's size: lines
-are streamed (batch) or indexed by offset (dashboard), and a line longer than ``MAX_LINE_BYTES``
-is refused rather than read.
+Files ending in ``.gz`` are read and written compressed. A recording may come from anyone: every
+field of every line is checked by the model (``gputop.model.snapshot_from_dict``). A bad line (not
+JSON, nested too deeply, NaN, a field of the wrong type or out of range) is skipped with a notice
+that names the file and the line, as a last line cut short (the recorder was killed mid-write)
+is; a file without a good line raises ``RecordingError`` with the first bad line's message and a
+hint. Memory stays bounded whatever the file's size: lines are streamed (batch) or indexed by
+offset (dashboard), and a line longer than ``MAX_LINE_BYTES`` is refused rather than read.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
+import sys
 import threading
 import time
 from array import array
@@ -26,9 +30,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
+from gputop import safefiles
 from gputop.errors import GputopError
 from gputop.feed import SnapshotCallback
-from gputop.model import SCHEMA, Snapshot, snapshot_from_dict, snapshot_to_json
+from gputop.model import SCHEMA, Snapshot, SnapshotError, snapshot_from_dict, snapshot_to_json
 
 _REQUIRED = ("time", "interval_s", "host")
 
@@ -44,20 +49,75 @@ class RecordingError(GputopError):
         super().__init__(message, hint or "record one with: gputop --record FILE (JSON Lines, schema gputop/1)")
 
 
-def _open_text(path: Path, mode: str) -> IO[str]:
-    if path.suffix == ".gz":
-        return cast("IO[str]", gzip.open(path, mode + "t", encoding="utf-8"))
-    return path.open(mode, encoding="utf-8")
+#: how every line of a recording starts (``snapshot_to_json``)
+_LINE_START = b'{"schema":"gputop/'
+
+
+def _last_line_start(fd: int, size: int) -> int | None:
+    """The offset where the file's last line starts (None: further back than MAX_LINE_BYTES)."""
+    end = size
+    while end > 0 and size - end < MAX_LINE_BYTES:
+        begin = max(0, end - (1 << 16))
+        newline = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if newline >= 0:
+            return begin + newline + 1
+        end = begin
+    return 0 if end == 0 else None
+
+
+def _end_cut_line(fd: int) -> None:
+    """Make what is appended start a line of its own: a last line cut short by a recorder killed
+    mid-write (a snapshot's start, no newline) is dropped; any other unterminated line is ended."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = _last_line_start(fd, size)
+    if start is not None and os.pread(fd, len(_LINE_START), start) == _LINE_START:
+        os.ftruncate(fd, start)
+    else:
+        os.write(fd, b"\n")
+
+
+def _open_append(path: Path) -> tuple[IO[str], IO[bytes] | None]:
+    """The text stream to append to ``path`` through ``safefiles.open_append``, and for ``.gz`` the
+    file under the gzip stream (a new gzip member; closing the gzip stream does not close it)."""
+    fd = safefiles.open_append(path, readable=True)      # readable: to find a cut last line
+    try:
+        if path.suffix != ".gz":
+            _end_cut_line(fd)
+        raw = os.fdopen(fd, "ab")
+    except BaseException:
+        os.close(fd)
+        raise
+    if path.suffix != ".gz":
+        return io.TextIOWrapper(raw, encoding="utf-8"), None
+    try:
+        return io.TextIOWrapper(gzip.GzipFile(filename=str(path), mode="ab", fileobj=raw), encoding="utf-8"), raw
+    except BaseException:
+        raw.close()
+        raise
 
 
 class Recorder:
-    """Append every snapshot to ``path`` as one JSON line, flushed at once. Thread-safe."""
+    """Append every snapshot to ``path`` as one JSON line, flushed at once. Thread-safe.
+
+    The file is appended to (a recorder started again, by a systemd unit for one, adds to it) and
+    created mode 0600, never through a symbolic link; as root only a regular file of root's with a
+    single link is written (``safefiles.open_append``): never another user's file."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._raw: IO[bytes] | None = None
         try:
-            self._file: IO[str] | None = _open_text(self.path, "w")
+            self._file: IO[str] | None
+            self._file, self._raw = _open_append(self.path)
+        except safefiles.UnsafePathError as e:
+            raise RecordingError(
+                f"cannot write recording {self.path}: {e}",
+                "gputop writes a recording only into a regular file of its own, never through a link: "
+                "choose another path (ls -l shows what is there)",
+            ) from e
         except OSError as e:
             raise RecordingError(
                 f"cannot write recording {self.path}: {e.strerror or e}",
@@ -87,8 +147,13 @@ class Recorder:
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
-                self._file.close()
-                self._file = None
+                try:
+                    self._file.close()
+                finally:
+                    self._file = None
+                    if self._raw is not None:
+                        self._raw.close()
+                        self._raw = None
 
     def __enter__(self) -> Recorder:
         return self
@@ -97,39 +162,85 @@ class Recorder:
         self.close()
 
 
+class _Constant(Exception):
+    """NaN, Infinity or -Infinity in a line: Python's json reads them, JSON has no such numbers."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+#: json.loads, refusing NaN and the infinities (a number too large, 1e999, reads as inf: the model
+#: refuses that where it matters)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def _decode(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    where = f"{path}:{lineno}"
+    hint = "a recording holds one JSON snapshot per line (gputop --record FILE)"
+    if line.startswith("\ufeff"):
+        raise RecordingError(f"{where}: not JSON (a byte order mark at column 1)", hint)
     try:
-        d = json.loads(line)
+        d = _DECODER.decode(line)
     except json.JSONDecodeError as e:
-        raise RecordingError(
-            f"{path}:{lineno}: not JSON ({e.msg} at column {e.colno})",
-            "a recording holds one JSON snapshot per line (gputop --record FILE)",
-        ) from e
+        raise RecordingError(f"{where}: not JSON ({e.msg} at column {e.colno})", hint) from e
+    except _Constant as e:
+        raise RecordingError(f"{where}: not JSON ({e} is not a JSON number)", hint) from None
+    except RecursionError:          # arrays or objects nested deeper than Python's recursion limit
+        raise RecordingError(f"{where}: not JSON (nested too deeply)", hint) from None
+    except ValueError as e:         # an integer of more digits than Python converts
+        what = (f"a number of more than {sys.get_int_max_str_digits()} digits" if "digits" in str(e)
+                else type(e).__name__)
+        raise RecordingError(f"{where}: not JSON ({what})", hint) from None
     if not isinstance(d, dict):
-        raise RecordingError(f"{path}:{lineno}: expected a JSON object, got {type(d).__name__}")
+        raise RecordingError(f"{where}: expected a JSON object, got {type(d).__name__}")
     schema = d.get("schema")
-    newer = re.fullmatch(r"gputop/(\d+)", schema) if isinstance(schema, str) else None
+    newer = re.fullmatch(r"gputop/(\d{1,9})", schema) if isinstance(schema, str) else None
     if newer is not None and int(newer.group(1)) > int(SCHEMA.split("/")[1]):
         raise RecordingError(
-            f"{path}:{lineno}: written by a newer gputop (schema {schema!r}; this gputop reads {SCHEMA!r})",
+            f"{where}: written by a newer gputop (schema {schema!a}; this gputop reads {SCHEMA!r})",
             "replay it with the gputop version that recorded it, or upgrade gputop",
         )
     if schema != SCHEMA:
+        shown = (ascii(schema[:40]) if isinstance(schema, str) else "None" if schema is None
+                 else f"of JSON type {type(schema).__name__}")
         raise RecordingError(
-            f"{path}:{lineno}: unsupported schema {schema!r} (this gputop reads {SCHEMA!r})",
+            f"{where}: unsupported schema {shown} (this gputop reads {SCHEMA!r})",
             "record it again with this version of gputop" if schema else None,
         )
     missing = [k for k in _REQUIRED if k not in d]
     if missing:
-        raise RecordingError(f"{path}:{lineno}: snapshot lacks {', '.join(missing)}")
+        raise RecordingError(f"{where}: snapshot lacks {', '.join(missing)}")
     return d
 
 
-def _parse(path: Path, lineno: int, d: dict[str, Any]) -> Snapshot:
+def _parse(path: Path, lineno: int, d: dict[str, Any], problems: list[str] | None = None) -> Snapshot:
+    """The snapshot of a decoded line, every field checked by the model (``snapshot_from_dict``):
+    values read as unknown or cut are described in ``problems``."""
     try:
-        return snapshot_from_dict(d)
+        return snapshot_from_dict(d, problems)
+    except SnapshotError as e:
+        raise RecordingError(f"{path}:{lineno}: malformed snapshot ({e})") from None
     except (KeyError, TypeError, ValueError) as e:
         raise RecordingError(f"{path}:{lineno}: malformed snapshot ({type(e).__name__}: {e})") from e
+
+
+def _snapshot(path: Path, lineno: int, raw: bytes) -> tuple[Snapshot, str | None]:
+    """The snapshot of one line, and the notice of what was read as unknown or cut in it (None:
+    nothing); ``RecordingError`` for a line that holds no snapshot."""
+    problems: list[str] = []
+    snap = _parse(path, lineno, _decode(path, lineno, _text(path, lineno, raw)), problems)
+    return snap, _problems_notice(path, lineno, problems) if problems else None
+
+
+def _problems_notice(path: Path, lineno: int, problems: list[str]) -> str:
+    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return f"{path}:{lineno}: {'; '.join(problems[:3])}{more}"
+
+
+def skip_notice(error: RecordingError) -> str:
+    """What is said of a line skipped because of ``error`` (batch mode's stderr, the dashboard)."""
+    return f"skipped a bad line ({error.message})"
 
 
 def _open_binary(path: Path) -> IO[bytes]:
@@ -180,15 +291,25 @@ def _cut_notice(path: Path, lineno: int, kept: int) -> str:
             f"replaying the {kept} complete snapshot(s) before it")
 
 
+#: notices of bad lines before the first good one that are held (said once a good one comes; a
+#: recording of bad lines only is the first one's error instead); more are counted
+_HELD_NOTICES = 20
+
+
 def read_recording(path: Path | str, notice: Callable[[str], None] | None = None) -> Iterator[Snapshot]:
     """Yield the snapshots of a recording in order, reading one line at a time.
 
-    A last line cut short (no newline, not valid JSON: the recorder was killed mid-write) is
-    skipped and reported to ``notice``; any other bad line raises ``RecordingError``. An empty
-    file raises too.
+    With ``notice``, a bad line (not JSON, or not a snapshot of schema gputop/1: see
+    ``gputop.model.snapshot_from_dict``) is skipped and said to ``notice``, as are the values of a
+    line read as unknown or cut; without, a bad line raises ``RecordingError``. A last line cut
+    short (no newline, not valid JSON: the recorder was killed mid-write) is skipped (and said to
+    ``notice``). A recording without a good line raises: the first bad line's error, or "empty".
     """
     path = Path(path)
     seen = 0
+    first_error: RecordingError | None = None
+    held: list[str] = []
+    held_more = 0
     with _open_binary(path) as f:
         for lineno, _, raw in _raw_lines(path, f):
             if not raw.strip():
@@ -199,10 +320,33 @@ def read_recording(path: Path | str, notice: Callable[[str], None] | None = None
                 if notice is not None:
                     notice(_cut_notice(path, lineno, seen))
                 break
-            d = _decode(path, lineno, _text(path, lineno, raw))
+            try:
+                snap, problems = _snapshot(path, lineno, raw)
+            except RecordingError as e:
+                if notice is None:
+                    raise
+                if seen:
+                    notice(skip_notice(e))
+                    continue
+                first_error = first_error or e
+                if len(held) < _HELD_NOTICES:
+                    held.append(skip_notice(e))
+                else:
+                    held_more += 1
+                continue
+            if notice is not None:
+                if not seen:
+                    for message in held:
+                        notice(message)
+                    if held_more:
+                        notice(f"{path}: {held_more} more bad line(s) skipped before line {lineno}")
+                if problems is not None:
+                    notice(problems)
             seen += 1
-            yield _parse(path, lineno, d)
+            yield snap
     if seen == 0:
+        if first_error is not None:
+            raise first_error
         raise RecordingError(f"{path}: empty recording (no snapshots)")
 
 
@@ -252,8 +396,9 @@ class _LineIndex:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def snapshot(self, i: int) -> tuple[Snapshot, int]:
-        """The ``i``-th snapshot and the length of its line in bytes."""
+    def snapshot(self, i: int) -> tuple[Snapshot, int, str | None]:
+        """The ``i``-th snapshot, the length of its line in bytes, and the notice of what was read
+        as unknown or cut in it (None: nothing)."""
         lineno = self.linenos[i]
         try:
             with self._lock:
@@ -261,7 +406,8 @@ class _LineIndex:
                 raw = self._file.readline(MAX_LINE_BYTES + 1)
         except (OSError, EOFError) as e:
             raise RecordingError(f"{self.path}:{lineno}: cannot read it again ({e})") from e
-        return _parse(self.path, lineno, _decode(self.path, lineno, _text(self.path, lineno, raw))), len(raw)
+        snap, problems = _snapshot(self.path, lineno, raw)
+        return snap, len(raw), problems
 
     def close(self) -> None:
         with self._lock:
@@ -271,18 +417,28 @@ class _LineIndex:
 def _is_json(raw: bytes) -> bool:
     try:
         json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
+
+
+#: bad lines before the first good one said one by one when a replay starts (then counted)
+_SAID_AT_START = 3
+#: the replay thread waits for the next snapshot in steps of at most this (a recording's interval
+#: can be years: a wait beyond threading.TIMEOUT_MAX raises)
+_LONGEST_WAIT_S = 3600.0
 
 
 class ReplayFeed:
     """A ``Feed`` over a recording: snapshots at the recorded pace divided by ``speed``.
 
-    Building it indexes the file and decodes its first snapshot (``RecordingError`` for a file
-    that is not a recording), so it starts at once whatever the file's size. A bad line found
-    later is skipped and described in ``error``. At the end it stays on the last snapshot (or
-    loops). Files up to ``PRELOAD_BYTES`` are decoded in the background after ``start``.
+    Building it indexes the file and decodes its first good snapshot (``RecordingError`` for a
+    file that is not a recording: the first bad line's error when it has no good one), so it starts
+    at once whatever the file's size; bad lines before it are said in ``notices``. A bad line found
+    later (by playing, stepping either way or preloading) is skipped and described in ``error``, as
+    are values read as unknown or cut (``gputop.model.snapshot_from_dict``). At the end it stays on
+    the last snapshot (or loops). Files up to ``PRELOAD_BYTES`` are decoded in the background after
+    ``start``.
     """
 
     kind = "replay"
@@ -295,7 +451,7 @@ class ReplayFeed:
         if not len(self._index):
             self._index.close()
             raise RecordingError(f"{self.path}: empty recording (no snapshots)")
-        #: what the dashboard says once at start (a last line cut short)
+        #: what the dashboard says once at start (a last line cut short, bad lines before the first good one)
         self.notices: list[str] = []
         if self._index.cut_line is not None:
             self.notices.append(_cut_notice(self.path, self._index.cut_line, len(self._index)))
@@ -303,13 +459,13 @@ class ReplayFeed:
         self._cache_sizes: dict[int, int] = {}
         self._cache_bytes = 0
         self._preload = self._index.size <= PRELOAD_BYTES if preload is None else preload
+        #: the last problem met while playing (a bad line skipped, values read as unknown), for the UI
+        self.error: str | None = None
         try:
-            self._load(0)
+            self._first_good()
         except RecordingError:
             self._index.close()
             raise
-        #: the last problem met while playing (a bad line skipped), for the UI to show
-        self.error: str | None = None
         self.speed = speed
         self.loop = loop
         self._interval_override: float | None = None
@@ -325,7 +481,9 @@ class ReplayFeed:
     def _load(self, i: int) -> Snapshot:
         snap = self._cache.get(i)
         if snap is None:
-            snap, size = self._index.snapshot(i)
+            snap, size, problems = self._index.snapshot(i)
+            if problems is not None:
+                self.error = problems
             self._cache[i] = snap
             self._cache_sizes[i] = size
             self._cache_bytes += size
@@ -344,9 +502,28 @@ class ReplayFeed:
             try:
                 return i, self._load(i)
             except RecordingError as e:
-                self.error = f"skipped a bad line ({e.message})"
+                self.error = skip_notice(e)
                 i += direction
         return None
+
+    def _first_good(self) -> None:
+        """Decode the first good snapshot; say the bad lines before it in ``notices`` (the first
+        few); none good: the first one's error."""
+        first: RecordingError | None = None
+        for i in range(len(self._index)):
+            try:
+                self._load(i)
+            except RecordingError as e:
+                first = first or e
+                if i < _SAID_AT_START:
+                    self.notices.append(skip_notice(e))
+                continue
+            if i > _SAID_AT_START:
+                self.notices.append(f"{self.path}: {i - _SAID_AT_START} more bad line(s) skipped before line "
+                                    f"{self._index.linenos[i]}")
+            return
+        assert first is not None
+        raise first
 
     def _preload_all(self) -> None:
         for i in range(len(self._index)):
@@ -459,4 +636,4 @@ class ReplayFeed:
                     remaining = emitted_at + self._delay(snap) - time.monotonic()
                     if remaining <= 0:
                         break
-                    self._wake.wait(remaining)
+                    self._wake.wait(min(remaining, _LONGEST_WAIT_S))
