@@ -383,9 +383,13 @@ INTERVAL_LIMIT = 1 << 32
 NUMBER_LIMIT = float(1 << 64)
 #: characters of a command line: Linux allows 6 MiB of arguments
 MAX_CMDLINE = 8 << 20
-#: characters of any other text (a name, a kernel name, a reason); the sanitiser looks no further
-#: into a kernel name than this (``textsafe.sanitize_middle``)
+#: characters of any other text (a name, a path, a reason)
 MAX_TEXT = 1 << 16
+#: characters of a kernel name: the live side cuts one at 4096 characters and a "…" (ELF symbols
+#: and c++filt's output: ``elfread.NAME_MAX_BYTES``, ``symbols.DEMANGLED_MAX``); twice that leaves
+#: room, and keeps the dashboard's shortening of names (``ui.format.kernel_name``, whose time grows
+#: with the square of a name's bracket depth) within a second a name
+MAX_KERNEL_NAME = 8192
 #: characters of a key of a keyed object (a direction, a source's name, a field's name), and its entries
 MAX_KEY = 64
 MAX_ENTRIES = 64
@@ -505,6 +509,7 @@ _unix_time = _numbers(0, TIME_LIMIT, "0 to 2^37")
 _time = _numbers(0, TIME_LIMIT, "0 to 2^37", to_float=True)
 _interval = _numbers(0, INTERVAL_LIMIT, "above 0, below 2^32", lo_open=True, to_float=True)
 _text = _texts(MAX_TEXT)
+_kernel_name = _texts(MAX_KERNEL_NAME)
 _cmdline = _texts(MAX_CMDLINE)
 
 
@@ -571,8 +576,8 @@ _Field = tuple[str, Check, bool, bool, bool]
 
 
 #: the checks that report no problems of their own (they return a value or raise)
-_LEAVES = frozenset({_count, _signed, _pid, _id, _number, _unix_time, _time, _interval, _text, _cmdline, _flag,
-                     _hist})
+_LEAVES = frozenset({_count, _signed, _pid, _id, _number, _unix_time, _time, _interval, _text, _kernel_name,
+                     _cmdline, _flag, _hist})
 
 
 def _spec(cls: type, checks: Mapping[str, Check]) -> tuple[_Field, ...]:
@@ -660,7 +665,7 @@ _COUNTS_SPEC = _spec(Counts, {
 _RATES_SPEC = _spec(Rates, {**{f.name: _number for f in dataclasses.fields(Rates)},
                             "memcpy_bytes_per_s": _keyed(_number)})
 _KERNEL_SPEC = _spec(KernelStat, {
-    "name": _text, "launches": _count, "grid_blocks_avg": _number, "block_threads_avg": _number,
+    "name": _kernel_name, "launches": _count, "grid_blocks_avg": _number, "block_threads_avg": _number,
     "interval_launches": _count, "launches_per_s": _number, "object": _text, "address": _count,
     "graph_launches": _count, "interval_graph_launches": _count, "graph_launches_per_s": _number,
 })

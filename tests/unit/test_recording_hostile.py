@@ -136,8 +136,10 @@ def keep(id: str, line: bytes, what: str | None, change: Callable[[Snapshot], Sn
     return Case(id, line, what, _kept(change))
 
 
-#: the model's caps on text: a command line (Linux allows 6 MiB of arguments), any other text
+#: the model's caps on text: a command line (Linux allows 6 MiB of arguments), a kernel name (the
+#: live side cuts one at 4 KiB), any other text
 CMDLINE_CAP = 8 << 20
+KERNEL_NAME_CAP = 8192
 TEXT_CAP = 1 << 16
 BIG_NAME = "k" * 1_000_000
 LONG_CMDLINE = "x" * 10_000_000
@@ -177,6 +179,8 @@ CASES = [
     skip("interval-inf", _with("interval_s", None, raw="1e999"), f"{MALFORMED} (interval_s is not finite)"),
     skip("host-null", _with("host", None), f"{MALFORMED} (host is not text (null))"),
     skip("host-number", _with("host", 7), f"{MALFORMED} (host is not text (an integer))"),
+    keep("host-70000-characters", _with("host", "h" * 70_000), f"host is longer than {TEXT_CAP} characters: cut",
+         lambda s: Snapshot(s.time, s.interval_s, "h" * (TEXT_CAP - 1) + "…", s.sources, s.gpus, s.processes)),
     skip("schema-missing", _without("schema"), "unsupported schema None (this gputop reads 'gputop/1')"),
     skip("schema-2", _with("schema", "gputop/2"),
          "written by a newer gputop (schema 'gputop/2'; this gputop reads 'gputop/1')"),
@@ -260,8 +264,8 @@ CASES = [
                                                               "block_threads_avg": None}),
          f"{MALFORMED} (processes[0].kernels[0].name is missing)"),
     keep("kernel-name-1MB", _with("processes.0.kernels.0.name", BIG_NAME),
-         f"processes[0].kernels[0].name is longer than {TEXT_CAP} characters: cut",
-         lambda s: _proc_is(kernels=(KernelStat("k" * (TEXT_CAP - 1) + "…", 30, 32.0, 128.0,
+         f"processes[0].kernels[0].name is longer than {KERNEL_NAME_CAP} characters: cut",
+         lambda s: _proc_is(kernels=(KernelStat("k" * (KERNEL_NAME_CAP - 1) + "…", 30, 32.0, 128.0,
                                                 interval_launches=3, launches_per_s=3.0, object="/opt/app/libk.so"),
                                      s.processes[0].kernels[1]))(s)),
     keep("kernels-21", _line(_MANY), "processes[0].kernels has more than 20 entries: the first 20 kept",
@@ -441,7 +445,8 @@ def test_snapshot_from_dict_reports_what_it_read_as_unknown() -> None:
 
 
 def test_the_caps_are_the_models() -> None:
-    assert (model.MAX_CMDLINE, model.MAX_TEXT, model.MAX_KERNELS) == (CMDLINE_CAP, TEXT_CAP, 20)
+    assert (model.MAX_CMDLINE, model.MAX_KERNEL_NAME, model.MAX_TEXT, model.MAX_KERNELS) == (
+        CMDLINE_CAP, KERNEL_NAME_CAP, TEXT_CAP, 20)
 
 
 def test_lists_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
