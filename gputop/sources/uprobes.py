@@ -22,6 +22,7 @@ import ctypes
 import errno
 import os
 import re
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -49,6 +50,8 @@ class UprobeAttacher:
         where it does (False: perf events always)."""
         self._bpf = bpf
         self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
+        self._lib = lib
+        self._closing: list[threading.Thread] = []
         self._multi = links and self._links_supported(probe_fn)
         self._links: list[int] = []
         #: each object's links or perf events (by the ``name`` it was attached under) and probes
@@ -104,18 +107,33 @@ class UprobeAttacher:
 
     def detach(self, owner: object) -> int:
         """Detach every probe attached for ``owner`` (an object no process maps any more);
-        returns how many probes that was."""
+        returns how many probes that was. The descriptors are closed on threads of their own
+        (each close waits for an RCU grace period: 0.1 s here), wait_detached() waits for them."""
         links, events, probes = self._owned.pop(owner, ([], [], 0))
         gone = set(links)
         self._links = [fd for fd in self._links if fd not in gone]
-        for fd in links:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        for ev in events:
-            with contextlib.suppress(Exception):
-                self._bpf.detach_uprobe_event(ev)
+        perf = [(ev, self._bpf.uprobe_fds.pop(ev)) for ev in events if ev in self._bpf.uprobe_fds]
         self.probes -= probes
+        if links or perf:
+            t = threading.Thread(target=self._close, args=(links, perf), name="gputop-detach", daemon=True)
+            t.start()
+            self._closing.append(t)
         return probes
+
+    def _close(self, links: list[int], perf: list[tuple[bytes, int]]) -> None:
+        def one(item: int | tuple[bytes, int]) -> None:
+            with contextlib.suppress(OSError):
+                os.close(item if isinstance(item, int) else item[1])
+            if not isinstance(item, int):
+                self._lib.bpf_detach_uprobe(item[0])     # the tracefs event, where bcc made one
+        items: list[int | tuple[bytes, int]] = [*links, *perf]
+        with ThreadPoolExecutor(min(32, len(items)), thread_name_prefix="gputop-detach") as pool:
+            list(pool.map(one, items))
+
+    def wait_detached(self) -> None:
+        for t in self._closing:
+            t.join()
+        self._closing.clear()
 
     def _failed(self, label: str, fn: str, offset: int, why: str) -> None:
         self.failed.append(f"{os.path.basename(label)}+0x{offset:x} {fn}: {why}")

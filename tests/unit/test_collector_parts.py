@@ -136,7 +136,8 @@ def test_objects_without_launch_or_copy_entry_points_are_not_probed() -> None:
 
 
 def test_demangle() -> None:
-    assert [symbols.demangle_cached(n) for n in ("_Z10fused_stepPfS_i", "plain", "_ZN6gputop4test12saxpy_kernelEfPKfPf")] == [
+    names = ("_Z10fused_stepPfS_i", "plain", "_ZN6gputop4test12saxpy_kernelEfPKfPf")
+    assert [symbols.demangle_cached(n) for n in names] == [
         "fused_step(float*, float*, int)", "plain", "gputop::test::saxpy_kernel(float, float const*, float*)"]
 
 

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def _child(code: str) -> tuple[str, int]:
     """Run ``code`` in a fresh interpreter; returns its stdout and its peak RSS in KiB."""
-    wrapped = textwrap.dedent(code) + "\nimport resource; print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    peak = "import resource; print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    wrapped = textwrap.dedent(code) + "\n" + peak + "\n"
     res = subprocess.run([sys.executable, "-c", wrapped], capture_output=True, text=True,
                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
     assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
