@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gputop import safefiles
 from gputop.errors import GputopError
 
 if TYPE_CHECKING:
@@ -72,8 +73,13 @@ def build_workload() -> Path:
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         raise DemoError("the demo workload needs a C compiler", "apt-get install gcc")
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gputop" / "demo"
-    cache.mkdir(parents=True, exist_ok=True)
+    # as root, never a directory another user controls (sudo -E keeps their XDG_CACHE_HOME): a
+    # program built there could be swapped before root runs it
+    cache = safefiles.cache_home()[0] / "gputop" / "demo"
+    cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+    reason = safefiles.untrusted_reason(cache)
+    if reason:
+        raise DemoError(f"not building the demo workload in {cache}: {reason}", "unset XDG_CACHE_HOME")
     src, exe = HERE / "workload.c", cache / "gputop-demo-workload"
     if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
         res = subprocess.run([cc, "-O1", "-o", str(exe), str(src), "-ldl"], capture_output=True, text=True)

@@ -483,3 +483,16 @@ def test_doctor_names_the_refused_headers_tree(tmp_path: Path, alice: Path, root
     assert check.level == "WARN"
     assert check.detail.endswith(f"(not used: XDG_CACHE_HOME={alice}/.cache is not used as root: "
                                  f"{alice} is owned by uid 65534)")
+
+
+def test_demo_builds_its_workload_outside_a_users_cache(tmp_path: Path, alice: Path, root_cache: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sudo -E gputop demo`: the workload root then runs is built in root's cache, never in the
+    XDG_CACHE_HOME another user kept (where they could swap the program before it runs)."""
+    from gputop import demo
+
+    planted = user_dirs(alice, ".cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(planted))
+    exe = demo.build_workload()
+    assert exe == root_cache / "gputop" / "demo" / "gputop-demo-workload" and exe.is_file()
+    assert not (planted / "gputop").exists()
