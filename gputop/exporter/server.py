@@ -2,8 +2,10 @@
 
 ``/metrics`` (Prometheus text or OpenMetrics, as the scraper asks), ``/healthz`` (200 with the sources'
 statuses as JSON once BPF is attached or known unavailable, 503 before). One collector thread, the
-same as the dashboard's; the HTTP server's threads only read the latest snapshot. SIGTERM, SIGINT and
-SIGHUP stop it cleanly: the server closes, then the collector detaches every probe.
+same as the dashboard's; the HTTP server's threads only read the latest snapshot. The server is
+bounded whatever its clients do (gputop/exporter/httpserver.py): one I/O thread, a fixed pool of
+workers, a cap on open connections, on each request's head and on the time to send it. SIGTERM, SIGINT
+and SIGHUP stop it cleanly: the server closes, then the collector detaches every probe.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import errno
 import ipaddress
 import json
 import os
+import resource
 import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
 from prometheus_client import CollectorRegistry
@@ -27,6 +29,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
 from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
+from gputop.exporter.httpserver import LIMITS, BoundedHTTPServer, Limits, PreparsedRequestHandler
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -142,12 +145,11 @@ class RenderCache:
 
 
 def make_server(host: str, port: int, registry: CollectorRegistry, collector: SnapshotCollector,
-                max_age_s: float | None = None) -> ThreadingHTTPServer:
+                max_age_s: float | None = None, limits: Limits = LIMITS) -> BoundedHTTPServer:
     rendered = RenderCache(registry, collector)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(PreparsedRequestHandler):
         server_version = "gputop-exporter"
-        timeout = 10            # a client that connects and sends nothing does not hold a thread for good
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -181,9 +183,8 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
     except ValueError:
         pass                                    # a host name: resolved as IPv4
 
-    class Server(ThreadingHTTPServer):
+    class Server(BoundedHTTPServer):
         address_family = family
-        daemon_threads = True
 
         def server_bind(self) -> None:
             if dual:
@@ -191,7 +192,7 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
             super().server_bind()
 
     try:
-        return Server(("::" if dual else host, port), Handler)
+        return Server(("::" if dual else host, port), Handler, limits)
     except OSError as e:
         where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
         why = e.strerror or str(e)
@@ -213,6 +214,7 @@ def main(argv: Sequence[str]) -> int:
     from gputop.sources.bpfsys import privileges_error
 
     args = build_parser().parse_args(list(argv))
+    raise_fd_limit()
     if args.kernel_metrics > TOP_KERNELS:
         raise GputopError(f"--kernel-metrics {args.kernel_metrics}: gputop keeps the top {TOP_KERNELS} kernels "
                           "of each process", f"choose at most --kernel-metrics {TOP_KERNELS}", EX_USAGE)
@@ -241,7 +243,13 @@ def main(argv: Sequence[str]) -> int:
     sampler = Sampler(SamplerConfig(interval_s=args.delay, first_interval_s=min(1.0, args.delay),
                                     use_bpf=not args.no_bpf, use_nvml=not args.no_nvml, filters=Filters()))
     sampler.notice = lambda message: print(f"gputop: {message}", file=sys.stderr, flush=True)
-    http = threading.Thread(target=server.serve_forever, name="gputop-http", daemon=True)
+    def serve() -> None:
+        try:
+            server.serve_forever()
+        except Exception as e:          # a bug: one line; the main loop below exits so that systemd restarts us
+            print(f"gputop: exporter: the HTTP server failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    http = threading.Thread(target=serve, name="gputop-http", daemon=True)
     http.start()
     print(f"gputop: exporter serving /metrics on {_show(host, server.server_port)}", file=sys.stderr, flush=True)
     sampler.start(collector.update)
@@ -253,11 +261,27 @@ def main(argv: Sequence[str]) -> int:
                 raise GputopError("the collector thread stopped unexpectedly",
                                   "see the messages above and report them; the exporter exits so that "
                                   "systemd or Kubernetes restarts it", EX_ERROR)
+            if not http.is_alive():
+                raise GputopError("the HTTP server thread stopped unexpectedly",
+                                  "see the messages above and report them; the exporter exits so that "
+                                  "systemd or Kubernetes restarts it", EX_ERROR)
     finally:
         server.shutdown()
         server.server_close()
         sampler.stop()
     return EX_OK
+
+
+def raise_fd_limit() -> None:
+    """The soft limit on open files up to the hard one: the probes take a descriptor each where the
+    kernel has no uprobe_multi links (thousands on a busy host). The HTTP side needs no more than its
+    connection cap, whatever the limit."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass                                    # a limit we may not raise: keep the one we have
 
 
 def _show(host: str, port: int) -> str:
