@@ -44,7 +44,7 @@ from gputop.sources.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer
 from gputop.sources.launchslots import LaunchSlots, SlotCounts
-from gputop.sources.objreads import ObjectReads, Pending
+from gputop.sources.objreads import START_WAIT_S, ObjectReads, Pending
 from gputop.sources.selfcost import ProgStats, SelfCost
 from gputop.sources.startup import Prefetch, Steps, release_compiler_pages, release_heap
 from gputop.sources.uprobes import UprobeAttacher
@@ -351,7 +351,8 @@ class BpfSource:
         self.uprobes = UprobeAttacher(self.bpf, bcc.lib, catalogue.ALL[0].entry, links=self._uprobe_links)
         self.cost.tick()
         self.table("events").open_ring_buffer(self._on_event)
-        self.scan()
+        with self._reads.budget(START_WAIT_S):
+            self.scan()
         self._prefetched = {}
         self._last_full_scan = self._clock()
         steps("attach")

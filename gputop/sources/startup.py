@@ -12,6 +12,10 @@ import time
 from gputop.sources import discovery, elfread, symbols
 
 ObjectKey = tuple[int, int]
+#: objects the start-up prefetch reads (a library of CUDA's is far smaller); the seconds it may
+#: still take once the compile is over
+PREFETCH_MAX_BYTES = 64 << 20
+GRACE_S = 1.0
 
 
 def read_object(fd: int, path: str) -> symbols.ObjectSymbols | None:
@@ -46,7 +50,8 @@ class Prefetch:
                 if fd is None:
                     continue            # its process is gone: the scan handles it
                 try:
-                    self._out[ref.key] = read_object(fd, ref.open_path)
+                    if os.fstat(fd).st_size <= PREFETCH_MAX_BYTES:      # larger: the scan's workers
+                        self._out[ref.key] = read_object(fd, ref.open_path)
                 finally:
                     os.close(fd)
         except Exception:       # a prefetch that fails leaves the scan to read as before
@@ -54,9 +59,11 @@ class Prefetch:
         self.elapsed_s = time.perf_counter() - t0
 
     def result(self) -> dict[ObjectKey, symbols.ObjectSymbols | None]:
-        """Wait for the reads (bounded by the objects mapped now) and return them."""
-        self._thread.join()
-        return self._out
+        """The reads done by now (the compile is over): the one under way gets GRACE_S to end,
+        the objects not read yet are left to the scan (and its bounded wait)."""
+        self._stop.set()
+        self._thread.join(GRACE_S)
+        return dict(self._out)
 
 
 class Steps:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -78,11 +79,17 @@ def nobody_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: Path) -> None:
+def _tail(f: IO[bytes]) -> str:
+    f.seek(0)
+    return f.read()[-2000:].decode(errors="replace")
+
+
+def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: Path, tmp_path: Path) -> None:
     """8 s of the review's attack against gputop -b -d 0.5: a refresh keeps coming every interval
     (no gap over 2 s), and SIGTERM stops gputop at once."""
+    err = (tmp_path / "stderr").open("w+b")
     gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+                          stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
     stamps: list[float] = []
 
     def read() -> None:
@@ -95,7 +102,7 @@ def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: 
     reader.start()
     deadline = time.monotonic() + 60
     while not stamps:
-        assert time.monotonic() < deadline and gt.poll() is None, gt.stderr.read() if gt.stderr else ""
+        assert time.monotonic() < deadline and gt.poll() is None, _tail(err)
         time.sleep(0.05)
     t0 = time.monotonic()
     attack = subprocess.run([USER_PYTHON, "-c", _SWAPPER, "/usr/bin/true", str(nobody_dir), "8"],
@@ -178,3 +185,91 @@ def test_the_descriptor_limit_is_raised_at_start(bpf_source: BpfSource) -> None:
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert soft == hard
+
+
+#: maps, executable, a 1 GiB sparse memfd named libcudart.so.12 whose string table spans it, a
+#: symbol table of entry size 1 over 2 MiB, and 300 symbols naming one unterminated 1 MiB string;
+#: then waits for stdin to close
+_CRAFTED = r"""
+import mmap, os, sys
+sys.path.insert(0, sys.argv[1])
+from hostile_objects import entsize_one, huge_string_table, symbols_sharing_one_name
+size = 1 << 30
+big = os.memfd_create("libcudart.so.12")
+head, at = huge_string_table(size)
+os.pwrite(big, head, 0); os.ftruncate(big, size); os.pwrite(big, b"cudaLaunchKernel", at)
+fds = [big]
+for i, blob in enumerate((entsize_one(2 << 20), symbols_sharing_one_name(300, 1 << 20))):
+    fd = os.memfd_create(f"libcuda.so.{i}"); os.write(fd, blob); fds.append(fd)
+maps = [mmap.mmap(fd, 0, prot=mmap.PROT_READ | mmap.PROT_EXEC) for fd in fds]
+print("mapped", os.getpid(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbed, tmp_path: Path  # type: ignore[no-untyped-def]
+                                                              ) -> None:
+    """The review's stalls and bloat at once, against gputop -b -f json -d 0.5: a nobody process
+    maps the crafted objects (a sparse 1 GiB memfd, entry size 1, one unterminated name shared by
+    300 symbols), and three workloads each register three kernels under demangling bombs (400 MB
+    each demangled) and launch each 500 times. Every refresh comes within 2 s of the one before,
+    gputop's peak RSS stays under 300 MiB, the launches are exact and every kernel name is at most
+    4 KiB and a '…'."""
+    from hostile_objects import demangling_bomb
+
+    err = (tmp_path / "stderr").open("w+b")
+
+    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf"],
+                          stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
+    lines: list[tuple[float, dict]] = []      # type: ignore[type-arg]
+
+    def read() -> None:
+        assert gt.stdout is not None
+        for line in gt.stdout:
+            lines.append((time.monotonic(), json.loads(line)))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not lines:
+        assert time.monotonic() < deadline and gt.poll() is None, _tail(err)
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    crafted = subprocess.Popen([USER_PYTHON, "-c", _CRAFTED, str(ROOT / "tests")], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, preexec_fn=_as_nobody, text=True, cwd="/")
+    runs = []
+    try:
+        assert crafted.stdout is not None and crafted.stdout.readline().startswith("mapped")
+        for w in range(3):
+            bombs = [demangling_bomb(24) + "i" * (3 * w + k) for k in range(3)]
+            go = tmp_path / f"go{w}"
+            ops = [f"register:{k}:{b}" for k, b in enumerate(bombs)] + [f"launch:500:1,1,1:1,1,1:{k}" for k in range(3)]
+            argv = [str(workloads.dlopen), "--wait", str(go), "--cudart", str(workloads.shim_runtime), *ops,
+                    "sleep:1500"]
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, env={**os.environ, "SHIM_LIBCUDA": str(testbed.libcuda)})
+            assert p.stdout is not None and p.stdout.readline().startswith(b"ready")
+            runs.append((p, go))
+        time.sleep(1.0)                     # the exec events attach gputop to each
+        for _p, go in runs:
+            go.touch()
+        for p, _go in runs:
+            assert p.wait(timeout=60) == 0
+        time.sleep(4.0)
+        status = Path(f"/proc/{gt.pid}/status").read_text()
+        peak_kib = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+    finally:
+        if crafted.stdin:
+            crafted.stdin.close()
+        crafted.wait(10)
+        gt.send_signal(signal.SIGTERM)
+        gt.wait(15)
+    reader.join(5)
+    stamps = [t for t, _ in lines]
+    gaps = [b - a for a, b in itertools.pairwise(stamps) if b >= t0]
+    assert max(gaps) < 2.0, f"a refresh came {max(gaps):.2f} s after the one before"
+    assert peak_kib < 300 * 1024, f"peak RSS {peak_kib} KiB"
+    pids = {p.pid for p, _ in runs}
+    last = {p["pid"]: p for _, snap in lines for p in snap["processes"] if p["pid"] in pids}
+    assert {pid: last[pid]["total"]["launches"] for pid in pids} == dict.fromkeys(pids, 1500)
+    names = [k["name"] for p in last.values() for k in p["kernels"]]
+    assert len(names) == 9 and all(n is not None and len(n) <= 4097 for n in names), [len(n or "") for n in names]

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def _child(code: str) -> tuple[str, int]:
     """Run ``code`` in a fresh interpreter; returns its stdout and its peak RSS in KiB."""
-    peak = "import resource; print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    # VmHWM is this image's own peak (ru_maxrss also counts the parent's memory at a vfork)
+    peak = "print('maxrss', [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0])"
     wrapped = textwrap.dedent(code) + "\n" + peak + "\n"
     res = subprocess.run([sys.executable, "-c", wrapped], capture_output=True, text=True,
                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
