@@ -169,8 +169,9 @@ class BoundedHTTPServer(HTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        self._waker_r.close()
-        self._waker_w.close()
+        for sock in (getattr(self, "_waker_r", None), getattr(self, "_waker_w", None)):
+            if sock is not None:                # absent when binding failed in the constructor
+                sock.close()
 
     @property
     def open_connections(self) -> int:

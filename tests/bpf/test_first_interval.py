@@ -70,7 +70,7 @@ def test_code_ranges_are_in_place_before_an_objects_probes(workloads, testbed, t
         real_attach = src.uprobes.attach
         checked: list[str] = []
 
-        def attach(path: str, wanted: list, name: str | None = None) -> int:  # type: ignore[type-arg]
+        def attach(path: str, wanted: list, name: str | None = None, owner: object = None) -> int:  # type: ignore[type-arg]
             mine = [m for m in discovery.read_maps(wl.pid) if m.path == name]
             prefix = wl.pid.to_bytes(4, "big")
             ranges = []
@@ -80,7 +80,7 @@ def test_code_ranges_are_in_place_before_an_objects_probes(workloads, testbed, t
                     ranges.append((base, base + (1 << (96 - int(k.prefixlen)))))
             assert mine and all(any(lo < m.end and m.start < hi for lo, hi in ranges) for m in mine), name
             checked.append(str(name))
-            return real_attach(path, wanted, name=name)
+            return real_attach(path, wanted, name=name, owner=owner)
 
         src.uprobes.attach = attach  # type: ignore[method-assign]
         src.scan([wl.pid])
