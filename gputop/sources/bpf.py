@@ -44,7 +44,7 @@ from gputop.sources.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer
 from gputop.sources.launchslots import LaunchSlots, SlotCounts
-from gputop.sources.objreads import START_WAIT_S, ObjectReads, Pending
+from gputop.sources.objreads import START_WAIT_S, BoundedCalls, ObjectReads, Pending
 from gputop.sources.selfcost import ProgStats, SelfCost
 from gputop.sources.startup import Prefetch, Steps, release_compiler_pages, release_heap
 from gputop.sources.uprobes import UprobeAttacher
@@ -58,6 +58,7 @@ LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAM
           "MAX_THREADS": 16384, "MAX_CODE": 262144}
 DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs")
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
+MEM_READ_S = 0.5      # a read of a kernel's name from its process's memory (objreads.BoundedCalls)
 EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon
 PATH_DEPTH = 16       # bpf/gputop.bpf.c's file_event_t: names from a mapped file up to its fs root
 PATH_NAME = 64
@@ -272,7 +273,8 @@ class BpfSource:
         self._idle_exited: dict[int, bool] = {}
         self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
         self._code_dropped = 0
-        self._objects_dropped = 0               # objects not probed for want of descriptors
+        self._objects_dropped = 0               # objects that went unprobed for want of descriptors
+        self._fd_starved: set[tuple[int, int]] = set()      # those mapped now
         #: the keys of the ``code`` trie by process: only user space writes that trie, so a
         #: process's entries are deleted by key, without a walk through everyone's
         self._code_keys: dict[int, list[bytes]] = {}
@@ -285,7 +287,10 @@ class BpfSource:
         self._final: dict[int, RawProc] = {}      # last records of exited processes, until shown
         self._last_full_scan = 0.0
         self.slots = LaunchSlots(self.table)      # the launch fast path's slots (launchslots.py)
-        self.namer = KernelNamer(self._captured_name, self._alias, self._symcache, self._maps)
+        self.namer = KernelNamer(self._captured_name, self._alias, self._symcache, self._maps,
+                                 read=lambda key, fd, path: self._reads.read(key, fd, path, cuda_only=False))
+        #: reads of processes' memory (kernel names at their registration), bounded in time
+        self._mem_reads = BoundedCalls("gputop-mem", MEM_READ_S)
         self.graph_kernels = GraphKernels(self.table)
 
     # ------------------------------------------------------------ set-up
@@ -419,6 +424,7 @@ class BpfSource:
         if self._unknown_files:
             changed = self._reach_unknown() > 0 or changed
         if self._reads.running():
+            self._reads.check_stuck()
             changed = self._attach_pending() > 0 or changed
         if self._clock() - self._last_full_scan >= RESCAN_S:
             self._last_full_scan = self._clock()
@@ -487,14 +493,17 @@ class BpfSource:
             if syms is None or not wanted:
                 return self._reject(ref)
             assert self.uprobes is not None
+            if not fd_room(2 * len(wanted)):     # at most an entry and a return probe each
+                self._fd_starved.add(ref.key)       # no descriptors left for its probes: see fd_room
+                return False
+            if ref.key in self._fd_starved:          # it was counted dropped: it stays counted
+                self._fd_starved.discard(ref.key)
+                self._objects_dropped += 1
             syms.path = ref.open_path
             self._symcache[ref.key] = syms
             self.objects[ref.key] = ref.path
             for pid, pmaps in (users or {}).items():      # code ranges first, then the probes
                 self._add_code_ranges(pid, pmaps)
-            if not fd_room(2 * len(wanted)):     # at most an entry and a return probe each
-                self._objects_dropped += 1          # no descriptors left for its probes: see fd_room
-                return False
             self.uprobes.attach(f"/proc/self/fd/{fd}", [(probe, addr, off) for probe, addr in wanted
                                                          if (off := syms.offset_of_vaddr(addr)) is not None],
                                 name=ref.path, owner=ref.key)
@@ -507,13 +516,13 @@ class BpfSource:
         """Probe the objects whose reads finished after their scan stopped waiting."""
         new = 0
         for key in self._reads.done():
-            ref = self._pending.get(key)
-            if ref is None or key in self.objects or key in self.rejected:
-                continue
-            users = {p: pm for p, pm in self._maps.items() if any((m.dev, m.inode) == key for m in pm)}
-            if self._attach_object(ref, users):
-                new += 1
-                self._partial.update(users)
+            ref = self._pending.pop(key, None)
+            if ref is not None and key not in self.objects and key not in self.rejected:
+                users = {p: pm for p, pm in self._maps.items() if any((m.dev, m.inode) == key for m in pm)}
+                if self._attach_object(ref, users):
+                    new += 1
+                    self._partial.update(users)
+            self._reads.discard(key)        # used above, or its object is gone (or known already)
         if new:
             self._update_cuda_pids(self._maps)
         return new
@@ -613,8 +622,11 @@ class BpfSource:
             assert self.uprobes is not None
             self.uprobes.detach(key)
             del self.objects[key]
-            self._symcache.pop(key, None)
+        for key in [k for k in self._symcache if k not in mapped and k not in self.objects]:
+            del self._symcache[key]         # programs named from: read again if mapped again
         self.rejected &= mapped
+        self._objects_dropped += len(self._fd_starved - mapped)
+        self._fd_starved &= mapped
     # ------------------------------------------------------------ reading
 
     def _prog_stats(self) -> ProgStats | None:
@@ -636,7 +648,7 @@ class BpfSource:
         table = self.table("dropped")
         out = {name: int(table[table.Key(i)].value) for i, name in enumerate(DROP_KINDS)}
         out["code"] = self._code_dropped
-        out["objects"] = self._objects_dropped
+        out["objects"] = self._objects_dropped + len(self._fd_starved)
         return out
 
     def _inflight_sync_ns(self) -> dict[int, int]:
@@ -651,6 +663,10 @@ class BpfSource:
 
     @_open
     def read(self) -> BpfReading:
+        with self._reads.budget():
+            return self._read()
+
+    def _read(self) -> BpfReading:
         self.namer.begin_refresh()
         procs: dict[int, RawProc] = {}
         # the records before their kernels: a record that says its process exited was read after
@@ -757,7 +773,10 @@ class BpfSource:
         if v is not None:
             return bytes(v.name)
         p = self._by_key("name_ptrs", pid, addr)        # registered: read from the process itself
-        return None if p is None else discovery.read_registered_name(pid, int(p.ptr), int(p.boot_ns))
+        if p is None:
+            return None
+        ptr, boot_ns = int(p.ptr), int(p.boot_ns)
+        return self._mem_reads.call(lambda: discovery.read_registered_name(pid, ptr, boot_ns))
 
     def _alias(self, pid: int, addr: int) -> int | None:
         v = self._by_key("aliases", pid, addr)
@@ -909,3 +928,4 @@ class BpfSource:
                     bpf.cleanup()
                 self.cost.stop()
                 self._reads.close()
+                self._mem_reads.close()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from gputop.sources import discovery, symbols
+from gputop.sources.objreads import Pending
 
 #: names as long as the BPF buffer (NAME_LEN - 1) may be cut: an ELF symbol is preferred then
 NAME_LEN = 256
@@ -25,10 +26,21 @@ DEMANGLE_BUDGET_S = 0.25
 Resolved = tuple[str | None, str | None]   # (name, object path)
 
 
+#: reads an object's symbols: (key, descriptor, path) -> symbols; may raise Pending (objreads)
+SymbolReader = Callable[[tuple[int, int], int, str], "symbols.ObjectSymbols | None"]
+
+
+def _read_now(_key: tuple[int, int], fd: int, path: str) -> symbols.ObjectSymbols | None:
+    return symbols.read_symbols(fd, path)
+
+
 class KernelNamer:
     def __init__(self, captured: Callable[[int, int], bytes | None], alias: Callable[[int, int], int | None],
                  symcache: dict[tuple[int, int], symbols.ObjectSymbols | None],
-                 maps: dict[int, list[discovery.Mapping]], clock: Callable[[], float] = time.monotonic) -> None:
+                 maps: dict[int, list[discovery.Mapping]], clock: Callable[[], float] = time.monotonic,
+                 read: SymbolReader = _read_now) -> None:
+        self._read = read
+        self._reading = False           # the last resolution waits for an object's read
         self._captured = captured
         self._alias = alias
         self._symcache = symcache
@@ -50,7 +62,10 @@ class KernelNamer:
         missed = self._missed.get(key)
         if missed is not None and self._clock() - missed[0] < RETRY_S:
             return missed[1]
+        self._reading = False
         res = self._resolve(pid, addr)
+        if res[0] is None and self._reading:
+            return res                  # its object is still being read: tried again next refresh
         if res[0] is not None and res[0].startswith("_Z") and symbols.DEMANGLER(res[0]) is None:
             return res                  # not demangled yet (this refresh's budget is spent): not kept
         if res[0] is not None:
@@ -107,7 +122,10 @@ class KernelNamer:
             path = discovery.open_path(pid, m)
             fd = discovery.open_object(path, m.dev, m.inode) if path else None
             try:
-                syms = symbols.read_symbols(fd, path) if fd is not None else None
+                syms = self._read(key, fd, path) if fd is not None and path else None
+            except Pending:
+                self._reading = True
+                return None
             finally:
                 if fd is not None:
                     os.close(fd)

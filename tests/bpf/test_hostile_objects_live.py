@@ -273,3 +273,34 @@ def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbe
     assert {pid: last[pid]["total"]["launches"] for pid in pids} == dict.fromkeys(pids, 1500)
     names = [k["name"] for p in last.values() for k in p["kernels"]]
     assert len(names) == 9 and all(n is not None and len(n) <= 4097 for n in names), [len(n or "") for n in names]
+
+
+def test_an_object_without_descriptors_for_its_probes_counts_dropped_once(bpf_source: BpfSource, testbed,  # type: ignore[no-untyped-def]
+                                                                          nobody_dir: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """When probing one more object would leave fewer than FD_RESERVE descriptors, it is not
+    probed and counts one drop ("objects"), however often it is tried; probed once descriptors
+    are free again, it stays counted (counters never go down)."""
+    from gputop.sources import bpfsys
+
+    src = bpf_source
+    copy = nobody_dir / "libcudart-starved.so.12"
+    shutil.copyfile(testbed.libcudart, copy)
+    os.chown(copy, NOBODY, NOBODY)
+    objects, before = len(src.objects), src.dropped()["objects"]
+    mapper = subprocess.Popen([USER_PYTHON, "-c", _MAPPER, str(copy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              preexec_fn=_as_nobody, text=True, cwd=nobody_dir)
+    try:
+        assert mapper.stdout is not None
+        pid = int(mapper.stdout.readline().split()[1])
+        monkeypatch.setattr(bpfsys, "FD_RESERVE", 1 << 40)
+        src.scan([pid])
+        src.scan([pid])
+        assert (len(src.objects), src.dropped()["objects"]) == (objects, before + 1)
+        monkeypatch.undo()
+        src.scan([pid])
+        assert (len(src.objects), src.dropped()["objects"]) == (objects + 1, before + 1)
+    finally:
+        assert mapper.stdin is not None
+        mapper.stdin.close()
+        mapper.wait(10)

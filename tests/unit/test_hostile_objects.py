@@ -6,6 +6,7 @@ owner matters; the memory-bound checks run in a child process and read its peak 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -204,3 +205,82 @@ def test_demangling_has_a_budget_per_refresh() -> None:
     spent = time.monotonic() - t0
     assert results[0] is not None and results[-1] is None
     assert spent < DEMANGLE_BUDGET_S + symbols.DEMANGLE_TIMEOUT_S + 0.5
+
+
+def test_a_worker_stuck_in_a_read_is_left_behind_and_replaced(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A read that never returns (a file its owner serves through FUSE) fails with Stuck once it
+    outlasts STUCK_S; a new worker reads what comes next; after MAX_ABANDONED stuck workers the
+    pool reads no more instead of leaving threads without end."""
+    import threading as th
+
+    from gputop.sources import objreads
+
+    monkeypatch.setattr(objreads, "STUCK_S", 0.2)
+    monkeypatch.setattr(objreads, "MAX_ABANDONED", 2)
+    pool: objreads.SmallestFirst[int] = objreads.SmallestFirst(1, "test-stuck")
+    release = th.Event()
+    try:
+        stuck = pool.submit(0, lambda: release.wait() and 0)
+        after = pool.submit(1, lambda: 7)
+        time.sleep(0.4)
+        assert not after.done()                  # queued behind the stuck call
+        pool.check_stuck()
+        assert isinstance(stuck.exception(timeout=1), objreads.Stuck)
+        assert after.result(timeout=1) == 7      # the replacement worker
+        again = pool.submit(0, lambda: release.wait() and 0)
+        time.sleep(0.4)
+        pool.check_stuck()
+        assert isinstance(again.exception(timeout=1), objreads.Stuck) and pool.abandoned == 2
+        refused = pool.submit(0, lambda: 1)
+        assert isinstance(refused.exception(timeout=1), objreads.Stuck)     # no workers left
+    finally:
+        release.set()
+        pool.close()
+
+
+def test_a_memory_read_that_blocks_returns_none_in_its_time() -> None:
+    """Reads of a process's memory run bounded (BoundedCalls): one that blocks returns None after
+    its timeout, and the next call runs on a fresh worker."""
+    import threading as th
+
+    from gputop.sources import objreads
+
+    calls = objreads.BoundedCalls("test-mem", 0.2)
+    release = th.Event()
+    try:
+        t0 = time.monotonic()
+        assert calls.call(lambda: release.wait() and b"never") is None
+        assert time.monotonic() - t0 < 1.0
+        assert calls.call(lambda: b"name") == b"name"
+    finally:
+        release.set()
+        calls.close()
+
+
+def test_reads_nobody_came_back_for_do_not_block_later_ones(tmp_path: Path, testbed) -> None:  # type: ignore[no-untyped-def]
+    """Objects whose reads outlasted their scan, and whose processes then went, leave finished
+    reads behind: they neither count against MAX_QUEUED nor stay for good (the full suite found
+    gputop, after many short-lived processes, reading nothing more)."""
+    from gputop.sources import objreads
+
+    reads = objreads.ObjectReads()
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(testbed.libcudart.read_bytes())
+    fd = os.open(lib, os.O_RDONLY)
+    try:
+        for i in range(objreads.MAX_QUEUED + 6):
+            with reads.budget(0.0), contextlib.suppress(objreads.Pending):
+                reads.read((0, i), fd, str(lib))
+        deadline = time.monotonic() + 30
+        while reads.running() and len(reads.done()) < objreads.MAX_QUEUED:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with reads.budget(10.0):
+            syms = reads.read((0, 10_000), fd, str(lib))
+        assert syms is not None and "cudaLaunchKernel" in syms.functions
+        for key in reads.done():
+            reads.discard(key)
+        assert reads.running() <= 6
+    finally:
+        os.close(fd)
+        reads.close()
