@@ -52,6 +52,17 @@ class SamplerConfig:
     launch_bound: LaunchBoundRule = field(default_factory=LaunchBoundRule)
 
 
+@dataclass(frozen=True)
+class RefreshTiming:
+    """How long ``Sampler.collect`` took to build its last snapshot, in seconds: in all, and by phase
+    in the order they ran: ``bpf`` (reading the BPF maps; absent without the BPF source), ``nvml``
+    (NVML's reads; absent without NVML), ``host`` (/proc of the processes seen), ``build`` (deltas,
+    rates and the snapshot itself)."""
+
+    duration_s: float
+    phases: tuple[tuple[str, float], ...]
+
+
 def _hist(buckets: tuple[int, ...]) -> dict[str, int]:
     return {f"2^{k}": n for k, n in enumerate(buckets) if n}
 
@@ -152,6 +163,8 @@ class Sampler:
         self._paused = False
         self._hostname = socket.gethostname()
         self.bpf_error: BpfUnavailable | None = None
+        #: the timing of the last ``collect`` (None before the first); read on the collector thread
+        self.last_refresh: RefreshTiming | None = None
         #: told when stopping takes long (the CLI prints it once the dashboard has closed)
         self.notice: Callable[[str], None] | None = None
 
@@ -261,6 +274,8 @@ class Sampler:
                                  "uvm": SourceStatus("starting")})
 
     def collect(self) -> Snapshot:
+        t0 = time.perf_counter()
+        phases: list[tuple[str, float]] = []
         now = self._clock()
         elapsed = now - self._last_time if self._last_time is not None else self.config.interval_s
         self._last_time = now
@@ -272,10 +287,17 @@ class Sampler:
                 self._bpf_failed(BpfUnavailable(f"reading the BPF maps failed: {type(e).__name__}: {e}",
                                                 "restart gputop; report the error"))
                 reading = BpfReading(self._bpf_status)
+            phases.append(("bpf", time.perf_counter() - t0))
+        t1 = time.perf_counter()
         nv = self._nvml.read() if self._nvml is not None else NvmlReading(
             SourceStatus("unavailable", "disabled with --no-nvml"), (), {})
+        if self._nvml is not None:
+            phases.append(("nvml", time.perf_counter() - t1))
+        t1 = time.perf_counter()
         pids = set(reading.procs) | set(reading.idle) | set(nv.procs)
         hosts = self._host.read(sorted(pids), reading.execed)
+        t2 = time.perf_counter()
+        phases.append(("host", t2 - t1))
         # a process whose last record is still shown under a PID the kernel gave to a new process:
         # that row keeps the old process's host data; the new process's counts start from zero
         reused = {pid for pid, h in hosts.items() if self._reused(pid, h)}
@@ -316,9 +338,11 @@ class Sampler:
             self._bpf.forget(*gone)
         sources = {"bpf": self._bpf_source_status(reading), "nvml": nv.status,
                    "uvm": self._uvm_status(reading)}
-        snap = Snapshot(time=time.time(), interval_s=elapsed, host=self._hostname, sources=sources,
-                        gpus=tuple(nv.gpus), processes=tuple(procs))
-        return self.config.filters.apply(snap)
+        snap = self.config.filters.apply(Snapshot(time=time.time(), interval_s=elapsed, host=self._hostname,
+                                                  sources=sources, gpus=tuple(nv.gpus), processes=tuple(procs)))
+        t3 = time.perf_counter()
+        self.last_refresh = RefreshTiming(t3 - t0, (*phases, ("build", t3 - t2)))
+        return snap
 
     def _reused(self, pid: int, host: HostProc) -> bool:
         """Whether ``pid`` now belongs to another process than the one gputop knew under it."""

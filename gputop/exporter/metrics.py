@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -22,6 +22,9 @@ from prometheus_client.utils import floatToGoString
 from gputop import __version__
 from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, UVM_DIRECTIONS, GpuSample, ProcSample, Snapshot
 from gputop.textsafe import sanitize, sanitize_middle
+
+if TYPE_CHECKING:
+    from gputop.sampler import RefreshTiming
 
 #: label value caps (characters, after escaping)
 COMM_LIMIT = 64
@@ -45,6 +48,7 @@ class ExportOptions:
     max_processes: int | None = None    # cap on processes exported (None: all)
     cmdline_label: bool = False         # command lines can hold secrets: off by default
     node: str | None = None             # node label of gputop_build_info (None: the snapshot's host)
+    interval_s: float | None = None     # the collector's refresh interval (None: not known, no series)
 
 
 @cache
@@ -151,12 +155,22 @@ class SnapshotCollector(Collector):
         self._gone: dict[int, tuple[ProcSample, float]] = {}     # pid -> (last sample, monotonic time)
         #: bumped by every update: a scrape's output can be reused until the next one
         self.version = 0
+        #: refreshes posted (updates with a ``refresh`` timing: not the "starting" snapshot)
+        self.refreshes = 0
+        self._refresh: RefreshTiming | None = None
+        self._posted: float | None = None       # monotonic time of the latest update
 
     # ------------------------------------------------------------ the collector thread's side
 
-    def update(self, snap: Snapshot) -> None:
+    def update(self, snap: Snapshot, refresh: RefreshTiming | None = None) -> None:
+        """Serve ``snap`` from now on; ``refresh``: how long the collector took to build it (None for
+        a snapshot no refresh built, such as the one posted while the BPF source starts)."""
         now = self._clock()
         with self._lock:
+            self._posted = now
+            if refresh is not None:
+                self.refreshes += 1
+                self._refresh = refresh
             gone = {pid: v for pid, v in self._gone.items() if now - v[1] <= self.options.exited_grace_s}
             for p in snap.processes:
                 if p.state == "exited":
@@ -171,6 +185,24 @@ class SnapshotCollector(Collector):
     @property
     def snapshot(self) -> Snapshot | None:
         return self._snap
+
+    @property
+    def posted(self) -> float | None:
+        """The collector's clock (monotonic) when the snapshot being served was posted; None before."""
+        return self._posted
+
+    def age(self, now: float | None = None) -> float | None:
+        """Seconds since the snapshot being served was posted, on the collector's monotonic clock (a
+        step of the wall clock changes nothing); None before the first."""
+        posted = self._posted
+        if posted is None:
+            return None
+        return max(0.0, (self._clock() if now is None else now) - posted)
+
+    def liveness(self) -> tuple[float | None, RefreshTiming | None, int]:
+        """(age of the snapshot served, the last refresh's timing, refreshes so far), read together."""
+        with self._lock:
+            return self.age(), self._refresh, self.refreshes
 
     # ------------------------------------------------------------ scrapes
 
@@ -203,6 +235,30 @@ class SnapshotCollector(Collector):
                   ()).add_metric([], float(len(procs) - len(kept)))
         for p in kept:
             self._process(fam, p)
+        yield from fam
+
+    def live_families(self) -> Iterator[Metric]:
+        """The collector's own liveness, computed at every scrape (``LivenessCollector``): the age of
+        the snapshot served moves between refreshes, so it is never part of a cached rendering."""
+        age, refresh, refreshes = self.liveness()
+        fam = _Families()
+        if age is not None:
+            fam.gauge("gputop_snapshot_age_seconds", "Seconds since the collector posted the snapshot being served "
+                      "(computed at the scrape; above 2 refresh intervals + 5 s /healthz says stale).",
+                      ()).add_metric([], age)
+        if refresh is not None:
+            fam.gauge("gputop_refresh_duration_seconds", "Seconds the collector took to build the last snapshot.",
+                      ()).add_metric([], refresh.duration_s)
+            phase = fam.gauge("gputop_refresh_phase_seconds", "Seconds of the last refresh spent in each phase: bpf "
+                              "(reading the BPF maps), nvml, host (/proc), build (deltas, rates, the snapshot).",
+                              ("phase",))
+            for name, seconds in refresh.phases:
+                phase.add_metric([name], seconds)
+        if self.options.interval_s is not None:
+            fam.gauge("gputop_refresh_interval_seconds", "The collector's configured refresh interval (-d).",
+                      ()).add_metric([], self.options.interval_s)
+        fam.counter("gputop_refreshes", "Snapshots the collector built since the exporter started.",
+                    ()).add_metric([], float(refreshes))
         yield from fam
 
     def _sources(self, fam: _Families, snap: Snapshot) -> None:
@@ -352,3 +408,17 @@ class SnapshotCollector(Collector):
             for label in top:
                 if label in graph:
                     in_graphs.add_metric([*values, label], float(graph[label]))
+
+
+class LivenessCollector(Collector):
+    """The liveness families of a ``SnapshotCollector`` (``live_families``), for a registry of their own
+    that is rendered at every scrape, after the cached rendering of the snapshot."""
+
+    def __init__(self, collector: SnapshotCollector) -> None:
+        self._collector = collector
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        return self._collector.live_families()

@@ -1,7 +1,11 @@
 """``gputop exporter``: the live collector's snapshots over HTTP, as Prometheus metrics.
 
 ``/metrics`` (Prometheus text or OpenMetrics, as the scraper asks), ``/healthz`` (200 with the sources'
-statuses as JSON once BPF is attached or known unavailable, 503 before). One collector thread, the
+statuses as JSON once BPF is attached or known unavailable, 503 before, and 503 "stale" once the
+snapshot served is older than two refreshes and 5 s: ``stale_after``). Under systemd's ``Type=notify``
+(gputop/exporter/sdnotify.py) it says READY=1 at the first refresh once BPF is attached or known
+unavailable, WATCHDOG=1 at every refresh after it (the collector's progress, never a timer), and
+STOPPING=1 when it stops. One collector thread, the
 same as the dashboard's; the HTTP server's threads only read the latest snapshot. The server is
 bounded whatever its clients do (gputop/exporter/httpserver.py): one I/O thread, a fixed pool of
 workers, a cap on open connections, on each request's head and on the time to send it. SIGTERM, SIGINT
@@ -20,8 +24,7 @@ import signal
 import socket
 import sys
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from prometheus_client import CollectorRegistry
@@ -30,10 +33,20 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
 from gputop.exporter.httpserver import LIMITS, BoundedHTTPServer, Limits, PreparsedRequestHandler
-from gputop.exporter.metrics import ExportOptions, SnapshotCollector
+from gputop.exporter.metrics import ExportOptions, LivenessCollector, SnapshotCollector
+from gputop.exporter.sdnotify import Notifier
+from gputop.model import Snapshot
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 15.0     # Prometheus's default scrape interval: one refresh, one rendering per scrape
+#: /healthz turns stale when the snapshot served is older than 2 refresh intervals and this
+STALE_GRACE_S = 5.0
+
+
+def stale_after(interval_s: float) -> float:
+    """The age (seconds) past which the snapshot served is stale: two refreshes missed, and 5 s for a
+    slow refresh."""
+    return 2 * interval_s + STALE_GRACE_S
 
 
 class _Parser(argparse.ArgumentParser):
@@ -106,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
 def health(collector: SnapshotCollector, max_age_s: float | None = None,
            now: float | None = None) -> tuple[int, dict[str, Any]]:
     """(HTTP status, body): 200 once the BPF source is attached or known unavailable; 503 while it
-    starts, and when the latest snapshot is older than ``max_age_s`` (the collector is stuck: a
-    liveness probe should restart the exporter)."""
+    starts, and when the snapshot served is older than ``max_age_s`` (the collector is stuck: a
+    liveness probe should restart the exporter). The age is the collector's (monotonic clock);
+    ``now``, for tests, is a wall-clock time to compare with the snapshot's ``time`` instead."""
     snap = collector.snapshot
     if snap is None:
         return 503, {"status": "starting", "sources": {}}
@@ -116,21 +130,57 @@ def health(collector: SnapshotCollector, max_age_s: float | None = None,
     bpf = snap.sources.get("bpf")
     if bpf is not None and bpf.status == "starting":
         return 503, {**body, "status": "starting"}
-    age = (time.time() if now is None else now) - snap.time
+    age = max(0.0, now - snap.time) if now is not None else collector.age()
+    if age is None:
+        return 200, body
+    body["age_s"] = round(age, 3)
     if max_age_s is not None and age > max_age_s:
-        return 503, {**body, "status": "stale", "age_s": round(age, 1)}
+        return 503, {**body, "status": "stale", "max_age_s": max_age_s,
+                     "reason": f"no new snapshot for {age:.1f} s (more than {max_age_s:g} s): the collector is stuck"}
     return 200, body
+
+
+class StaleLog:
+    """One stderr line when the collector goes stale (``health`` says so) and one when it refreshes
+    again, whoever asks /healthz; the exporter's main loop checks every half second."""
+
+    def __init__(self, collector: SnapshotCollector, max_age_s: float, interval_s: float,
+                 say: Callable[[str], None]) -> None:
+        self._collector = collector
+        self._max_age_s = max_age_s
+        self._interval_s = interval_s
+        self._say = say
+        self._stale_since: float | None = None      # posted time of the snapshot that went stale
+
+    @property
+    def stale(self) -> bool:
+        return self._stale_since is not None
+
+    def check(self) -> None:
+        code, body = health(self._collector, self._max_age_s)
+        if body["status"] == "stale" and self._stale_since is None:
+            self._stale_since = self._collector.posted
+            self._say(f"warning: exporter: the collector has not refreshed for {body['age_s']:.1f} s (more than "
+                      f"2 refreshes of {self._interval_s:g} s + {STALE_GRACE_S:g} s): /healthz answers 503 "
+                      "stale until it does")
+        elif body["status"] != "stale" and self._stale_since is not None:
+            posted = self._collector.posted
+            gap = f" after {posted - self._stale_since:.1f} s" if posted is not None else ""
+            self._stale_since = None
+            self._say(f"exporter: the collector refreshes again{gap}; /healthz answers {code}")
 
 
 class RenderCache:
     """The exposition of the latest snapshot, rendered once per snapshot and format: rendering is
     most of a scrape's cost, and every scrape between two refreshes (Prometheus pairs, a curl) gets
     the same bytes. The exporter's own process metrics and the grace period's end therefore move at
-    refreshes, not at scrapes."""
+    refreshes, not at scrapes; the ``live`` registry (the snapshot's age) is rendered at every scrape."""
 
-    def __init__(self, registry: CollectorRegistry, collector: SnapshotCollector) -> None:
+    def __init__(self, registry: CollectorRegistry, collector: SnapshotCollector,
+                 live: CollectorRegistry | None = None) -> None:
         self._registry = registry
         self._collector = collector
+        self._live = live
         self._lock = threading.Lock()
         self._key: tuple[int, str] | None = None
         self._body = b""
@@ -141,12 +191,20 @@ class RenderCache:
             key = (self._collector.version, content_type)
             if key != self._key:
                 self._body, self._key = encoder(self._registry), key
-            return content_type, self._body
+            body = self._body
+        if self._live is None:
+            return content_type, body
+        # what moves between refreshes (the snapshot's age) is rendered at every scrape, after the rest
+        live = encoder(self._live)
+        if body.endswith(b"# EOF\n") and live.endswith(b"# EOF\n"):     # OpenMetrics: one EOF, at the end
+            body = body[:-len(b"# EOF\n")]
+        return content_type, body + live
 
 
 def make_server(host: str, port: int, registry: CollectorRegistry, collector: SnapshotCollector,
-                max_age_s: float | None = None, limits: Limits = LIMITS) -> BoundedHTTPServer:
-    rendered = RenderCache(registry, collector)
+                max_age_s: float | None = None, limits: Limits = LIMITS,
+                live: CollectorRegistry | None = None) -> BoundedHTTPServer:
+    rendered = RenderCache(registry, collector, live)
 
     class Handler(PreparsedRequestHandler):
         server_version = "gputop-exporter"
@@ -225,14 +283,17 @@ def main(argv: Sequence[str]) -> int:
                           "deploy/systemd/gputop-exporter.service",
                           EX_NOPERM)
     options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
-                            max_processes=args.max_processes, cmdline_label=args.cmdline_label, node=args.node)
+                            max_processes=args.max_processes, cmdline_label=args.cmdline_label, node=args.node,
+                            interval_s=args.delay)
     collector = SnapshotCollector(options)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     registry.register(ProcessCollector(registry=None))      # the exporter's own CPU and memory
+    live = CollectorRegistry(auto_describe=False)
+    live.register(LivenessCollector(collector))             # the snapshot's age: rendered at every scrape
     host, port = args.listen
-    # a snapshot older than three refreshes (and a minute for a slow first compile) means a stuck collector
-    server = make_server(host, port, registry, collector, 3 * args.delay + 60)   # fails before the BPF compile
+    max_age_s = stale_after(args.delay)     # two refreshes missed: the collector is stuck
+    server = make_server(host, port, registry, collector, max_age_s, live=live)   # fails before the BPF compile
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -240,19 +301,43 @@ def main(argv: Sequence[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+
+    def say(message: str) -> None:
+        print(f"gputop: {message}", file=sys.stderr, flush=True)
+
+    notify = Notifier.from_environment(unset=True)
+    watchdog_for(notify, max_age_s, args.delay, say)
     sampler = Sampler(SamplerConfig(interval_s=args.delay, first_interval_s=min(1.0, args.delay),
                                     use_bpf=not args.no_bpf, use_nvml=not args.no_nvml, filters=Filters()))
-    sampler.notice = lambda message: print(f"gputop: {message}", file=sys.stderr, flush=True)
+    sampler.notice = say
+    stale = StaleLog(collector, max_age_s, args.delay, say)
+
     def serve() -> None:
         try:
             server.serve_forever()
         except Exception as e:          # a bug: one line; the main loop below exits so that systemd restarts us
             print(f"gputop: exporter: the HTTP server failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
+    ready = False
+
+    def on_snapshot(snap: Snapshot) -> None:
+        """On the collector thread: serve the snapshot, then tell systemd of the progress (only here,
+        so that a stuck collector stops the watchdog's pings)."""
+        nonlocal ready
+        refresh = sampler.last_refresh      # None for the "starting" snapshot, posted before any refresh
+        collector.update(snap, refresh)
+        if refresh is None:
+            return                      # the "starting" snapshot: no refresh yet
+        if ready:
+            notify.watchdog()
+        elif health(collector)[0] == 200:
+            ready = True
+            notify.ready()
+
     http = threading.Thread(target=serve, name="gputop-http", daemon=True)
     http.start()
     print(f"gputop: exporter serving /metrics on {_show(host, server.server_port)}", file=sys.stderr, flush=True)
-    sampler.start(collector.update)
+    sampler.start(on_snapshot)
     try:
         while not stop.wait(0.5):
             if args.bpf and sampler.bpf_error is not None:
@@ -265,11 +350,27 @@ def main(argv: Sequence[str]) -> int:
                 raise GputopError("the HTTP server thread stopped unexpectedly",
                                   "see the messages above and report them; the exporter exits so that "
                                   "systemd or Kubernetes restarts it", EX_ERROR)
+            stale.check()
     finally:
+        notify.stopping()
         server.shutdown()
         server.server_close()
         sampler.stop()
+        notify.close()
     return EX_OK
+
+
+def watchdog_for(notify: Notifier, max_age_s: float, interval_s: float, say: Callable[[str], None]) -> None:
+    """A systemd watchdog (``WatchdogSec=``) no longer than /healthz's stale rule would stop an exporter
+    whose refreshes are merely slow (a long -d): ask systemd for twice the rule instead, and say so."""
+    usec = notify.watchdog_usec
+    if usec is None or usec / 1e6 > max_age_s:
+        return
+    want = int(2 * max_age_s * 1e6)
+    if notify.send(f"WATCHDOG_USEC={want}"):
+        notify.watchdog_usec = want
+        say(f"warning: exporter: WatchdogSec={usec / 1e6:g}s is not longer than 2 refreshes of {interval_s:g} s + "
+            f"{STALE_GRACE_S:g} s; the exporter asked systemd for {want / 1e6:g} s")
 
 
 def raise_fd_limit() -> None:
