@@ -121,14 +121,22 @@ class UprobeAttacher:
         return probes
 
     def _close(self, links: list[int], perf: list[tuple[bytes, int]]) -> None:
-        def one(item: int | tuple[bytes, int]) -> None:
-            with contextlib.suppress(OSError):
-                os.close(item if isinstance(item, int) else item[1])
-            if not isinstance(item, int):
-                self._lib.bpf_detach_uprobe(item[0])     # the tracefs event, where bcc made one
+        """Close on up to 32 daemon threads at once (their grace periods overlap); daemon threads,
+        not an executor's, so that quitting never waits for them (the kernel closes what is left)."""
+        def some(items: list[int | tuple[bytes, int]]) -> None:
+            for item in items:
+                with contextlib.suppress(OSError):
+                    os.close(item if isinstance(item, int) else item[1])
+                if not isinstance(item, int):
+                    self._lib.bpf_detach_uprobe(item[0])     # the tracefs event, where bcc made one
         items: list[int | tuple[bytes, int]] = [*links, *perf]
-        with ThreadPoolExecutor(min(32, len(items)), thread_name_prefix="gputop-detach") as pool:
-            list(pool.map(one, items))
+        n = min(32, len(items))
+        threads = [threading.Thread(target=some, args=(items[i::n],), name="gputop-detach", daemon=True)
+                   for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def wait_detached(self) -> None:
         for t in self._closing:

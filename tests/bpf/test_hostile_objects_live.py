@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -97,48 +96,66 @@ def nobody_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _tail(f: IO[bytes]) -> str:
-    f.seek(0)
-    return f.read()[-2000:].decode(errors="replace")
+class _Batch:
+    """``gputop -b -f json -d 0.5 --no-nvml --bpf``, its snapshots read as they come (with the time
+    each came); started once its first snapshot is out."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.err = (tmp_path / "stderr").open("w+b")
+        # -X faulthandler: a gputop that has to be aborted says where each thread was
+        argv = ["-X", "faulthandler", "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf"]
+        self.proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=self.err, cwd=ROOT)
+        self.lines: list[tuple[float, dict]] = []       # type: ignore[type-arg]
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + 60
+        while not self.lines:
+            assert time.monotonic() < deadline and self.proc.poll() is None, self.stderr()
+            time.sleep(0.05)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), json.loads(line)))
+
+    def stderr(self) -> str:
+        self.err.seek(0)
+        return self.err.read()[-6000:].decode(errors="replace")
+
+    def stop(self) -> int:
+        """SIGTERM; its exit status (a gputop that ignores it fails the test)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            raise AssertionError(f"gputop ignored SIGTERM; where it was:\n{self.stderr()}") from None
+        self._reader.join(5)
+        return rc
+
+    def gaps_after(self, t0: float) -> list[float]:
+        """Seconds between consecutive snapshots, for those that came after ``t0``."""
+        return [b - a for (a, _), (b, _) in itertools.pairwise(self.lines) if b >= t0]
 
 
 def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: Path, tmp_path: Path,
                                                                     drained: BpfSource) -> None:
     """8 s of the review's attack against gputop -b -d 0.5: a refresh keeps coming every interval
     (no gap over 2 s), and SIGTERM stops gputop at once."""
-    err = (tmp_path / "stderr").open("w+b")
-    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf"],
-                          stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
-    stamps: list[float] = []
-
-    def read() -> None:
-        assert gt.stdout is not None
-        for line in gt.stdout:
-            json.loads(line)
-            stamps.append(time.monotonic())
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 60
-    while not stamps:
-        assert time.monotonic() < deadline and gt.poll() is None, _tail(err)
-        time.sleep(0.05)
+    gt = _Batch(tmp_path)
     t0 = time.monotonic()
     attack = subprocess.run([USER_PYTHON, "-c", _SWAPPER, "/usr/bin/true", str(nobody_dir), "8"],
                             preexec_fn=_as_nobody, capture_output=True, text=True, timeout=60, cwd=nobody_dir)
     assert attack.returncode == 0, attack.stderr
     assert int(attack.stdout) > 20                     # files mapped and swapped
     time.sleep(1.5)
-    gt.send_signal(signal.SIGTERM)
-    try:
-        rc = gt.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        gt.kill()
-        raise AssertionError("gputop ignored SIGTERM: its collector is stuck") from None
-    reader.join(5)
-    during = [t for t in stamps if t >= t0]
-    gaps = [b - a for a, b in itertools.pairwise(stamps) if b >= t0]
-    assert rc == 0
+    assert gt.stop() == 0
+    during = [t for t, _ in gt.lines if t >= t0]
+    gaps = gt.gaps_after(t0)
     assert len(during) >= 12, f"{len(during)} refreshes in {time.monotonic() - t0:.1f} s of attack"
     assert max(gaps) < 2.0, f"a refresh came {max(gaps):.2f} s after the one before"
 
@@ -236,23 +253,7 @@ def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbe
     4 KiB and a '…'."""
     from hostile_objects import demangling_bomb
 
-    err = (tmp_path / "stderr").open("w+b")
-
-    gt = subprocess.Popen([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.5", "--no-nvml", "--bpf"],
-                          stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
-    lines: list[tuple[float, dict]] = []      # type: ignore[type-arg]
-
-    def read() -> None:
-        assert gt.stdout is not None
-        for line in gt.stdout:
-            lines.append((time.monotonic(), json.loads(line)))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 60
-    while not lines:
-        assert time.monotonic() < deadline and gt.poll() is None, _tail(err)
-        time.sleep(0.05)
+    gt = _Batch(tmp_path)
     t0 = time.monotonic()
     crafted = subprocess.Popen([USER_PYTHON, "-c", _CRAFTED, str(ROOT / "tests")], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, preexec_fn=_as_nobody, text=True, cwd="/")
@@ -274,21 +275,18 @@ def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbe
         for p, _go in runs:
             assert p.wait(timeout=60) == 0
         time.sleep(4.0)
-        status = Path(f"/proc/{gt.pid}/status").read_text()
+        status = Path(f"/proc/{gt.proc.pid}/status").read_text()
         peak_kib = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
     finally:
         if crafted.stdin:
             crafted.stdin.close()
         crafted.wait(10)
-        gt.send_signal(signal.SIGTERM)
-        gt.wait(15)
-    reader.join(5)
-    stamps = [t for t, _ in lines]
-    gaps = [b - a for a, b in itertools.pairwise(stamps) if b >= t0]
+        gt.stop()
+    gaps = gt.gaps_after(t0)
     assert max(gaps) < 2.0, f"a refresh came {max(gaps):.2f} s after the one before"
     assert peak_kib < 300 * 1024, f"peak RSS {peak_kib} KiB"
     pids = {p.pid for p, _ in runs}
-    last = {p["pid"]: p for _, snap in lines for p in snap["processes"] if p["pid"] in pids}
+    last = {p["pid"]: p for _, snap in gt.lines for p in snap["processes"] if p["pid"] in pids}
     assert {pid: last[pid]["total"]["launches"] for pid in pids} == dict.fromkeys(pids, 1500)
     names = [k["name"] for p in last.values() for k in p["kernels"]]
     assert len(names) == 9 and all(n is not None and len(n) <= 4097 for n in names), [len(n or "") for n in names]
