@@ -307,8 +307,10 @@ def test_rules_expressions() -> None:
     node = " * on(job, instance) group_left(node) gputop_build_info"
     assert {r["alert"]: r["expr"] for r in rules()} == {
         "GputopExporterDown": 'up{job=~"gputop.*"} == 0',
+        # refreshed at least once: the "starting" snapshot ages while the probes are compiled and attached
         "GputopSnapshotStale": "(gputop_snapshot_age_seconds > on(job, instance) clamp_min(3 * "
-                               "gputop_refresh_interval_seconds, 60))" + node,
+                               "gputop_refresh_interval_seconds, 60) and on(job, instance) gputop_refreshes_total > 0)"
+                               + node,
         "GputopProbesFailed": "(gputop_probes_failed > 0)" + node,
         "GputopDroppedRecords": "(rate(gputop_dropped_records_total[5m]) > 0)" + node,
         "GputopSourceDown": '(gputop_source_up{source=~"bpf|nvml"} == 0)' + node,
