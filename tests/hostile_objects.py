@@ -11,19 +11,32 @@ EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 STT_FUNC_GLOBAL = (1 << 4) | 2
 
 
+_NAMES = {2: b".symtab", 3: b".strtab", 11: b".dynsym"}
+
+
 def elf(sections: list[tuple[int, int, int, int, int]], size: int, body: dict[int, bytes] | None = None) -> bytes:
     """A 64-bit ELF object of ``size`` bytes whose section headers are ``sections`` — (type,
     offset, size, link, entsize) each, after the null section — with ``body`` bytes placed at
-    their offsets. The section headers sit right after the ELF header."""
+    their offsets. The section headers sit right after the ELF header, the section names
+    (``.symtab``, ``.strtab``, ``.dynsym`` by type, as any ELF reader looks them up) after them."""
     shoff = EHDR.size
-    shnum = len(sections) + 1
+    shnum = len(sections) + 2                       # the null section and .shstrtab
+    names = b"\0.shstrtab\0" + b"".join(_NAMES.get(t, b".x") + b"\0" for t, *_ in sections)
+    name_at, at = [], 11
+    for t, *_ in sections:
+        name_at.append(at)
+        at += len(_NAMES.get(t, b".x")) + 1
+    names_off = shoff + shnum * SHDR.size
     ident = b"\x7fELF\x02\x01\x01" + b"\0" * 9
-    head = EHDR.pack(ident, 3, 62, 1, 0, 0, shoff, 0, EHDR.size, 56, 0, SHDR.size, shnum, 0)
+    head = EHDR.pack(ident, 3, 62, 1, 0, 0, shoff, 0, EHDR.size, 56, 0, SHDR.size, shnum, shnum - 1)
     shdrs = SHDR.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0) + b"".join(
-        SHDR.pack(0, t, 0, 0, off, sz, link, 0, 8, ent) for t, off, sz, link, ent in sections)
+        SHDR.pack(n, t, 0, 0, off, sz, link, 0, 8, ent) for n, (t, off, sz, link, ent) in zip(name_at, sections,
+                                                                                              strict=True))
+    shdrs += SHDR.pack(1, 3, 0, 0, names_off, len(names), 0, 0, 1, 0)
     out = bytearray(size)
     out[:len(head)] = head
     out[shoff:shoff + len(shdrs)] = shdrs
+    out[names_off:names_off + len(names)] = names
     for off, data in (body or {}).items():
         out[off:off + len(data)] = data
     return bytes(out)
