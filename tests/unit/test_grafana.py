@@ -193,9 +193,9 @@ def panel(title: str) -> dict[str, Any]:
 
 
 def exact(v: str) -> float:
-    """A value Prometheus returned, to 9 decimals: the synthetic rates are exact, and so is each window's rise,
-    but rate()'s extrapolation (the range selector leaves out the sample at its start, so 285 s of samples
-    stand for 300 s) can cost the result its last bit."""
+    """A value Prometheus returned, to 9 decimals: the synthetic rates are exact, and so is each window's rise
+    (its samples span it exactly), but rate() multiplies the rise by one factor (1/300 for a 300 s window),
+    which can cost the result its last bit (4200 over 300 s is 14.000000000000002)."""
     return round(float(v), 9)
 
 
