@@ -345,6 +345,12 @@ class SnapshotCollector(Collector):
             self._histograms(fam, p, names, values)
         if p.state != "exited":
             self._gpu_use(fam, p, names, values)
+        if t is not None:   # a traced process's state: the fleet view marks it exited on this, not on its rates
+            if p.start_time is not None:
+                fam.gauge("gputop_process_start_time_seconds", "When the process started (unix seconds).",
+                          names).add_metric(values, float(p.start_time))
+            fam.gauge("gputop_process_exited", "1 when the process has exited (its counters stay for "
+                      "--exited-grace), else 0.", names).add_metric(values, float(p.state == "exited"))
         self._kernels(fam, p, names, values)
 
     def _histograms(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
