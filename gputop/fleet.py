@@ -91,7 +91,7 @@ PROC_DIRECTED: tuple[tuple[str, str, str, str | None], ...] = (
 #: launches counted by the histograms (the denominators of the grid and block averages)
 HIST_COUNTS = ("gputop_kernel_grid_blocks_count", "gputop_kernel_block_threads_count")
 PROC_GAUGES = ("gputop_live_alloc_bytes", "gputop_process_gpu_memory_bytes", "gputop_process_sm_utilization_ratio",
-               "gputop_process_launch_bound")
+               "gputop_process_launch_bound", "gputop_process_start_time_seconds", "gputop_process_exited")
 #: GPU families: (metric, GpuSample field, scale from base units back to the model's)
 GPU_FIELDS: tuple[tuple[str, str, float], ...] = (
     ("gputop_gpu_utilization_ratio", "util_pct", 100.0),
@@ -123,6 +123,16 @@ SERIES_QUERIES: tuple[tuple[str, str], ...] = (
 )
 #: points per chart of details and compare
 SERIES_POINTS = 120
+#: how far back the fleet looks for the name of a node whose scrapes fail now (its last
+#: ``gputop_build_info``) and for the jobs that scrape exporters (``up`` of those jobs only)
+NAME_LOOKBACK = "1h"
+#: the label that tags the parts folded into one query (the build-info query: each target's ``up``
+#: and the last known node names; the gauges query: each process's last sample and whether its
+#: series reaches back over the window)
+PART = "gputop_fleet_part"
+#: process gauges of the exporter's state of a process (docs/metrics.md)
+START_TIME = "gputop_process_start_time_seconds"
+EXITED = "gputop_process_exited"
 
 
 # ---------------------------------------------------------------- option parsing
@@ -277,7 +287,7 @@ def _pkey(m: Mapping[str, str]) -> tuple[str, int] | None:
 class _Proc:
     """Counts of one process being gathered from the families."""
 
-    __slots__ = ("gauges", "gpu", "hists", "interval", "kernels", "labels", "total")
+    __slots__ = ("gauges", "gpu", "hists", "interval", "kernels", "labels", "seen", "total", "windowed")
 
     def __init__(self, m: Mapping[str, str]) -> None:
         self.labels = {k: m[k] for k in ("comm", "cmdline", "container") if k in m}    # not the whole sample
@@ -287,6 +297,10 @@ class _Proc:
         self.gpu: int | None = None
         self.hists: dict[str, dict[str, list[tuple[float, float]]]] = {}
         self.kernels: dict[str, float] = {}
+        #: unix time of the last sample of its launches counter (None: no such series)
+        self.seen: float | None = None
+        #: True when its launches counter had a sample a window before the refresh's instant
+        self.windowed = False
 
     def learn(self, m: Mapping[str, str]) -> None:
         """Labels another series of the process carries where the first one had none (a series
@@ -361,6 +375,10 @@ class SnapshotBuilder:
         self.procs: dict[tuple[str, str], _Proc] = {}     # (instance, pid as the label has it)
         self.gpu_samples: list[Sample] = []
         self.source_up: list[Sample] = []
+        #: each target's ``up`` (the scrape jobs that scrape gputop exporters), by instance
+        self.up: dict[str, float] = {}
+        #: the node names of the last hour, by instance: the names of targets whose scrapes fail now
+        self.known_node: dict[str, str] = {}
 
     def _proc(self, m: Mapping[str, str]) -> _Proc:
         key = (m.get("instance", ""), m.get("pid", ""))
@@ -377,8 +395,15 @@ class SnapshotBuilder:
         if job == "build_info":
             for s in samples:
                 m = s["metric"]
-                if "instance" in m and "node" in m:
+                part = m.get(PART)
+                if "instance" not in m:
+                    continue
+                if part is None and "node" in m:
                     self.node_of[m["instance"]] = m["node"]
+                elif part == "known" and "node" in m:
+                    self.known_node.setdefault(m["instance"], m["node"])
+                elif part == "up":
+                    self.up[m["instance"]] = _value(s)
         elif job == "source_up":
             self.source_up = samples
         elif job == "gpus":
@@ -386,6 +411,15 @@ class SnapshotBuilder:
         elif job == "gauges":
             for s in samples:
                 m = s["metric"]
+                part = m.get(PART)
+                if part is not None:        # only for processes some family knows (not one that went)
+                    key = (m.get("instance", ""), m.get("pid", ""))
+                    q = self.procs.get(key) or self.procs.setdefault(key, _Proc({}))
+                    if part == "seen":
+                        q.seen = _value(s)
+                    elif part == "windowed":
+                        q.windowed = True
+                    continue
                 p = self._proc(m)
                 p.gauges[m.get("__name__", "")] = _value(s)
                 if m.get("gpu", "").isdigit():
@@ -434,6 +468,16 @@ class SnapshotBuilder:
                 k = part or "value"
                 slot[k] = max(v, slot.get(k, v)) if largest else v
 
+    def name(self, instance: str) -> str | None:
+        """A target's node name: its ``gputop_build_info`` now, else the last one within NAME_LOOKBACK."""
+        return self.node_of.get(instance) or self.known_node.get(instance)
+
+    def down(self, nodes: frozenset[str] = frozenset()) -> tuple[list[str], int]:
+        """The targets (instances) whose last scrape failed, and how many targets there are (of the
+        nodes ``nodes`` when given)."""
+        targets = [i for i in self.up if not nodes or self.name(i) in nodes]
+        return sorted((i for i in targets if self.up[i] < 1), key=lambda i: (self.name(i) or i, i)), len(targets)
+
     def build(self, *, at: float, window_s: float, host: str, nodes: frozenset[str] = frozenset()) -> Snapshot:
         out: list[ProcSample] = []
         for (instance, pid), p in self.procs.items():
@@ -448,9 +492,21 @@ class SnapshotBuilder:
         out.sort(key=lambda q: (q.node or "", q.instance or "", q.pid))
         gpus = _gpus(self.gpu_samples, self.node_of, nodes)
         sources = _sources(self.source_up, self.node_of, nodes)
-        sources["prometheus"] = SourceStatus("ok")
+        down, targets = self.down(nodes)
+        sources["prometheus"] = SourceStatus("ok", reason=nodes_down(down, targets, self.name) if down else None)
         return Snapshot(time=at, interval_s=window_s, host=host, sources=sources, gpus=tuple(gpus),
                         processes=tuple(out))
+
+
+def nodes_down(down: Sequence[str], targets: int, name: Any) -> str:
+    """``1 of 2 nodes down: node-b`` (``name``: a target's node name, or None: the target is named)."""
+    shown = [name(i) or i for i in down[:DOWN_SHOWN]]
+    more = ", …" if len(down) > DOWN_SHOWN else ""
+    return f"{len(down)} of {targets} node{'s' if targets != 1 else ''} down: {', '.join(shown)}{more}"
+
+
+#: down nodes named in the message (then ", …")
+DOWN_SHOWN = 5
 
 
 def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
@@ -510,8 +566,13 @@ def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: 
     sm = p.gauges.get("gputop_process_sm_utilization_ratio")
     gpu_mem = p.gauges.get("gputop_process_gpu_memory_bytes")
     bound = p.gauges.get("gputop_process_launch_bound")
+    exited = p.gauges.get(EXITED)
+    start = p.gauges.get(START_TIME)
     return ProcSample(
-        pid=pid, comm=m.get("comm") or None, cmdline=m.get("cmdline") or None, container=m.get("container") or None,
+        pid=pid, comm=m.get("comm") or None, state="exited" if exited is not None and exited >= 0.5 else "running",
+        start_time=start if start is not None and start > 0 else None, last_seen=p.seen,
+        stale=False, warming_up=(not p.windowed) if p.seen is not None else None,
+        cmdline=m.get("cmdline") or None, container=m.get("container") or None,
         interval=interval, total=total, rates=rates,
         grid_blocks_avg=avg("grid_blocks_sum", HIST_COUNTS[0]),
         block_threads_avg=avg("block_threads_sum", HIST_COUNTS[1]),
@@ -582,6 +643,11 @@ def series_points(samples: Iterable[Sample], name: str) -> dict[ProcKey, dict[st
 # ---------------------------------------------------------------- the feed
 
 
+def _tagged(expr: str, part: str) -> str:
+    """``expr`` with its series tagged ``PART="part"`` (parts folded into one query stay apart)."""
+    return f'label_replace({expr}, "{PART}", "{part}", "", "")'
+
+
 def _regex_alt(values: Iterable[str]) -> str:
     """A PromQL regex matching exactly these values."""
     return "|".join(re.escape(v).replace("\\", "\\\\").replace('"', '\\"') for v in sorted(set(values)))
@@ -626,6 +692,8 @@ class FleetReader:
         self.window_s = parse_duration(config.window)
         self.client = PromClient(config.url, config.timeout_s or max(10.0, 2 * config.interval_s))
         self._pool = ThreadPoolExecutor(max_workers=max(1, config.workers), thread_name_prefix="gputop-fleet-q")
+        #: each target's rows at the last refresh that scraped it: shown, marked stale, while it is down
+        self._rows: dict[str, tuple[ProcSample, ...]] = {}
 
     @property
     def queries(self) -> int:
@@ -661,7 +729,10 @@ class FleetReader:
         jobs: dict[str, str] = {
             "source_up": f"gputop_source_up{{{sel}}}",
             "gpus": "{" + self._selector(extra, '__name__=~"gputop_gpu_.+"') + "}",
-            "gauges": "{" + self._selector(extra, f'__name__=~"{"|".join(PROC_GAUGES)}"') + "}",
+            # with each process's last sample and whether its series reaches back a window (warming up)
+            "gauges": "{" + self._selector(extra, f'__name__=~"{"|".join(PROC_GAUGES)}"') + "}"
+                      + f" or {_tagged(f'max by (instance,pid) (timestamp({launches}{{{sel}}}))', 'seen')}"
+                      + f" or {_tagged(f'max by (instance,pid) ({launches}{{{sel}}} offset {w})', 'windowed')}",
             # the launches keep comm & co.: every process's names
             f"total:{launches}": f"max by (instance,pid,comm,cmdline,container) ({launches}{{{sel}}})",
         }
@@ -687,8 +758,8 @@ class FleetReader:
     def read(self, at: float, watched: Watched, interval_s: float) -> tuple[Snapshot, Series]:
         """One refresh: every query at ``at``; raises ``FleetError`` when Prometheus fails."""
         q = self.client.query
-        info = q(f"gputop_build_info{{{self.config.match}}}", at)
-        if not info:
+        info = q(self.info_query(), at)
+        if not any(PART not in s["metric"] or s["metric"][PART] == "known" for s in info):
             where = f" matching {{{self.config.match}}}" if self.config.match else ""
             raise FleetError("empty", f"Prometheus at {self.config.url} holds no gputop metrics{where} "
                              "(gputop_build_info is empty)",
@@ -717,6 +788,7 @@ class FleetReader:
                 pending.cancel()
             raise
         snap = builder.build(at=at, window_s=self.window_s, host=self.config.url, nodes=self.config.nodes)
+        snap = self._keep_stale(snap, builder)
         del builder
         series: Series = {}
         for name, _ in SERIES_QUERIES:
@@ -724,6 +796,33 @@ class FleetReader:
                 if k in watched:
                     series.setdefault(k, {}).update(by_name)
         return snap, series
+
+    def _keep_stale(self, snap: Snapshot, b: SnapshotBuilder) -> Snapshot:
+        """The rows of the targets that are down now: their last known ones (from the last refresh that
+        scraped them, or what Prometheus still holds of them), marked ``stale``."""
+        if not b.up:
+            return snap
+        by: dict[str, list[ProcSample]] = {}
+        for p in snap.processes:
+            by.setdefault(p.instance or "", []).append(p)
+        down = {i for i, v in b.up.items() if v < 1}
+        self._rows = {i: tuple(by.get(i, ())) if i not in down else self._rows.get(i, ()) for i in b.up}
+        if not down:
+            return snap
+        rows = [p for p in snap.processes if p.instance not in down]
+        for i in down:
+            rows += [replace(p, stale=True) for p in (by.get(i) or self._rows.get(i, ()))]
+        rows.sort(key=lambda q: (q.node or "", q.instance or "", q.pid))
+        return replace(snap, processes=tuple(rows))
+
+    def info_query(self) -> str:
+        """Each target's node name, folded into one query with, for the jobs that scrape gputop
+        exporters, each target's ``up``, and the node names of the last NAME_LOOKBACK (a target whose
+        scrapes fail has no current ``gputop_build_info``: Prometheus marks its series stale)."""
+        m = self.config.match
+        known = f"last_over_time(gputop_build_info{{{m}}}[{NAME_LOOKBACK}])"
+        targets = f"(up{{{m}}} and on(job) {known})"
+        return f"gputop_build_info{{{m}}} or {_tagged(known, 'known')} or {_tagged(targets, 'up')}"
 
     @staticmethod
     def _watch_selector(keys: Sequence[tuple[str, int]]) -> str:

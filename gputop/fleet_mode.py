@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import replace
 
-from gputop.errors import EX_OK, EX_USAGE, GputopError
+from gputop.errors import EX_ERROR, EX_OK, EX_USAGE, GputopError
 
 #: refresh interval of the fleet view unless -d says otherwise: a refresh is a few dozen queries
 DEFAULT_INTERVAL_S = 5.0
@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _batch(args: argparse.Namespace, feed: object, filters: object) -> int:
-    """One line (JSON) or one table per refresh; Prometheus failing ends it: exit 1, one line, a hint."""
+    """One line (JSON) or one table per refresh; Prometheus failing ends it: exit 1, one line, a hint.
+    A scrape target down at a refresh (its ``up`` is 0) does not end it, but the exit status is 1, with
+    the last such refresh's ``N of M nodes down: …`` line and a hint, after the output."""
     from gputop import batch
     from gputop.feed import Filters
     from gputop.fleet import FleetFeed
@@ -94,6 +96,7 @@ def _batch(args: argparse.Namespace, feed: object, filters: object) -> int:
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(errors="backslashreplace")
     recorder = Recorder(args.record) if args.record else None
+    down: str | None = None
     try:
         i = 0
         next_at = time.monotonic()
@@ -102,6 +105,9 @@ def _batch(args: argparse.Namespace, feed: object, filters: object) -> int:
                 next_at += feed.interval_s
                 time.sleep(max(0.0, next_at - time.monotonic()))
             snap = filters.apply(feed.collect())     # FleetError: the CLI prints it, exit 1
+            prom = snap.sources.get("prometheus")
+            if prom is not None and prom.reason:
+                down = prom.reason
             batch.emit([snap], args.format or "table", sort=args.sort or DEFAULT_SORT)
             if recorder:
                 recorder.write(snap)
@@ -110,4 +116,9 @@ def _batch(args: argparse.Namespace, feed: object, filters: object) -> int:
         feed.stop()
         if recorder:
             recorder.close()
+    if down is not None:
+        sys.stdout.flush()
+        raise GputopError(down, "check those nodes' exporters (systemctl status gputop-exporter, or the DaemonSet's "
+                          "pods) and the targets page of Prometheus (its /targets): up is 0 where a scrape fails",
+                          EX_ERROR)
     return EX_OK

@@ -125,6 +125,14 @@ class ProcSample:
     #: Prometheus scrape target; None on a single host
     node: str | None = None
     instance: str | None = None
+    #: fleet view: unix time of the process's last sample in Prometheus; None on a single host
+    last_seen: float | None = None
+    #: fleet view: True when the process's node is down (its scrape fails) and this is its last known
+    #: row, as of ``last_seen``; None on a single host
+    stale: bool | None = None
+    #: fleet view: True while Prometheus holds less than the window (``--window``) of the process's
+    #: series, so its rates read low; None on a single host
+    warming_up: bool | None = None
 
     @property
     def key(self) -> ProcKey:
@@ -677,7 +685,7 @@ _PROC_SPEC = _spec(ProcSample, {
     "kernels": _list(_objects(_KERNEL_SPEC, KernelStat), "MAX_KERNELS", cut=True),
     "gpu_index": _id, "gpu_mem_bytes": _count, "gpu_util_pct": _number, "cpu_pct": _number,
     "rss_bytes": _count, "launch_bound": _flag, "nspid": _id, "start_time": _unix_time, "node": _text,
-    "instance": _text,
+    "instance": _text, "last_seen": _unix_time, "stale": _flag, "warming_up": _flag,
 })
 _GPU_SPEC = _spec(GpuSample, {
     "index": _id, "uuid": _text, "name": _text, "util_pct": _number, "mem_util_pct": _number,

@@ -48,6 +48,13 @@ def _gpu(p: ProcSample) -> str:
     return fmt.text(p.gpu_index)
 
 
+def _node_text(p: ProcSample) -> str:
+    """The node, and for a node that is down (fleet view), since when its row is stale."""
+    if not p.stale:
+        return fmt.text(p.node)
+    return f"{fmt.text(p.node)} stale since {fmt.clock(p.last_seen) if p.last_seen is not None else 'N/A'}"
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("pid", "PID", 7, lambda p: p.pid, lambda p: str(p.pid), descending=False, help="process id"),
     Column(
@@ -78,8 +85,8 @@ COLUMNS: tuple[Column, ...] = (
         "LAUNCH/s",
         9,
         fields.launches_per_s,
-        lambda p: fmt.si(fields.launches_per_s(p)),
-        help="kernel launches per second",
+        lambda p: ("~" if p.warming_up else "") + fmt.si(fields.launches_per_s(p)),
+        help="kernel launches per second",     # fleet view: ~ while warming up (docs/fleet.md)
     ),
     Column(
         "grid",
@@ -186,7 +193,7 @@ COLUMNS: tuple[Column, ...] = (
         "NODE",
         12,
         lambda p: p.node,
-        lambda p: fmt.text(p.node),
+        _node_text,
         descending=False,
         align="left",
         cut="middle",

@@ -38,6 +38,8 @@ def _source(name: str, st: SourceStatus | None) -> Content:
     label = st.status if st.status != "unavailable" else "off"
     if name == "UVM" and st.status == "ok" and st.scope == "cpu":
         label = "CPU only"      # GPU faults and migrations are not traced
+    if name == "PROM" and st.status == "ok" and st.reason:
+        label, style = fmt.text(st.reason), "$warning bold"     # the fleet view: "1 of 2 nodes down: …"
     parts: list[tuple[str, str] | str] = [(f"{name} ", "bold"), (label, style)]
     if name == "BPF" and st.status == "ok":
         if st.probes is not None:

@@ -1,0 +1,170 @@
+"""Fleet health (issue 24, item 1): a real Prometheus holding a synthetic fleet (loaded with promtool) of
+two scrape targets, node-a up and node-b down for the last 10 minutes. Exact: the snapshot's
+``sources.prometheus`` and the header say "1 of 2 nodes down: node-b", node-b's last known rows stay,
+marked stale as of their last sample, `-b` exits 1 with one error line and a hint after its output; a
+process the exporter says exited is exited (while its rate only fades); a process younger than the
+window is warming up; start time and last-seen come from the exporter's samples."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from promserver import free_port, http_get, wait_until
+from support import ROOT
+
+from gputop.fleet import FleetConfig, FleetReader
+from gputop.model import ProcSample, Snapshot
+from gputop.ui.columns import BY_KEY
+from gputop.ui.widgets.header import HeaderState, header_content
+
+STEP_S = 15
+WINDOW_S = 120
+A, B = "10.0.0.1:9464", "10.0.0.2:9464"
+HINT = ("hint: check those nodes' exporters (systemctl status gputop-exporter, or the DaemonSet's pods) and the "
+        "targets page of Prometheus (its /targets): up is 0 where a scrape fails")
+
+
+def write_fleet(path: Path, t_end: int) -> tuple[int, int]:
+    """The fleet's series; returns (t0, t1): the first sample, and node-b's last one."""
+    t0, t1 = t_end - 30 * 60, t_end - 10 * 60
+    every = range(t0, t_end + 1, STEP_S)
+    young_from, killed_at = t_end - 60, t_end - 60
+    # (instance, pid, comm, launches/s, first, last, exited from, start time)
+    procs = [(A, 100, "trainer", 1000.0, t0, t_end, None, t0 - 100),
+             (A, 200, "young", 500.0, young_from, t_end, None, young_from - 1),
+             (A, 300, "killed", 441.9, t0, t_end, killed_at, t0 - 50),
+             (B, 400, "other", 10.0, t0, t1, None, t0 - 10)]
+    lines: list[str] = []
+
+    def lab(inst: str, **more: str) -> str:
+        labels = sorted({"instance": inst, "job": "gputop", **more}.items())
+        return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+    lines.append("# TYPE gputop_build_info gauge")
+    for inst, node, last in ((A, "node-a", t_end), (B, "node-b", t1)):
+        lines += [f"gputop_build_info{lab(inst, node=node, version='0.1.0')} 1 {t}" for t in every if t <= last]
+    lines.append("# TYPE up gauge")
+    lines += [f"up{lab(A)} 1 {t}" for t in every]
+    lines += [f"up{lab(B)} {1 if t <= t1 else 0} {t}" for t in every]
+    lines.append("# TYPE gputop_kernel_launches counter")
+    for inst, pid, comm, rate, first, last, exited, _ in procs:
+        p = lab(inst, pid=str(pid), comm=comm, container="")
+        lines += [f"gputop_kernel_launches_total{p} {rate * (min(t, exited or t) - first):.1f} {t}"
+                  for t in every if first <= t <= last]
+    lines.append("# TYPE gputop_process_exited gauge")
+    for inst, pid, comm, _, first, last, exited, _ in procs:
+        p = lab(inst, pid=str(pid), comm=comm, container="")
+        lines += [f"gputop_process_exited{p} {int(exited is not None and t >= exited)} {t}"
+                  for t in every if first <= t <= last]
+    lines.append("# TYPE gputop_process_start_time_seconds gauge")
+    for inst, pid, comm, _, first, last, _, start in procs:
+        p = lab(inst, pid=str(pid), comm=comm, container="")
+        lines += [f"gputop_process_start_time_seconds{p} {start} {t}" for t in every if first <= t <= last]
+    lines.append("# EOF")
+    path.write_text("\n".join(lines) + "\n")
+    return t0, t1
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, int, int]]:
+    """(Prometheus's URL, t0, t1, t_end)."""
+    if not (shutil.which("prometheus") and shutil.which("promtool")):
+        pytest.skip("Debian's prometheus package is not installed (scripts/setup.sh --test installs it)")
+    tmp = tmp_path_factory.mktemp("fleet_health")
+    t_end = int(time.time()) // STEP_S * STEP_S
+    om, data = tmp / "fleet.om", tmp / "data"
+    t0, t1 = write_fleet(om, t_end)
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
+                   capture_output=True)
+    port = free_port()
+    cfg = tmp / "prometheus.yml"
+    cfg.write_text("global: {scrape_interval: 30s}\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
+                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until("Prometheus to be ready", lambda: http_get(url + "/-/ready")[0] == 200, 60)
+        yield url, t0, t1, t_end
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+
+
+def rows(snap: Snapshot) -> dict[tuple[str | None, int], ProcSample]:
+    return {(p.node, p.pid): p for p in snap.processes}
+
+
+def test_a_down_node_is_said_and_its_last_rows_stay_stale(fleet: tuple[str, int, int, int]) -> None:
+    url, _, t1, t_end = fleet
+    reader = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
+    try:
+        before = reader.read(t1, (), 5.0)[0]         # both nodes scraped
+        assert before.sources["prometheus"].status == "ok" and before.sources["prometheus"].reason is None
+        assert set(rows(before)) == {("node-a", 100), ("node-a", 300), ("node-b", 400)}
+        assert rows(before)[("node-b", 400)].stale is False
+        queries = reader.queries
+        snap = reader.read(t_end, (), 5.0)[0]
+        assert reader.queries - queries == queries == 1 + 3 + 2 * 23    # no query more: folded in
+    finally:
+        reader.close()
+    prom = snap.sources["prometheus"]
+    assert (prom.status, prom.reason) == ("ok", "1 of 2 nodes down: node-b")
+    got = rows(snap)
+    assert set(got) == {("node-a", 100), ("node-a", 200), ("node-a", 300), ("node-b", 400)}
+    b = got[("node-b", 400)]
+    assert (b.stale, b.last_seen, b.state, b.instance) == (True, float(t1), "running", B)   # as of its last sample
+    assert b == replace(rows(before)[("node-b", 400)], stale=True)       # its last known row
+    assert all(p.stale is False and p.last_seen == float(t_end) for k, p in got.items() if k[0] == "node-a")
+    assert BY_KEY["node"].render(b) == f"node-b stale since {time.strftime('%H:%M:%S', time.localtime(t1))}"
+    assert BY_KEY["node"].render(got[("node-a", 100)]) == "node-a"
+    text = header_content(HeaderState(snapshot=snap)).plain
+    assert "PROM 1 of 2 nodes down: node-b" in text, text
+    # a reader that never saw node-b up says it is down, and has no rows of it
+    fresh = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
+    try:
+        cold = fresh.read(t_end, (), 5.0)[0]
+    finally:
+        fresh.close()
+    assert cold.sources["prometheus"].reason == "1 of 2 nodes down: node-b"
+    assert set(rows(cold)) == {("node-a", 100), ("node-a", 200), ("node-a", 300)}
+
+
+def test_exited_young_and_start_time_come_from_the_exporter(fleet: tuple[str, int, int, int]) -> None:
+    url, t0, _, t_end = fleet
+    reader = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
+    try:
+        got = rows(reader.read(t_end, (), 5.0)[0])
+    finally:
+        reader.close()
+    old, young, killed = got[("node-a", 100)], got[("node-a", 200)], got[("node-a", 300)]
+    assert (old.state, old.warming_up, old.start_time) == ("running", False, float(t0 - 100))
+    assert old.rates is not None and old.rates.launches_per_s == pytest.approx(1000.0)
+    assert (young.state, young.warming_up, young.start_time) == ("running", True, float(t_end - 61))
+    assert BY_KEY["launches"].render(young).startswith("~") and not BY_KEY["launches"].render(old).startswith("~")
+    # killed a minute ago: exited, as the exporter says, while its rate over the window only halved
+    assert (killed.state, killed.warming_up, killed.last_seen) == ("exited", False, float(t_end))
+    assert killed.rates is not None and killed.rates.launches_per_s == pytest.approx(441.9 / 2)
+
+
+def test_batch_exits_1_after_its_output_when_a_node_is_down(fleet: tuple[str, int, int, int]) -> None:
+    url, *_ = fleet
+    res = subprocess.run([sys.executable, "-m", "gputop.cli", "--prometheus", url, "--window", f"{WINDOW_S}s",
+                          "-b", "-n", "1", "-f", "json"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.splitlines() == ["gputop: error: 1 of 2 nodes down: node-b", HINT]
+    doc = json.loads(res.stdout)
+    assert doc["sources"]["prometheus"] == {"status": "ok", "reason": "1 of 2 nodes down: node-b"}
+    procs = {p["pid"]: p for p in doc["processes"]}
+    assert set(procs) == {100, 200, 300}
+    assert (procs[200]["warming_up"], procs[300]["state"], procs[100]["stale"]) == (True, "exited", False)
