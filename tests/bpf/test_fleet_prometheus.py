@@ -149,6 +149,31 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
         # details/compare's extra reads: one query for histograms and kernels, one query_range per chart
         assert feed.queries - before == (1 + RATE_READS) * per_refresh + RATE_READS * (1 + 4)
 
+        # fleet health (docs/fleet.md): the workload killed is exited on both nodes as their exporters
+        # say (its rates only fade), with its start time and last-seen
+        wl.kill()
+        wl.wait()
+        wait_until("the fleet to say the workload exited", lambda: [
+            p.state for p in mine(feed.collect(), pid).values()] == ["exited", "exited"], 30)
+        for p in mine(feed.collect(), pid).values():
+            assert p.start_time is not None and p.last_seen is not None and p.stale is False
+            assert p.warming_up is False and p.rates is not None and p.rates.launches_per_s
+        # node-b's exporter stopped: Prometheus's scrape fails (up 0), the fleet says so, its rows stay stale
+        exporters[1].proc.send_signal(signal.SIGTERM)
+        exporters[1].proc.wait(timeout=60)
+        wait_until("node-b to be down", lambda: feed.collect().sources["prometheus"].reason
+                   == "1 of 2 nodes down: node-b", 30)
+        snap = feed.collect()
+        health = mine(snap, pid)
+        assert (health["node-a"].stale, health["node-b"].stale, health["node-b"].state) == (False, True, "exited")
+        assert snap.sources["prometheus"].status == "ok"
+        out = fleet(prom.url, "-b", "-n", "1")
+        assert out.returncode == 1 and "node-a" in out.stdout
+        assert out.stderr.splitlines() == [
+            "gputop: error: 1 of 2 nodes down: node-b",
+            "hint: check those nodes' exporters (systemctl status gputop-exporter, or the DaemonSet's pods) and the "
+            "targets page of Prometheus (its /targets): up is 0 where a scrape fails"]
+
         # slow: Prometheus stopped (connections queue, nothing answers): the last data stays, marked stale
         prom.proc.send_signal(signal.SIGSTOP)
         slow = FleetFeed(FleetConfig(url=prom.url, window=f"{WINDOW_S}s", interval_s=1.0, timeout_s=2.0))
