@@ -507,6 +507,8 @@ def nodes_down(down: Sequence[str], targets: int, name: Any) -> str:
 
 #: down nodes named in the message (then ", …")
 DOWN_SHOWN = 5
+#: refreshes read at down targets' last scrapes (one per distinct time) in one refresh, at most
+LAST_READS = 3
 
 
 def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
@@ -694,6 +696,8 @@ class FleetReader:
         self._pool = ThreadPoolExecutor(max_workers=max(1, config.workers), thread_name_prefix="gputop-fleet-q")
         #: each target's rows at the last refresh that scraped it: shown, marked stale, while it is down
         self._rows: dict[str, tuple[ProcSample, ...]] = {}
+        #: read the rows of down targets never read up at their last scrape (not in that read itself)
+        self._fill = True
 
     @property
     def queries(self) -> int:
@@ -788,7 +792,7 @@ class FleetReader:
                 pending.cancel()
             raise
         snap = builder.build(at=at, window_s=self.window_s, host=self.config.url, nodes=self.config.nodes)
-        snap = self._keep_stale(snap, builder)
+        snap = self._keep_stale(snap, builder, interval_s)
         del builder
         series: Series = {}
         for name, _ in SERIES_QUERIES:
@@ -797,23 +801,64 @@ class FleetReader:
                     series.setdefault(k, {}).update(by_name)
         return snap, series
 
-    def _keep_stale(self, snap: Snapshot, b: SnapshotBuilder) -> Snapshot:
+    def _keep_stale(self, snap: Snapshot, b: SnapshotBuilder, interval_s: float) -> Snapshot:
         """The rows of the targets that are down now: their last known ones (from the last refresh that
-        scraped them, or what Prometheus still holds of them), marked ``stale``."""
+        scraped them, or what Prometheus still holds of them, else read at their last scrape), marked
+        ``stale``."""
         if not b.up:
             return snap
         by: dict[str, list[ProcSample]] = {}
         for p in snap.processes:
             by.setdefault(p.instance or "", []).append(p)
         down = {i for i, v in b.up.items() if v < 1}
-        self._rows = {i: tuple(by.get(i, ())) if i not in down else self._rows.get(i, ()) for i in b.up}
+        rows_of = {i: tuple(by.get(i, ())) for i in b.up if i not in down}
+        for i in down:
+            if i in by:
+                rows_of[i] = tuple(by[i])
+            elif i in self._rows:
+                rows_of[i] = self._rows[i]
+        nodes = self.config.nodes
+        unknown = sorted(i for i in down if i not in rows_of and (not nodes or b.name(i) in nodes))
+        if unknown and self._fill:
+            rows_of.update(self._last_rows(unknown, b, snap.time, interval_s))
+        self._rows = rows_of
         if not down:
             return snap
         rows = [p for p in snap.processes if p.instance not in down]
         for i in down:
-            rows += [replace(p, stale=True) for p in (by.get(i) or self._rows.get(i, ()))]
+            rows += [replace(p, stale=True) for p in rows_of.get(i, ())]
         rows.sort(key=lambda q: (q.node or "", q.instance or "", q.pid))
         return replace(snap, processes=tuple(rows))
+
+    def _last_rows(self, instances: Sequence[str], b: SnapshotBuilder, at: float,
+                   interval_s: float) -> dict[str, tuple[ProcSample, ...]]:
+        """The rows of targets that are down and were never read up: each read at its last scrape within
+        NAME_LOOKBACK (the last sample of its ``gputop_build_info``), one refresh per distinct time
+        (at most LAST_READS; the others have no rows). Once per target: the rows are kept."""
+        sel = self._selector(f'instance=~"{_regex_alt(instances)}"')
+        last = self.client.query(f"max by (instance) (max_over_time(timestamp(gputop_build_info{{{sel}}})"
+                                 f"[{NAME_LOOKBACK}:1s]))", at)
+        by_time: dict[float, list[str]] = {}
+        for s in last:
+            by_time.setdefault(_value(s), []).append(s["metric"].get("instance", ""))
+        out: dict[str, tuple[ProcSample, ...]] = {i: () for i in instances}
+        for t in sorted(by_time, reverse=True)[:LAST_READS]:
+            names = frozenset(n for i in by_time[t] if (n := b.name(i)) is not None)
+            if not names:
+                continue
+            sub = FleetReader(replace(self.config, nodes=names))
+            sub._fill = False
+            try:
+                rows = sub.read(t, (), interval_s)[0].processes
+            except FleetError:
+                continue
+            finally:
+                sub.close()
+            with self.client._lock:
+                self.client.queries += sub.queries
+            for i in by_time[t]:
+                out[i] = tuple(p for p in rows if p.instance == i)
+        return out
 
     def info_query(self) -> str:
         """Each target's node name, folded into one query with, for the jobs that scrape gputop

@@ -129,14 +129,17 @@ def test_a_down_node_is_said_and_its_last_rows_stay_stale(fleet: tuple[str, int,
     assert BY_KEY["node"].render(got[("node-a", 100)]) == "node-a"
     text = header_content(HeaderState(snapshot=snap)).plain
     assert "PROM 1 of 2 nodes down: node-b" in text, text
-    # a reader that never saw node-b up says it is down, and has no rows of it
+    # a reader that never saw node-b up reads its rows at its last scrape (one query for when that
+    # was, one refresh at that time), once
     fresh = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
     try:
         cold = fresh.read(t_end, (), 5.0)[0]
+        assert fresh.queries == 50 + 1 + 50
+        assert fresh.read(t_end, (), 5.0)[0] == cold and fresh.queries == 3 * 50 + 1
     finally:
         fresh.close()
     assert cold.sources["prometheus"].reason == "1 of 2 nodes down: node-b"
-    assert set(rows(cold)) == {("node-a", 100), ("node-a", 200), ("node-a", 300)}
+    assert cold.processes == snap.processes
 
 
 def test_exited_young_and_start_time_come_from_the_exporter(fleet: tuple[str, int, int, int]) -> None:
@@ -157,7 +160,7 @@ def test_exited_young_and_start_time_come_from_the_exporter(fleet: tuple[str, in
 
 
 def test_batch_exits_1_after_its_output_when_a_node_is_down(fleet: tuple[str, int, int, int]) -> None:
-    url, *_ = fleet
+    url, _, t1, _ = fleet
     res = subprocess.run([sys.executable, "-m", "gputop.cli", "--prometheus", url, "--window", f"{WINDOW_S}s",
                           "-b", "-n", "1", "-f", "json"], capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -166,5 +169,6 @@ def test_batch_exits_1_after_its_output_when_a_node_is_down(fleet: tuple[str, in
     doc = json.loads(res.stdout)
     assert doc["sources"]["prometheus"] == {"status": "ok", "reason": "1 of 2 nodes down: node-b"}
     procs = {p["pid"]: p for p in doc["processes"]}
-    assert set(procs) == {100, 200, 300}
+    assert set(procs) == {100, 200, 300, 400}
+    assert (procs[400]["stale"], procs[400]["last_seen"], procs[400]["node"]) == (True, t1, "node-b")
     assert (procs[200]["warming_up"], procs[300]["state"], procs[100]["stale"]) == (True, "exited", False)
