@@ -134,7 +134,8 @@ class _Batch:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-            raise AssertionError(f"gputop did not stop within 60 s of SIGTERM; where it was:\n{self.stderr()}") from None
+            raise AssertionError(f"gputop did not stop within 60 s of SIGTERM; where it was:\n{self.stderr()}"
+                                 ) from None
         self._reader.join(5)
         return rc
 
