@@ -295,7 +295,7 @@ def _validate(args: argparse.Namespace) -> None:
         if not is_file:
             what = "not a file" if exists else "no such file"
             raise GputopError(f"--{name}: {what}: {path}", "give the path of a file written by --record", EX_USAGE)
-    for name in ("replay", "baseline"):         # --record truncates its file before anything is read
+    for name in ("replay", "baseline"):         # --record appends to the file being read: it would never end
         path = getattr(args, name)
         if args.record is not None and path is not None and args.record.exists() and args.record.samefile(path):
             raise GputopError(f"--record {args.record} would overwrite the recording given to --{name}",
