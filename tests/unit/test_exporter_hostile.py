@@ -490,7 +490,9 @@ def test_when_every_slot_is_past_its_head_a_new_connection_gets_503_at_once() ->
         for t in clients:
             t.start()
         assert gate.waiting.wait(5)
-        wait_until("three open connections", lambda: srv.open_connections == 3, 5)  # type: ignore[attr-defined]
+        # all three past their heads (none left reading one: a fourth would evict such a one instead)
+        wait_until("three open connections past their heads",
+                   lambda: srv.open_connections == 3 and not srv._conns, 5)  # type: ignore[attr-defined]
         t0 = time.monotonic()
         assert exchange(port, b"GET /healthz HTTP/1.0\r\n\r\n") == 503
         assert time.monotonic() - t0 < 1.0
