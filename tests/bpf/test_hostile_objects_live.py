@@ -69,18 +69,40 @@ def _as_nobody() -> None:
     os.setuid(NOBODY)
 
 
+class _Drain:
+    """Polls the session's BPF source on a thread of its own while an attack runs (it is attacked
+    too, and must keep up with the events, or the next test loses its own); paused before the
+    test stops its gputop (polled meanwhile in perf mode, that gputop's detach of its tracepoints
+    took over 60 s), and drained to the end afterwards."""
+
+    def __init__(self, src: BpfSource) -> None:
+        self.src = src
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.src.poll(0.05)
+
+    def pause(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def finish(self) -> None:
+        self.pause()
+        src, deadline, quiet = self.src, time.monotonic() + 120, 0
+        while quiet < 5 and time.monotonic() < deadline:      # five polls in a row with nothing to do
+            src.poll(0.05)
+            busy = src._rescan or src._unknown_files or src._exited or src._reads.running()
+            quiet = 0 if busy else quiet + 1
+
+
 @pytest.fixture
-def drained(bpf_source: BpfSource) -> Iterator[BpfSource]:
-    """The session's BPF source, drained once a test that runs another gputop is over: the
-    events the attack made (thousands of files mapped) would otherwise fill its ring buffer and
-    cost the next test its events. (Not polled during the attack: on two cores its work would be
-    the refreshes' delay, not the attack's.)"""
-    yield bpf_source
-    deadline = time.monotonic() + 60
-    while bpf_source.poll(0.05) and time.monotonic() < deadline:
-        pass
-    for _ in range(20):                 # and what a quiet poll leaves in the ring buffer
-        bpf_source.poll(0)
+def drained(bpf_source: BpfSource) -> Iterator[_Drain]:
+    drain = _Drain(bpf_source)
+    yield drain
+    drain.finish()
 
 
 @pytest.fixture
@@ -141,7 +163,7 @@ class _Batch:
 
 
 def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: Path, tmp_path: Path,
-                                                                    drained: BpfSource) -> None:
+                                                                    drained: _Drain) -> None:
     """8 s of the review's attack against gputop -b -d 0.5: a refresh keeps coming every interval
     (no gap over 3 s on this 2-core machine), and SIGTERM stops it."""
     gt = _Batch(tmp_path)
@@ -151,6 +173,7 @@ def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: 
     assert attack.returncode == 0, attack.stderr
     assert int(attack.stdout) > 20                     # files mapped and swapped
     time.sleep(1.5)
+    drained.pause()
     assert gt.stop() == 0
     during = [t for t, _ in gt.lines if t >= t0]
     gaps = gt.gaps_after(t0)
@@ -245,7 +268,7 @@ sys.stdin.read()
 
 
 def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbed, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                              drained: BpfSource) -> None:
+                                                              drained: _Drain) -> None:
     """The review's stalls and bloat at once, against gputop -b -f json -d 0.5: a nobody process
     maps the crafted objects (a sparse 1 GiB memfd, entry size 1, one unterminated name shared by
     300 symbols), and three workloads each register three kernels under demangling bombs (400 MB
@@ -282,6 +305,7 @@ def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbe
         if crafted.stdin:
             crafted.stdin.close()
         crafted.wait(10)
+        drained.pause()
         gt.stop()
     gaps = gt.gaps_after(t0)
     assert max(gaps) < 3.0, f"a refresh came {max(gaps):.2f} s after the one before"
