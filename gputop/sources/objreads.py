@@ -64,7 +64,7 @@ class ObjectReads:
     @contextmanager
     def budget(self, seconds: float = WAIT_S) -> Iterator[None]:
         """Inside, the reads together wait at most ``seconds`` (a scan, a poll, a read of the
-        counters); outside, each read is waited for until it ends (elfread's own budget bounds it)."""
+        counters); outside, each read is waited for until it ends or STUCK_S has passed."""
         if self._until is not None:         # within a budget already (a poll's scan): the same one
             yield
             return
@@ -87,7 +87,8 @@ class ObjectReads:
             fut = pool.submit(size, _reader(os.dup(fd), path, cuda_only))
             fut.add_done_callback(lambda _f: self._ended.setdefault((key, cuda_only), time.monotonic()))
             self._reads[(key, cuda_only)] = fut
-        wait = None if self._until is None else max(0.0, self._until - time.monotonic())
+        # outside a budget: until it ends, or is stuck (nobody may be left to call check_stuck)
+        wait = STUCK_S if self._until is None else max(0.0, self._until - time.monotonic())
         try:
             out = fut.result(timeout=wait)
         except FutureTimeout:
