@@ -94,7 +94,8 @@ class _Drain:
         src, deadline, quiet = self.src, time.monotonic() + 120, 0
         while quiet < 5 and time.monotonic() < deadline:      # five polls in a row with nothing to do
             src.poll(0.05)
-            busy = src._rescan or src._unknown_files or src._exited or src._reads.running()
+            busy = (src._rescan or src._unknown_files or src._exited
+                    or any(not f.done() for f in src._reads._reads.values()))   # reads under way
             quiet = 0 if busy else quiet + 1
 
 
