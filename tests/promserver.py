@@ -1,5 +1,7 @@
 """A real Prometheus server (Debian's package) on loopback with a temporary config and data dir, and
-the real `gputop exporter` as a subprocess: for the exporter's and the deployment's tests."""
+the real `gputop exporter` as a subprocess: for the exporter's and the deployment's tests; and a real
+Prometheus over a TSDB that promtool built from OpenMetrics text (``tsdb_prometheus``): for the fleet
+view's and the dashboard's tests over synthetic fleets."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +136,67 @@ class Prometheus:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+def _need_prometheus() -> None:
+    if not (shutil.which("prometheus") and shutil.which("promtool")):
+        pytest.skip("Debian's prometheus package is not installed (scripts/setup.sh --test installs it)")
+
+
+def _serve_tsdb(data: Path, config: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
+                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until("Prometheus to be ready", lambda: http_get(url + "/-/ready")[0] == 200, 60)
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, url
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def tsdb_prometheus(openmetrics: Path, data: Path, *, rules: Sequence[Path] = (), start: int | None = None,
+                    end: int | None = None, eval_interval_s: int = 15) -> Iterator[str]:
+    """Prometheus's URL, serving the series of ``openmetrics`` (OpenMetrics text with timestamps, ending
+    ``# EOF``) from a TSDB at ``data`` that ``promtool tsdb create-blocks-from openmetrics`` builds.
+
+    ``rules``: rule files whose recording rules are then backfilled from ``start`` to ``end`` (unix
+    seconds) every ``eval_interval_s`` by ``promtool tsdb create-blocks-from rules``, which evaluates them
+    with this Prometheus's own query engine; one file after another, Prometheus restarted on the blocks
+    after each, so a file's rules read what the files before it recorded (promtool's backfill cannot
+    read a rule recorded in the same run). Skips the test without Debian's prometheus package."""
+    _need_prometheus()
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+                   check=True, capture_output=True)
+    config = data.parent / f"{data.name}-prometheus.yml"
+    config.write_text("global: {scrape_interval: 15s}\n")
+    proc, url = _serve_tsdb(data, config)
+    try:
+        for n, rule_file in enumerate(rules):
+            assert start is not None and end is not None, "a rules backfill needs start and end"
+            out = data.parent / f"{data.name}-rules-{n}"
+            res = subprocess.run(["promtool", "tsdb", "create-blocks-from", "rules", f"--url={url}",
+                                  f"--start={start}", f"--end={end}", f"--eval-interval={eval_interval_s}s",
+                                  f"--output-dir={out}", "--quiet", str(rule_file)],
+                                 capture_output=True, text=True, timeout=300)
+            assert res.returncode == 0, res.stdout + res.stderr
+            _stop(proc)
+            for block in sorted(out.iterdir()):
+                if block.is_dir():
+                    shutil.move(str(block), str(data / block.name))
+            proc, url = _serve_tsdb(data, config)
+        yield url
+    finally:
+        _stop(proc)

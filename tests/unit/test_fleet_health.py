@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from promserver import free_port, http_get, wait_until
+from promserver import tsdb_prometheus
 from support import ROOT
 
 from gputop.fleet import FleetConfig, FleetReader
@@ -77,27 +76,12 @@ def write_fleet(path: Path, t_end: int) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, int, int]]:
     """(Prometheus's URL, t0, t1, t_end)."""
-    if not (shutil.which("prometheus") and shutil.which("promtool")):
-        pytest.skip("Debian's prometheus package is not installed (scripts/setup.sh --test installs it)")
     tmp = tmp_path_factory.mktemp("fleet_health")
     t_end = int(time.time()) // STEP_S * STEP_S
     om, data = tmp / "fleet.om", tmp / "data"
     t0, t1 = write_fleet(om, t_end)
-    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
-                   capture_output=True)
-    port = free_port()
-    cfg = tmp / "prometheus.yml"
-    cfg.write_text("global: {scrape_interval: 30s}\n")
-    prom = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
-                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until("Prometheus to be ready", lambda: http_get(url + "/-/ready")[0] == 200, 60)
+    with tsdb_prometheus(om, data) as url:
         yield url, t0, t1, t_end
-    finally:
-        prom.terminate()
-        prom.wait(timeout=30)
 
 
 def rows(snap: Snapshot) -> dict[tuple[str | None, int], ProcSample]:

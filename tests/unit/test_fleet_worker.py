@@ -10,16 +10,13 @@ from __future__ import annotations
 import gc
 import os
 import re
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-from promserver import free_port, http_get, wait_until
+from promserver import tsdb_prometheus, wait_until
 from support import ROOT
 
 from gputop.fleet import FleetConfig, FleetFeed
@@ -39,13 +36,9 @@ def table_values(p: ProcSample) -> tuple[object, ...]:
 
 
 def test_child_reads_the_table_exactly_in_chunks(tmp_path: Path) -> None:
-    if not (shutil.which("prometheus") and shutil.which("promtool")):
-        pytest.skip("Debian's prometheus package is not installed (scripts/setup.sh --test installs it)")
     t_end = int(time.time()) // STEP_S * STEP_S
     om, data = tmp_path / "fleet.om", tmp_path / "data"
     write_openmetrics(om, NODES, PROCS, t_end)
-    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
-                   capture_output=True)
     # the launches counter of each process at the window's two ends, as written
     rise: dict[tuple[str, int], float] = {}
     line = re.compile(r'gputop_kernel_launches_total\{.*instance="([^"]+)",job="gputop",pid="(\d+)"\} (\d+) (\d+)')
@@ -56,59 +49,50 @@ def test_child_reads_the_table_exactly_in_chunks(tmp_path: Path) -> None:
         elif t == t_end:
             rise[key] = rise.get(key, 0.0) + v
     assert len(rise) == NODES * PROCS
-    port = free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global: {scrape_interval: 30s}\n")
-    prom = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
-                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
     dash = batch = None
-    try:
-        wait_until("Prometheus to be ready", lambda: http_get(url + "/-/ready")[0] == 200, 60)
-        config = FleetConfig(url=url, window=f"{WINDOW_S}s", at=t_end)
-        dash = FleetFeed(replace(config, table_only=True, child=True))
-        batch = FleetFeed(config)
-        snap = dash.collect()
-        assert gc.isenabled()
-        assert isinstance(dash.reader, WorkerReader) and dash.reader.pid not in (None, os.getpid())
-        # 1 build info + sources, GPUs, gauges, total launches (with the names) + 9 increases
-        assert dash.queries == 14
-        assert len(snap.processes) == NODES * PROCS > 2 * CHUNK      # handed back in three chunks
-        assert {p.key: p.rates.launches_per_s if p.rates else None for p in snap.processes} == {
-            k: v * (1.0 / WINDOW_S) for k, v in rise.items()}
-        full = batch.collect()
-        assert batch.queries == 1 + 3 + 2 * 23
-        assert {p.key: table_values(p) for p in snap.processes} == {p.key: table_values(p) for p in full.processes}
-        assert (snap.gpus, snap.sources) == (full.gpus, full.sources)
-        p = snap.processes[0]
-        assert p.total is not None and p.total.sync_calls is None and p.interval is not None
-        assert p.interval.sync_calls is None and p.interval.memcpy is None     # not shown: not read
-        # a reader process that died is started again at the next refresh
-        first = dash.reader.pid
-        assert first is not None
-        os.kill(first, signal.SIGKILL)
-        # a zombie whose other threads are gone too: the leader shows Z while they still exit,
-        # and until they have, waitpid does not report it (the refresh then finds the pipe closed)
-        wait_until("the killed reader to be a zombie",
-                   lambda: Path(f"/proc/{first}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-                   and os.listdir(f"/proc/{first}/task") == [str(first)])
-        assert dash.collect().processes == snap.processes
-        assert dash.reader.pid not in (None, first) and dash.queries == 2 * 14
-        # watched: everything, as batch mode reads it
-        dash.watch([p.key])
-        batch.watch([p.key])
-        watched = {q.key: q for q in dash.collect().processes}[p.key]
-        assert watched == {q.key: q for q in batch.collect().processes}[p.key]
-        assert watched.total is not None and watched.total.sync_calls is not None
-        assert dash.queries == 3 * 14 + 2 + 4
-        # the child ends with the feed
-        child = dash.reader.pid
-        dash.stop()
-        assert child is not None and not Path(f"/proc/{child}").exists()       # ended and reaped
-    finally:
-        for feed in (dash, batch):
-            if feed is not None:
-                feed.stop()
-        prom.terminate()
-        prom.wait(timeout=30)
+    with tsdb_prometheus(om, data) as url:
+        try:
+            config = FleetConfig(url=url, window=f"{WINDOW_S}s", at=t_end)
+            dash = FleetFeed(replace(config, table_only=True, child=True))
+            batch = FleetFeed(config)
+            snap = dash.collect()
+            assert gc.isenabled()
+            assert isinstance(dash.reader, WorkerReader) and dash.reader.pid not in (None, os.getpid())
+            # 1 build info + sources, GPUs, gauges, total launches (with the names) + 9 increases
+            assert dash.queries == 14
+            assert len(snap.processes) == NODES * PROCS > 2 * CHUNK      # handed back in three chunks
+            assert {p.key: p.rates.launches_per_s if p.rates else None for p in snap.processes} == {
+                k: v * (1.0 / WINDOW_S) for k, v in rise.items()}
+            full = batch.collect()
+            assert batch.queries == 1 + 3 + 2 * 23
+            assert {p.key: table_values(p) for p in snap.processes} == {p.key: table_values(p) for p in full.processes}
+            assert (snap.gpus, snap.sources) == (full.gpus, full.sources)
+            p = snap.processes[0]
+            assert p.total is not None and p.total.sync_calls is None and p.interval is not None
+            assert p.interval.sync_calls is None and p.interval.memcpy is None     # not shown: not read
+            # a reader process that died is started again at the next refresh
+            first = dash.reader.pid
+            assert first is not None
+            os.kill(first, signal.SIGKILL)
+            # a zombie whose other threads are gone too: the leader shows Z while they still exit,
+            # and until they have, waitpid does not report it (the refresh then finds the pipe closed)
+            wait_until("the killed reader to be a zombie",
+                       lambda: Path(f"/proc/{first}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+                       and os.listdir(f"/proc/{first}/task") == [str(first)])
+            assert dash.collect().processes == snap.processes
+            assert dash.reader.pid not in (None, first) and dash.queries == 2 * 14
+            # watched: everything, as batch mode reads it
+            dash.watch([p.key])
+            batch.watch([p.key])
+            watched = {q.key: q for q in dash.collect().processes}[p.key]
+            assert watched == {q.key: q for q in batch.collect().processes}[p.key]
+            assert watched.total is not None and watched.total.sync_calls is not None
+            assert dash.queries == 3 * 14 + 2 + 4
+            # the child ends with the feed
+            child = dash.reader.pid
+            dash.stop()
+            assert child is not None and not Path(f"/proc/{child}").exists()       # ended and reaped
+        finally:
+            for feed in (dash, batch):
+                if feed is not None:
+                    feed.stop()

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from promserver import free_port, http_get, wait_until
+from promserver import http_get, tsdb_prometheus
 from support import ROOT
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "gputop.json"
@@ -148,27 +146,12 @@ class Prom:
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
-    if not (shutil.which("prometheus") and shutil.which("promtool")):
-        pytest.skip("Debian's prometheus package is not installed (scripts/setup.sh --test installs it)")
     tmp = tmp_path_factory.mktemp("grafana")
     t_end = int(time.time()) // STEP_S * STEP_S
     om, data = tmp / "fleet.om", tmp / "data"
     write_fleet(om, t_end)
-    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True,
-                   capture_output=True)
-    port = free_port()
-    cfg = tmp / "prometheus.yml"
-    cfg.write_text("global: {scrape_interval: 15s}\n")
-    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
-                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until("Prometheus to be ready", lambda: http_get(url + "/-/ready")[0] == 200, 60)
+    with tsdb_prometheus(om, data) as url:
         yield Prom(url, t_end)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def dashboard() -> dict[str, Any]:
