@@ -133,6 +133,11 @@ class ProcSample:
     #: fleet view: True while Prometheus holds less than the window (``--window``) of the process's
     #: series, so its rates read low; None on a single host
     warming_up: bool | None = None
+    #: user + system CPU time the process has used since it started (seconds; top's TIME+), from the
+    #: host source; None: unknown (the fleet view, a refused read)
+    cpu_time_s: float | None = None
+    #: its resident memory (``rss_bytes``) as a % of the host's physical memory (top's %MEM); None: unknown
+    mem_pct: float | None = None
 
     @property
     def key(self) -> ProcKey:
@@ -206,6 +211,27 @@ _UVM_ONLY = ("scope",)
 
 
 @dataclass(frozen=True)
+class Summary:
+    """Host-wide totals of the processes listed in a snapshot (htop's Tasks: line; ``gputop.derive.summary``
+    computes it, docs/dashboard.md "Summary line"). Written in batch JSON; a rate is None when any listed
+    process's rate is unknown."""
+
+    processes: int
+    running: int
+    stopped: int
+    exited: int
+    launches_per_s: float | None = None
+    graph_kernel_launches_per_s: float | None = None
+    #: memcpy bytes per second by direction (None: unknown)
+    h2d_bytes_per_s: float | None = None
+    d2h_bytes_per_s: float | None = None
+    d2d_bytes_per_s: float | None = None
+    gpus: int = 0
+    #: GPUs whose utilisation is above 0 %; None: no GPU, or one whose utilisation is unknown
+    gpus_busy: int | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     time: float
     interval_s: float
@@ -214,6 +240,8 @@ class Snapshot:
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[ProcSample, ...] = ()
     schema: str = SCHEMA
+    #: the listed processes' totals (optional: batch JSON writes it, recordings hold none)
+    summary: Summary | None = None
 
     def process(self, which: ProcKey) -> ProcSample | None:
         """The process with this key (``ProcSample.key``); a PID alone finds the first with it."""
@@ -325,6 +353,8 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
         "gpus": [_gpu_plain(g) if type(g) is GpuSample else _plain(g) for g in snap.gpus],
         "processes": [_proc_plain(p) if type(p) is ProcSample else _plain(p) for p in snap.processes],
     }
+    if snap.summary is not None:        # optional: written only where computed (batch JSON)
+        d["summary"] = _plain(snap.summary)
     for name, st in snap.sources.items():
         sd = _source_plain(st) if type(st) is SourceStatus else _plain(st)
         if name != "bpf":
@@ -685,7 +715,14 @@ _PROC_SPEC = _spec(ProcSample, {
     "kernels": _list(_objects(_KERNEL_SPEC, KernelStat), "MAX_KERNELS", cut=True),
     "gpu_index": _id, "gpu_mem_bytes": _count, "gpu_util_pct": _number, "cpu_pct": _number,
     "rss_bytes": _count, "launch_bound": _flag, "nspid": _id, "start_time": _unix_time, "node": _text,
-    "instance": _text, "last_seen": _unix_time, "stale": _flag, "warming_up": _flag,
+    "instance": _text, "last_seen": _unix_time, "stale": _flag, "warming_up": _flag, "cpu_time_s": _number,
+    "mem_pct": _number,
+})
+_SUMMARY_SPEC = _spec(Summary, {
+    "processes": _count, "running": _count, "stopped": _count, "exited": _count, "launches_per_s": _number,
+    "graph_kernel_launches_per_s": _number, "h2d_bytes_per_s": _number, "d2h_bytes_per_s": _number,
+    "d2d_bytes_per_s": _number, "gpus": _count,
+    "gpus_busy": _count,
 })
 _GPU_SPEC = _spec(GpuSample, {
     "index": _id, "uuid": _text, "name": _text, "util_pct": _number, "mem_util_pct": _number,
@@ -704,6 +741,7 @@ _SNAPSHOT_SPEC = _spec(Snapshot, {
     "sources": _keyed(_objects(_SOURCE_SPEC, SourceStatus)),
     "gpus": _list(_objects(_GPU_SPEC, GpuSample), "MAX_GPUS"),
     "processes": _list(_objects(_PROC_SPEC, ProcSample), "MAX_PROCESSES"),
+    "summary": _objects(_SUMMARY_SPEC, Summary),
 })
 
 
