@@ -138,6 +138,11 @@ class ProcSample:
     cpu_time_s: float | None = None
     #: its resident memory (``rss_bytes``) as a % of the host's physical memory (top's %MEM); None: unknown
     mem_pct: float | None = None
+    #: fleet view: the Kubernetes pod and namespace the process runs in, from kube-state-metrics
+    #: (``kube_pod_container_info`` by the exporter's container id, ``kube_pod_info`` by a pod UID);
+    #: None: unknown (on the host, no such series, or on a single host)
+    pod: str | None = None
+    namespace: str | None = None
 
     @property
     def key(self) -> ProcKey:
@@ -716,7 +721,7 @@ _PROC_SPEC = _spec(ProcSample, {
     "gpu_index": _id, "gpu_mem_bytes": _count, "gpu_util_pct": _number, "cpu_pct": _number,
     "rss_bytes": _count, "launch_bound": _flag, "nspid": _id, "start_time": _unix_time, "node": _text,
     "instance": _text, "last_seen": _unix_time, "stale": _flag, "warming_up": _flag, "cpu_time_s": _number,
-    "mem_pct": _number,
+    "mem_pct": _number, "pod": _text, "namespace": _text,
 })
 _SUMMARY_SPEC = _spec(Summary, {
     "processes": _count, "running": _count, "stopped": _count, "exited": _count, "launches_per_s": _number,
