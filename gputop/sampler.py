@@ -437,6 +437,8 @@ class Sampler:
             gpu_util_pct=nvp.sm_util_pct if nvp else None,
             cpu_pct=host.cpu_pct if host else None,
             rss_bytes=host.rss_bytes if host else None,
+            cpu_time_s=host.cpu_time_s if host else None,
+            mem_pct=host.mem_pct if host else None,
             launch_bound=launch_bound,
             start_time=host.start_time if host else None,
             **extra,

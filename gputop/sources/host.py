@@ -41,6 +41,10 @@ class HostProc:
     stopped: bool = False
     #: creation time (unix seconds, psutil's ``create_time``): with ``pid``, the process's identity
     start_time: float | None = None
+    #: user + system CPU time since the process started (seconds; top's TIME+); None when refused
+    cpu_time_s: float | None = None
+    #: ``rss_bytes`` as a % of the host's physical memory (top's %MEM); None when either is unknown
+    mem_pct: float | None = None
 
 
 # ------------------------------------------------------------------ cgroup → container
@@ -141,6 +145,14 @@ def _field(fn: Callable[[], T]) -> T | None:
         return None
 
 
+def _mem_total() -> int | None:
+    """The host's physical memory in bytes (MemTotal of /proc/meminfo, through psutil); None if unreadable."""
+    try:
+        return int(psutil.virtual_memory().total)
+    except (OSError, RuntimeError):   # pragma: no cover - /proc/meminfo is always there on Linux
+        return None
+
+
 def _read_text(path: str) -> str | None:
     """A /proc file, or None when it is gone or refused."""
     try:
@@ -159,6 +171,8 @@ class HostSource:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._cache: dict[int, _Cached] = {}
+        #: the host's physical memory (bytes), read once: %MEM's denominator, as top's (MemTotal)
+        self._mem_total: int | None = _mem_total()
 
     def read(self, pids: Iterable[int], execed: Iterable[int] = ()) -> dict[int, HostProc]:
         """Host data of ``pids``; ``execed``: processes known to have exec'd since the last read (the
@@ -232,6 +246,7 @@ class HostSource:
             pct = cpu_pct(cached.cpu_s, cached.wall_s, cpu_s, wall)
         cached.cpu_s, cached.wall_s = cpu_s, wall
 
+        rss = int(mem.rss) if mem is not None else None
         return HostProc(
             pid=pid,
             ppid=ppid,
@@ -241,9 +256,11 @@ class HostSource:
             container=static.container,
             nspid=static.nspid,
             cpu_pct=pct,
-            rss_bytes=int(mem.rss) if mem is not None else None,
+            rss_bytes=rss,
             stopped=status in _STOPPED,
             start_time=static.start_time,
+            cpu_time_s=cpu_s,
+            mem_pct=rss / self._mem_total * 100.0 if rss is not None and self._mem_total else None,
         )
 
     @staticmethod

@@ -45,6 +45,18 @@ def _start_time(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK") + btime
 
 
+def _cpu_time(pid: int) -> float:
+    """User + system CPU seconds of ``pid``: fields 14 and 15 of /proc/PID/stat, in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _mem_total() -> int:
+    """MemTotal of /proc/meminfo in bytes."""
+    line = next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal:"))
+    return int(line.split()[1]) * 1024
+
+
 def _me() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
@@ -69,6 +81,8 @@ def test_read_child_process(sleeper: subprocess.Popen[bytes]) -> None:
             cpu_pct=None,  # first sight
             rss_bytes=rss,
             start_time=_start_time(sleeper.pid),
+            cpu_time_s=_cpu_time(sleeper.pid),           # TIME+: utime + stime of /proc/PID/stat
+            mem_pct=rss / _mem_total() * 100.0,          # %MEM: RSS over MemTotal, as top's
         )
     }
     # this machine runs the tests on the host (its cgroup names no container)
