@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gputop import __version__
+from gputop.exporter.aggregate import ContainerRow, Containers, same_process
 from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, UVM_DIRECTIONS, GpuSample, ProcSample, Snapshot
 from gputop.textsafe import sanitize, sanitize_middle
 
@@ -49,15 +50,36 @@ class ExportOptions:
     cmdline_label: bool = False         # command lines can hold secrets: off by default
     node: str | None = None             # node label of gputop_build_info (None: the snapshot's host)
     interval_s: float | None = None     # the collector's refresh interval (None: not known, no series)
+    aggregate: str = "process"          # "process": series per PID; "container": per container (AGGREGATES)
+    buckets: str = "log2"               # histogram bounds (BUCKETS): "log2", "log16" or "none"
+
+
+#: ``--aggregate``: what one row of series stands for
+AGGREGATES = ("process", "container")
+#: ``--buckets``: log2 exponents between two finite ``le`` bounds (0: none, only +Inf, _count and _sum)
+BUCKETS: dict[str, int] = {"log2": 1, "log16": 4, "none": 0}
 
 
 @cache
-def le_bounds(finite: int) -> tuple[str, ...]:
-    """The ``le`` labels of a log2 histogram with ``finite`` finite buckets, then +Inf."""
-    return (*(floatToGoString(float((1 << (k + 1)) - 1)) for k in range(finite)), "+Inf")
+def bucket_ends(finite: int, step: int = 1) -> tuple[int, ...]:
+    """The log2 buckets whose upper bounds are exported as finite ``le``: every ``step``-th one
+    (bucket k ends at 2^(k+1) - 1), and the last finite one, so that no finite value reaches +Inf;
+    none for ``step`` 0 (+Inf, ``_count`` and ``_sum`` only)."""
+    if step == 0:
+        return ()
+    ends = [k for k in range(finite) if (k + 1) % step == 0]
+    if not ends or ends[-1] != finite - 1:
+        ends.append(finite - 1)
+    return tuple(ends)
 
 
-def cumulative(hist: Mapping[str, int] | None, finite: int) -> list[tuple[str, float]] | None:
+@cache
+def le_bounds(finite: int, step: int = 1) -> tuple[str, ...]:
+    """The ``le`` labels of a log2 histogram with ``finite`` finite buckets (every ``step``-th), then +Inf."""
+    return (*(floatToGoString(float((1 << (k + 1)) - 1)) for k in bucket_ends(finite, step)), "+Inf")
+
+
+def cumulative(hist: Mapping[str, int] | None, finite: int, step: int = 1) -> list[tuple[str, float]] | None:
     """Prometheus buckets (cumulative, ``le``) from the snapshot's ``{"2^k": count}`` log2 buckets."""
     if hist is None:
         return None
@@ -66,10 +88,9 @@ def cumulative(hist: Mapping[str, int] | None, finite: int) -> list[tuple[str, f
         k = int(key.removeprefix("2^"))
         counts[min(k, LOG2_BUCKETS - 1)] += int(n)
     out: list[tuple[str, float]] = []
-    running = 0
-    for k, le in enumerate(le_bounds(finite)[:-1]):
-        running += counts[k]
-        out.append((le, float(running)))
+    ends = bucket_ends(finite, step)
+    for k, le in zip(ends, le_bounds(finite, step)[:-1], strict=True):
+        out.append((le, float(sum(counts[:k + 1]))))
     out.append(("+Inf", float(sum(counts))))
     return out
 
@@ -159,6 +180,11 @@ class SnapshotCollector(Collector):
         self.refreshes = 0
         self._refresh: RefreshTiming | None = None
         self._posted: float | None = None       # monotonic time of the latest update
+        # --aggregate container: the processes exported at the last update (traced ones, by PID), the
+        # totals of those let go since, and the rows built at the last update
+        self._exported: dict[int, ProcSample] = {}
+        self._containers = Containers(options.exited_grace_s)
+        self._rows: list[ContainerRow] = []
 
     # ------------------------------------------------------------ the collector thread's side
 
@@ -180,7 +206,23 @@ class SnapshotCollector(Collector):
                     gone.pop(p.pid, None)       # a new traced process under that PID
             self._gone = gone
             self._snap = snap
+            if self.options.aggregate == "container":
+                self._aggregate(snap, now)
             self.version += 1
+
+    def _aggregate(self, snap: Snapshot, now: float) -> None:
+        """Rebuild the container rows; a process that leaves the export (gone past the grace period,
+        or its PID taken by a new process) leaves its totals to its container."""
+        running = [p for p in snap.processes if p.state != "exited"]
+        exported = {p.pid: p for p in running if p.total is not None}
+        gone = [p for pid, (p, _) in self._gone.items() if pid not in exported]
+        exported.update((p.pid, p) for p in gone)
+        for pid, old in self._exported.items():
+            new = exported.get(pid)
+            if new is None or not same_process(old, new):
+                self._containers.retire(old)
+        self._exported = exported
+        self._rows = self._containers.rows(running, gone, now)
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -227,6 +269,12 @@ class SnapshotCollector(Collector):
         traced = {p.pid for p in running if p.total is not None}
         procs = running + [p for p in gone if p.pid not in traced]
         procs.sort(key=lambda p: (-(p.total.launches or 0) if p.total else 1, p.pid))
+        if self.options.aggregate == "container":
+            with self._lock:
+                rows = self._rows
+            self._container_rows(fam, rows, procs)
+            yield from fam
+            return
         cap = self.options.max_processes
         kept = procs if cap is None else procs[:cap]
         fam.gauge("gputop_exporter_processes", "Processes exported (running, or exited within the grace period).",
@@ -236,6 +284,18 @@ class SnapshotCollector(Collector):
         for p in kept:
             self._process(fam, p)
         yield from fam
+
+    def _container_rows(self, fam: _Families, rows: Sequence[ContainerRow], procs: Sequence[ProcSample]) -> None:
+        fam.gauge("gputop_exporter_processes", "Processes exported (running, or exited within the grace period).",
+                  ()).add_metric([], float(len(procs)))
+        listed = fam.gauge("gputop_container_processes", "Processes of the container running now "
+                           "(--aggregate container; \"\" is the host).", ("container",))
+        for row in rows:
+            names, values = self._labels(row.sample)
+            listed.add_metric(values, float(row.processes))
+            self._process(fam, row.sample)
+            for gpu, use in sorted(row.gpus.items()):
+                self._gpu_values(fam, names, values, gpu, use.mem_bytes, use.util_pct, use.launch_bound)
 
     def live_families(self) -> Iterator[Metric]:
         """The collector's own liveness, computed at every scrape (``LivenessCollector``): the age of
@@ -306,6 +366,8 @@ class SnapshotCollector(Collector):
                 fam.counter(name, doc, _GPU_LABELS).add_metric(labels, float(value))
 
     def _labels(self, p: ProcSample) -> tuple[tuple[str, ...], list[str]]:
+        if self.options.aggregate == "container":
+            return ("container",), [sanitize(p.container or "", CONTAINER_LIMIT)]
         names: tuple[str, ...] = ("pid", "comm", "container")
         values = [str(p.pid), sanitize(p.comm or "", COMM_LIMIT), sanitize(p.container or "", CONTAINER_LIMIT)]
         if self.options.cmdline_label:
@@ -345,7 +407,8 @@ class SnapshotCollector(Collector):
             self._histograms(fam, p, names, values)
         if p.state != "exited":
             self._gpu_use(fam, p, names, values)
-        if t is not None:   # a traced process's state: the fleet view marks it exited on this, not on its rates
+        if t is not None and self.options.aggregate == "process":
+            # a traced process's state: the fleet view marks it exited on this, not on its rates
             if p.start_time is not None:
                 fam.gauge("gputop_process_start_time_seconds", "When the process started (unix seconds).",
                           names).add_metric(values, float(p.start_time))
@@ -356,37 +419,43 @@ class SnapshotCollector(Collector):
     def _histograms(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
         t = p.total
         assert t is not None
+        step = BUCKETS[self.options.buckets]
         for name, hist, finite, total, doc in (
                 ("gputop_kernel_grid_blocks", p.grid_blocks_hist, GRID_FINITE, t.grid_blocks_sum,
                  "Blocks per grid of kernel launches (log2 buckets)."),
                 ("gputop_kernel_block_threads", p.block_threads_hist, BLOCK_FINITE, t.block_threads_sum,
                  "Threads per block of kernel launches (log2 buckets).")):
-            buckets = cumulative(hist, finite)
+            buckets = cumulative(hist, finite, step)
             if buckets is not None and total is not None:
                 fam.histogram(name, doc, names).add_metric(values, buckets, float(total))
         if p.memcpy_size_hist is None or t.memcpy is None:
             return
         for d in MEMCPY_DIRECTIONS:
             cb = t.memcpy.get(d)
-            buckets = cumulative(p.memcpy_size_hist.get(d), COPY_FINITE)
+            buckets = cumulative(p.memcpy_size_hist.get(d), COPY_FINITE, step)
             if cb is not None and cb.calls and buckets is not None:
                 fam.histogram("gputop_memcpy_size_bytes", "Bytes per memory copy, by direction (log2 buckets).",
                               (*names, "direction")).add_metric([*values, d], buckets, float(cb.bytes))
 
     def _gpu_use(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
-        if p.gpu_index is None:
-            return
-        labels = [*values, str(p.gpu_index)]
+        if p.gpu_index is not None:
+            self._gpu_values(fam, names, values, p.gpu_index, p.gpu_mem_bytes, p.gpu_util_pct, p.launch_bound)
+
+    @staticmethod
+    def _gpu_values(fam: _Families, names: tuple[str, ...], values: list[str], gpu: int, mem_bytes: int | None,
+                    util_pct: float | None, launch_bound: bool | None) -> None:
+        labels = [*values, str(gpu)]
         gnames = (*names, "gpu")
-        if p.gpu_mem_bytes is not None:
-            fam.gauge("gputop_process_gpu_memory_bytes", "GPU memory the process uses (NVML).",
-                      gnames).add_metric(labels, float(p.gpu_mem_bytes))
-        if p.gpu_util_pct is not None:
-            fam.gauge("gputop_process_sm_utilization_ratio", "Share of SM time the process used (NVML), 0-1.",
-                      gnames).add_metric(labels, p.gpu_util_pct / 100.0)
-        if p.launch_bound is not None:
-            fam.gauge("gputop_process_launch_bound", "1 when the process launches fast while its GPU idles "
-                      "(docs/nvml.md, the launch-bound rule).", gnames).add_metric(labels, float(p.launch_bound))
+        if mem_bytes is not None:
+            fam.gauge("gputop_process_gpu_memory_bytes", "GPU memory the process (or container) uses (NVML).",
+                      gnames).add_metric(labels, float(mem_bytes))
+        if util_pct is not None:
+            fam.gauge("gputop_process_sm_utilization_ratio", "Share of SM time the process (or container) used "
+                      "(NVML), 0-1.", gnames).add_metric(labels, util_pct / 100.0)
+        if launch_bound is not None:
+            fam.gauge("gputop_process_launch_bound", "1 when the process (or a process of the container) launches "
+                      "fast while its GPU idles (docs/nvml.md, the launch-bound rule).",
+                      gnames).add_metric(labels, float(launch_bound))
 
     def _kernels(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
         n = self.options.kernel_metrics

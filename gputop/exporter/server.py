@@ -33,7 +33,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
 from gputop.exporter.httpserver import LIMITS, BoundedHTTPServer, Limits, PreparsedRequestHandler
-from gputop.exporter.metrics import ExportOptions, LivenessCollector, SnapshotCollector
+from gputop.exporter.metrics import AGGREGATES, BUCKETS, ExportOptions, LivenessCollector, SnapshotCollector
 from gputop.exporter.sdnotify import Notifier
 from gputop.model import Snapshot
 
@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"export the top N kernels of each process (at most {TOP_KERNELS}; default 0: none)")
     p.add_argument("--max-processes", type=_natural, default=None, metavar="N",
                    help="export at most N processes, those with the most launches (default: all)")
+    p.add_argument("--aggregate", choices=AGGREGATES, default="process",
+                   help="one row of series per process (default), or per container: fewer series under PID churn "
+                   "(docs/metrics.md, Cardinality)")
+    p.add_argument("--buckets", choices=tuple(BUCKETS), default="log2",
+                   help="histogram buckets: a bound at every power of 2 (default), at every power of 16, or none "
+                   "(+Inf, _count and _sum only)")
     p.add_argument("--cmdline-label", action="store_true",
                    help="add each process's command line as a label (command lines can hold secrets)")
     p.add_argument("--node", default=os.environ.get("GPUTOP_NODE") or None,
@@ -276,6 +282,10 @@ def main(argv: Sequence[str]) -> int:
     if args.kernel_metrics > TOP_KERNELS:
         raise GputopError(f"--kernel-metrics {args.kernel_metrics}: gputop keeps the top {TOP_KERNELS} kernels "
                           "of each process", f"choose at most --kernel-metrics {TOP_KERNELS}", EX_USAGE)
+    if args.aggregate == "container" and (args.max_processes is not None or args.cmdline_label):
+        flag = "--max-processes" if args.max_processes is not None else "--cmdline-label"
+        raise GputopError(f"{flag} applies to per-process series, not to --aggregate container",
+                          f"drop {flag}, or export per process", EX_USAGE)
     refusal = privileges_error() if args.bpf else None
     if refusal is not None:
         raise GputopError(refusal,
@@ -284,7 +294,7 @@ def main(argv: Sequence[str]) -> int:
                           EX_NOPERM)
     options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
                             max_processes=args.max_processes, cmdline_label=args.cmdline_label, node=args.node,
-                            interval_s=args.delay)
+                            interval_s=args.delay, aggregate=args.aggregate, buckets=args.buckets)
     collector = SnapshotCollector(options)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
