@@ -362,6 +362,9 @@ class GputopApp(App[int]):
 
     # -- global actions --------------------------------------------------------------------
     def action_quit(self) -> None:  # type: ignore[override]
+        # the feed starts stopping now, while Textual restores the terminal (its input thread takes
+        # 0.2 s to end): the collector's probes detach meanwhile; run_dashboard's feed.stop() waits for it
+        threading.Thread(target=self.feed.stop, name="gputop-quit", daemon=True).start()
         self.exit(self.exit_code, return_code=self.exit_code)
 
     def action_pause(self) -> None:
