@@ -14,6 +14,7 @@ from typing import TextIO
 from gputop.model import GpuSample, ProcSample, Snapshot, snapshot_to_json
 from gputop.ui import columns
 from gputop.ui import format as fmt
+from gputop.ui.summary import summary_text
 
 #: the dashboard's columns in its order, COMMAND moved to the end (the fleet view adds NODE after PID)
 TABLE_COLUMNS: tuple[columns.Column, ...] = (
@@ -82,7 +83,8 @@ def gpu_line(g: GpuSample) -> str:
 
 
 def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = False) -> str:
-    """One refresh as text: a summary line, GPU lines, then the process table."""
+    """One refresh as text: a status line, the summary line (htop's Tasks:, ``Snapshot.summary``), GPU
+    lines, then the process table."""
     src = " ".join(f"{fmt.text(k)}:{fmt.text(v.status)}" for k, v in snap.sources.items())
     bpf = snap.sources.get("bpf")
     cost = ""
@@ -92,6 +94,7 @@ def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = Fals
         if bpf.dropped:             # records that found no room: some counts are unknown (as the header says)
             cost += f"  dropped {fmt.si(bpf.dropped)}"
     lines = [f"gputop - {fmt.clock(snap.time)}  {fmt.text(snap.host)}  interval {snap.interval_s:.2f}s  {src}{cost}"]
+    lines.append(summary_text(snap.summary))
     lines += [gpu_line(g) for g in snap.gpus]
     lines += process_table(snap.processes, sort, reverse)
     return "\n".join(lines) + "\n"

@@ -11,9 +11,9 @@ import json
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 SCHEMA = "gputop/1"
@@ -217,9 +217,10 @@ _UVM_ONLY = ("scope",)
 
 @dataclass(frozen=True)
 class Summary:
-    """Host-wide totals of the processes listed in a snapshot (htop's Tasks: line; ``gputop.derive.summary``
-    computes it, docs/dashboard.md "Summary line"). Written in batch JSON; a rate is None when any listed
-    process's rate is unknown."""
+    """Host-wide totals of the processes listed in a snapshot (htop's Tasks: line; ``summarize``,
+    docs/dashboard.md "Summary line"): ``Snapshot.summary``, written in every JSON snapshot (optional
+    field ``summary`` of schema gputop/1, derived: a reader recomputes it). A rate is None when any
+    listed process's rate is unknown."""
 
     processes: int
     running: int
@@ -245,8 +246,11 @@ class Snapshot:
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[ProcSample, ...] = ()
     schema: str = SCHEMA
-    #: the listed processes' totals (optional: batch JSON writes it, recordings hold none)
-    summary: Summary | None = None
+
+    @cached_property
+    def summary(self) -> Summary:
+        """The totals of its processes (``summarize``), computed once."""
+        return summarize(self)
 
     def process(self, which: ProcKey) -> ProcSample | None:
         """The process with this key (``ProcSample.key``); a PID alone finds the first with it."""
@@ -254,6 +258,61 @@ class Snapshot:
             if p.pid == which if isinstance(which, int) else p.key == which:
                 return p
         return None
+
+
+def _total(procs: Sequence[ProcSample], get: Callable[[ProcSample], float | None], counted: bool) -> float | None:
+    """The sum of ``get`` over ``procs``; None when one of them is unknown, or when there is no process
+    and no source counting (a sum of nothing is 0 only where something would have been counted)."""
+    if not procs and not counted:
+        return None
+    total = 0.0
+    for p in procs:
+        v = get(p)
+        if v is None or math.isnan(v):
+            return None
+        total += v
+    return total
+
+
+def _launches(p: ProcSample) -> float | None:
+    return p.rates.launches_per_s if p.rates is not None else None
+
+
+def _graph_kernels(p: ProcSample) -> float | None:
+    return p.rates.graph_kernel_launches_per_s if p.rates is not None else None
+
+
+def _memcpy(direction: str) -> Callable[[ProcSample], float | None]:
+    def get(p: ProcSample) -> float | None:
+        by_dir = p.rates.memcpy_bytes_per_s if p.rates is not None else None
+        return None if by_dir is None else by_dir.get(direction)
+    return get
+
+
+def summarize(snap: Snapshot, procs: Sequence[ProcSample] | None = None) -> Summary:
+    """Totals of ``procs`` (default: every process of ``snap``), htop's Tasks: line: how many are listed,
+    running, stopped and exited; the sums of their launches/s, graph kernels/s and H2D/D2H/D2D bytes/s
+    over the snapshot's interval (None when any of them is unknown, and with no process when neither
+    the BPF source nor Prometheus counts); the GPUs, and how many are busy (utilisation above 0 %: a
+    kernel ran in NVML's last sample period; None without GPUs or when a GPU's utilisation is unknown)."""
+    ps = snap.processes if procs is None else procs
+    counted = any(st.status == "ok" for name, st in snap.sources.items() if name in ("bpf", "prometheus"))
+    utils = [g.util_pct for g in snap.gpus]
+    busy = None if not utils or any(u is None or math.isnan(u) for u in utils) else sum(
+        1 for u in utils if u is not None and u > 0)
+    return Summary(
+        processes=len(ps),
+        running=sum(1 for p in ps if p.state == "running"),
+        stopped=sum(1 for p in ps if p.state == "stopped"),
+        exited=sum(1 for p in ps if p.state == "exited"),
+        launches_per_s=_total(ps, _launches, counted),
+        graph_kernel_launches_per_s=_total(ps, _graph_kernels, counted),
+        h2d_bytes_per_s=_total(ps, _memcpy("h2d"), counted),
+        d2h_bytes_per_s=_total(ps, _memcpy("d2h"), counted),
+        d2d_bytes_per_s=_total(ps, _memcpy("d2d"), counted),
+        gpus=len(utils),
+        gpus_busy=busy,
+    )
 
 
 # ---------------------------------------------------------------- JSON
@@ -343,6 +402,7 @@ _proc_plain = _dict_converter(ProcSample, {
     "memcpy_size_hist": _memcpy_hist_plain,
 })
 _gpu_plain = _dict_converter(GpuSample, {})
+_summary_plain = _dict_converter(Summary, {})
 _source_plain = _dict_converter(SourceStatus, {})
 
 
@@ -358,8 +418,7 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
         "gpus": [_gpu_plain(g) if type(g) is GpuSample else _plain(g) for g in snap.gpus],
         "processes": [_proc_plain(p) if type(p) is ProcSample else _plain(p) for p in snap.processes],
     }
-    if snap.summary is not None:        # optional: written only where computed (batch JSON)
-        d["summary"] = _plain(snap.summary)
+    d["summary"] = _summary_plain(snap.summary)     # derived from the rest: read back, it is recomputed
     for name, st in snap.sources.items():
         sd = _source_plain(st) if type(st) is SourceStatus else _plain(st)
         if name != "bpf":
@@ -723,12 +782,6 @@ _PROC_SPEC = _spec(ProcSample, {
     "instance": _text, "last_seen": _unix_time, "stale": _flag, "warming_up": _flag, "cpu_time_s": _number,
     "mem_pct": _number, "pod": _text, "namespace": _text,
 })
-_SUMMARY_SPEC = _spec(Summary, {
-    "processes": _count, "running": _count, "stopped": _count, "exited": _count, "launches_per_s": _number,
-    "graph_kernel_launches_per_s": _number, "h2d_bytes_per_s": _number, "d2h_bytes_per_s": _number,
-    "d2d_bytes_per_s": _number, "gpus": _count,
-    "gpus_busy": _count,
-})
 _GPU_SPEC = _spec(GpuSample, {
     "index": _id, "uuid": _text, "name": _text, "util_pct": _number, "mem_util_pct": _number,
     "mem_used_bytes": _count, "mem_total_bytes": _count, "temp_c": _number, "power_w": _number,
@@ -746,7 +799,6 @@ _SNAPSHOT_SPEC = _spec(Snapshot, {
     "sources": _keyed(_objects(_SOURCE_SPEC, SourceStatus)),
     "gpus": _list(_objects(_GPU_SPEC, GpuSample), "MAX_GPUS"),
     "processes": _list(_objects(_PROC_SPEC, ProcSample), "MAX_PROCESSES"),
-    "summary": _objects(_SUMMARY_SPEC, Summary),
 })
 
 

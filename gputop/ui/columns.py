@@ -6,6 +6,7 @@ Unknown values sort last whichever the direction.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -17,6 +18,8 @@ from gputop.ui import fields
 from gputop.ui import format as fmt
 
 SortValue = float | str | None
+#: (column, processes) -> the values to sort the processes by, or None for the column's own
+SortValues = Callable[[str, Sequence["ProcSample"]], "list[Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,19 @@ def _flag(p: ProcSample) -> str:
 
 def _bool_value(p: ProcSample) -> float | None:
     return None if p.launch_bound is None else float(p.launch_bound)
+
+
+def time_plus(seconds: float | None) -> str:
+    """CPU time as top's TIME+: minutes:seconds.hundredths (``12:34.56``); from 1,000 minutes on, hours
+    and minutes (``16h40``); N/A when unknown."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return fmt.NA
+    centis = round(seconds * 100)
+    minutes, centis = divmod(centis, 6000)
+    if minutes < 1000:
+        return f"{minutes}:{centis // 100:02d}.{centis % 100:02d}"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}"
 
 
 def _gpu(p: ProcSample) -> str:
@@ -185,6 +201,22 @@ COLUMNS: tuple[Column, ...] = (
         help="CPU use of the process, % of one core",
     ),
     Column(
+        "cpu_time",
+        "TIME+",
+        9,
+        lambda p: p.cpu_time_s,
+        lambda p: time_plus(p.cpu_time_s),
+        help="CPU time the process has used since it started, minutes:seconds.hundredths (top's TIME+)",
+    ),
+    Column(
+        "rss", "RSS", 6, lambda p: p.rss_bytes, lambda p: fmt.bytes_(p.rss_bytes),
+        help="resident memory of the process (bytes in RAM)",
+    ),
+    Column(
+        "mem", "%MEM", 5, lambda p: p.mem_pct, lambda p: fmt.pct(p.mem_pct, 1),
+        help="resident memory as a share of the host's physical memory (top's %MEM)",
+    ),
+    Column(
         "launch_bound", "LB", 3, _bool_value, _flag, help="◆ launch-bound: the CPU cannot launch fast enough"
     ),
     # shown after PID in the fleet view only (``visible``)
@@ -209,7 +241,10 @@ DEFAULT_SORT = "launches"
 #: columns shown only in the fleet view
 FLEET_ONLY: tuple[str, ...] = ("node",)
 #: columns the fleet view never knows (the exporter exports no user, CPU or RSS): hidden there
-FLEET_UNKNOWN: tuple[str, ...] = ("user", "cpu")
+FLEET_UNKNOWN: tuple[str, ...] = ("user", "cpu", "cpu_time", "rss", "mem")
+#: columns shown only where every visible column fits the width (else left out before any is
+#: scrolled off; the sort column always shows): the column menu shows or hides them
+OPTIONAL: tuple[str, ...] = ("cpu_time", "rss", "mem")
 
 
 def is_fleet(procs: Iterable[ProcSample]) -> bool:
@@ -283,6 +318,7 @@ _EMPTY: dict[Any, Any] = {None: ""}
 #: columns whose value is an attribute of the process, or of its rates (None without rates)
 _ATTRIBUTES = {"pid": "pid", "user": "user", "gpu": "gpu_index", "grid": "grid_blocks_avg",
                "block": "block_threads_avg", "gpu_mem": "gpu_mem_bytes", "sm": "gpu_util_pct", "cpu": "cpu_pct",
+               "cpu_time": "cpu_time_s", "rss": "rss_bytes", "mem": "mem_pct",
                "node": "node"}
 _RATES = {"launches": "launches_per_s", "graph_kernels": "graph_kernel_launches_per_s",
           "uvm": "uvm_faults_per_s", "sync": "sync_wait_pct"}
@@ -315,8 +351,11 @@ class ProcOrder:
     process's row with ``list.index`` (C-level) over the PIDs, then over the row order.
     """
 
-    def __init__(self, procs: Sequence[ProcSample]) -> None:
+    def __init__(self, procs: Sequence[ProcSample], sort_values: SortValues | None = None) -> None:
         self.procs = procs
+        #: a column's sort values (by process index) other than its shown values, or None: the
+        #: dashboard's smoothed rates (``gputop.ui.history.Smoother``)
+        self._sort_values = sort_values
         self._ties: list[int] | None = None
         #: column -> (values by process index, known and unknown process indices in the ties' order)
         self._columns: dict[str, tuple[list[Any], list[int], list[int]]] = {}
@@ -343,7 +382,8 @@ class ProcOrder:
     def _column(self, key: str) -> tuple[list[Any], list[int], list[int]]:
         got = self._columns.get(key)
         if got is None:
-            values: list[Any] = _values(key, self.procs)
+            own = self._sort_values(key, self.procs) if self._sort_values is not None else None
+            values: list[Any] = own if own is not None else _values(key, self.procs)
             if str in set(map(type, values)):
                 values = [v.lower() if isinstance(v, str) else v for v in values]
             ties = self._ties_order()

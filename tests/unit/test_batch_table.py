@@ -4,6 +4,7 @@ hostile names escaped, GPU lines with the GPU panel's fields."""
 from __future__ import annotations
 
 import io
+import json
 import re
 import subprocess
 import sys
@@ -54,12 +55,12 @@ def test_headers_are_the_dashboards_in_order_with_command_last() -> None:
 
 
 def test_cells_are_the_dashboards_renders() -> None:
-    p = proc(4242)
+    p = proc(4242, cpu_time_s=3723.45, rss_bytes=3 << 29, mem_pct=2.34)
     header, (row,) = rows(batch.table(snap(p)))
     cells, command = split(header, row)
     assert cells == [c.render(p) for c in batch.TABLE_COLUMNS[:-1]]
     assert cells == ["4242", "alice", "0", "1.0k", "80", "128", "250", "2.0K", "1.0M", "0", "3.0G", "12", "25%", "4.0G",
-                     "55%", "98%", "◆"]
+                     "55%", "98%", "62:03.45", "1.5G", "2.3%", "◆"]
     assert command == "python train.py"          # the dashboard's COMMAND: program without its directory
 
 
@@ -132,7 +133,10 @@ def test_gpu_lines_carry_the_gpu_panels_fields() -> None:
                      pcie_rx_bytes_per_s=250 * 1024.0, pcie_tx_bytes_per_s=1500 * 1024.0, xid_errors=2)
     unknown = GpuSample(index=1, mig_instance=3, name="A100\x1b[2J")
     text = batch.table(snap(gpus=(full, unknown)))
-    first, second = text.splitlines()[1:3]
+    tasks, first, second = text.splitlines()[1:4]
+    # the summary line (derive.summary): a GPU of unknown utilisation leaves the busy count unknown
+    assert tasks == ("Tasks: 0 listed, 0 running, 0 stopped, 0 exited  Launches: 0/s  Graph kernels: 0/s  "
+                     "H2D 0/s  D2H 0/s  D2D 0/s  GPUs busy: N/A")
     assert first == ("GPU 0 NVIDIA H100 80GB HBM3  util 87%  mem 40.0G/80.0G  temp 61°C  power 412/700W  "
                      "pcie ↓250.0K/s ↑1.5M/s  xid 2")
     assert second == r"GPU 1.3 A100\x1b[2J  util N/A  mem N/A  temp N/A  power N/A  pcie ↓N/A ↑N/A  xid N/A"
@@ -144,6 +148,11 @@ def test_summary_line_first_and_json_unchanged() -> None:
     out = io.StringIO()
     batch.emit([s, s], "json", out)
     assert out.getvalue().splitlines() == [snapshot_to_json(s)] * 2
+    # with the summary's totals (Snapshot.summary, an optional field of schema gputop/1)
+    assert json.loads(out.getvalue().splitlines()[0])["summary"] == {
+        "processes": 1, "running": 1, "stopped": 0, "exited": 0, "launches_per_s": 1000.0,
+        "graph_kernel_launches_per_s": 250.0, "h2d_bytes_per_s": 2048.0, "d2h_bytes_per_s": 1048576.0,
+        "d2d_bytes_per_s": 0.0, "gpus": 0, "gpus_busy": None}
 
 
 def test_batch_does_not_load_textual() -> None:

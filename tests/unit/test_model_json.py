@@ -80,6 +80,7 @@ def _reference_dict(snap: Snapshot) -> dict[str, Any]:
         for k in model._UVM_ONLY if name != "uvm" else ():
             sd.pop(k, None)
         d["sources"][name] = sd
+    d["summary"] = model._plain(model.summarize(snap))     # derived, last (docs/dashboard.md, Summary line)
     return d
 
 
