@@ -143,6 +143,9 @@ class GputopApp(App[int]):
     BINDINGS = bindings.of(bindings.GLOBAL + bindings.REPLAY + bindings.REPLAY_ONLY)
     CSS = """
     Screen { background: $background; }
+    ModalScreen { background: $background 60%; }
+    .-narrow FooterKey .footer-key--key { padding: 0 0 0 1; }
+    .-narrow FooterKey .footer-key--description { padding: 0 0 0 1; }
     #banner { height: auto; background: $accent 25%; color: $foreground; text-style: bold; padding: 0 1; }
     """
 
