@@ -17,7 +17,7 @@ def of(group: list[Binding]) -> list[BindingType]:
 GLOBAL: list[Binding] = [
     Binding("q", "quit", "Quit", tooltip="quit gputop (on a details, compare or help screen: go back)"),
     Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit gputop from anywhere"),
-    Binding("h,question_mark", "help", "Help", key_display="h/?", tooltip="show this help"),
+    Binding("h,question_mark", "help", "Help", key_display="?", tooltip="show this help"),
     Binding("p", "pause", "Pause", tooltip="pause or resume refreshing (the collector keeps counting)"),
     Binding(
         "plus,equals_sign",
@@ -38,13 +38,18 @@ GLOBAL: list[Binding] = [
     Binding("t", "cycle_theme", "Theme", tooltip="next colour theme (saved in config.toml)"),
 ]
 
+#: the footer shows "., Step" for both step keys (one entry: the footer fits 80 columns)
+_STEP = Binding.Group("Step", compact=True)
+
 #: replay only (hidden otherwise)
 REPLAY: list[Binding] = [
     Binding(
-        "full_stop", "step(1)", "Step", key_display=".", tooltip="replay: pause and show the next snapshot"
+        "full_stop", "step(1)", "Step", key_display=".", tooltip="replay: pause and show the next snapshot",
+        group=_STEP,
     ),
     Binding(
-        "comma", "step(-1)", "Back", key_display=",", tooltip="replay: pause and show the previous snapshot"
+        "comma", "step(-1)", "Back", key_display=",", tooltip="replay: pause and show the previous snapshot",
+        group=_STEP,
     ),
     Binding(
         "right_square_bracket",
@@ -103,16 +108,20 @@ MAIN: list[Binding] = [
     ),
     Binding("r", "reverse", "Reverse", show=False, tooltip="reverse the sort order"),
     Binding("enter", "details", "Details", tooltip="details of the selected process"),
-    Binding("space", "tag", "Tag", tooltip="tag or untag the selected process"),
+    Binding("space", "tag", "Tag", key_display="␣", tooltip="tag or untag the selected process"),
     Binding(
         "c",
         "compare",
         "Compare",
-        tooltip="compare the two tagged processes (or the selected one against --baseline)",
+        tooltip="compare the two tagged processes (the two tagged last when more are; or the selected one "
+                "against --baseline)",
     ),
     Binding(
         "k", "signal", "Kill", tooltip="send a signal to the tagged or selected processes, after confirming"
     ),
+    Binding("U", "untag_all", "Untag all", show=False, tooltip="untag every tagged process"),
+    Binding("f5", "tree", "Tree", key_display="F5", show=False,
+            tooltip="tree view: each process under its parent (by PPID), as htop's F5; again: a flat list"),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
 ]
 

@@ -23,18 +23,20 @@ def help_content(app: App[object]) -> Content:
         Content.styled("gputop — keys (Esc closes)", "bold reverse $primary"),
         Content(""),
     ]
+    keys_w = max(len(key_names(app, b)) for _, group in bindings.SECTIONS for b in group) + 2
     for title, group in bindings.SECTIONS:
         lines.append(Content.styled(title, "bold $primary underline"))
         for b in group:
             lines.append(
-                Content.assemble((f"  {key_names(app, b):<12}", "bold $accent"), b.tooltip or b.description)
+                Content.assemble((f"  {key_names(app, b).ljust(keys_w)}", "bold $accent"), b.tooltip or b.description)
             )
         lines.append(Content(""))
     lines.append(Content.styled("Columns (sort keys for -s/--sort)", "bold $primary underline"))
-    for c in COLUMNS:
-        if c.key in FLEET_ONLY and getattr(app, "is_fleet", False) is not True:
-            continue
-        lines.append(Content.assemble((f"  {c.header:<9}", "bold"), (f"{c.key:<13}", "$accent"), c.help))
+    cols = [c for c in COLUMNS if c.key not in FLEET_ONLY or getattr(app, "is_fleet", False) is True]
+    head_w = max(len(c.header) for c in cols) + 2
+    key_w = max(len(c.key) for c in cols) + 2
+    for c in cols:
+        lines.append(Content.assemble((f"  {c.header.ljust(head_w)}", "bold"), (c.key.ljust(key_w), "$accent"), c.help))
     lines.append(Content(""))
     lines.append(
         Content.styled("N/A: the value is unknown to gputop (a source is unavailable), not zero.", "italic")
@@ -49,6 +51,7 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen > VerticalScroll { width: 100; max-width: 100%; height: 90%; border: round $primary;
                                   background: $surface;
                                   padding: 0 1; }
+    HelpScreen #help-text { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def compose(self) -> ComposeResult:

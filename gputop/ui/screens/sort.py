@@ -25,7 +25,8 @@ class SortScreen(ModalScreen[None]):
     SortScreen { align: center middle; }
     SortScreen > Vertical { width: 92; max-width: 100%; height: auto; max-height: 90%; border: round $primary;
                             background: $surface; padding: 0 1; }
-    SortScreen OptionList { height: auto; max-height: 24; border: none; background: $surface; }
+    SortScreen OptionList { height: auto; max-height: 24; border: none; background: $surface;
+                           text-wrap: nowrap; text-overflow: ellipsis; }
     SortScreen #sort-title { text-style: bold; color: $primary; }
     """
 
@@ -46,8 +47,10 @@ class SortScreen(ModalScreen[None]):
         arrow = ""
         if col.key == s.sort:
             arrow = " ▼" if col.descending != s.reverse else " ▲"
+        head_w = max(len(c.header) for c in self.columns) + 3     # the arrow and a space
+        key_w = max(len(c.key) for c in self.columns) + 2
         return Content.assemble(
-            f"[{shown}] ", (f"{col.header}{arrow}".ljust(11), "bold"), (f"{col.key:<13}", "$accent"), col.help
+            f"[{shown}] ", (f"{col.header}{arrow}".ljust(head_w), "bold"), (col.key.ljust(key_w), "$accent"), col.help
         )
 
     def compose(self) -> ComposeResult:
