@@ -144,6 +144,7 @@ class GputopApp(App[int]):
     CSS = """
     Screen { background: $background; }
     ModalScreen { background: $background 60%; }
+    ToastRack { display: none; }
     .-narrow FooterKey .footer-key--key { padding: 0 0 0 1; }
     .-narrow FooterKey .footer-key--description { padding: 0 0 0 1; }
     #banner { height: auto; background: $accent 25%; color: $foreground; text-style: bold; padding: 0 1; }
@@ -341,8 +342,17 @@ class GputopApp(App[int]):
         self, message: str, severity: SeverityLevel = "information", timeout: float | None = None
     ) -> None:
         """A notification (thread-safe); plain text, never markup, sanitised (it may quote a process's
-        name, a path or an error about them: gputop.textsafe)."""
-        self.notify(fmt.text(message), severity=severity, timeout=timeout, markup=False)
+        name, a path or an error about them: gputop.textsafe). It shows on the screen's message line, which
+        covers nothing (the toast rack is hidden; notifications still record it)."""
+        text = fmt.text(message)
+        self.notify(text, severity=severity, timeout=timeout, markup=False)
+        self.call_later(self._show_message, text, severity, timeout or self.NOTIFICATION_TIMEOUT)
+
+    def _show_message(self, text: str, severity: str, timeout: float) -> None:
+        from gputop.ui.widgets.message import line_of
+
+        if self.is_running and self.screen_stack:
+            line_of(self.screen).say(text, severity, timeout)
 
     # -- screens ---------------------------------------------------------------------------
     def open_details(self, key: ProcKey) -> None:
