@@ -168,6 +168,8 @@ class GputopApp(App[int]):
         self.paused = False
         self.filter_text = ""
         self.tags: list[ProcKey] = []
+        #: the process table shows the tree of parents and children (F5)
+        self.tree_view = False
         self.feed_error: str | None = None
         self.record_error: str | None = None
         self.exit_code = 0
@@ -319,6 +321,10 @@ class GputopApp(App[int]):
             self.tags.remove(key)
         else:
             self.tags.append(key)
+        self.refresh_views()
+
+    def untag_all(self) -> None:
+        self.tags.clear()
         self.refresh_views()
 
     @property

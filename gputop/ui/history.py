@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gputop.model import ProcKey, ProcSample, Snapshot
 from gputop.ui import fields
@@ -28,9 +30,14 @@ class Point:
     d2d: float | None
     uvm_faults: float | None
     sync_pct: float | None
+    #: kept for the steady sort only (``smoothed``), not charted
+    graph_kernels: float | None = None
+    cpu_pct: float | None = None
+    #: seconds the point's rates cover (its snapshot's interval); 0: unknown
+    interval_s: float = 0.0
 
 
-def point_of(time_s: float, p: ProcSample) -> Point:
+def point_of(time_s: float, p: ProcSample, interval_s: float = 0.0) -> Point:
     return Point(
         time_s,
         fields.launches_per_s(p),
@@ -39,7 +46,45 @@ def point_of(time_s: float, p: ProcSample) -> Point:
         fields.d2d_per_s(p),
         fields.uvm_faults_per_s(p),
         fields.sync_wait_pct(p),
+        fields.graph_kernels_per_s(p),
+        p.cpu_pct,
+        interval_s,
     )
+
+
+#: the steady sort (docs/dashboard.md, "Steady sorting"): rows are ordered by a rate averaged over
+#: this many seconds of refreshes, so that a bursty process does not trade places every refresh
+SMOOTH_WINDOW_S = 5.0
+#: the columns sorted by their smoothed rate -> the Point field it is kept in
+SMOOTHED: dict[str, str] = {"launches": "launches", "graph_kernels": "graph_kernels", "h2d": "h2d", "d2h": "d2h",
+                            "d2d": "d2d", "uvm": "uvm_faults", "sync": "sync_pct", "cpu": "cpu_pct"}
+
+
+def window_mean(points: Sequence[Point], name: str, until: float, window_s: float = SMOOTH_WINDOW_S) -> float | None:
+    """The time-weighted mean of series ``name`` over the points of the last ``window_s`` seconds up to
+    ``until`` (time > until - window_s): the sum of value x interval over the sum of the intervals of
+    the points whose value is known, i.e. a rate's events in those intervals over the time they span.
+    None when the point at ``until`` is missing or its value is unknown (the row shows N/A: it sorts
+    with the unknown)."""
+    if not points or abs(points[-1].time - until) > 1e-9:
+        at = next((i for i in range(len(points) - 1, -1, -1) if abs(points[i].time - until) <= 1e-9), None)
+        if at is None:
+            return None
+        points = points[:at + 1]
+    last = getattr(points[-1], name)
+    if last is None:
+        return None
+    weighted = 0.0
+    covered = 0.0
+    for pt in reversed(points):
+        if pt.time <= until - window_s:
+            break
+        v = getattr(pt, name)
+        if v is None or pt.interval_s <= 0:
+            continue
+        weighted += v * pt.interval_s
+        covered += pt.interval_s
+    return weighted / covered if covered > 0 else float(last)
 
 
 @dataclass(frozen=True)
@@ -81,7 +126,7 @@ class History:
                 if entry is None or entry[0] != p.comm:  # new process, or the PID was reused
                     entry = (p.comm, deque(maxlen=self.maxlen))
                     self._procs[p.pid] = entry
-                entry[1].append(point_of(snap.time, p))
+                entry[1].append(point_of(snap.time, p, snap.interval_s))
             if len(snap.gpus) <= MAX_GPU_SERIES:     # a fleet's thousands of GPUs get no sparkline
                 for g in snap.gpus:
                     self._gpus.setdefault((g.node, g.index), deque(maxlen=self.maxlen)).append((snap.time, g.util_pct))
@@ -98,6 +143,47 @@ class History:
         if until is not None:
             pts = [pt for pt in pts if pt.time <= until]
         return pts
+
+    def smoothed(self, key: ProcKey, column: str, until: float) -> float | None:
+        """Column ``column``'s rate of process ``key`` averaged over ``SMOOTH_WINDOW_S`` up to the snapshot
+        at ``until`` (``window_mean``); None when not kept (a column not in ``SMOOTHED``, the fleet view)."""
+        name = SMOOTHED.get(column)
+        if name is None:
+            return None
+        return window_mean(self._recent(key, until), name, until)
+
+    def _recent(self, key: ProcKey, until: float) -> list[Point]:
+        """The points of ``key`` in the smoothing window up to ``until`` (newest last)."""
+        with self._lock:
+            entry = self._procs.get(key)
+            if entry is None:
+                return []
+            out: list[Point] = []
+            for pt in reversed(entry[1]):
+                if pt.time <= until - SMOOTH_WINDOW_S:
+                    break
+                if pt.time <= until + 1e-9:
+                    out.append(pt)
+        out.reverse()
+        return out
+
+    def sort_values(self, until: float | None) -> Callable[[str, Sequence[ProcSample]], list[Any] | None]:
+        """``columns.ProcOrder``'s sort values: a smoothed column's values (``smoothed``) of the snapshot at
+        ``until``; a process without points there (the fleet view, whose rates are over its --window
+        already; one not kept yet) sorts by the value it shows."""
+        def values(column: str, procs: Sequence[ProcSample]) -> list[Any] | None:
+            name = SMOOTHED.get(column)
+            if name is None or until is None:
+                return None
+            out: list[Any] = []
+            for p in procs:
+                pts = self._recent(p.key, until) if p.instance is None else []
+                if pts and abs(pts[-1].time - until) <= 1e-9 and pts[-1] == point_of(until, p, pts[-1].interval_s):
+                    out.append(window_mean(pts, name, until))
+                else:
+                    out.append(getattr(point_of(until, p), name))
+            return out
+        return values
 
     def gpu_util(self, index: int, until: float | None = None, node: str | None = None) -> list[float | None]:
         with self._lock:
@@ -124,4 +210,8 @@ def points_of_series(by_name: dict[str, list[tuple[float, float]]] | None) -> li
         return []
     times = sorted({t for values in by_name.values() for t, _ in values})
     lookup = {name: dict(values) for name, values in by_name.items()}
-    return [Point(t, *(lookup.get(name, {}).get(t) for name in PROC_SERIES)) for t in times]
+    out = []
+    for t in times:
+        v = [lookup.get(name, {}).get(t) for name in PROC_SERIES]
+        out.append(Point(t, v[0], v[1], v[2], v[3], v[4], v[5]))
+    return out

@@ -93,7 +93,8 @@ def test_kernel_name_collapses_templates_before_cutting() -> None:
 def test_every_issue_column_exists_and_sort_keys_are_their_names() -> None:
     headers = [c.header for c in columns.COLUMNS]
     assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "GKERN/s", "H2D/s", "D2H/s",
-                       "D2D/s", "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "LB", "NODE"]
+                       "D2D/s", "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "TIME+", "RSS", "%MEM",
+                       "LB", "NODE"]
     assert tuple(c.key for c in columns.COLUMNS) == columns.SORT_KEYS
     assert columns.DEFAULT_SORT == "launches"
 
@@ -554,4 +555,6 @@ def test_narrow_layout_scrolls_and_never_hides_the_sort_column() -> None:
     lay = layout(cols, 80, "launches", 0)
     assert lay.hidden_right and not lay.hidden_left
     far = layout(cols, 80, "launches", len(cols))
-    assert far.cols[-1][0].key == "launch_bound" and not far.hidden_right and far.hidden_left
+    # TIME+, RSS and %MEM (columns.OPTIONAL) come last where space is short
+    assert far.cols[-1][0].key == "mem" and not far.hidden_right and far.hidden_left
+    assert [c.key for c, _ in far.cols[-4:]] == ["launch_bound", "cpu_time", "rss", "mem"]

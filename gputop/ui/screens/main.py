@@ -8,13 +8,19 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
-from gputop.model import ProcKey, ProcSample
+from gputop.model import ProcKey, ProcSample, summarize
 from gputop.ui import bindings, columns
 from gputop.ui import format as fmt
 from gputop.ui.screens.base import LiveScreen
+from gputop.ui.tree import tree_order
 from gputop.ui.widgets.gpu_panel import GpuPanel
-from gputop.ui.widgets.header import HeaderBar
+from gputop.ui.widgets.header import HeaderBar, SummaryBar
 from gputop.ui.widgets.proc_table import ProcTable
+
+
+def _label(key: ProcKey) -> str:
+    """A process's key as a user reads it: PID 20; in the fleet view, PID 20 on its scrape target."""
+    return f"PID {key}" if isinstance(key, int) else f"PID {key[1]} on {key[0]}"
 
 
 class MainScreen(LiveScreen):
@@ -27,6 +33,7 @@ class MainScreen(LiveScreen):
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
+        yield SummaryBar(id="summary")
         if self.gapp.options.banner:
             yield Static(self.gapp.options.banner, id="banner", markup=False)
         yield GpuPanel(self.gapp.history.gpu_util, id="gpus")
@@ -59,8 +66,11 @@ class MainScreen(LiveScreen):
             message = "waiting for the first sample…"
         else:
             order = self._order
-            if order is None or order.procs is not snap.processes:
-                order = self._order = columns.ProcOrder(snap.processes)    # once a snapshot
+            if order is None or order.procs is not snap.processes:    # once a snapshot
+                # rates sort by their mean over the last seconds (history.SMOOTHED: rows hold their places);
+                # the fleet view's rates are over its --window already
+                smooth = None if columns.is_fleet(snap.processes) else app.history.sort_values(snap.time)
+                order = self._order = columns.ProcOrder(snap.processes, smooth)
             view = order.view(s.sort, s.reverse, app.filter_text)
             rows, find = view, view.position
             if rows:
@@ -69,8 +79,27 @@ class MainScreen(LiveScreen):
                 message = f"no process matches the filter {app.filter_text!r} (Esc clears it)"
             else:
                 message = "no CUDA process seen yet"
+        prefixes = None
+        if app.tree_view and rows:       # F5: children under their parents, siblings in the sort's order
+            ordered, prefixes = tree_order(list(rows))
+            rows, find = ordered, {p.key: i for i, p in enumerate(ordered)}.get
+        self.table.set_prefixes(prefixes)
+        self._show_summary(rows)
         fleet = snap is not None and columns.is_fleet(snap.processes)
         self.table.set_rows(rows, columns.visible(s.columns, fleet), s.sort, descending, app.tags, message, find)
+
+    def _show_summary(self, rows: Sequence[ProcSample]) -> None:
+        """The summary line: the listed rows' counts and totals (``model.summarize``), the tagged ones
+        among the snapshot's processes, and whether the tree is shown."""
+        app = self.gapp
+        snap = app.snapshot
+        bar = self.query_one(SummaryBar)
+        if snap is None:
+            bar.show(None, 0, app.tree_view)
+            return
+        summary = snap.summary if not app.filter_text.strip() else summarize(snap, rows)
+        live = {p.key for p in snap.processes} if app.tags else set()
+        bar.show(summary, sum(1 for t in app.tags if t in live), app.tree_view)
 
     # -- filter ----------------------------------------------------------------------------
     def action_filter(self) -> None:
@@ -134,13 +163,33 @@ class MainScreen(LiveScreen):
         self.gapp.toggle_tag(key)
         self.table.action_cursor(1)
 
+    def action_untag_all(self) -> None:
+        app = self.gapp
+        if not app.tags:
+            app.say("no process is tagged (Space tags one)", timeout=3)
+            return
+        n = len(app.tags)
+        app.untag_all()
+        app.say(f"untagged {n} process{'es' if n > 1 else ''}", timeout=3)
+
+    def action_tree(self) -> None:
+        app = self.gapp
+        app.tree_view = not app.tree_view
+        app.say("tree view: children under their parent (by PPID)" if app.tree_view else "tree view off: a flat list",
+                timeout=3)
+        app.refresh_views()
+
     def action_compare(self) -> None:
         app = self.gapp
         live = {p.key for p in app.snapshot.processes} if app.snapshot else set()
         tags = [t for t in app.tags if t in live] or list(app.tags)
         selected = self.table.selected_key
         if len(tags) >= 2:
-            app.open_compare(tags[0], tags[1])
+            a, b = tags[-2], tags[-1]       # the two tagged last
+            if len(tags) > 2:
+                app.say(f"{len(tags)} tagged: comparing the two tagged last, {_label(a)} and {_label(b)} "
+                        f"(U untags all)", timeout=6)
+            app.open_compare(a, b)
         elif app.baseline is not None and selected is not None:
             app.open_compare(None, selected)
         elif len(tags) == 1 and selected is not None and selected != tags[0]:

@@ -1,4 +1,5 @@
-"""The header line: host, time, refresh, source status and gputop's own cost."""
+"""The header line: host, time, refresh, source status and gputop's own cost; and the summary line
+under it (htop's Tasks:)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from textual.geometry import Size
 from textual.reactive import Reactive
 from textual.widget import Widget
 
-from gputop.model import Snapshot, SourceStatus
+from gputop.model import Snapshot, SourceStatus, Summary
 from gputop.ui import format as fmt
 from gputop.ui.flow import flow
+from gputop.ui.summary import summary_pieces
 
 _STATUS_STYLE = {"ok": "$success", "starting": "$warning"}
 _MUTED = "$foreground 60%"
@@ -135,3 +137,48 @@ class HeaderBar(Widget):
 
     def render(self) -> Content:
         return Content("\n").join(self._lines_at(self.content_region.width or 10_000))
+
+
+def summary_lines(summary: Summary | None, width: int, tagged: int = 0, tree: bool = False) -> list[Content]:
+    """The summary line (htop's Tasks:; ``gputop.ui.summary``) at ``width`` cells: labels bold, unknown
+    values muted; on two lines where one is too narrow. ``tree``: the table shows the process tree (F5)."""
+    if summary is None:
+        return [Content.styled(" Tasks: waiting for the first sample…", _MUTED)]
+    pieces: list[Content] = []
+    for label, value in summary_pieces(summary, tagged):
+        pieces.append(Content.assemble((label, "bold"), " ", (value, _MUTED if value == fmt.NA else "")))
+    if tree:
+        pieces.append(Content.styled("tree view (F5)", "$accent bold"))
+    return flow([Content.assemble(" ", pieces[0]), *pieces[1:]], max(1, width), indent=" ", max_lines=2)
+
+
+class SummaryBar(Widget):
+    """The summary line under the header: the listed processes' counts and host-wide totals."""
+
+    auto_links = Reactive(False)
+    DEFAULT_CSS = """
+    SummaryBar { height: auto; max-height: 2; background: $panel; color: $foreground; text-wrap: nowrap; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._state: tuple[Summary | None, int, bool] = (None, 0, False)
+
+    def show(self, summary: Summary | None, tagged: int = 0, tree: bool = False) -> None:
+        state = (summary, tagged, tree)
+        if state != self._state:
+            width = self.content_region.width or 10_000
+            before = len(summary_lines(self._state[0], width, self._state[1], self._state[2]))
+            self._state = state
+            self.refresh(layout=len(summary_lines(summary, width, tagged, tree)) != before)
+
+    @property
+    def state(self) -> tuple[Summary | None, int, bool]:
+        return self._state
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(summary_lines(self._state[0], width, self._state[1], self._state[2]))
+
+    def render(self) -> Content:
+        s, tagged, tree = self._state
+        return Content("\n").join(summary_lines(s, self.content_region.width or 10_000, tagged, tree))

@@ -11,7 +11,7 @@ screen) opens the details.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,7 +27,7 @@ from textual.strip import Strip
 from gputop.model import ProcKey, ProcSample
 from gputop.ui import bindings
 from gputop.ui import format as fmt
-from gputop.ui.columns import BY_KEY, Column
+from gputop.ui.columns import BY_KEY, OPTIONAL, Column
 
 GUTTER = 2  # tag mark and a space
 
@@ -69,11 +69,20 @@ def layout(columns: Sequence[str], width: int, sort_key: str = "", offset: int =
     The first column always shows; the others scroll horizontally (``offset`` of them are
     skipped). Columns that do not fit are hidden, and markers say so (◀ after the fixed columns,
     ▶ at the end). The sort column is never hidden: when it is scrolled off, it is pinned after
-    the first column.
+    the first column. Where not every column fits, the optional ones (``columns.OPTIONAL``: TIME+,
+    RSS, %MEM) move to the end and, where the others then fit, start scrolled off (▶), leaving the
+    room to the others (unless one is the sort column).
     """
     cols = [BY_KEY[k] for k in columns]
     if not cols:
         return Layout(())
+    if sum(col_width(c) + 1 for c in cols) - 1 + GUTTER > width:
+        later = [c for c in cols[1:] if c.key in OPTIONAL and c.key != sort_key]
+        cols = [c for c in cols if c not in later] + later
+        if later and offset == 0:       # the others alone, and the ▶ marker
+            rest_only = layout([c.key for c in cols if c not in later], width - 1, sort_key)
+            if not rest_only.hidden_right and not rest_only.hidden_left:
+                return Layout(rest_only.cols, 0, len(later), rest_only.fixed, 0)
     fixed = cols[:1]
     rest = cols[1:]
     offset = max(0, min(offset, max(0, len(rest) - 1)))
@@ -173,6 +182,8 @@ class ProcTable(ScrollView, can_focus=True):
         self._sort_key = ""
         self._descending = True
         self._tags: Collection[ProcKey] = ()
+        #: tree view: what goes before each child's command (``gputop.ui.tree``)
+        self._prefixes: Mapping[ProcKey, str] = {}
         self._message = ""
         self._cursor = 0
         self._selected_key: ProcKey | None = None
@@ -202,7 +213,8 @@ class ProcTable(ScrollView, can_focus=True):
         """Show ``rows`` in this order (already filtered and sorted); repaint the lines that changed.
 
         ``find`` (a process's key -> its index in ``rows``, or None) keeps the selection without a
-        walk through the rows (64,000 in the fleet view; ``columns.Rows.position``)."""
+        walk through the rows (64,000 in the fleet view; ``columns.Rows.position``). The tree's
+        prefixes are those given last to ``set_prefixes``."""
         was_empty = not self._rows
         self._rows = rows
         self._cells = [None] * len(self._rows)
@@ -231,6 +243,11 @@ class ProcTable(ScrollView, can_focus=True):
             self._repaint()
         else:
             self._repaint_changed()
+
+    def set_prefixes(self, prefixes: Mapping[ProcKey, str] | None) -> None:
+        """Tree view: what the next ``set_rows`` shows before the commands of the processes named
+        (``gputop.ui.tree``); None or empty: no tree."""
+        self._prefixes = prefixes or {}
 
     def _repaint(self) -> None:
         self._strips.clear()
@@ -270,7 +287,12 @@ class ProcTable(ScrollView, can_focus=True):
         p = self._rows[index]
         cells = self._cells[index]
         if cells is None:
-            cells = self._cells[index] = tuple(col.render(p) for col, _ in cols)
+            cells = tuple(col.render(p) for col, _ in cols)
+            prefix = self._prefixes.get(p.key) if self._prefixes else None
+            if prefix:
+                cells = tuple(prefix + c if col.key == "command" else c
+                              for (col, _), c in zip(cols, cells, strict=True))
+            self._cells[index] = cells
         return (cells, p.key in self._tags, p.state == "exited", index == self._cursor)
 
     @property
