@@ -16,7 +16,8 @@ from gputop.ui import columns
 from gputop.ui import format as fmt
 from gputop.ui.summary import summary_text
 
-#: the dashboard's columns in its order, COMMAND moved to the end (the fleet view adds NODE after PID)
+#: the dashboard's columns in its order, COMMAND moved to the end (the fleet view adds NODE after PID, and
+#: NAMESPACE and POD after it where some process has a pod)
 TABLE_COLUMNS: tuple[columns.Column, ...] = (
     *(c for c in columns.COLUMNS if c.key != "command" and c.key not in columns.FLEET_ONLY),
     columns.BY_KEY["command"],
@@ -49,7 +50,9 @@ def process_table(procs: Sequence[ProcSample], sort: str = columns.DEFAULT_SORT,
     """The header line and one line per process, sorted like the dashboard (``sort`` key, its natural
     direction unless ``reverse``). A column is as wide as its header, its values and the dashboard's
     width for it, whichever is widest."""
-    shown = [columns.BY_KEY[k] for k in columns.visible([c.key for c in TABLE_COLUMNS], columns.is_fleet(procs))]
+    fleet = columns.is_fleet(procs)
+    keys = columns.visible([c.key for c in TABLE_COLUMNS], fleet, fleet and columns.has_pods(procs))
+    shown = [columns.BY_KEY[k] for k in keys]
     rows = [[_cell(c, p) for c in shown] for p in columns.sort_processes(procs, sort, reverse)]
     headers = [c.header for c in shown]
     widths = [max([c.width, len(c.header), *(len(r[i]) for r in rows)]) for i, c in enumerate(shown)]

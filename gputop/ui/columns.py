@@ -231,6 +231,28 @@ COLUMNS: tuple[Column, ...] = (
         cut="middle",
         help="node the process runs on (fleet view: gputop --prometheus); hidden on one host",
     ),
+    # shown after NODE in the fleet view only, when some process has a pod (``visible``)
+    Column(
+        "namespace",
+        "NAMESPACE",
+        10,
+        lambda p: p.namespace,
+        lambda p: fmt.text(p.namespace),
+        descending=False,
+        align="left",
+        help="Kubernetes namespace of the process's pod (fleet view, from kube-state-metrics)",
+    ),
+    Column(
+        "pod",
+        "POD",
+        16,
+        lambda p: p.pod,
+        lambda p: fmt.text(p.pod),
+        descending=False,
+        align="left",
+        cut="middle",
+        help="Kubernetes pod of the process (fleet view, from kube-state-metrics; N/A: on the host or unknown)",
+    ),
 )
 
 BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS}
@@ -238,8 +260,8 @@ SORT_KEYS: tuple[str, ...] = tuple(c.key for c in COLUMNS)
 DEFAULT_SORT = "launches"
 
 
-#: columns shown only in the fleet view
-FLEET_ONLY: tuple[str, ...] = ("node",)
+#: columns shown only in the fleet view (NAMESPACE and POD only where some process has a pod)
+FLEET_ONLY: tuple[str, ...] = ("node", "namespace", "pod")
 #: columns the fleet view never knows (the exporter exports no user, CPU or RSS): hidden there
 FLEET_UNKNOWN: tuple[str, ...] = ("user", "cpu", "cpu_time", "rss", "mem")
 #: columns shown only where every visible column fits the width (else left out before any is
@@ -252,12 +274,18 @@ def is_fleet(procs: Iterable[ProcSample]) -> bool:
     return any(p.instance is not None for p in procs)
 
 
-def visible(keys: Sequence[str], fleet: bool) -> tuple[str, ...]:
-    """The columns to show: NODE only in the fleet view, and there always, after PID (and not the
-    columns it cannot know)."""
+def has_pods(procs: Iterable[ProcSample]) -> bool:
+    """Some process has a Kubernetes pod (fleet view, from kube-state-metrics): C-level loops."""
+    return any(map(is_not, map(_POD, procs), repeat(None)))
+
+
+def visible(keys: Sequence[str], fleet: bool, pods: bool = False) -> tuple[str, ...]:
+    """The columns to show: NODE only in the fleet view, and there always, after PID, then NAMESPACE
+    and POD where some process has a pod (``pods``); not the columns the fleet view cannot know."""
     out = [k for k in keys if k not in FLEET_ONLY and not (fleet and k in FLEET_UNKNOWN)]
     if fleet:
-        out.insert(1 if out and out[0] == "pid" else 0, "node")
+        at = 1 if out and out[0] == "pid" else 0
+        out[at:at] = ["node", "namespace", "pod"] if pods else ["node"]
     return tuple(out)
 
 
@@ -291,11 +319,13 @@ def _matches(p: ProcSample, query: str) -> bool:
         return True
     if q.isdigit() and int(q) == p.pid:
         return True
-    return any(q in s.lower() for s in (p.comm or "", p.cmdline or "", p.user or "", p.node or ""))
+    return any(q in s.lower() for s in (p.comm or "", p.cmdline or "", p.user or "", p.node or "", p.pod or "",
+                                        p.namespace or ""))
 
 
 def filter_processes(procs: Iterable[ProcSample], query: str) -> list[ProcSample]:
-    """Keep processes whose command, user or node contains ``query`` (case-insensitive) or whose PID is it."""
+    """Keep processes whose command, user, node, pod or namespace contains ``query`` (case-insensitive)
+    or whose PID is it."""
     return [p for p in procs if _matches(p, query)]
 
 
@@ -311,6 +341,7 @@ def sort_processes(procs: Sequence[ProcSample], key: str, reverse: bool = False)
 _PID = attrgetter("pid")
 _INSTANCE = attrgetter("instance")
 _NODE = attrgetter("node")
+_POD = attrgetter("pod")
 #: ``_EMPTY.get(v, v)``: "" for None, else ``v`` (C-level, as ``identity`` has it)
 _EMPTY: dict[Any, Any] = {None: ""}
 
@@ -319,7 +350,7 @@ _EMPTY: dict[Any, Any] = {None: ""}
 _ATTRIBUTES = {"pid": "pid", "user": "user", "gpu": "gpu_index", "grid": "grid_blocks_avg",
                "block": "block_threads_avg", "gpu_mem": "gpu_mem_bytes", "sm": "gpu_util_pct", "cpu": "cpu_pct",
                "cpu_time": "cpu_time_s", "rss": "rss_bytes", "mem": "mem_pct",
-               "node": "node"}
+               "node": "node", "namespace": "namespace", "pod": "pod"}
 _RATES = {"launches": "launches_per_s", "graph_kernels": "graph_kernel_launches_per_s",
           "uvm": "uvm_faults_per_s", "sync": "sync_wait_pct"}
 

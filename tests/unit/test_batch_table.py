@@ -51,7 +51,7 @@ def test_headers_are_the_dashboards_in_order_with_command_last() -> None:
     header, _ = rows(batch.table(snap(proc(1))))
     assert re.fullmatch(r"\s*" + r"\s+".join(map(re.escape, HEADERS)), header), header
     assert [c.key for c in batch.TABLE_COLUMNS] == [c.key for c in columns.COLUMNS if c.key not in (
-        "command", "node")] + ["command"]
+        "command", "node", "namespace", "pod")] + ["command"]
 
 
 def test_cells_are_the_dashboards_renders() -> None:

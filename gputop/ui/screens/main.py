@@ -86,7 +86,9 @@ class MainScreen(LiveScreen):
         self.table.set_prefixes(prefixes)
         self._show_summary(rows)
         fleet = snap is not None and columns.is_fleet(snap.processes)
-        self.table.set_rows(rows, columns.visible(s.columns, fleet), s.sort, descending, app.tags, message, find)
+        pods = snap is not None and fleet and columns.has_pods(snap.processes)
+        self.table.set_rows(rows, columns.visible(s.columns, fleet, pods), s.sort, descending, app.tags, message,
+                            find)
 
     def _show_summary(self, rows: Sequence[ProcSample]) -> None:
         """The summary line: the listed rows' counts and totals (``model.summarize``), the tagged ones
