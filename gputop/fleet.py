@@ -4,7 +4,8 @@ Every node runs ``gputop exporter``; Prometheus scrapes them all; this feed read
 fixed number of queries per refresh, one per metric family, never one per process or node:
 
 - ``gputop_build_info`` (each target's node name), ``gputop_source_up``, the GPU families (one
-  query, by name) and the per-process gauges (one query, by name);
+  query, by name) and the per-process gauges (one query, by name, with each process's Kubernetes
+  pod and namespace from kube-state-metrics folded in: ``gputop.fleet_pods``);
 - each per-process counter family twice: its current values (the snapshot's ``total``) and
   ``increase(FAMILY[window])``: the ``interval`` counts (rounded to integers) and, divided by the
   window, the rates (what ``rate()`` computes). Answers are read as they arrive and dropped, so a
@@ -42,6 +43,7 @@ from typing import Any, Protocol
 
 from gputop.errors import EX_ERROR, EX_USAGE, GputopError
 from gputop.feed import SnapshotCallback
+from gputop.fleet_pods import Pod, add_pod, pods_expr
 from gputop.model import (
     MEMCPY_DIRECTIONS,
     PREFETCH_DIRECTIONS,
@@ -379,6 +381,8 @@ class SnapshotBuilder:
         self.up: dict[str, float] = {}
         #: the node names of the last hour, by instance: the names of targets whose scrapes fail now
         self.known_node: dict[str, str] = {}
+        #: each container id (or pod UID) gputop's processes carry: its pod (None: two pods claim it)
+        self.pods: dict[str, Pod | None] = {}
 
     def _proc(self, m: Mapping[str, str]) -> _Proc:
         key = (m.get("instance", ""), m.get("pid", ""))
@@ -412,6 +416,9 @@ class SnapshotBuilder:
             for s in samples:
                 m = s["metric"]
                 part = m.get(PART)
+                if part == "pods":
+                    add_pod(self.pods, m)
+                    continue
                 if part is not None:        # only for processes some family knows (not one that went)
                     key = (m.get("instance", ""), m.get("pid", ""))
                     q = self.procs.get(key) or self.procs.setdefault(key, _Proc({}))
@@ -486,7 +493,8 @@ class SnapshotBuilder:
             node = self.node_of.get(instance)
             if nodes and node not in nodes:
                 continue
-            out.append(_proc_sample(p, int(pid), instance, node, window_s))
+            pod = self.pods.get(p.labels.get("container") or "")
+            out.append(_proc_sample(p, int(pid), instance, node, window_s, pod))
         # in the order that breaks the table's ties (gputop.ui.columns.identity): sorting rows that are
         # already in order is a linear pass for the dashboard's thread
         out.sort(key=lambda q: (q.node or "", q.instance or "", q.pid))
@@ -527,7 +535,8 @@ def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
     return b.build(at=at, window_s=window_s, host=host, nodes=nodes)
 
 
-def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: float) -> ProcSample:
+def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: float,
+                 pod: Pod | None = None) -> ProcSample:
     m = p.labels
     live = p.gauges.get("gputop_live_alloc_bytes")
     if live is not None:
@@ -580,7 +589,7 @@ def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: 
         block_threads_avg=avg("block_threads_sum", HIST_COUNTS[1]),
         kernels=kernels, gpu_index=p.gpu, gpu_mem_bytes=None if gpu_mem is None else int(gpu_mem),
         gpu_util_pct=None if sm is None else sm * 100.0, launch_bound=None if bound is None else bound >= 0.5,
-        node=node, instance=instance, **hists)
+        node=node, instance=instance, namespace=pod[0] if pod else None, pod=pod[1] if pod else None, **hists)
 
 
 def _gpus(samples: list[Sample], node_of: Mapping[str, str], nodes: frozenset[str]) -> list[GpuSample]:
@@ -736,7 +745,9 @@ class FleetReader:
             # with each process's last sample and whether its series reaches back a window (warming up)
             "gauges": "{" + self._selector(extra, f'__name__=~"{"|".join(PROC_GAUGES)}"') + "}"
                       + f" or {_tagged(f'max by (instance,pid) (timestamp({launches}{{{sel}}}))', 'seen')}"
-                      + f" or {_tagged(f'max by (instance,pid) ({launches}{{{sel}}} offset {w})', 'windowed')}",
+                      + f" or {_tagged(f'max by (instance,pid) ({launches}{{{sel}}} offset {w})', 'windowed')}"
+                      # and the pods of the processes' containers (kube-state-metrics; none without it)
+                      + f" or {_tagged(pods_expr(sel), 'pods')}",
             # the launches keep comm & co.: every process's names
             f"total:{launches}": f"max by (instance,pid,comm,cmdline,container) ({launches}{{{sel}}})",
         }
