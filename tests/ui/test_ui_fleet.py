@@ -1,6 +1,7 @@
 """The dashboard in the fleet view: processes are (instance, PID), the same PID runs on three nodes of
 the fixed fleet scenario (tests/data/fleet_scenario.py); selection, tags, details and compare follow
-the node as well as the PID; `/` filters by node (table and GPU panel); `k` sends nothing."""
+the node as well as the PID; `/` filters by node (table and GPU panel); `k` sends nothing; NAMESPACE and
+POD show after NODE only once some process has a pod (hostile names escaped), and `/` finds a pod."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,8 @@ Body = Callable[[GputopApp, Pilot[Any], FleetFrameFeed], Awaitable[None]]
 (NODE7, INST7, _), (NODE8, INST8, _), (NODE9, INST9, _) = NODES
 
 
-def run(body: Body, frames: int = 20) -> None:
-    feed = FleetFrameFeed(fleet_frames(frames))
+def run(body: Body, frames: int = 20, feed: FleetFrameFeed | None = None) -> None:
+    feed = feed or FleetFrameFeed(fleet_frames(frames))
     app = GputopApp(feed, DashboardOptions(), config_path=Path(tempfile.mkdtemp()) / "config.toml")
 
     async def main() -> None:
@@ -106,3 +108,44 @@ def test_signals_are_refused_for_remote_processes() -> None:
         assert app.screen.__class__.__name__ == "MainScreen"
 
     run(body)
+
+
+def with_pods(frames: list[Any]) -> list[Any]:
+    """The scenario's frames with gpu-node-07's processes in pods (one with a hostile name), the other
+    nodes' on the host (no pod: N/A)."""
+    def pod(p: Any) -> Any:
+        if p.node != NODE7:
+            return p
+        name = "evil\x1b[31m\u202e" if p.pid == 4242 else f"trainer-{p.pid}"
+        return replace(p, namespace="ml", pod=name)
+    return [replace(f, processes=tuple(pod(p) for p in f.processes)) for f in frames]
+
+
+def cells(app: GputopApp, row: int) -> list[str]:
+    return "".join(s.text for s in table(app).render_line(row)).split()
+
+
+def test_namespace_and_pod_columns_show_only_once_some_process_has_a_pod() -> None:
+    frames = fleet_frames(20)
+    feed = FleetFrameFeed([*frames[:-1], *with_pods(frames[-1:])])
+
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: FleetFrameFeed) -> None:
+        assert cells(app, 0)[:5] == ["PID", "NODE", "NAMESPACE", "POD", "GPU"]   # the last frame delivered has pods
+        feed.callback(frames[-1])                                 # a refresh without any pod: columns gone
+        await pilot.pause()
+        assert cells(app, 0)[:3] == ["PID", "NODE", "GPU"] and "POD" not in cells(app, 0)
+        feed.callback(with_pods(frames[-1:])[0])
+        await pilot.pause()
+        assert cells(app, 0)[:5] == ["PID", "NODE", "NAMESPACE", "POD", "GPU"]
+        rows = table(app).rows
+        assert [(p.node, p.pid) for p in rows[:3]] == [(NODE9, 4242), (NODE7, 4242), (NODE8, 4242)]
+        assert cells(app, 1)[1:4] == [NODE9, "N/A", "N/A"]      # on the host: unknown
+        # escaped, then cut in the middle to POD's 16 cells
+        assert cells(app, 2)[1:4] == [NODE7, "ml", "evil\\x1b[…{202e}"]
+        assert "\x1b" not in "".join(s.text for s in table(app).render_line(2))
+        await pilot.press("slash", *"trainer-", "enter")
+        await pilot.pause()
+        assert {p.node for p in table(app).rows} == {NODE7} and all(
+            (p.pod or "").startswith("trainer-") for p in table(app).rows)
+
+    run(body, feed=feed)
