@@ -175,7 +175,7 @@ def test_f5_shows_the_tree_by_ppid_siblings_in_sort_order() -> None:
         assert pids(app) == [2000, 1000, 1002, 1001, 1003]
         assert [c.split(" --job")[0] for c in commands(app)] == [
             "serve", "torchrun", "├─ worker", "└─ worker", "   └─ helper"]
-        assert "tree view (F5)" in summary(app)
+        assert summary(app).endswith("  GPUs busy: N/A  tree (F5)")
         # the selection follows its process into the tree
         await pilot.press("home")
         assert table(app).selected_pid == 2000

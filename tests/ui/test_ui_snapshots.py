@@ -59,3 +59,30 @@ def test_fleet_screen(snap_compare: Any, name: str) -> None:
             await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def _family(snap: Any) -> Any:
+    """The scenario's node with parents given (its processes all have PPID 1): 4242's launcher runs
+    the workers 4243 and 6001, and 6001 forked 7007 (``nbody``): a tree for F5."""
+    from dataclasses import replace
+
+    parents = {4243: 4242, 6001: 4242, 7007: 6001}
+    return replace(snap, processes=tuple(replace(p, ppid=parents.get(p.pid, p.ppid)) for p in snap.processes))
+
+
+@pytest.mark.parametrize("name", ["tags", "tree"])
+def test_habits(snap_compare: Any, name: str) -> None:
+    """issue 22: three processes tagged (the summary line counts them), and the tree view (F5)."""
+    from gputop.ui.app import DashboardOptions, GputopApp
+    from screenshots import FrameFeed, frames
+
+    shots = frames(61)
+    feed = FrameFeed(shots if name == "tags" else [_family(s) for s in shots])
+    app = GputopApp(feed, DashboardOptions(theme="dark"))
+
+    async def before(pilot: Any) -> None:
+        await feed.deliver(pilot)
+        await pilot.press(*(("space", "space", "space") if name == "tags" else ("f5",)))
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)

@@ -148,7 +148,7 @@ def summary_lines(summary: Summary | None, width: int, tagged: int = 0, tree: bo
     for label, value in summary_pieces(summary, tagged):
         pieces.append(Content.assemble((label, "bold"), " ", (value, _MUTED if value == fmt.NA else "")))
     if tree:
-        pieces.append(Content.styled("tree view (F5)", "$accent bold"))
+        pieces.append(Content.styled("tree (F5)", "$accent bold"))
     return flow([Content.assemble(" ", pieces[0]), *pieces[1:]], max(1, width), indent=" ", max_lines=2)
 
 
