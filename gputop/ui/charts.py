@@ -42,6 +42,17 @@ def _figure(width: int, height: int, palette: ChartPalette, colorless: bool) -> 
     return f
 
 
+def _y_axis(f: Any, top: float, label: Callable[[float], str], base: int) -> None:
+    """The y axis from 0 to round steps above ``top``; all zeros: one tick, 0, and no invented scale."""
+    if top <= 0 or not math.isfinite(top):
+        f.ruler("y").ticks([0.0], [label(0.0)])
+        f.ruler("y").lim(0, 1)
+        return
+    ticks = _nice_ticks(top, base=base)
+    f.ruler("y").ticks(ticks, [label(t) for t in ticks])
+    f.ruler("y").lim(0, ticks[-1])
+
+
 def _nice_ticks(top: float, count: int = 4, base: int = 1000) -> list[float]:
     """0 and round steps up to at least ``top``; ``base`` 1024 gives steps in KiB/MiB/GiB."""
     if top <= 0 or not math.isfinite(top):
@@ -150,10 +161,7 @@ def line_chart(
             sig = f.signal(xs, ys, marker=_marker(colour))
             sig.lines()
             f.draw(sig)
-    ticks = _nice_ticks(max(y for _, y in points), base=1024 if y_binary else 1000)
-    fmt = y_format or (lambda v: f"{v:g}")
-    f.ruler("y").ticks(ticks, [fmt(t) for t in ticks])
-    f.ruler("y").lim(0, ticks[-1])
+    _y_axis(f, max(y for _, y in points), y_format or (lambda v: f"{v:g}"), 1024 if y_binary else 1000)
     lo = min(x for x, _ in points)
     hi = max(x for x, _ in points)
     if hi - lo < 1:
@@ -180,9 +188,7 @@ def bar_chart(
     f = _figure(width, height, palette, colorless)
     colour = None if colorless or not palette.series else palette.series[0]
     f.draw(f.bar(list(labels), list(values), marker=_marker(colour, "full")))
-    ticks = _nice_ticks(max(values) if values else 0)
-    f.ruler("y").ticks(ticks, [_count_label(t) for t in ticks])
-    f.ruler("y").lim(0, ticks[-1])
+    _y_axis(f, max(values) if values else 0, _count_label, 1000)
     if title:
         f.title(title)
     return str(f.build().string(colorless=colorless))

@@ -45,13 +45,20 @@ def _with_graphs(direct: Value, in_graphs: float | int | None) -> Value:
     return None if direct is None or in_graphs is None else direct + in_graphs
 
 
+def _no_graphs(in_graphs: float | int | None, graph_launches: float | int | None) -> float | int | None:
+    """Kernels run inside graphs: 0 when no graph was launched (a recording without the field, a baseline's
+    mean), else as counted."""
+    return 0 if in_graphs is None and graph_launches == 0 else in_graphs
+
+
 def _kernels_per_s(p: ProcSample) -> Value:
-    return _with_graphs(fields.launches_per_s(p), fields.graph_kernels_per_s(p))
+    return _with_graphs(fields.launches_per_s(p),
+                        _no_graphs(fields.graph_kernels_per_s(p), fields.interval_count(p, "graph_launches")))
 
 
 def _kernels_total(p: ProcSample) -> Value:
     t = p.total
-    return None if t is None else _with_graphs(_f(t.launches), t.graph_kernel_launches)
+    return None if t is None else _with_graphs(_f(t.launches), _no_graphs(t.graph_kernel_launches, t.graph_launches))
 
 
 def _total_copied(p: ProcSample) -> Value:
@@ -67,8 +74,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("kernels run total", _kernels_total, fmt.si),
     Metric("graph launches", _count("graph_launches"), fmt.si),
     Metric("graph launch total", _total("graph_launches"), fmt.si),
-    Metric("avg grid blocks", lambda p: p.grid_blocks_avg, lambda v: fmt.num(v, 1)),
-    Metric("avg block threads", lambda p: p.block_threads_avg, lambda v: fmt.num(v, 1)),
+    Metric("avg grid blocks", lambda p: p.grid_blocks_avg, fmt.num),
+    Metric("avg block threads", lambda p: p.block_threads_avg, fmt.num),
     Metric("H2D B/s", fields.h2d_per_s, fmt.bytes_),
     Metric("D2H B/s", fields.d2h_per_s, fmt.bytes_),
     Metric("D2D B/s", fields.d2d_per_s, fmt.bytes_),

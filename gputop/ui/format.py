@@ -20,30 +20,57 @@ def _finite(value: float | None) -> bool:
     return value is not None and not (isinstance(value, float) and not math.isfinite(value))
 
 
-def si(value: float | None, digits: int = 1) -> str:
-    """A count or rate with SI suffixes: 950, 12.3k, 4.1M."""
-    if not _finite(value):
-        return NA
-    assert value is not None
+def _sig3(x: float, cap: int | None = None, scaled: bool = False) -> str:
+    """``x`` (0 <= x < 1000) with three significant digits: 953, 95.3, 9.53, 0.953 (a scaled value
+    below 1, 0.98 of the next unit: two decimals); ``cap`` limits the decimals (an axis label asks for 0)."""
+    decimals = 2 if x < 10 else 1 if x < 100 else 0
+    if cap is not None:
+        decimals = min(decimals, cap)
+    if x < 1 and x != 0 and cap is None and not scaled:
+        return f"{x:.3g}"
+    return f"{x:.{decimals}f}"
+
+
+def _scaled(value: float, scales: tuple[tuple[int | float, str], ...], next_at: float, digits: int | None) -> str:
+    """The number style shared by ``si`` and ``bytes_`` (see docs/dashboard.md, Number style)."""
     mag = abs(value)
-    for scale, suffix in _SI:
-        if mag >= scale * 0.9995:
-            return f"{value / scale:.{digits}f}{suffix}"
+    sign = "-" if value < 0 else ""
+    for i, (scale, suffix) in enumerate(scales):
+        if mag >= scale * next_at:
+            text = _sig3(mag / scale, digits, scaled=True)
+            if float(text) >= 1000 and i > 0:       # 999.7k rounds to 1000k: one unit up, 1.00M
+                bigger, up = scales[i - 1]
+                text = _sig3(mag / bigger, digits, scaled=True)
+                suffix = up
+            return f"{sign}{text}{suffix}"
     if float(value).is_integer():
         return f"{int(value)}"
-    return f"{value:.{digits}f}"
+    text = _sig3(mag, digits)
+    if float(text) >= 1000 * next_at:               # 999.7 rounds to 1000: 1.00k
+        scale, suffix = scales[-1]
+        return f"{sign}{_sig3(mag / scale, digits, scaled=True)}{suffix}"
+    return f"{sign}{text}"
 
 
-def bytes_(value: float | None, digits: int = 1) -> str:
-    """Bytes with binary suffixes (K, M, G, T = 1024^n): 512, 1.5M, 79.6G."""
+def si(value: float | None, digits: int | None = None) -> str:
+    """A count or rate, three significant digits with SI suffixes: 5, 95.3, 953, 1.00k, 12.3k, 4.10M.
+    Integers below 1000 have no decimals. ``digits`` caps the decimals (axis labels: 0)."""
     if not _finite(value):
         return NA
     assert value is not None
-    mag = abs(value)
-    for scale, suffix in _BIN:
-        if mag >= scale * 0.97:  # 1000 of a unit already reads as the next one (0.98G, not 1003.5M)
-            return f"{value / scale:.{digits}f}{suffix}"
-    return f"{round(value)}"
+    return _scaled(value, _SI, 0.9995, digits)
+
+
+def bytes_(value: float | None, digits: int | None = None) -> str:
+    """Bytes, three significant digits with binary suffixes (K, M, G, T = KiB, MiB, GiB, TiB: 1024^n):
+    512, 1.50K, 50.2M, 79.6G. A value past 97% of the next unit reads as that unit (0.98G, not 1004M).
+    The help and docs/dashboard.md say once that K/M/G/T of bytes are 1024-based."""
+    if not _finite(value):
+        return NA
+    assert value is not None
+    if abs(value) < 1024 * 0.97:
+        return f"{round(value)}"
+    return _scaled(value, _BIN, 0.97, digits)
 
 
 def shown(text: str, binary: bool = False) -> float | None:
@@ -72,14 +99,15 @@ def pct(value: float | None, digits: int = 0) -> str:
     return f"{value:.{digits}f}%"
 
 
-def num(value: float | None, digits: int = 0) -> str:
-    """A plain number; large ones get SI suffixes so they fit a column."""
+def num(value: float | None, digits: int | None = None) -> str:
+    """A plain number (an average): integers without decimals up to 99999 (1000, not 1000.0), other
+    values as ``si`` (three significant digits: 31.2, 953, 123k); ``digits`` caps the decimals."""
     if not _finite(value):
         return NA
     assert value is not None
-    if abs(value) >= 100_000:
-        return si(value)
-    return f"{value:.{digits}f}"
+    if float(value).is_integer() and abs(value) < 100_000:
+        return f"{int(value)}"
+    return si(value, digits)
 
 
 def text(value: object | None, limit: int = DEFAULT_LIMIT) -> str:
@@ -89,14 +117,16 @@ def text(value: object | None, limit: int = DEFAULT_LIMIT) -> str:
 
 
 def seconds(value: float | None) -> str:
+    """A duration, three significant digits: 850µs, 12.5ms, 23.2s, 512s."""
     if not _finite(value):
         return NA
     assert value is not None
     if value < 1e-3:
         return f"{value * 1e6:.0f}µs"
     if value < 1:
-        return f"{value * 1e3:.1f}ms"
-    return f"{value:.2f}s"
+        text = _sig3(value * 1e3, scaled=True)
+        return "1.00s" if float(text) >= 1000 else f"{text}ms"
+    return f"{_sig3(value, scaled=True)}s" if value < 999.5 else f"{value:.0f}s"
 
 
 def clock(unix_s: float) -> str:
@@ -112,11 +142,21 @@ def cpu_share(ns_per_s: float | None) -> str:
     return f"{ns_per_s / 1e7:.2f}%"
 
 
+#: the intervals a refresh or a recording uses (the dashboard's + and - steps, and -d's usual values)
+_ROUND_INTERVALS = (0.1, 0.2, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 5.0, 10.0, 15.0, 30.0, 60.0)
+
+
 def interval(seconds_: float) -> str:
-    """A refresh interval, rounded as a person says it: 1s, 0.25s, 2.5s (a recording's 1.0003 s is 1s)."""
+    """A refresh interval, rounded once as a person says it: 1s, 0.25s, 2.5s. A recording's measured
+    interval (1.006 s, 0.994 s: the collector wakes a little late or early) within 5% of a usual
+    interval is that interval, so a replay's header never switches between 'every 1s' and 'every 1.01s';
+    any other value has two significant digits (1.3s, 45s)."""
+    for usual in _ROUND_INTERVALS:
+        if abs(seconds_ - usual) <= 0.05 * usual:
+            return f"{usual:g}s"
     if seconds_ >= 10:
         return f"{seconds_:.0f}s"
-    return f"{round(seconds_, 2):g}s"
+    return f"{float(f'{seconds_:.2g}'):g}s"
 
 
 def speed(factor: float) -> str:

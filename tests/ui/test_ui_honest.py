@@ -122,7 +122,7 @@ def test_compare_cuts_commands_in_the_middle_and_marks_gone() -> None:
         assert all(len(line) <= 78 for line in sides)
         metrics = app.screen.query_one("#metrics", TextPanel).content.plain
         launches = next(line for line in metrics.splitlines() if line.startswith("launches/s"))
-        assert launches.split()[1:] == ["1.0k", "20.0k", "20.00×"]
+        assert launches.split()[1:] == ["1.00k", "20.0k", "20.00×"]
         await push(pilot, feed, snapshot(b, time=1767258001.0))
         sides = app.screen.query_one("#sides", TextPanel).content.plain.splitlines()
         assert "[gone]" in sides[0] and "[running]" in sides[1]
@@ -193,7 +193,7 @@ def test_idle_process_keeps_totals_in_details() -> None:
         await pilot.pause()
         stats = app.screen.query_one("#stats", TextPanel).content.plain
         launches = next(line for line in stats.splitlines() if line.startswith("launches"))
-        assert launches.split() == ["launches", "0/s", "5.0k"]
+        assert launches.split() == ["launches", "0/s", "5.00k"]
 
     run(None, body)
 

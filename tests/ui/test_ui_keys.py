@@ -92,7 +92,7 @@ def test_starting_then_default_sort_launches_descending() -> None:
         assert pids(app) == [20, 10, 30]
         header = header_content(app.screen.query_one(HeaderBar).state).plain
         assert "test-host" in header and "09:00:00" in header and "every 1s" in header
-        assert "cost 5.0k hits/s 0.45% CPU (traps 0.35% + programs 0.10%)" in header
+        assert "cost 5.00k hits/s 0.45% CPU (traps 0.35% + programs 0.10%)" in header
 
     run(None, body)
 

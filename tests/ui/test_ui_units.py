@@ -43,7 +43,8 @@ def test_zero_is_zero() -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(950, "950"), (12345, "12.3k"), (4.1e6, "4.1M"), (999.96, "1.0k"), (2.5, "2.5"), (3e9, "3.0G")],
+    [(950, "950"), (953.3, "953"), (95.33, "95.3"), (12345, "12.3k"), (123456, "123k"), (4.1e6, "4.10M"),
+     (999.96, "1.00k"), (999_700, "1.00M"), (2.5, "2.50"), (0.003, "0.003"), (-2500, "-2.50k"), (3e9, "3.00G")],
 )
 def test_si(value: float, text: str) -> None:
     assert fmt.si(value) == text
@@ -51,7 +52,8 @@ def test_si(value: float, text: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(512, "512"), (1536 * 1024, "1.5M"), (80 * 2**30, "80.0G"), (1017.7 * 2**20, "1.0G"), (2**40, "1.0T")],
+    [(512, "512"), (1536 * 1024, "1.50M"), (80 * 2**30, "80.0G"), (1017.7 * 2**20, "0.99G"), (1023.9 * 2**20, "1.00G"),
+     (2**40, "1.00T"), (50.2 * 2**20, "50.2M"), (512 * 1024, "512K")],
 )
 def test_bytes(value: float, text: str) -> None:
     assert fmt.bytes_(value) == text
@@ -414,7 +416,7 @@ def test_gpu_line_shows_na_for_unknowns() -> None:
     full = gpu_line(GpuSample(index=0, name="A100", util_pct=50.0, mem_used_bytes=2**30, mem_total_bytes=2**32,
                               temp_c=60.0, power_w=100.0, power_limit_w=400.0, pcie_rx_bytes_per_s=2**30,
                               pcie_tx_bytes_per_s=0.0, xid_errors=2), [10.0, 90.0], 200).plain
-    for needle in ("50%", "1.0G/4.0G", "60°C", "100/400W", "↓1.0G/s", "XID 2", "▂▇"):
+    for needle in ("50%", "1.00G/4.00G", "60°C", "100/400W", "↓1.00G/s", "XID 2", "▂▇"):
         assert needle in full, needle
 
 
@@ -425,7 +427,7 @@ def test_details_stats_rows_cover_the_issue_items(scenario: list[Snapshot]) -> N
     for needle in ("allocations", "frees", "live alloc", "UVM faults", "prefetch", "sync blocked"):
         assert needle in rows
     # every count says what it counts: no bare numbers side by side ("alloc 2 calls 0 free 1")
-    assert rows["allocations"][1].endswith(" calls, " + fmt.bytes_(p.total.alloc_bytes if p.total else None))
+    assert rows["allocations"][1].endswith(" calls, " + fmt.bytes_(p.total.alloc_bytes if p.total else None) + " bytes")
     assert rows["frees"][1].endswith(" calls")
     bare = {label: (now, total) for label, now, total in stats_rows(ProcSample(pid=1, comm="x"))}
     assert bare["launches"] == ("N/A", "N/A")
@@ -438,7 +440,7 @@ def test_details_totals_stay_beside_rates_of_an_idle_process() -> None:
                                            block_threads_sum=12345 * 256))
     rows = {label: (now, total) for label, now, total in stats_rows(p)}
     assert rows["launches"] == ("0/s", "12.3k")
-    assert rows["avg grid×block"][1] == "80.0 × 256.0"
+    assert rows["avg grid×block"][1] == "80 × 256"
     gone = without_live_values(p)
     rows = {label: (now, total) for label, now, total in stats_rows(gone)}
     assert rows["launches"] == ("N/A", "12.3k")
@@ -465,7 +467,7 @@ def test_compare_ratio_follows_the_values_shown() -> None:
     a = proc(1, launches=1022.0, rates=Rates(launches_per_s=1022.0, sync_wait_pct=0.04))
     b = proc(2, launches=19990.0, rates=Rates(launches_per_s=19990.0, sync_wait_pct=0.05))
     rows = {r.label: r for r in compare.rows(a, b)}
-    assert (rows["launches/s"].a, rows["launches/s"].b, rows["launches/s"].ratio) == ("1.0k", "20.0k", "20.00×")
+    assert (rows["launches/s"].a, rows["launches/s"].b, rows["launches/s"].ratio) == ("1.02k", "20.0k", "19.61×")
     assert (rows["sync wait %"].a, rows["sync wait %"].b, rows["sync wait %"].ratio) == ("0.0%", "0.1%", "∞")
     c = proc(3, rates=Rates(launches_per_s=1.0, sync_wait_pct=0.04))
     assert compare.rows(c, a)[compare_index("sync wait %")].ratio == "="
@@ -530,7 +532,7 @@ def test_gpu_panel_wraps_instead_of_cutting() -> None:
         lines = gpu_lines(g, [], width)
         assert all(line.cell_length <= width for line in lines), width
         text = " ".join(line.plain for line in lines)
-        for needle in ("61°C", "300/700W", "PCIe ↓1.0G/s ↑1.0M/s", "XID 0", "50%"):
+        for needle in ("61°C", "300/700W", "PCIe ↓1.00G/s ↑1.00M/s", "XID 0", "50%"):
             assert needle in text, (width, needle)
     assert len(gpu_lines(g, [], 200)) == 1 and len(gpu_lines(g, [], 80)) == 2
 

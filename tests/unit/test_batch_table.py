@@ -59,8 +59,8 @@ def test_cells_are_the_dashboards_renders() -> None:
     header, (row,) = rows(batch.table(snap(p)))
     cells, command = split(header, row)
     assert cells == [c.render(p) for c in batch.TABLE_COLUMNS[:-1]]
-    assert cells == ["4242", "alice", "0", "1.0k", "80", "128", "250", "2.0K", "1.0M", "0", "3.0G", "12", "25%", "4.0G",
-                     "55%", "98%", "62:03.45", "1.5G", "2.3%", "◆"]
+    assert cells == ["4242", "alice", "0", "1.00k", "80", "128", "250", "2.00K", "1.00M", "0", "3.00G", "12", "25%",
+                     "4.00G", "55%", "98%", "62:03.45", "1.50G", "2.3%", "◆"]
     assert command == "python train.py"          # the dashboard's COMMAND: program without its directory
 
 
@@ -138,7 +138,7 @@ def test_gpu_lines_carry_the_gpu_panels_fields() -> None:
     assert tasks == ("Tasks: 0 listed, 0 running, 0 stopped, 0 exited  Launches: 0/s  Graph kernels: 0/s  "
                      "H2D 0/s  D2H 0/s  D2D 0/s  GPUs busy: N/A")
     assert first == ("GPU 0 NVIDIA H100 80GB HBM3  util 87%  mem 40.0G/80.0G  temp 61°C  power 412/700W  "
-                     "pcie ↓250.0K/s ↑1.5M/s  xid 2")
+                     "pcie ↓250K/s ↑1.46M/s  xid 2")
     assert second == r"GPU 1.3 A100\x1b[2J  util N/A  mem N/A  temp N/A  power N/A  pcie ↓N/A ↑N/A  xid N/A"
 
 

@@ -185,8 +185,10 @@ class CompareScreen(LiveScreen):
 
     # -- charts ----------------------------------------------------------------------------
     def _pair(self, name: str) -> tuple[Series, Series]:
-        if self.uses_baseline:  # align both at their first sample
-            return series(self._a_points, name), series(self._b_points, name)
+        if self.uses_baseline:  # both end at 0 s, as the live compare's (−60 s … 0 s): the recording at its last sample
+            a_end = self._a_points[-1].time if self._a_points else None
+            b_end = self._b_points[-1].time if self._b_points else None
+            return series(self._a_points, name, origin=a_end), series(self._b_points, name, origin=b_end)
         return series(self._a_points, name, origin=self._now), series(self._b_points, name, origin=self._now)
 
     def _draw_launches(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:

@@ -45,8 +45,14 @@ def _pair(a: str, b: str) -> str:
     return f"{a} / {b}"
 
 
+def _calls(calls: float | None) -> str:
+    """``1 call``, ``3 calls``, ``N/A calls``."""
+    return f"{fmt.si(calls)} {'call' if calls == 1 else 'calls'}"
+
+
 def _calls_bytes(calls: float | None, nbytes: float | None) -> str:
-    return f"{fmt.si(calls)} calls, {fmt.bytes_(nbytes)}"
+    """``1 call, 0 bytes``, ``3 calls, 50.2M bytes`` (K, M, G of bytes: KiB, MiB, GiB)."""
+    return f"{_calls(calls)}, {fmt.bytes_(nbytes)} bytes"
 
 
 def _cb(c: Counts | None, group: str, key: str) -> tuple[int | None, int | None]:
@@ -84,7 +90,10 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
         return fmt.bytes_(getattr(c, name) if c is not None else None)
 
     def calls_bytes(c: Counts | None, calls: str, nbytes: str) -> str:
-        return f"{n(c, calls)} calls, {b(c, nbytes)}"
+        return _calls_bytes(getattr(c, calls) if c is not None else None, getattr(c, nbytes) if c is not None else None)
+
+    def ncalls(c: Counts | None, calls: str) -> str:
+        return _calls(getattr(c, calls) if c is not None else None)
 
     def copies(c: Counts | None, d: str) -> str:
         calls, nbytes = _cb(c, "memcpy", d)
@@ -105,15 +114,15 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
         ("graph launches", n(iv, "graph_launches"), n(tot, "graph_launches")),
         ("graph kernels", _per_s(fmt.si(fields.graph_kernels_per_s(p))), n(tot, "graph_kernel_launches")),
         ("captured", n(iv, "captured_launches"), n(tot, "captured_launches")),
-        ("avg grid×block", f"{fmt.num(p.grid_blocks_avg, 1)} × {fmt.num(p.block_threads_avg, 1)}",
-         f"{fmt.num(tot_grid, 1)} × {fmt.num(tot_block, 1)}"),
+        ("avg grid×block", f"{fmt.num(p.grid_blocks_avg)} × {fmt.num(p.block_threads_avg)}",
+         f"{fmt.num(tot_grid)} × {fmt.num(tot_block)}"),
     ]
     for d in ("h2d", "d2h", "d2d", "h2h", "unknown"):
         label = "memcpy unknown" if d == "unknown" else f"memcpy {d.upper()}"
         rows.append((label, _per_s(fmt.bytes_(fields.memcpy_per_s(p, d))), copies(tot, d)))
     rows += [
         ("allocations", calls_bytes(iv, "alloc_calls", "alloc_bytes"), calls_bytes(tot, "alloc_calls", "alloc_bytes")),
-        ("frees", f"{n(iv, 'free_calls')} calls", f"{n(tot, 'free_calls')} calls"),
+        ("frees", ncalls(iv, "free_calls"), ncalls(tot, "free_calls")),
         ("live alloc", "", fmt.bytes_(fields.live_alloc_bytes(p))),
         ("managed alloc", calls_bytes(iv, "managed_alloc_calls", "managed_alloc_bytes"),
          calls_bytes(tot, "managed_alloc_calls", "managed_alloc_bytes")),
@@ -122,8 +131,8 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
          f"GPU {n(tot, 'uvm_gpu_faults')}"),
         ("UVM migrated", migrated(iv), migrated(tot)),
         ("UVM thrashing", n(iv, "uvm_thrashing"), n(tot, "uvm_thrashing")),
-        ("sync blocked", f"{fmt.pct(fields.sync_wait_pct(p), 1)}, {n(iv, 'sync_calls')} calls",
-         f"{fmt.seconds(tot.sync_wait_s if tot else None)}, {n(tot, 'sync_calls')} calls"),
+        ("sync blocked", f"{fmt.pct(fields.sync_wait_pct(p), 1)}, {ncalls(iv, 'sync_calls')}",
+         f"{fmt.seconds(tot.sync_wait_s if tot else None)}, {ncalls(tot, 'sync_calls')}"),
         ("GPU mem / SM", _pair(fmt.bytes_(p.gpu_mem_bytes), fmt.pct(p.gpu_util_pct)), ""),
         ("CPU / RSS", _pair(fmt.pct(p.cpu_pct), fmt.bytes_(p.rss_bytes)), ""),
     ]

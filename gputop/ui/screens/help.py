@@ -12,6 +12,12 @@ from textual.widgets import Static
 from gputop.ui import bindings
 from gputop.ui.columns import COLUMNS, FLEET_ONLY
 
+#: the help's lines on how numbers read (docs/dashboard.md, Number style)
+NUMBER_STYLE = (
+    "three significant digits: 953, 1.00k, 12.3k; whole numbers without decimals: 1000, not 1000.0",
+    "counts and rates: k M G = 1000-based; bytes (H2D/s, LIVE MEM, GPU MEM, …): K M G T = KiB MiB GiB TiB",
+)
+
 
 def key_names(app: App[object], b: Binding) -> str:
     """Every key of a binding, as shown to the user ("esc/q/⌫")."""
@@ -38,6 +44,9 @@ def help_content(app: App[object]) -> Content:
     for c in cols:
         lines.append(Content.assemble((f"  {c.header.ljust(head_w)}", "bold"), (c.key.ljust(key_w), "$accent"), c.help))
     lines.append(Content(""))
+    lines.append(Content.styled("Numbers", "bold $primary underline"))
+    for text in NUMBER_STYLE:
+        lines.append(Content(f"  {text}"))
     lines.append(
         Content.styled("N/A: the value is unknown to gputop (a source is unavailable), not zero.", "italic")
     )
