@@ -3,7 +3,7 @@
 // once per refresh and computes deltas (counters are monotonic, never cleared).
 //
 // Compile-time parameters (set by gputop/sources/bpf.py): MAX_PROCS, MAX_KERNELS, MAX_ALLOCS,
-// MAX_NAMES, MAX_THREADS, MAX_CODE (MAX_GRAPHS, MAX_GRAPH_NODES have defaults here).
+// MAX_NAMES, MAX_THREADS, MAX_CODE, CODE_CUDA, CODE_LAYER (MAX_GRAPHS, MAX_GRAPH_NODES have defaults here).
 #include <uapi/linux/ptrace.h>
 #ifndef EEXIST
 #define EEXIST 17
@@ -80,6 +80,7 @@ struct name_t {
 
 struct pending_t {              // entry state of calls with a return probe (alloc, sync, names)
     u64 sp;                     // stack pointer at the outermost entry
+    u64 ip;                     // the outermost entry's probed address
     u64 out;                    // out-pointer
     u64 size;
     u64 ts;
@@ -194,8 +195,17 @@ BPF_TABLE("lru_hash", struct tkey_t, struct cap_t, joined, 8192);
 // events recorded into a capturing stream: waiting on one joins the capture
 BPF_TABLE("lru_hash", struct tkey_t, struct cap_t, capture_events, 4096);
 BPF_F_TABLE("lpm_trie", struct range_key_t, u32, ranges, MAX_ALLOCS * 8, BPF_F_NO_PREALLOC);
-// code of the CUDA runtime and driver in each process (filled by user space from /proc/PID/maps)
+// code of the CUDA runtime and driver in each process (filled by user space from /proc/PID/maps):
+// CODE_CUDA, or CODE_LAYER for a driver-level interception layer's text (rule 7); both -D from
+// gputop/sources/bpf.py (CODE_KINDS)
 BPF_F_TABLE("lpm_trie", struct range_key_t, u32, code, MAX_CODE, BPF_F_NO_PREALLOC);
+// [0]: 1 once user space has probed a driver-level layer (rule 7), anywhere on the host
+BPF_ARRAY(layers, u32, 1);
+struct via_t {                  // a thread's last entry into a driver-level layer
+    u64 sp;
+    u64 ra;
+};
+BPF_TABLE("lru_hash", u32, struct via_t, via_layer, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_alloc, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
@@ -288,17 +298,46 @@ static __always_inline void range_key(struct range_key_t *k, u32 tgid, u64 addr,
 // (the return address at [sp]) is code of the CUDA runtime or driver is the runtime calling the
 // driver (or the driver calling itself), already counted where the application called in.
 // Only driver-layer probes ask: the driver never calls the runtime.
-static __always_inline int from_cuda(u32 tgid, u64 ra) {
+static __always_inline u32 code_kind(u32 tgid, u64 addr) {
     struct range_key_t k = {};
-    range_key(&k, tgid, ra, 64);
-    return code.lookup(&k) != 0;
+    range_key(&k, tgid, addr, 64);
+    u32 *kind = code.lookup(&k);
+    return kind ? *kind : 0;
+}
+
+// Rule 7 (docs/collector.md): a driver-level interception layer (GPU-sharing layers preloaded in
+// front of libcuda) counts where the application called it; its whole text is CUDA code (CODE_LAYER),
+// so the driver's entry behind it sees a CUDA caller. A layer that forwards by a tail call (a jump)
+// leaves the application's return address at [sp] instead: the driver's entry then has the same sp
+// and return address as the layer's. So, once a layer is probed, each entry into a layer records
+// (sp, return address) per thread; a driver entry with both equal is that call passing through and
+// consumes the record. A record left by a layer that forwarded by a call is dropped at that call.
+static __always_inline int through_layer(struct pt_regs *ctx, u32 tgid, u64 sp, u64 ra) {
+    u32 zero = 0;
+    u32 *on = layers.lookup(&zero);
+    if (!on || !*on)
+        return 0;
+    u32 tid = bpf_get_current_pid_tgid();
+    if (code_kind(tgid, PT_REGS_IP(ctx)) == CODE_LAYER) {     // an entry point of the layer itself
+        struct via_t v = {.sp = sp, .ra = ra};
+        via_layer.update(&tid, &v);
+        return 0;
+    }
+    struct via_t *v = via_layer.lookup(&tid);
+    if (!v || v->sp != sp || v->ra != ra)
+        return 0;
+    via_layer.delete(&tid);
+    return 1;
 }
 
 // Calls with a return probe nest by depth. A deeper entry (sp below the outermost entry's) is
 // the runtime calling the driver; an entry at or above it means the earlier call's return was
 // missed (thread killed), so the slot starts over. Returns the thread's slot when nested.
+// An entry at the same sp into another function is a tail call from the outermost one (a driver-level
+// layer jumping to the driver, rule 7): nested too.
 static __always_inline struct pending_t *enter_nested(struct pending_t *ps, struct pt_regs *ctx) {
-    if (ps && ps->depth > 0 && PT_REGS_SP(ctx) < ps->sp) {
+    u64 sp = PT_REGS_SP(ctx);
+    if (ps && ps->depth > 0 && (sp < ps->sp || (sp == ps->sp && PT_REGS_IP(ctx) != ps->ip))) {
         ps->depth++;
         return ps;
     }
@@ -316,6 +355,7 @@ static __always_inline int leave_outermost(struct pending_t *ps) {
 static __always_inline void pending_init(struct pending_t *n, struct pt_regs *ctx) {
     n->depth = 1;
     n->sp = PT_REGS_SP(ctx);
+    n->ip = PT_REGS_IP(ctx);
 }
 
 // ------------------------------------------------------------------ kernels inside graphs
@@ -680,9 +720,21 @@ static __always_inline u32 current_tgid(void) {
     return bpf_get_current_pid_tgid() >> 32;
 }
 
-// driver-layer probes: true when called from CUDA code (see from_cuda)
+// driver-layer probes: true when called from CUDA code (see code_kind), or passed on by a
+// driver-level layer's tail call (see through_layer)
+static __always_inline int nested_at(struct pt_regs *ctx, u32 tgid, u64 sp, u64 ra) {
+    u32 kind = code_kind(tgid, ra);
+    if (kind == CODE_LAYER) {       // a layer forwarding by a call: its entry's record is spent
+        u32 tid = bpf_get_current_pid_tgid();
+        via_layer.delete(&tid);
+    }
+    if (kind)
+        return 1;
+    return through_layer(ctx, tgid, sp, ra);
+}
 static __always_inline int nested(struct pt_regs *ctx, u32 tgid) {
-    return from_cuda(tgid, read_u64(PT_REGS_SP(ctx)));
+    u64 sp = PT_REGS_SP(ctx);
+    return nested_at(ctx, tgid, sp, read_u64(sp));
 }
 
 // cudaLaunchKernel(func, dim3 grid (rsi: x|y<<32, rdx: z), dim3 block (rcx, r8), args, smem, stream)
@@ -729,7 +781,7 @@ static __always_inline int drv_launch_regs(struct pt_regs *ctx, int ptsz) {
     u64 st[2] = {};                     // return address and block z in one read
     bpf_probe_read_user(st, sizeof(st), (void *)sp);
     u32 tgid = current_tgid();
-    if (from_cuda(tgid, st[0]))
+    if (nested_at(ctx, tgid, sp, st[0]))
         return 0;
     return count_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
                         PT_REGS_PARM3(ctx) & 0xffffffff, PT_REGS_PARM4(ctx) & 0xffffffff,
@@ -1138,7 +1190,7 @@ int drv_memcpy_peer(struct pt_regs *ctx) {
 }
 
 // the calling process's record for a call the application made (0: the runtime's own call, see
-// from_cuda, or no room for a record)
+// code_kind, or no room for a record)
 static __always_inline struct proc_t *app_call(struct pt_regs *ctx, u32 tgid) {
     return nested(ctx, tgid) ? 0 : proc_get(tgid);
 }

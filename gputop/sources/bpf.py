@@ -60,6 +60,9 @@ DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "even
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
 MEM_READ_S = 0.5      # a read of a kernel's name from its process's memory (objreads.BoundedCalls)
 EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon
+#: values of the BPF `code` trie (passed as -D): the runtime's and driver's code, a driver-level layer's
+CODE_KINDS = {"CODE_CUDA": 1, "CODE_LAYER": 2}
+CODE_CUDA, CODE_LAYER = CODE_KINDS["CODE_CUDA"], CODE_KINDS["CODE_LAYER"]
 PATH_DEPTH = 16       # bpf/gputop.bpf.c's file_event_t: names from a mapped file up to its fs root
 PATH_NAME = 64
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
@@ -273,6 +276,7 @@ class BpfSource:
         self._idle_exited: dict[int, bool] = {}
         self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
         self._code_dropped = 0
+        self._layers = False        # the BPF side told a driver-level layer is probed (rule 7)
         self._objects_dropped = 0               # objects that went unprobed for want of descriptors
         self._fd_starved: set[tuple[int, int]] = set()      # those mapped now
         #: the keys of the ``code`` trie by process: only user space writes that trie, so a
@@ -299,7 +303,7 @@ class BpfSource:
         if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
             self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
             self._offsets_read = True
-        flags = [f"-D{k}={v}" for k, v in self._limits.items()]
+        flags = [f"-D{k}={v}" for k, v in {**self._limits, **CODE_KINDS}.items()]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
         if self.file_offsets:
@@ -564,8 +568,14 @@ class BpfSource:
                     self._classified(key, probed=True)
         return new
 
+    def _layers_on(self) -> None:
+        """A driver-level layer's code is in a process: the BPF side checks for its tail calls (rule 7)."""
+        if not self._layers:
+            self.table("layers")[ctypes.c_int(0)] = ctypes.c_uint32(1)
+            self._layers = True
+
     def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
-        """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see from_cuda)."""
+        """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see code_kind)."""
         code = self.table("code")
         added = False
         for m in maps:
@@ -574,6 +584,9 @@ class BpfSource:
             if key not in self.objects or syms is None or (pid, m.start, key) in self._code_done:
                 continue
             self._code_done.add((pid, m.start, key))
+            kind = ctypes.c_uint32(CODE_LAYER if syms.driver_layer else CODE_CUDA)
+            if kind.value == CODE_LAYER:
+                self._layers_on()
             for start, end in syms.cuda_code_runs():
                 lo, hi = syms.offset_of_vaddr(start), syms.offset_of_vaddr(end - 1)
                 if lo is None or hi is None:
@@ -587,7 +600,7 @@ class BpfSource:
                     for i, byte in enumerate(pid.to_bytes(4, "big") + addr.to_bytes(8, "big")):
                         k.data[i] = byte
                     try:
-                        code[k] = ctypes.c_uint32(1)
+                        code[k] = kind
                         added = True
                         self._code_keys.setdefault(pid, []).append(bytes(k))
                     except Exception:

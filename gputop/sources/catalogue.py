@@ -184,6 +184,22 @@ def is_runtime_wrapper(functions: dict[str, int]) -> bool:
     return "__cudaRegisterFatBinary" not in functions and any(n in functions for n in RUNTIME_LAUNCH)
 
 
+#: driver entry points that count something: an object defining one of these is a driver or a layer over it
+DRIVER_COUNTED = frozenset(p.symbol for p in (*LAUNCH, *GRAPH, *COPY, *ALLOC, *PREFETCH, *SYNC)
+                           if p.symbol.startswith("cu") and not p.symbol.startswith("cuda")
+                           and (p not in GRAPH or p.entry.startswith("drv_graph_launch")))
+
+
+def is_driver_layer(functions: dict[str, int]) -> bool:
+    """An object that defines driver entry points but is no CUDA driver (rule 7, docs/collector.md).
+
+    NVIDIA's driver library exports its debugger interface (``cudbg*``, which cuda-gdb attaches
+    through) beside the ``cu*`` API; GPU-sharing and interception layers preloaded in front of it
+    export ``cuLaunchKernel`` and friends and forward each call to it, and have no debugger interface.
+    """
+    return not any(n.startswith("cudbg") for n in functions) and not DRIVER_COUNTED.isdisjoint(functions)
+
+
 #: nvcc's launch stubs call these; they are thunks that jump to the public entry points
 INTERNAL_LAUNCH = {"__cudaLaunchKernel": "cudaLaunchKernel", "__cudaLaunchKernel_ptsz": "cudaLaunchKernel_ptsz"}
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from gputop.sources import elfread
-from gputop.sources.catalogue import is_runtime_wrapper
+from gputop.sources.catalogue import is_driver_layer, is_runtime_wrapper
 
 # a cheap pre-filter: objects that mention none of these never hold CUDA entry points
 _MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", b"cudaMalloc", b"cuMemAlloc")
@@ -60,6 +60,11 @@ class ObjectSymbols:
             return self._names[i]
         return None
 
+    @property
+    def driver_layer(self) -> bool:
+        """A driver-level interception layer (catalogue.is_driver_layer)."""
+        return is_driver_layer(self.functions)
+
     def cuda_code_runs(self) -> list[tuple[int, int]]:
         """[start, end) vaddr ranges of the runtime's and driver's code in this object.
 
@@ -69,7 +74,8 @@ class ObjectSymbols:
         functions with CUDA names, so that the program's own code is not included.
         """
         wrapper = is_runtime_wrapper(self.functions)
-        if self.all_exports_cuda and not wrapper:
+        if (self.all_exports_cuda or self.driver_layer) and not wrapper:
+            # a driver-level layer's calls into the driver are its own, from any of its code (rule 7)
             return [(vaddr, vaddr + size) for vaddr, _off, size in self.segments]
         runs: list[tuple[int, int]] = []
         cur: list[int] | None = None

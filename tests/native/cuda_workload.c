@@ -3,9 +3,11 @@
 //
 // Build modes (tests/conftest.py):
 //   -DLINKED          link libcudart.so.12 (or libcudart_static.a) and libcuda.so.1 at build time
+//   -DLINKED_CUDA     bind the cu_* OPs' driver functions by symbol (link libcuda.so.1)
 //   (default)         dlopen the libraries given with --cudart / --cuda, optionally late
 //
-// Usage: cuda_workload [--cudart PATH] [--cuda PATH] [--wait FILE] [--dlopen-delay-ms N]
+// Usage: cuda_workload [--cudart PATH] [--cuda PATH | --cuda-proc PATH] [--wait FILE] [--dlopen-delay-ms N]
+//   --cuda-proc PATH  as --cuda, with the driver's functions from its cuGetProcAddress_v2
 //                      [--threads T] [--procs P] OP...
 // OPs (each runs in every thread of every process):
 //   launch:N:gx,gy,gz:bx,by,bz:K      cudaLaunchKernel N times with host stub K (0..2)
@@ -339,36 +341,74 @@ static void bind_cudart(const char *path) {
     SYM(h, g_exec_destroy, "cudaGraphExecDestroy");
 }
 
+// --cuda-proc: the driver's functions from its cuGetProcAddress_v2 (as the CUDA runtime and Triton get
+// them), else from dlsym on the library's handle
+static int cuda_via_proc;
+typedef int (*get_proc_t)(const char *, void **, int, unsigned long long, int *);
+
+static void *cuda_sym(void *h, const char *name) {
+    if (!cuda_via_proc)
+        return dlsym(h, name);
+    static get_proc_t gpa;
+    if (!gpa && !(gpa = (get_proc_t)dlsym(h, "cuGetProcAddress_v2"))) {
+        fprintf(stderr, "cuda_workload: no cuGetProcAddress_v2\n");
+        exit(4);
+    }
+    void *fn = NULL;
+    int status = 0;
+    return gpa(name, &fn, 12000, 0, &status) == 0 ? fn : NULL;
+}
+
+#define CSYM(h, field, name) (api.field = (__typeof__(api.field))cuda_sym(h, name))
+
 static void bind_cuda(const char *path) {
     void *h = must_dlopen(path);
-    SYM(h, cu_launch, "cuLaunchKernel");
-    SYM(h, cu_launch_ex, "cuLaunchKernelEx");
-    SYM(h, cu_htod, "cuMemcpyHtoD_v2");
-    SYM(h, cu_dtoh, "cuMemcpyDtoH_v2");
-    SYM(h, cu_dtod, "cuMemcpyDtoD_v2");
-    SYM(h, cu_memcpy, "cuMemcpy");
-    SYM(h, cu_ctx_sync, "cuCtxSynchronize");
-    SYM(h, cu_alloc_async, "cuMemAllocAsync");
-    SYM(h, cu_free_async, "cuMemFreeAsync");
-    SYM(h, cu_alloc_pitch, "cuMemAllocPitch_v2");
-    SYM(h, cu_create, "cuMemCreate");
-    SYM(h, cu_reserve, "cuMemAddressReserve");
-    SYM(h, cu_map, "cuMemMap");
-    SYM(h, cu_unmap, "cuMemUnmap");
-    SYM(h, cu_release, "cuMemRelease");
-    SYM(h, cu_memcpy2d, "cuMemcpy2D_v2");
-    SYM(h, cu_memcpy3d, "cuMemcpy3D_v2");
-    SYM(h, cu_alloc32, "cuMemAlloc");
-    SYM(h, cu_free32, "cuMemFree");
-    SYM(h, cu_htod32, "cuMemcpyHtoD");
-    SYM(h, cu_dtoh32, "cuMemcpyDtoH");
-    SYM(h, cu_dtod32, "cuMemcpyDtoD");
-    SYM(h, cu_g_create, "cuGraphCreate");
-    SYM(h, cu_g_inst, "cuGraphInstantiateWithFlags");
-    SYM(h, cu_g_kernel, "cuGraphAddKernelNode_v2");
-    SYM(h, cu_g_node, "cuGraphAddNode");
-    SYM(h, cu_g_launch, "cuGraphLaunch");
+    CSYM(h, cu_launch, "cuLaunchKernel");
+    CSYM(h, cu_launch_ex, "cuLaunchKernelEx");
+    CSYM(h, cu_htod, "cuMemcpyHtoD_v2");
+    CSYM(h, cu_dtoh, "cuMemcpyDtoH_v2");
+    CSYM(h, cu_dtod, "cuMemcpyDtoD_v2");
+    CSYM(h, cu_memcpy, "cuMemcpy");
+    CSYM(h, cu_ctx_sync, "cuCtxSynchronize");
+    CSYM(h, cu_alloc_async, "cuMemAllocAsync");
+    CSYM(h, cu_free_async, "cuMemFreeAsync");
+    CSYM(h, cu_alloc_pitch, "cuMemAllocPitch_v2");
+    CSYM(h, cu_create, "cuMemCreate");
+    CSYM(h, cu_reserve, "cuMemAddressReserve");
+    CSYM(h, cu_map, "cuMemMap");
+    CSYM(h, cu_unmap, "cuMemUnmap");
+    CSYM(h, cu_release, "cuMemRelease");
+    CSYM(h, cu_memcpy2d, "cuMemcpy2D_v2");
+    CSYM(h, cu_memcpy3d, "cuMemcpy3D_v2");
+    CSYM(h, cu_alloc32, "cuMemAlloc");
+    CSYM(h, cu_free32, "cuMemFree");
+    CSYM(h, cu_htod32, "cuMemcpyHtoD");
+    CSYM(h, cu_dtoh32, "cuMemcpyDtoH");
+    CSYM(h, cu_dtod32, "cuMemcpyDtoD");
+    CSYM(h, cu_g_create, "cuGraphCreate");
+    CSYM(h, cu_g_inst, "cuGraphInstantiateWithFlags");
+    CSYM(h, cu_g_kernel, "cuGraphAddKernelNode_v2");
+    CSYM(h, cu_g_node, "cuGraphAddNode");
+    CSYM(h, cu_g_launch, "cuGraphLaunch");
 }
+
+#ifdef LINKED_CUDA
+// linked against libcuda.so.1: the driver's functions bound by the dynamic linker, by symbol
+int cuLaunchKernel(), cuLaunchKernelEx(), cuMemcpyHtoD_v2(), cuMemcpyDtoH_v2(), cuMemcpyDtoD_v2(), cuCtxSynchronize(),
+    cuMemAllocAsync(), cuMemFreeAsync(), cuGraphLaunch();
+#define LSYM(field, fn) (api.field = (__typeof__(api.field))fn)
+static void bind_cuda_linked(void) {
+    LSYM(cu_launch, cuLaunchKernel);
+    LSYM(cu_launch_ex, cuLaunchKernelEx);
+    LSYM(cu_htod, cuMemcpyHtoD_v2);
+    LSYM(cu_dtoh, cuMemcpyDtoH_v2);
+    LSYM(cu_dtod, cuMemcpyDtoD_v2);
+    LSYM(cu_ctx_sync, cuCtxSynchronize);
+    LSYM(cu_alloc_async, cuMemAllocAsync);
+    LSYM(cu_free_async, cuMemFreeAsync);
+    LSYM(cu_g_launch, cuGraphLaunch);
+}
+#endif
 
 static int nops;
 static char **ops;
@@ -1010,6 +1050,7 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) break;
         if (!strcmp(argv[i], "--cudart")) cudart = argv[i + 1];
         else if (!strcmp(argv[i], "--cuda")) cuda = argv[i + 1];
+        else if (!strcmp(argv[i], "--cuda-proc")) { cuda = argv[i + 1]; cuda_via_proc = 1; }
         else if (!strcmp(argv[i], "--wait")) wait_file = argv[i + 1];
         else if (!strcmp(argv[i], "--dlopen-delay-ms")) delay_ms = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -1020,6 +1061,9 @@ int main(int argc, char **argv) {
     nops = argc - i;
 #ifdef LINKED
     bind_linked();
+#endif
+#ifdef LINKED_CUDA
+    bind_cuda_linked();
 #endif
     if (delay_ms) usleep((useconds_t)delay_ms * 1000);
     if (cudart) bind_cudart(cudart);
