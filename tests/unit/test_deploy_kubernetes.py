@@ -3,7 +3,8 @@ namespace, the selectors against the DaemonSet's pod labels, port names, tolerat
 peers, the Pod Security level the pods need), the core kinds with kubernetes-validate, and the rules with
 promtool: `check rules` (exact count), `test rules` on deploy/prometheus/gputop-rules.test.yml (a firing
 and a quiet case per alert, each shown to fail when its alert's expression matches nothing), and the
-PrometheusRule carrying exactly the plain file's groups. docs/deploy.md describes it all."""
+PrometheusRule carrying exactly the plain file's groups. docs/deploy.md describes it all. The recording rules
+of group gputop-pods are tested in tests/unit/test_prometheus_rules.py."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ ALERTS = {  # alert: (severity, for)
     "GpuXidErrors": ("critical", None),
     "GputopProcessLaunchBound": ("info", "5m"),
 }
+#: recording rules (group gputop-pods: tests/unit/test_prometheus_rules.py)
+RECORDS = 6
 
 
 def docs_of(name: str) -> list[dict[str, Any]]:
@@ -69,7 +72,8 @@ def rule_groups() -> list[dict[str, Any]]:
 
 
 def rules() -> list[dict[str, Any]]:
-    return [r for g in rule_groups() for r in g["rules"]]
+    """The alert rules (not the recording rules)."""
+    return [r for g in rule_groups() for r in g["rules"] if "alert" in r]
 
 
 def _promtool() -> str:
@@ -288,7 +292,7 @@ def test_networkpolicy_lets_only_prometheus_reach_the_metrics_port() -> None:
 # --- the alert rules -------------------------------------------------------------------------------------
 
 def test_rules_are_these_alerts_each_with_severity_summary_description_and_a_runbook() -> None:
-    assert [g["name"] for g in rule_groups()] == ["gputop-exporter", "gputop-gpu"]
+    assert [g["name"] for g in rule_groups()] == ["gputop-exporter", "gputop-gpu", "gputop-pods"]
     assert {r["alert"]: (r["labels"]["severity"], r.get("for")) for r in rules()} == ALERTS
     assert [r["alert"] for r in rules()] == list(ALERTS)
     headings = DOCS.read_text().split("\n## On call: what each alert means\n", 1)[1].split("\n## ", 1)[0]
@@ -359,12 +363,12 @@ def test_promtool_check_rules_finds_every_rule(tmp_path: Path) -> None:
     promtool = _promtool()
     res = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout, res.stderr) == (
-        0, f"Checking {RULES}\n  SUCCESS: {len(ALERTS)} rules found\n\n", "")
+        0, f"Checking {RULES}\n  SUCCESS: {len(ALERTS) + RECORDS} rules found\n\n", "")
     # the PrometheusRule's groups as a rules file of their own
     operator = tmp_path / "operator-rules.yml"
     operator.write_text(yaml.safe_dump({"groups": the("PrometheusRule")["spec"]["groups"]}))
     res = subprocess.run([promtool, "check", "rules", str(operator)], capture_output=True, text=True, timeout=60)
-    assert (res.returncode, res.stdout, res.stderr) == (0, f"Checking {operator}\n  SUCCESS: 7 rules found\n\n", "")
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Checking {operator}\n  SUCCESS: 13 rules found\n\n", "")
 
 
 def test_promtool_check_config_loads_the_rules_with_the_static_config() -> None:
@@ -372,7 +376,7 @@ def test_promtool_check_config_loads_the_rules_with_the_static_config() -> None:
                          text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "  SUCCESS: 1 rule files found\n" in res.stdout
-    assert f"Checking {PROM / 'gputop-rules.yml'}\n  SUCCESS: 7 rules found\n" in res.stdout
+    assert f"Checking {PROM / 'gputop-rules.yml'}\n  SUCCESS: 13 rules found\n" in res.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -384,7 +388,7 @@ def test_promtool_unit_tests_pass() -> None:
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     cases: dict[str, list[int]] = {}
     for group in yaml.safe_load(RULES_TEST.read_text())["tests"]:
-        for case in group["alert_rule_test"]:
+        for case in group.get("alert_rule_test", []):
             cases.setdefault(case["alertname"], []).append(len(case["exp_alerts"]))
             for alert in case["exp_alerts"]:
                 assert set(alert) == {"exp_labels", "exp_annotations"}, case["alertname"]
@@ -403,7 +407,7 @@ def test_the_unit_tests_fail_when_an_alert_never_fires(alert: str, tmp_path: Pat
     groups = rule_groups()
     for g in groups:
         for r in g["rules"]:
-            if r["alert"] == alert:
+            if r.get("alert") == alert:
                 r["expr"] = "vector(1) == 0"
     (tmp_path / "gputop-rules.yml").write_text(yaml.safe_dump({"groups": groups}))
     shutil.copy(RULES_TEST, tmp_path / "gputop-rules.test.yml")
