@@ -188,13 +188,17 @@ class SourceStatus:
     objects: int | None = None
     probes: int | None = None
     dropped: int | None = None
-    overhead_ns_per_s: float | None = None      # the BPF programs' run time (ns of CPU per second)
-    probe_hits_per_s: float | None = None
+    #: the BPF programs' run time, ns of CPU per second of the interval: its exact hits x the run time
+    #: per hit sampled in the latest statistics window (``stats_age_s`` old), + the tracepoints' time
+    overhead_ns_per_s: float | None = None
+    probe_hits_per_s: float | None = None       # gputop's uprobe hits per second of the interval (exact)
     #: what the traced processes pay for gputop's probes, ns of CPU per second: uprobe hits x this
     #: host's calibrated trap cost + overhead_ns_per_s (None while either is unknown)
     cost_ns_per_s: float | None = None
     #: the calibrated uprobe trap cost, ns per hit at function entry (None: not yet calibrated)
     trap_ns: float | None = None
+    #: seconds since the statistics window that sampled the programs' run time closed (None: none yet)
+    stats_age_s: float | None = None
     headers: str | None = None
     attach: str | None = None           # "links" (uprobe_multi) | "perf" (a perf event per probe)
     probes_failed: int | None = None    # probes that did not attach (the first one's reason in ``reason``)
@@ -210,7 +214,7 @@ class SourceStatus:
 
 
 _BPF_ONLY = ("objects", "probes", "dropped", "overhead_ns_per_s", "probe_hits_per_s", "cost_ns_per_s", "trap_ns",
-             "headers", "attach",
+             "stats_age_s", "headers", "attach",
              "probes_failed")
 _UVM_ONLY = ("scope",)
 
@@ -792,7 +796,7 @@ _GPU_SPEC = _spec(GpuSample, {
 _SOURCE_SPEC = _spec(SourceStatus, {
     "status": _text, "reason": _text, "objects": _count, "probes": _count, "dropped": _count,
     "overhead_ns_per_s": _number, "probe_hits_per_s": _number, "cost_ns_per_s": _number, "trap_ns": _number,
-    "headers": _text, "attach": _text, "probes_failed": _count, "scope": _text,
+    "stats_age_s": _number, "headers": _text, "attach": _text, "probes_failed": _count, "scope": _text,
 })
 _SNAPSHOT_SPEC = _spec(Snapshot, {
     "time": _time, "interval_s": _interval, "host": _text,
