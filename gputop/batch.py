@@ -88,15 +88,18 @@ def gpu_line(g: GpuSample) -> str:
 def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = False) -> str:
     """One refresh as text: a status line, the summary line (htop's Tasks:, ``Snapshot.summary``), GPU
     lines, then the process table."""
-    src = " ".join(f"{fmt.text(k)}:{fmt.text(v.status)}" for k, v in snap.sources.items())
+    # the dashboard header's words (fmt.source_state): "BPF ok  NVML off  UVM CPU only"
+    src = "  ".join(f"{fmt.SOURCE_LABELS.get(k, fmt.text(k).upper())} {fmt.source_state(k, v)}"
+                    for k, v in snap.sources.items())
     bpf = snap.sources.get("bpf")
     cost = ""
     if bpf is not None and bpf.status == "ok" and "prometheus" not in snap.sources:   # the fleet has no such cost
-        cost = (f"  probes {fmt.si(bpf.probe_hits_per_s)}/s  cost {fmt.cpu_share(bpf.cost_ns_per_s)} cpu"
-                f" (traps {fmt.cpu_share(bpf.traps_ns_per_s)} + bpf {fmt.cpu_share(bpf.overhead_ns_per_s)})")
+        cost = (f"  cost {fmt.si(bpf.probe_hits_per_s)} hits/s {fmt.cpu_share(bpf.cost_ns_per_s)} CPU"
+                f" (traps {fmt.cpu_share(bpf.traps_ns_per_s)} + programs {fmt.cpu_share(bpf.overhead_ns_per_s)})")
         if bpf.dropped:             # records that found no room: some counts are unknown (as the header says)
             cost += f"  dropped {fmt.si(bpf.dropped)}"
-    lines = [f"gputop - {fmt.clock(snap.time)}  {fmt.text(snap.host)}  interval {snap.interval_s:.2f}s  {src}{cost}"]
+    every = fmt.interval(snap.interval_s)
+    lines = [f"gputop - {fmt.clock(snap.time)}  {fmt.text(snap.host)}  every {every}  {src}{cost}"]
     lines.append(summary_text(snap.summary))
     lines += [gpu_line(g) for g in snap.gpus]
     lines += process_table(snap.processes, sort, reverse)

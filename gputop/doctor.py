@@ -95,7 +95,9 @@ def _bcc() -> Check:
 
 
 def _headers() -> Check:
-    choice = kheaders.choose(prepare=False)
+    # prepared as the collector prepares them (the compile check next does the same): the path named is
+    # the one gputop compiles against, as sources.bpf.headers says in the JSON (the merged tree in the cache)
+    choice = kheaders.choose()
     if choice.kind == "exact":
         return Check("kernel headers", "OK", choice.detail)
     if choice.kind == "fallback":

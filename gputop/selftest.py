@@ -14,7 +14,6 @@ import ctypes
 import ctypes.util
 import glob
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
@@ -212,9 +211,9 @@ def run(out: TextIO, launches: int = 1000, copies: int = 8, cudart: str | None =
     """The self-test; returns the exit status (0: every figure exact)."""
     try:
         driver = Driver()
-    except NoGpu as e:
-        sys.stderr.write(f"gputop: selftest: {sanitize(str(e))}\n")
-        return 1
+    except NoGpu as e:     # printed by the CLI as 'gputop: error: ...' and its hint, exit 1
+        raise GputopError(f"selftest: {e}", "run the self-test on a host with an NVIDIA GPU and its driver; "
+                          "'gputop doctor' (without --selftest) checks everything else here") from None
     from gputop.sources.bpf import BpfSource, BpfUnavailable, has_privileges
 
     if not has_privileges():

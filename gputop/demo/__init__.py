@@ -110,19 +110,46 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+#: the fastest a demo workload steps (each step launches several kernels)
+MAX_STEPS_PER_S = 1e6
+
+
+def _rate(text: str) -> float:
+    """``--rate``: steps per second, above 0 and at most MAX_STEPS_PER_S."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < v <= MAX_STEPS_PER_S:    # false for nan too
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most {MAX_STEPS_PER_S:g} steps per second: {text!r}")
+    return v
+
+
 def main(argv: list[str]) -> int:
-    from gputop.cli import EX_USAGE, _Parser, fail
+    from gputop.cli import EX_USAGE, _count, _Parser, _positive, fail
 
     ap = _Parser(prog="gputop demo", description="Run an unfused and a fused workload side by side and compare "
-                 "them live.")
-    ap.add_argument("--rate", type=float, default=STEPS_PER_S, help="steps per second of each workload")
-    ap.add_argument("-b", "--batch", action="store_true", help="print snapshots of the two workloads instead")
-    ap.add_argument("-n", "--iterations", type=int, default=5, help="batch mode: refreshes (default 5)")
-    ap.add_argument("-d", "--delay", type=float, default=1.0, help="refresh interval in seconds")
-    ap.add_argument("--theme", default=None)
+                 "them live: the dashboard's compare screen on their two processes (needs a GPU, or the "
+                 "GPU-less test bed's libraries, and the BPF collector).",
+                 epilog="example: sudo gputop demo --rate 500; in batch mode: sudo gputop demo -b -n 5")
+    ap.add_argument("--rate", type=_rate, default=STEPS_PER_S, metavar="STEPS",
+                    help=f"steps per second of each workload (default {STEPS_PER_S:g})")
+    ap.add_argument("-b", "--batch", action="store_true",
+                    help="batch mode: print the two workloads' refreshes to stdout instead of the compare screen")
+    ap.add_argument("-n", "--iterations", type=_count, default=5, metavar="N",
+                    help="batch mode: stop after N refreshes (default 5)")
+    ap.add_argument("-d", "--delay", type=_positive, default=1.0, metavar="SECONDS",
+                    help="refresh interval (default 1)")
+    ap.add_argument("--theme", default=None, metavar="THEME",
+                    help="colour theme of the compare screen (default: the one saved in config.toml, else dark)")
     args = ap.parse_args(argv)
-    if args.rate <= 0 or args.delay <= 0 or args.iterations < 1:
-        return fail("--rate, --delay and -n must be positive", "gputop demo --rate 2000", EX_USAGE)
+    if args.theme is not None:
+        from gputop.ui.themes import theme_names
+
+        if args.theme not in theme_names():
+            return fail(f"unknown theme {args.theme!r}", f"choose one of: {', '.join(theme_names())}", EX_USAGE)
     p = plan(args.rate)             # DemoError: printed by the CLI with its hint
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent) for c in p.commands]
     pids = (procs[0].pid, procs[1].pid)

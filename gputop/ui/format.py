@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 
+from gputop.model import SourceStatus
 from gputop.textsafe import DEFAULT_LIMIT, sanitize
 
 NA = "N/A"
@@ -336,3 +337,21 @@ def kernel_names(names: list[str], width: int) -> list[str]:
         else:
             seen[text] = 1
     return short
+
+
+#: the words the dashboard's header, batch's table and the docs use for a source's state; JSON (schema
+#: gputop/1) keeps its values: ``status`` ok | unavailable | starting, UVM's ``scope`` cpu | cpu+gpu
+STATE_WORDS = {"ok": "ok", "unavailable": "off", "starting": "starting"}
+#: each source's name as shown (its key in ``Snapshot.sources`` is the lower-case JSON key)
+SOURCE_LABELS = {"bpf": "BPF", "nvml": "NVML", "uvm": "UVM", "prometheus": "PROM"}
+
+
+def source_state(key: str, st: SourceStatus | None) -> str:
+    """A source's state in words: ``ok``, ``off`` (JSON ``unavailable``: the reason says why), ``starting``,
+    and for UVM traced on the CPU side only (``scope`` cpu), ``CPU only``; ``n/a`` when the snapshot has
+    no such source."""
+    if st is None:
+        return "n/a"
+    if key == "uvm" and st.status == "ok" and st.scope == "cpu":
+        return "CPU only"       # GPU faults and migrations are not traced
+    return STATE_WORDS.get(st.status, text(st.status))

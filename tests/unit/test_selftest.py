@@ -22,18 +22,24 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           env={**base, **(env or {})})
 
 
-def test_without_a_driver_one_line_and_exit_1() -> None:
+HINT = ("hint: run the self-test on a host with an NVIDIA GPU and its driver; 'gputop doctor' (without --selftest) "
+        "checks everything else here")
+
+
+def test_without_a_driver_an_error_and_a_hint_exit_1() -> None:
     r = _run("doctor", "--selftest")
     assert r.returncode == 1
     assert r.stdout == ""
-    (line,) = r.stderr.splitlines()
-    assert line.startswith("gputop: selftest: no NVIDIA driver here (libcuda.so.1 cannot be loaded")
+    line, hint = r.stderr.splitlines()
+    assert line.startswith("gputop: error: selftest: no NVIDIA driver here (libcuda.so.1 cannot be loaded")
+    assert hint == HINT
 
 
 def test_with_the_real_driver_library_but_no_gpu(testbed) -> None:
     r = _run("doctor", "--selftest", env={"LD_LIBRARY_PATH": str(testbed.nvidia_dir)})
     assert (r.returncode, r.stdout) == (1, "")
-    assert r.stderr == "gputop: selftest: no usable GPU here: cuInit returned CUDA_ERROR_NO_DEVICE (100)\n"
+    assert r.stderr == ("gputop: error: selftest: no usable GPU here: cuInit returned CUDA_ERROR_NO_DEVICE (100)\n"
+                        f"{HINT}\n")
 
 
 def test_usage_errors_exit_2() -> None:
