@@ -113,15 +113,14 @@ MAIN: list[Binding] = [
         "c",
         "compare",
         "Compare",
-        tooltip="compare the two tagged processes (the two tagged last when more are; or the selected one "
-                "against --baseline)",
+        tooltip="compare the two tagged last (or the selected process against --baseline)",
     ),
     Binding(
         "k", "signal", "Kill", tooltip="send a signal to the tagged or selected processes, after confirming"
     ),
     Binding("U", "untag_all", "Untag all", show=False, tooltip="untag every tagged process"),
     Binding("f5", "tree", "Tree", key_display="F5", show=False,
-            tooltip="tree view: each process under its parent (by PPID), as htop's F5; again: a flat list"),
+            tooltip="tree view: processes under their parent (PPID), as htop's F5; again: flat"),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
 ]
 
