@@ -15,6 +15,13 @@ included: two clusters may reuse a target's address). The variables
 through the join with ``gputop_build_info`` (the scrape-target panels of the health row keep targets that
 are down, whose node is unknown). Panels that draw a series per process, GPU or node draw the top
 ``TOP`` by the dashboard's range (``topk`` over ``[$__range] @ end()``: the same series the whole graph).
+
+Pods by name: the recording rules of ``deploy/prometheus/gputop-rules.yml`` (group ``gputop-pods``) map the
+exporter's ``container`` label (a container id or a pod UID) to the Kubernetes namespace and pod, and record
+per-pod rates. The top-N process table joins them in (NAMESPACE and POD columns, empty where unknown), the
+pod panels read the per-pod series, and the ``namespace`` variable filters both: a chosen namespace keeps
+only its processes and pods; All keeps every process, those without a pod included. Without the rules (or
+without kube-state-metrics) the columns stay empty and the pod panels show only the series without a pod.
 """
 
 from __future__ import annotations
@@ -50,6 +57,16 @@ RANGE = "[$__range] @ end()"
 TOP = 10
 PROC = "node, pid, comm"
 GPU = "node, gpu, mig"
+#: container id (or pod UID) -> namespace, pod: the recording rules' mappings as of the range's end
+POD_MAP = ("(last_over_time(container:kube_pod_container_info:relabel[$__range] @ end()) or "
+           "last_over_time(container:kube_pod_info:relabel[$__range] @ end()))")
+#: one series (value 1) when the namespace variable lets through processes without a pod (All), else none:
+#: the variable's regex tried on an absent label (the empty value) by label_replace
+NO_POD_SHOWN = ('(label_replace(vector(1), "shown", "yes", "namespace", "$namespace") and on(shown) '
+                'label_replace(vector(1), "shown", "yes", "", ""))')
+PODS = "namespace, pod"
+#: the per-pod recording rules (deploy/prometheus/gputop-rules.yml, group gputop-pods)
+POD_LAUNCHES = "instance_namespace_pod:gputop_kernel_launches:rate2m"
 _IDS = itertools.count(1)
 
 
@@ -77,6 +94,23 @@ def per_process(expr: str, extra: str = "", ranked: bool = False) -> str:
 def proc_rate(metric: str, matchers: str = "", extra: str = "", window: str = RATE) -> str:
     """Per process (and ``extra`` labels): the rate of a counter over ``window``."""
     return per_process(f"rate({m(metric, matchers)}{window})", extra, ranked=window == RANGE)
+
+
+def with_pods(expr: str) -> str:
+    """``expr`` (by ``container``) with the process's ``namespace`` and ``pod`` joined in, for the chosen
+    namespaces; processes without a known pod kept, without them, while the namespace variable is All."""
+    pods = POD_MAP.replace("relabel[", 'relabel{namespace=~"$namespace"}[')
+    return (f"(({expr}) * on(container) group_left({PODS}) {pods}) or "
+            f"(({expr}) unless on(container) {POD_MAP} and on() {NO_POD_SHOWN})")
+
+
+def per_pod(metric: str, matchers: str = "", ranked: bool = False) -> str:
+    """A per-pod recording rule, for the chosen namespaces and nodes, by namespace and pod (the series
+    without a pod: every process without one, on the host or in a container kube-state-metrics does not
+    know)."""
+    sel = f'namespace=~"$namespace"{", " + matchers if matchers else ""}'
+    series = f"max_over_time({m(metric, sel)}{RANGE})" if ranked else m(metric, sel)
+    return f"sum by ({PODS}) ({by_node(series, keep='', ranked=ranked)})"
 
 
 def top(expr: str, by: str, rank: str) -> str:
@@ -179,9 +213,10 @@ def row(title: str) -> dashboard.Row:
     return dashboard.Row(title).id(next(_IDS))
 
 
-def variable(name: str, label: str, desc: str, all_value: str | None) -> dashboard.QueryVariable:
+def variable(name: str, label: str, desc: str, all_value: str | None,
+             metric: str = "gputop_build_info") -> dashboard.QueryVariable:
     v = (dashboard.QueryVariable(name).label(label).description(desc).datasource(DS)
-         .query(f"label_values(gputop_build_info, {name})").multi(True).include_all(True)
+         .query(f"label_values({metric}, {name})").multi(True).include_all(True)
          .current(VariableOption(selected=True, text="All", value="$__all"))
          .sort(VariableSort.ALPHABETICAL_ASC).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED))
     return v.all_value(all_value) if all_value is not None else v
@@ -203,7 +238,11 @@ def build() -> dashboard.Dashboard:
          .with_variable(variable("cluster", "Cluster", "The cluster label your scrape configuration adds, if "
                                  "any; All also matches series without it.", ".*"))
          .with_variable(variable("node", "Node", "gputop_build_info's node label (--node, else the hostname).",
-                                 ".*")))
+                                 ".*"))
+         .with_variable(variable("namespace", "Namespace", "Kubernetes namespaces with CUDA processes (the "
+                                 "recording rules' per-pod series, from kube-state-metrics); All also keeps "
+                                 "processes without a pod. Filters the top processes and the pods.", ".*",
+                                 POD_LAUNCHES)))
 
     d = d.with_row(row("Health"))
     d = d.with_panel(single(
@@ -236,19 +275,49 @@ def build() -> dashboard.Dashboard:
 
     d = d.with_row(row(f"Top {TOP} processes"))
     table_by = f"{PROC}, container"
-    launches = f"topk({TOP}, {proc_rate('gputop_kernel_launches_total', extra=', container', window=RANGE)})"
+    launches = f"topk({TOP}, {with_pods(proc_rate('gputop_kernel_launches_total', extra=', container', window=RANGE))})"
 
     def copies(direction: str) -> str:
-        rate = proc_rate("gputop_memcpy_bytes_total", f'direction="{direction}"', ", container", RANGE)
+        rate = with_pods(proc_rate("gputop_memcpy_bytes_total", f'direction="{direction}"', ", container", RANGE))
         return f"({rate} or on({table_by}) 0 * {launches}) and on({table_by}) {launches}"
 
     d = d.with_panel(listing(
         f"Top {TOP} processes by launches/s", "The processes with the most kernel launches per second "
-        "over the dashboard's range, with their host-to-device and device-to-host copy bandwidth.",
-        ["node", "pid", "comm", "container"],
+        "over the dashboard's range, with their host-to-device and device-to-host copy bandwidth, and the "
+        "Kubernetes namespace and pod of each (empty: on the host, or unknown to kube-state-metrics; needs "
+        "the recording rules of deploy/prometheus/gputop-rules.yml).",
+        ["node", "pid", "comm", "container", "namespace", "pod"],
         (table_query(launches, "A"), "launches/s", "ops"),
         (table_query(copies("h2d"), "B"), "H2D bytes/s", "Bps"),
         (table_query(copies("d2h"), "C"), "D2H bytes/s", "Bps"), width=24))
+
+    d = d.with_row(row("Pods"))
+    pod_launches = per_pod(POD_LAUNCHES)
+    top_pods = f"topk({TOP}, {pod_launches})"
+
+    def pod_value(expr: str) -> str:
+        """``expr`` (by namespace and pod) for the rows of ``top_pods``, 0 where it has none."""
+        return f"({expr} or on({PODS}) 0 * {top_pods}) and on({PODS}) {top_pods}"
+
+    d = d.with_panel(listing(
+        f"Top {TOP} pods by launches/s", "Kubernetes pods with the most kernel launches per second (the "
+        "recording rules' 2-minute rates, as of the range's end), with their graph launches, copy bandwidth "
+        "and GPU memory. The row without namespace and pod: every process without a known pod (on the host, "
+        "or in a container kube-state-metrics does not know). Needs the recording rules of "
+        "deploy/prometheus/gputop-rules.yml and kube-state-metrics.", ["namespace", "pod"],
+        (table_query(top_pods, "A"), "launches/s", "ops"),
+        (table_query(pod_value(per_pod("instance_namespace_pod:gputop_graph_launches:rate2m")), "B"),
+         "graph launches/s", "ops"),
+        (table_query(pod_value(per_pod("instance_namespace_pod_direction:gputop_memcpy_bytes:rate2m",
+                                       'direction="h2d"')), "C"), "H2D bytes/s", "Bps"),
+        (table_query(pod_value(per_pod("instance_namespace_pod_direction:gputop_memcpy_bytes:rate2m",
+                                       'direction="d2h"')), "D"), "D2H bytes/s", "Bps"),
+        (table_query(pod_value(per_pod("instance_namespace_pod:gputop_process_gpu_memory_bytes:sum")), "E"),
+         "GPU memory", "bytes"), width=12))
+    d = d.with_panel(series(
+        "Kernel launches/s by pod", "ops", f"Kernel launches per second of each pod (2-minute rates); the top "
+        f"{TOP} pods over the range. The series without namespace and pod: processes without a known pod.",
+        query(top(pod_launches, PODS, per_pod(POD_LAUNCHES, ranked=True)), "{{namespace}}/{{pod}}")))
 
     d = d.with_row(row("Launches"))
     d = d.with_panel(series(

@@ -4,6 +4,11 @@ runs without error and returns data; the top-N table has exactly the 10 processe
 their exact rates; the health row shows the exact up/down values of the synthetic targets (an unrelated job's
 target excluded, a down target kept whatever the node); per-process panels draw exactly 10 processes; the
 job, cluster and node variables filter every panel; and every panel has one unit (one per column in tables).
+Pods by name: the Prometheus also holds synthetic kube-state-metrics series (containerd, CRI-O and Docker
+container ids, a pod UID, a container it does not know, host processes) and the results of the recording
+rules of deploy/prometheus/gputop-rules.yml, backfilled by promtool with Prometheus's own query engine over
+those series (``promserver.tsdb_prometheus``, not values computed here): exact NAMESPACE and POD columns,
+exact per-pod rows, and the namespace variable keeping a namespace's processes and pods only.
 tests/bpf/test_exporter_prometheus.py runs the same queries against a real exporter."""
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from promserver import http_get, tsdb_prometheus
 from support import ROOT
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "gputop.json"
+RULES = ROOT / "deploy" / "prometheus" / "gputop-rules.yml"
 STEP_S = 15
 SAMPLES = 41                        # 10 minutes
 RATE_INTERVAL = "60s"               # Grafana's $__rate_interval at a 15 s scrape interval
@@ -36,6 +43,17 @@ TARGETS = [("gputop", "10.0.0.1:9464", "eu-1", "node-a", 1),
 NODES = [t for t in TARGETS if t[3] is not None]
 PROCS_PER_NODE = 4
 GPUS = 2
+UID = "5f1c2d3e-4a5b-4c6d-8e7f-0123456789ab"
+#: kube-state-metrics's pods, by the process (j) whose container they hold: (namespace, pod, container_id);
+#: j 6's container label is its pod's UID (kube_pod_info), j 7's container is unknown, node-c's on the host
+KSM = {0: ("ml", "train-a", "containerd://c0"), 1: ("ml", "train-a", "cri-o://c1"),
+       2: ("serving", "infer-a", "docker://c2"), 3: ("serving", "infer-b", "containerd://c3"),
+       4: ("ml", "train-b", "containerd://c4"), 5: ("batch", "job-x", "containerd://c5"), 6: ("batch", "job-y", "")}
+
+
+def pod_of(j: int) -> tuple[str, str]:
+    """(namespace, pod) of process j as the dashboard shows it: empty where unknown."""
+    return KSM[j][:2] if j in KSM else ("", "")
 
 
 def procs() -> list[dict[str, Any]]:
@@ -45,7 +63,8 @@ def procs() -> list[dict[str, Any]]:
         for i in range(PROCS_PER_NODE):
             j = n * PROCS_PER_NODE + i
             out.append({"job": job, "instance": inst, "cluster": cluster, "node": node, "pid": str(1000 + j),
-                        "comm": f"app{j}", "container": f"c{j}" if node != "node-c" else "", "j": j,
+                        "comm": f"app{j}", "container": "" if node == "node-c" else UID if j == 6 else f"c{j}",
+                        "j": j, "namespace": pod_of(j)[0], "pod": pod_of(j)[1],
                         "launches": j + 1, "h2d": 1000 * (j + 1), "d2h": 10 * (j + 1) if j % 2 == 0 else 0,
                         "kernels": {f"k{j}a": 2 * (j + 1), f"k{j}b": j + 1.5}})
     return out
@@ -111,6 +130,14 @@ def write_fleet(path: Path, t_end: int) -> None:
         add("gputop_process_launch_bound", {**pl, "gpu": "0"}, j % 2)
         for kernel, krate in p["kernels"].items():
             add("gputop_kernel_function_launches_total", {**pl, "kernel": kernel}, counter(krate))
+    ksm = {"job": "kube-state-metrics", "instance": "10.0.0.50:8080"}
+    for ns, pod, container_id in KSM.values():
+        if container_id:
+            add("kube_pod_container_info", {**ksm, "namespace": ns, "pod": pod, "container": "main",
+                                            "container_id": container_id}, 1)
+        add("kube_pod_info", {**ksm, "namespace": ns, "pod": pod, "uid": UID if pod == "job-y" else f"uid-{pod}"}, 1)
+    add("kube_pod_container_info", {**ksm, "namespace": "web", "pod": "nginx-0", "container": "nginx",
+                                    "container_id": "containerd://not-a-gpu-process"}, 1)
     with path.open("w") as f:
         for lines in fams.values():
             f.write("\n".join(lines) + "\n")
@@ -150,7 +177,14 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     t_end = int(time.time()) // STEP_S * STEP_S
     om, data = tmp / "fleet.om", tmp / "data"
     write_fleet(om, t_end)
-    with tsdb_prometheus(om, data) as url:
+    # the recording rules, in two passes: the mappings, then the per-pod rules that read them
+    (group,) = [g for g in yaml.safe_load(RULES.read_text())["groups"] if g["name"] == "gputop-pods"]
+    passes = []
+    for n, part in enumerate((group["rules"][:2], group["rules"][2:])):
+        passes.append(tmp / f"rules-{n}.yml")
+        passes[-1].write_text(yaml.safe_dump({"groups": [{"name": f"gputop-pods-{n}", "rules": part}]}))
+    with tsdb_prometheus(om, data, rules=passes, start=t_end - STEP_S * (SAMPLES - 1), end=t_end,
+                         eval_interval_s=STEP_S) as url:
         yield Prom(url, t_end)
 
 
@@ -195,7 +229,7 @@ def instantiate(expr: str, prom: Prom, **chosen: str) -> str:
         elif var.get("allValue"):
             value = var["allValue"]
         else:
-            metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", var["query"]).groups()  # type: ignore[union-attr]
+            metric, label = re.fullmatch(r"label_values\(([\w:]+), (\w+)\)", var["query"]).groups()  # type: ignore[union-attr]
             value = "(" + "|".join(prom.label_values(metric, label)) + ")"
         expr = expr.replace(f"${name}", value)
     assert "$" not in expr, expr
@@ -229,10 +263,15 @@ def test_variables_are_job_cluster_node_all_by_default(prom: Prom) -> None:
     all_ = {"selected": True, "text": "All", "value": "$__all"}
     assert got == {"job": ("label_values(gputop_build_info, job)", True, True, None, all_),
                    "cluster": ("label_values(gputop_build_info, cluster)", True, True, ".*", all_),
-                   "node": ("label_values(gputop_build_info, node)", True, True, ".*", all_)}
+                   "node": ("label_values(gputop_build_info, node)", True, True, ".*", all_),
+                   "namespace": ("label_values(instance_namespace_pod:gputop_kernel_launches:rate2m, namespace)",
+                                 True, True, ".*", all_)}
     assert prom.label_values("gputop_build_info", "job") == ["gputop"]
     assert prom.label_values("gputop_build_info", "cluster") == ["eu-1", "us-1"]
     assert prom.label_values("gputop_build_info", "node") == ["node-a", "node-b", "node-c"]
+    # the namespaces with CUDA processes (not web's nginx)
+    assert prom.label_values("instance_namespace_pod:gputop_kernel_launches:rate2m", "namespace") == [
+        "batch", "ml", "serving"]
 
 
 def test_every_query_runs_and_returns_data(prom: Prom) -> None:
@@ -246,7 +285,7 @@ def test_every_query_runs_and_returns_data(prom: Prom) -> None:
             if p["type"] in ("timeseries", "heatmap") and not prom.query_range(expr):
                 empty.append(f"{p['title']} (range): {t['expr']}")
     assert not empty, "queries without data:\n" + "\n".join(empty)
-    assert count == 39
+    assert count == 45
 
 
 def test_health_row_shows_the_targets_exactly(prom: Prom) -> None:
@@ -278,17 +317,53 @@ def test_health_row_shows_the_targets_exactly(prom: Prom) -> None:
 
 def test_top_processes_table_has_the_ten_most_launching_exactly(prom: Prom) -> None:
     p = panel(f"Top {TOP} processes by launches/s")
-    want = {(q["node"], q["pid"], q["comm"], q["container"]): {
-        "launches/s": q["launches"], "H2D bytes/s": q["h2d"], "D2H bytes/s": q["d2h"]}
-        for q in sorted(procs(), key=lambda q: -q["launches"])[:TOP]}
+
+    def row_of(q: dict[str, Any]) -> tuple[tuple[str, ...], dict[str, float]]:
+        return ((q["node"], q["pid"], q["comm"], q["container"], q["namespace"], q["pod"]),
+                {"launches/s": q["launches"], "H2D bytes/s": q["h2d"], "D2H bytes/s": q["d2h"]})
+
+    want = dict(row_of(q) for q in sorted(procs(), key=lambda q: -q["launches"])[:TOP])
     got = rows(p, prom)
     assert len(got) == TOP
     assert got == want
+    # pods by name: containerd, CRI-O and Docker ids, the pod UID; j 7 unknown, node-c on the host
+    assert {k[1]: k[4:] for k in got} == {
+        "1002": ("serving", "infer-a"), "1003": ("serving", "infer-b"), "1004": ("ml", "train-b"),
+        "1005": ("batch", "job-x"), "1006": ("batch", "job-y"), "1007": ("", ""), "1008": ("", ""),
+        "1009": ("", ""), "1010": ("", ""), "1011": ("", "")}
     # the cluster variable: only eu-1's processes (node-a's four)
-    assert rows(p, prom, cluster="eu-1") == {
-        (q["node"], q["pid"], q["comm"], q["container"]): {
-            "launches/s": q["launches"], "H2D bytes/s": q["h2d"], "D2H bytes/s": q["d2h"]}
-        for q in procs() if q["node"] == "node-a"}
+    assert rows(p, prom, cluster="eu-1") == dict(row_of(q) for q in procs() if q["node"] == "node-a")
+    # the namespace variable: only its processes (none without a pod); All keeps them all (above)
+    assert rows(p, prom, namespace="ml") == dict(row_of(q) for q in procs() if q["namespace"] == "ml")
+    assert {k[1] for k in rows(p, prom, namespace="batch")} == {"1005", "1006"}
+
+
+def test_pods_table_and_series_exactly(prom: Prom) -> None:
+    """Per pod: the recording rules' rates of its processes, summed; the row without namespace and pod holds
+    every process without a known pod (j 7, and node-c's four on the host): node totals stay whole."""
+    want: dict[tuple[str, str], dict[str, float]] = {}
+    for q in procs():
+        r = want.setdefault((q["namespace"], q["pod"]), dict.fromkeys(
+            ("launches/s", "graph launches/s", "H2D bytes/s", "D2H bytes/s", "GPU memory"), 0.0))
+        r["launches/s"] += q["launches"]
+        r["graph launches/s"] += q["launches"]
+        r["H2D bytes/s"] += q["h2d"]
+        r["D2H bytes/s"] += q["d2h"]
+        r["GPU memory"] += 1 << (20 + q["j"])
+    assert want[("", "")]["launches/s"] == 8 + 9 + 10 + 11 + 12 and len(want) == 7
+    p = panel(f"Top {TOP} pods by launches/s")
+    assert rows(p, prom) == want
+    assert sum(r["launches/s"] for r in rows(p, prom).values()) == sum(q["launches"] for q in procs())
+    assert rows(p, prom, namespace="ml") == {k: v for k, v in want.items() if k[0] == "ml"}
+    assert rows(p, prom, node="node-b") == {
+        ("ml", "train-b"): {**want[("ml", "train-b")]}, ("batch", "job-x"): want[("batch", "job-x")],
+        ("batch", "job-y"): want[("batch", "job-y")],
+        ("", ""): {"launches/s": 8, "graph launches/s": 8, "H2D bytes/s": 8000, "D2H bytes/s": 0,
+                   "GPU memory": 1 << 27}}
+    (t,) = panel("Kernel launches/s by pod")["targets"]
+    got = {(r["metric"].get("namespace", ""), r["metric"].get("pod", "")): {exact(v) for _, v in r["values"]}
+           for r in prom.query_range(instantiate(t["expr"], prom))}
+    assert got == {k: {v["launches/s"]} for k, v in want.items()}
 
 
 def test_top_kernels_table_exactly(prom: Prom) -> None:
@@ -358,6 +433,7 @@ def test_each_panel_has_one_unit() -> None:
         "Targets up": "short", "Targets down": "short", "Probes failed": "short", "Dropped records/s": "cps",
         "Scrape targets": "bool", "Sources by node": "bool", "Probes failed by node": "short",
         "Dropped records/s by node": "cps", f"Top {TOP} processes by launches/s": "ops",
+        f"Top {TOP} pods by launches/s": "ops", "Kernel launches/s by pod": "ops",
         "Kernel launches/s by process": "ops", "Launch-bound processes": "bool",
         "Graph and captured launches/s": "ops", "Average blocks per grid and threads per block": "short",
         "Blocks per grid": "ops", "Threads per block": "ops", f"Top {TOP} kernels by launches/s": "ops",
