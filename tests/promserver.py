@@ -90,8 +90,13 @@ class Exporter:
         return self.proc.returncode, err
 
 
+#: gputop's alert and recording rules (deploy/prometheus/gputop-rules.yml), as the deployment loads them
+RULES = ROOT / "deploy" / "prometheus" / "gputop-rules.yml"
+
+
 class Prometheus:
-    """Debian's `prometheus` on a free loopback port, scraping ``targets`` every ``scrape_s``."""
+    """Debian's `prometheus` on a free loopback port, scraping ``targets`` every ``scrape_s`` and evaluating
+    gputop's rules (``RULES``: the Grafana dashboard's pod panels read the recording rules) as often."""
 
     def __init__(self, tmp: Path, targets: list[str], scrape_s: float = 1.0) -> None:
         binary = shutil.which("prometheus")
@@ -103,7 +108,9 @@ class Prometheus:
         self.dir.mkdir()
         config = self.dir / "prometheus.yml"
         config.write_text(json.dumps({   # YAML is a superset of JSON
-            "global": {"scrape_interval": f"{scrape_s:g}s", "scrape_timeout": f"{scrape_s:g}s"},
+            "global": {"scrape_interval": f"{scrape_s:g}s", "scrape_timeout": f"{scrape_s:g}s",
+                       "evaluation_interval": f"{scrape_s:g}s"},
+            "rule_files": [str(RULES)],
             "scrape_configs": [{"job_name": "gputop", "static_configs": [{"targets": targets}]}],
         }))
         self.log = open(self.dir / "log", "w")  # noqa: SIM115 (closed in stop)
