@@ -358,6 +358,17 @@ static __always_inline void pending_init(struct pending_t *n, struct pt_regs *ct
     n->ip = PT_REGS_IP(ctx);
 }
 
+// Probe hits, exact and cheap: every uprobe program counts its run here (a per-CPU add), so user space
+// has the hits of each refresh interval; their cost is sampled (gputop/sources/selfcost.py).
+BPF_PERCPU_ARRAY(hits, u64, 2);
+#define HIT_ENTRY 0
+#define HIT_RETURN 1
+static __always_inline void count_hit(u32 kind) {
+    u64 *n = hits.lookup(&kind);
+    if (n)
+        (*n)++;
+}
+
 // ------------------------------------------------------------------ kernels inside graphs
 //
 // A graph replay is one cudaGraphLaunch; its kernels pass no entry point. So gputop follows how each
@@ -744,17 +755,17 @@ static __always_inline int rt_launch_regs(struct pt_regs *ctx, int ptsz) {
                         PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
                         PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_SP(ctx) + 16, ptsz);
 }
-int rt_launch(struct pt_regs *ctx) { return rt_launch_regs(ctx, 0); }
-int rt_launch_ptsz(struct pt_regs *ctx) { return rt_launch_regs(ctx, 1); }
+int rt_launch(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return rt_launch_regs(ctx, 0); }
+int rt_launch_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return rt_launch_regs(ctx, 1); }
 
 // cudaLaunchKernel in a runtime whose __cudaLaunchKernel is not a plain jump to it: skip the
 // calls that come from the runtime's own code (see catalogue.INTERNAL_LAUNCH)
-int rt_launch_checked(struct pt_regs *ctx) {
+int rt_launch_checked(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     if (nested(ctx, current_tgid()))
         return 0;
     return rt_launch_regs(ctx, 0);
 }
-int rt_launch_checked_ptsz(struct pt_regs *ctx) {
+int rt_launch_checked_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     if (nested(ctx, current_tgid()))
         return 0;
     return rt_launch_regs(ctx, 1);
@@ -768,10 +779,10 @@ static __always_inline int launch_config(u32 tgid, u64 cfg, u64 func, int ptsz) 
 }
 
 // cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
-int rt_launch_exc(struct pt_regs *ctx) {
+int rt_launch_exc(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return launch_config(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
 }
-int rt_launch_exc_ptsz(struct pt_regs *ctx) {
+int rt_launch_exc_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return launch_config(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
 }
 
@@ -788,8 +799,8 @@ static __always_inline int drv_launch_regs(struct pt_regs *ctx, int ptsz) {
                         PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_PARM6(ctx) & 0xffffffff,
                         st[1] & 0xffffffff, sp + 24, ptsz);
 }
-int drv_launch(struct pt_regs *ctx) { return drv_launch_regs(ctx, 0); }
-int drv_launch_ptsz(struct pt_regs *ctx) { return drv_launch_regs(ctx, 1); }
+int drv_launch(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_launch_regs(ctx, 0); }
+int drv_launch_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_launch_regs(ctx, 1); }
 
 // cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, ...)
 static __always_inline int drv_launch_ex_regs(struct pt_regs *ctx, int ptsz) {
@@ -798,8 +809,8 @@ static __always_inline int drv_launch_ex_regs(struct pt_regs *ctx, int ptsz) {
         return 0;
     return launch_config(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), ptsz);
 }
-int drv_launch_ex(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, 0); }
-int drv_launch_ex_ptsz(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, 1); }
+int drv_launch_ex(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_launch_ex_regs(ctx, 0); }
+int drv_launch_ex_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_launch_ex_regs(ctx, 1); }
 
 // cudaGraphLaunch(exec, stream) / cuGraphLaunch(hGraphExec, hStream): the exec's kernels run (their
 // count added to the process's, the launch to its content's, whose kernels user space names); an
@@ -829,17 +840,17 @@ static __always_inline int graph_launch(u32 tgid, u64 exec, u64 stream, int ptsz
     __sync_fetch_and_add(&g->launches, 1);
     return 0;
 }
-int rt_graph_launch(struct pt_regs *ctx) {
+int rt_graph_launch(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return graph_launch(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
 }
-int rt_graph_launch_ptsz(struct pt_regs *ctx) {
+int rt_graph_launch_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return graph_launch(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
 }
-int drv_graph_launch(struct pt_regs *ctx) {
+int drv_graph_launch(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = current_tgid();
     return nested(ctx, tgid) ? 0 : graph_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
 }
-int drv_graph_launch_ptsz(struct pt_regs *ctx) {
+int drv_graph_launch_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = current_tgid();
     return nested(ctx, tgid) ? 0 : graph_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
 }
@@ -852,12 +863,12 @@ static __always_inline int begin_capture_at(struct pt_regs *ctx, int ptsz, u64 g
     pend_capture.update(&tid, &pc);
     return 0;
 }
-int begin_capture(struct pt_regs *ctx) { return begin_capture_at(ctx, 0, 0); }
-int begin_capture_ptsz(struct pt_regs *ctx) { return begin_capture_at(ctx, 1, 0); }
-int begin_capture_graph(struct pt_regs *ctx) { return begin_capture_at(ctx, 0, PT_REGS_PARM2(ctx)); }
-int begin_capture_graph_ptsz(struct pt_regs *ctx) { return begin_capture_at(ctx, 1, PT_REGS_PARM2(ctx)); }
+int begin_capture(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return begin_capture_at(ctx, 0, 0); }
+int begin_capture_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return begin_capture_at(ctx, 1, 0); }
+int begin_capture_graph(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return begin_capture_at(ctx, 0, PT_REGS_PARM2(ctx)); }
+int begin_capture_graph_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return begin_capture_at(ctx, 1, PT_REGS_PARM2(ctx)); }
 
-int begin_capture_return(struct pt_regs *ctx) {
+int begin_capture_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
     u64 tid = bpf_get_current_pid_tgid();
     struct pend_cap_t *pc = pend_capture.lookup(&tid);
     if (!pc)
@@ -934,8 +945,8 @@ static __always_inline int end_capture_at(struct pt_regs *ctx, int ptsz) {
         __sync_fetch_and_add(&p->capturing, (u64)-1);
     return 0;
 }
-int end_capture(struct pt_regs *ctx) { return end_capture_at(ctx, 0); }
-int end_capture_ptsz(struct pt_regs *ctx) { return end_capture_at(ctx, 1); }
+int end_capture(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return end_capture_at(ctx, 0); }
+int end_capture_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return end_capture_at(ctx, 1); }
 
 // cudaEventRecord(event, stream) / cuEventRecord(hEvent, hStream) and their WithFlags and _ptsz
 // forms: an event recorded into a capturing stream is a node of that capture
@@ -954,8 +965,8 @@ static __always_inline int record_event_at(struct pt_regs *ctx, int ptsz) {
         drop(5);
     return 0;
 }
-int record_event(struct pt_regs *ctx) { return record_event_at(ctx, 0); }
-int record_event_ptsz(struct pt_regs *ctx) { return record_event_at(ctx, 1); }
+int record_event(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return record_event_at(ctx, 0); }
+int record_event_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return record_event_at(ctx, 1); }
 
 // cudaStreamWaitEvent(stream, event, flags) / cuStreamWaitEvent(hStream, hEvent, flags): a
 // stream that waits on an event of a capture joins that capture (fork); the origin waiting on
@@ -980,20 +991,20 @@ static __always_inline int wait_event_at(struct pt_regs *ctx, int ptsz) {
     joined.update(&sk, &cap);
     return 0;
 }
-int wait_event(struct pt_regs *ctx) { return wait_event_at(ctx, 0); }
-int wait_event_ptsz(struct pt_regs *ctx) { return wait_event_at(ctx, 1); }
+int wait_event(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return wait_event_at(ctx, 0); }
+int wait_event_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return wait_event_at(ctx, 1); }
 
 // cudaGraphCreate(graph*, flags), cuGraphCreate
-int graph_create(struct pt_regs *ctx) { return graph_call(ctx, OP_CREATE, PT_REGS_PARM1(ctx), 0, 0); }
+int graph_create(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return graph_call(ctx, OP_CREATE, PT_REGS_PARM1(ctx), 0, 0); }
 // cudaGraphClone(clone*, original), cuGraphClone
-int graph_clone(struct pt_regs *ctx) { return graph_call(ctx, OP_CLONE, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0); }
+int graph_clone(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return graph_call(ctx, OP_CLONE, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0); }
 // cudaGraphInstantiate(exec*, graph, ...) and WithFlags, WithParams; cuGraphInstantiate(_v2), ...
-int graph_instantiate(struct pt_regs *ctx) {
+int graph_instantiate(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return graph_call(ctx, OP_INSTANTIATE, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
 }
 // cudaGraphAddKernelNode(node*, graph, deps, n, const cudaKernelNodeParams *p), cuGraphAddKernelNode:
 // the function is p->func (@0)
-int graph_add_kernel(struct pt_regs *ctx) {
+int graph_add_kernel(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return graph_call(ctx, OP_KERNEL, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), read_u64(PT_REGS_PARM5(ctx)));
 }
 // cuGraphAddKernelNode_v2(..., const CUDA_KERNEL_NODE_PARAMS_v2 *p): p->func, or p->kern (@56) without one
@@ -1001,12 +1012,12 @@ static __always_inline u64 kernel_of(u64 params) {
     u64 f = read_u64(params);
     return f ? f : read_u64(params + 56);
 }
-int graph_add_kernel_v2(struct pt_regs *ctx) {
+int graph_add_kernel_v2(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return graph_call(ctx, OP_KERNEL, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), kernel_of(PT_REGS_PARM5(ctx)));
 }
 // cudaGraphAddChildGraphNode(node*, graph, deps, n, child), cuGraphAddChildGraphNode: the child's
 // content is copied into the node
-int graph_add_child(struct pt_regs *ctx) {
+int graph_add_child(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return graph_call(ctx, OP_CHILD, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM5(ctx));
 }
 // cudaGraphAddNode / cuGraphAddNode (node*, graph, deps, [edgeData,] n, params): params->type @0, the
@@ -1020,14 +1031,14 @@ static __always_inline int add_node(struct pt_regs *ctx, u64 params) {
 }
 // CUDA 12.2+ cudaGraphAddNode and cuGraphAddNode: params 5th; cudaGraphAddNode_v2, cuGraphAddNode_v2 and
 // CUDA 13's cudaGraphAddNode (edge data before the count): 6th
-int graph_add_node5(struct pt_regs *ctx) { return add_node(ctx, PT_REGS_PARM5(ctx)); }
-int graph_add_node6(struct pt_regs *ctx) { return add_node(ctx, PT_REGS_PARM6(ctx)); }
+int graph_add_node5(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return add_node(ctx, PT_REGS_PARM5(ctx)); }
+int graph_add_node6(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return add_node(ctx, PT_REGS_PARM6(ctx)); }
 // cudaGraphExecUpdate(exec, graph, ...), cuGraphExecUpdate(_v2)
-int graph_exec_update(struct pt_regs *ctx) {
+int graph_exec_update(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return graph_call(ctx, OP_UPDATE, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
 }
 
-int graph_return(struct pt_regs *ctx) {
+int graph_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *pg = pend_graph.lookup(&tid);
     if (!leave_outermost(pg))
@@ -1074,7 +1085,7 @@ int graph_return(struct pt_regs *ctx) {
 }
 
 // cudaGraphDestroy(graph), cuGraphDestroy: a content no exec, clone or parent holds goes with it
-int graph_destroy(struct pt_regs *ctx) {
+int graph_destroy(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = current_tgid();
     struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
     struct graph_t *gr = graphs.lookup(&k);
@@ -1093,10 +1104,10 @@ static __always_inline int exec_forget(struct pt_regs *ctx) {
     execs.delete(&k);
     return 0;
 }
-int graph_exec_destroy(struct pt_regs *ctx) { return exec_forget(ctx); }
+int graph_exec_destroy(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return exec_forget(ctx); }
 // cudaGraphNodeSetEnabled(exec, node, enabled), cuGraphNodeSetEnabled: a node of the exec turned on
 // or off, of a kind gputop does not know: the exec's kernel count is unknown from now on
-int graph_node_enabled(struct pt_regs *ctx) { return exec_forget(ctx); }
+int graph_node_enabled(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return exec_forget(ctx); }
 
 // ------------------------------------------------------------------ copies
 
@@ -1153,39 +1164,39 @@ static __always_inline int copy_kind(struct pt_regs *ctx, int driver, u64 dst, u
 }
 
 // cudaMemcpy(dst, src, count, kind), cudaMemcpyAsync(..., stream)
-int rt_memcpy(struct pt_regs *ctx) {
+int rt_memcpy(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx),
                      PT_REGS_PARM4(ctx) & 0xffffffff);
 }
 
 // cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind)
-int rt_memcpy2d(struct pt_regs *ctx) {
+int rt_memcpy2d(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 kind = read_u32(PT_REGS_SP(ctx) + 8);
     return copy_kind(ctx, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx),
                      PT_REGS_PARM5(ctx) * PT_REGS_PARM6(ctx), kind);
 }
 
 // cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count)
-int rt_memcpy_peer(struct pt_regs *ctx) {
+int rt_memcpy_peer(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM5(ctx), 3);
 }
 
 // cuMemcpyHtoD_v2(dst, src, bytes) and friends: the direction is in the name
-int drv_memcpy_htod(struct pt_regs *ctx) {
+int drv_memcpy_htod(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx), 1);
 }
-int drv_memcpy_dtoh(struct pt_regs *ctx) {
+int drv_memcpy_dtoh(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx), 2);
 }
-int drv_memcpy_dtod(struct pt_regs *ctx) {
+int drv_memcpy_dtod(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx), 3);
 }
 // cuMemcpy(dst, src, bytes), cuMemcpyAsync(..., stream): direction from the pointers
-int drv_memcpy(struct pt_regs *ctx) {
+int drv_memcpy(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 1, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), 4);
 }
 // cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes)
-int drv_memcpy_peer(struct pt_regs *ctx) {
+int drv_memcpy_peer(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM5(ctx), 3);
 }
 
@@ -1200,7 +1211,7 @@ static __always_inline struct proc_t *app_call(struct pt_regs *ctx, u32 tgid) {
 static __always_inline u32 side_dir(u32 other, u32 host_dir) {
     return other == K_PINNED ? host_dir : other == K_DEVICE ? D_D2D : D_UNK;
 }
-int rt_memcpy_to_symbol(struct pt_regs *ctx) {
+int rt_memcpy_to_symbol(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = current_tgid();
     struct proc_t *p = app_call(ctx, tgid);
     if (!p)
@@ -1212,7 +1223,7 @@ int rt_memcpy_to_symbol(struct pt_regs *ctx) {
     return 0;
 }
 // cudaMemcpyFromSymbol(dst, symbol, count, offset, kind): kind 2 d2h, 3 d2d, 4 from the destination
-int rt_memcpy_from_symbol(struct pt_regs *ctx) {
+int rt_memcpy_from_symbol(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = current_tgid();
     struct proc_t *p = app_call(ctx, tgid);
     if (!p)
@@ -1250,8 +1261,8 @@ static __always_inline int copy3d(struct pt_regs *ctx, int peer) {
     count_copy(p, dir, e[0] * e[1] * e[2]);
     return 0;
 }
-int rt_memcpy3d(struct pt_regs *ctx) { return copy3d(ctx, 0); }
-int rt_memcpy3d_peer(struct pt_regs *ctx) { return copy3d(ctx, 1); }
+int rt_memcpy3d(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return copy3d(ctx, 0); }
+int rt_memcpy3d_peer(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return copy3d(ctx, 1); }
 
 // one side of a driver 2D/3D copy: CUmemorytype 1 host, 2 device, 3 array, 4 unified (the pointer
 // is in the device field: its tracked kind decides). Returns K_PINNED for host, K_DEVICE, K_NONE
@@ -1287,19 +1298,19 @@ static __always_inline int drv_copy_desc(struct pt_regs *ctx, u32 st, u32 sd, u3
     return 0;
 }
 // CUDA_MEMCPY2D: srcMemoryType @16, srcDevice @32, dstMemoryType @72, dstDevice @88, WidthInBytes @112
-int drv_memcpy2d(struct pt_regs *ctx) { return drv_copy_desc(ctx, 16, 32, 72, 88, 112, 0); }
+int drv_memcpy2d(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_copy_desc(ctx, 16, 32, 72, 88, 112, 0); }
 // CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER (a context where 3D has a reserved field): srcMemoryType @32,
 // srcDevice @48, dstMemoryType @120, dstDevice @136, WidthInBytes @176
-int drv_memcpy3d(struct pt_regs *ctx) { return drv_copy_desc(ctx, 32, 48, 120, 136, 176, 1); }
+int drv_memcpy3d(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_copy_desc(ctx, 32, 48, 120, 136, 176, 1); }
 
 // legacy v1 driver copies: 32-bit device pointers and byte counts
-int drv_memcpy_htod32(struct pt_regs *ctx) {
+int drv_memcpy_htod32(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx) & 0xffffffff, 1);
 }
-int drv_memcpy_dtoh32(struct pt_regs *ctx) {
+int drv_memcpy_dtoh32(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx) & 0xffffffff, 2);
 }
-int drv_memcpy_dtod32(struct pt_regs *ctx) {
+int drv_memcpy_dtod32(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return copy_kind(ctx, 1, 0, 0, PT_REGS_PARM3(ctx) & 0xffffffff, 3);
 }
 
@@ -1333,8 +1344,8 @@ static __always_inline int copy_batch(struct pt_regs *ctx, int driver) {
         count_dropped(7, count - BATCH_MAX);
     return 0;
 }
-int rt_memcpy_batch(struct pt_regs *ctx) { return copy_batch(ctx, 0); }
-int drv_memcpy_batch(struct pt_regs *ctx) { return copy_batch(ctx, 1); }
+int rt_memcpy_batch(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return copy_batch(ctx, 0); }
+int drv_memcpy_batch(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return copy_batch(ctx, 1); }
 
 // ------------------------------------------------------------------ allocations
 
@@ -1389,33 +1400,33 @@ static __always_inline int alloc_enter(struct pt_regs *ctx, u32 kind) {
     u64 size = PT_REGS_PARM2(ctx);
     return alloc_call(ctx, kind, PT_REGS_PARM1(ctx), size, size, 0, F_PLAIN);
 }
-int alloc_device(struct pt_regs *ctx) { return alloc_enter(ctx, K_DEVICE); }
-int alloc_managed(struct pt_regs *ctx) { return alloc_enter(ctx, K_MANAGED); }
-int alloc_pinned(struct pt_regs *ctx) { return alloc_enter(ctx, K_PINNED); }
+int alloc_device(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return alloc_enter(ctx, K_DEVICE); }
+int alloc_managed(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return alloc_enter(ctx, K_MANAGED); }
+int alloc_pinned(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return alloc_enter(ctx, K_PINNED); }
 // legacy cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes), cuMemAllocHost(void **pp, unsigned int bytes)
-int alloc_device32(struct pt_regs *ctx) {
+int alloc_device32(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 size = PT_REGS_PARM2(ctx) & 0xffffffff;
     return alloc_call(ctx, K_DEVICE, PT_REGS_PARM1(ctx), size, size, 0, F_OUT32);
 }
-int alloc_pinned32(struct pt_regs *ctx) {
+int alloc_pinned32(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 size = PT_REGS_PARM2(ctx) & 0xffffffff;
     return alloc_call(ctx, K_PINNED, PT_REGS_PARM1(ctx), size, size, 0, F_PLAIN);
 }
 // cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height), cuMemAllocPitch_v2(..., elemSize):
 // width x height asked for; pitch x height allocated
-int alloc_pitch(struct pt_regs *ctx) {
+int alloc_pitch(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 h = PT_REGS_PARM4(ctx);
     return alloc_call(ctx, K_DEVICE, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx) * h, h, PT_REGS_PARM2(ctx), F_PITCH);
 }
 // cudaMalloc3D(cudaPitchedPtr *out, cudaExtent {width, height, depth} passed in memory at [sp+8])
-int alloc_3d(struct pt_regs *ctx) {
+int alloc_3d(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 e[3] = {};
     bpf_probe_read_user(e, sizeof(e), (void *)(PT_REGS_SP(ctx) + 8));
     return alloc_call(ctx, K_DEVICE, PT_REGS_PARM1(ctx), e[0] * e[1] * e[2], e[1] * e[2], 0, F_3D);
 }
 // cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, flags):
 // physical memory on the device or the host, by prop->location.type (offset 8: 1 device, 2..4 host)
-int alloc_handle(struct pt_regs *ctx) {
+int alloc_handle(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 loc = read_u32(PT_REGS_PARM3(ctx) + 8);
     u32 kind = loc == 1 ? K_DEVICE : (loc >= 2 && loc <= 4) ? K_PINNED : K_NONE;
     u64 size = PT_REGS_PARM2(ctx);
@@ -1423,7 +1434,7 @@ int alloc_handle(struct pt_regs *ctx) {
 }
 // cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, handle, flags): the range takes the kind of
 // the handle's memory (unknown when gputop did not see the handle created)
-int map_handle(struct pt_regs *ctx) {
+int map_handle(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     struct tkey_t k = {.tgid = current_tgid(), .addr = PT_REGS_PARM4(ctx) | HANDLE_TAG};
     struct alloc_t *a = allocs.lookup(&k);
     if (!a)
@@ -1470,7 +1481,7 @@ static __always_inline void add_ranges(u32 tgid, u64 base, u64 size, u32 kind, i
     }
 }
 
-int alloc_return(struct pt_regs *ctx) {
+int alloc_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *pa = pend_alloc.lookup(&tid);
     if (!leave_outermost(pa))
@@ -1525,19 +1536,19 @@ static __always_inline int free_key(struct pt_regs *ctx, u64 addr) {
     return 0;
 }
 // cudaFree(Async), cudaFreeHost, cuMemFree_v2(Async), cuMemFreeHost: (pointer, ...)
-int rt_free(struct pt_regs *ctx) { return free_key(ctx, PT_REGS_PARM1(ctx)); }
-int drv_free(struct pt_regs *ctx) { return free_key(ctx, PT_REGS_PARM1(ctx)); }
+int rt_free(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return free_key(ctx, PT_REGS_PARM1(ctx)); }
+int drv_free(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return free_key(ctx, PT_REGS_PARM1(ctx)); }
 // legacy cuMemFree(CUdeviceptr_v1). The address goes through the stack as an unknown value: a
 // bounded one makes the verifier walk add_ranges' loops path by path (too many instructions).
-int drv_free32(struct pt_regs *ctx) {
+int drv_free32(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 v = PT_REGS_PARM1(ctx) & 0xffffffff, addr = 0;
     bpf_probe_read_kernel(&addr, sizeof(addr), &v);
     return free_key(ctx, addr);
 }
 // cuMemRelease(handle): the physical memory of a cuMemCreate goes
-int release_handle(struct pt_regs *ctx) { return free_key(ctx, PT_REGS_PARM1(ctx) | HANDLE_TAG); }
+int release_handle(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return free_key(ctx, PT_REGS_PARM1(ctx) | HANDLE_TAG); }
 // cuMemUnmap(ptr, size): the range is no longer classified (the handle's memory stays live)
-int unmap_range(struct pt_regs *ctx) {
+int unmap_range(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = current_tgid();
     if (!nested(ctx, tgid))
         add_ranges(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), K_NONE, 1);
@@ -1558,10 +1569,10 @@ static __always_inline int prefetch(struct pt_regs *ctx, int driver, u32 to_host
     return 0;
 }
 // (ptr, count, int dstDevice, stream): -1 (cudaCpuDeviceId / CU_DEVICE_CPU) is the host
-int rt_prefetch_dev(struct pt_regs *ctx) {
+int rt_prefetch_dev(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return prefetch(ctx, 0, (s32)PT_REGS_PARM3(ctx) == -1);
 }
-int drv_prefetch_dev(struct pt_regs *ctx) {
+int drv_prefetch_dev(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return prefetch(ctx, 1, (s32)PT_REGS_PARM3(ctx) == -1);
 }
 // (ptr, count, location {type, id} in rdx, flags, stream): type 1 = device, 2..4 = host (NUMA)
@@ -1569,8 +1580,8 @@ static __always_inline u32 loc_to_host(u64 loc) {
     u32 type = loc & 0xffffffff;
     return type == 1 ? 0 : (type >= 2 && type <= 4) ? 1 : 2;
 }
-int rt_prefetch_loc(struct pt_regs *ctx) { return prefetch(ctx, 0, loc_to_host(PT_REGS_PARM3(ctx))); }
-int drv_prefetch_loc(struct pt_regs *ctx) { return prefetch(ctx, 1, loc_to_host(PT_REGS_PARM3(ctx))); }
+int rt_prefetch_loc(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return prefetch(ctx, 0, loc_to_host(PT_REGS_PARM3(ctx))); }
+int drv_prefetch_loc(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return prefetch(ctx, 1, loc_to_host(PT_REGS_PARM3(ctx))); }
 
 
 // cudaMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags,
@@ -1608,12 +1619,12 @@ static __always_inline int prefetch_batch(struct pt_regs *ctx, int driver) {
         count_dropped(7, count - BATCH_MAX);
     return 0;
 }
-int rt_prefetch_batch(struct pt_regs *ctx) { return prefetch_batch(ctx, 0); }
-int drv_prefetch_batch(struct pt_regs *ctx) { return prefetch_batch(ctx, 1); }
+int rt_prefetch_batch(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return prefetch_batch(ctx, 0); }
+int drv_prefetch_batch(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return prefetch_batch(ctx, 1); }
 
 // ------------------------------------------------------------------ sync (time blocked)
 
-int sync_enter(struct pt_regs *ctx) {
+int sync_enter(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *ps = pend_sync.lookup(&tid);
     if (enter_nested(ps, ctx))
@@ -1629,7 +1640,7 @@ int sync_enter(struct pt_regs *ctx) {
     return 0;
 }
 
-int sync_return(struct pt_regs *ctx) {
+int sync_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *ps = pend_sync.lookup(&tid);
     if (!leave_outermost(ps))
@@ -1665,7 +1676,7 @@ static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
 
 // __cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, ...): the name is read by
 // user space, lazily, for the kernels that launch
-int register_function(struct pt_regs *ctx) {
+int register_function(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM2(ctx)};
     struct name_ptr_t v = {.ptr = PT_REGS_PARM4(ctx), .boot_ns = bpf_ktime_get_boot_ns()};
@@ -1691,13 +1702,13 @@ static __always_inline int handle_enter(struct pt_regs *ctx, u64 what, u32 kind)
 }
 
 // cuModuleGetFunction(CUfunction *out, CUmodule, const char *name), cuLibraryGetKernel(out, lib, name)
-int getfn_enter(struct pt_regs *ctx) { return handle_enter(ctx, PT_REGS_PARM3(ctx), 0); }
+int getfn_enter(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return handle_enter(ctx, PT_REGS_PARM3(ctx), 0); }
 
 // cuKernelGetFunction(CUfunction *out, CUkernel kernel), __cudaGetKernel / cudaGetKernel
 // (cudaKernel_t *out, const void *hostFun): the handle stands for the kernel or host stub
-int kernel_getfn_enter(struct pt_regs *ctx) { return handle_enter(ctx, PT_REGS_PARM2(ctx), 1); }
+int kernel_getfn_enter(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return handle_enter(ctx, PT_REGS_PARM2(ctx), 1); }
 
-int getfn_return(struct pt_regs *ctx) {
+int getfn_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t *pn = pend_name.lookup(&tid);
     if (!leave_outermost(pn))

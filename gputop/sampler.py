@@ -360,7 +360,7 @@ class Sampler:
             return reading.status
         return replace(reading.status, overhead_ns_per_s=reading.overhead_ns_per_s,
                        probe_hits_per_s=reading.probe_hits_per_s, cost_ns_per_s=reading.cost_ns_per_s,
-                       trap_ns=reading.trap_ns)
+                       trap_ns=reading.trap_ns, stats_age_s=reading.stats_age_s)
 
     def _uvm_status(self, reading: BpfReading) -> SourceStatus:
         if reading.status.status != "ok":

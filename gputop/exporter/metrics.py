@@ -330,15 +330,20 @@ class SnapshotCollector(Collector):
         if bpf is None or bpf.status != "ok":
             return
         if bpf.probe_hits_per_s is not None:
-            fam.gauge("gputop_probe_hits_per_second", "Hits of gputop's probes per second (last statistics "
-                      "window).", ()).add_metric([], bpf.probe_hits_per_s)
+            fam.gauge("gputop_probe_hits_per_second", "Hits of gputop's uprobes per second over the collector's "
+                      "last refresh interval (exact: counted by the probes).", ()).add_metric([], bpf.probe_hits_per_s)
         if bpf.overhead_ns_per_s is not None:
-            fam.gauge("gputop_bpf_run_seconds_per_second", "CPU seconds per second gputop's BPF programs ran "
-                      "(last statistics window).", ()).add_metric([], bpf.overhead_ns_per_s / 1e9)
+            fam.gauge("gputop_bpf_run_seconds_per_second", "CPU seconds per second gputop's BPF programs ran over "
+                      "the last refresh interval: its exact hits x the run time per hit sampled in the latest "
+                      "statistics window (gputop_bpf_stats_age_seconds old).",
+                      ()).add_metric([], bpf.overhead_ns_per_s / 1e9)
+        if bpf.stats_age_s is not None:
+            fam.gauge("gputop_bpf_stats_age_seconds", "Seconds since the BPF statistics window that sampled the "
+                      "programs' run time per hit closed (one opens every 5 s).", ()).add_metric([], bpf.stats_age_s)
         if bpf.cost_ns_per_s is not None:
             fam.gauge("gputop_self_cost_seconds_per_second", "CPU seconds per second the traced processes pay for "
                       "gputop's probes: uprobe hits x this host's calibrated trap cost (gputop doctor shows it) + "
-                      "the BPF programs' run time (gputop_bpf_run_seconds_per_second); last statistics window.",
+                      "the BPF programs' run time (gputop_bpf_run_seconds_per_second), over the last refresh interval.",
                       ()).add_metric([], bpf.cost_ns_per_s / 1e9)
         if bpf.trap_ns is not None:
             fam.gauge("gputop_uprobe_trap_seconds", "This host's uprobe trap cost per probe hit at function entry, "

@@ -188,12 +188,14 @@ class BpfReading:
     status: SourceStatus
     procs: dict[int, RawProc] = field(default_factory=dict)
     uvm_cpu_faults: bool = False        # whether CPU faults on managed memory are traced
-    #: gputop's own cost, measured over the last statistics window (see selfcost.SelfCost)
+    #: gputop's own cost over the last refresh interval: exact hits, run time per hit sampled in the
+    #: latest statistics window (see selfcost.SelfCost)
     overhead_ns_per_s: float | None = None
     probe_hits_per_s: float | None = None
     #: hits x this host's trap cost + overhead_ns_per_s (None while the trap cost is unknown)
     cost_ns_per_s: float | None = None
     trap_ns: float | None = None        #: the calibrated trap cost per entry hit (None: not yet known)
+    stats_age_s: float | None = None    #: seconds since the statistics window of the run times closed
     #: processes that map a probed object and have no record in ``procs`` (never gputop itself)
     idle: dict[int, IdleProc] = field(default_factory=dict)
     #: process records that could not be stored since start (a process without one may have called)
@@ -657,6 +659,11 @@ class BpfSource:
                     runs[kind] += st[1]
             return ProgStats(sum(ns), runs[0], runs[1], runs[2], other_ns=ns[2])
 
+    def hit_totals(self) -> tuple[int, int]:
+        """Runs of gputop's uprobe programs since they were loaded: (at entry, at return), exact."""
+        hits = self.table("hits")
+        return int(hits.sum(hits.Key(0)).value), int(hits.sum(hits.Key(1)).value)
+
     def dropped(self) -> dict[str, int]:
         table = self.table("dropped")
         out = {name: int(table[table.Key(i)].value) for i, name in enumerate(DROP_KINDS)}
@@ -709,9 +716,11 @@ class BpfSource:
                               headers=self.headers.detail if self.headers else None,
                               attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)
         self._snapshots += 1
+        self.cost.observe(*self.hit_totals())
         return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s,
                           cost_ns_per_s=self.cost.cost_ns_per_s,
                           trap_ns=self.cost.trap.trap_ns if self.cost.trap else None,
+                          stats_age_s=self.cost.stats_age_s(),
                           idle=idle, procs_dropped=drops["procs"], execed=self._take_execed())
 
     def _take_execed(self) -> frozenset[int]:

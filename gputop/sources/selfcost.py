@@ -1,12 +1,15 @@
 """gputop's own cost to the processes it traces: probe hits x this host's trap cost + the BPF
 programs' run time.
 
-The programs' run time and run counts come from BPF run-time statistics (``BPF_ENABLE_STATS``),
-which the kernel keeps only while someone holds them on, and which meanwhile make every BPF
-program on the host -- other tools' too -- pay two clock reads more per run. gputop holds them on
-for STATS_WINDOW_S in every STATS_PERIOD_S (2 % of the time), so what the traced processes pay
-continuously is the between-windows cost. The trap cost per hit comes from ``trapcost`` (measured
-once per kernel and cached). Unknown parts make the total unknown (None), never 0.
+The hits are exact: every uprobe program counts its runs (the BPF ``hits`` per-CPU array, entry and
+return apart), and ``observe`` turns the totals into rates over each refresh interval. The programs'
+run time per hit is sampled: it comes from BPF run-time statistics (``BPF_ENABLE_STATS``), which the
+kernel keeps only while someone holds them on, and which meanwhile make every BPF program on the
+host -- other tools' too -- pay two clock reads more per run. gputop holds them on for
+STATS_WINDOW_S in every STATS_PERIOD_S (2 % of the time), so what the traced processes pay
+continuously is the between-windows cost; the latest window's run time per uprobe hit times the
+interval's exact hits is the interval's program time. The trap cost per hit comes from ``trapcost``
+(measured once per kernel and cached). Unknown parts make the total unknown (None), never 0.
 """
 
 from __future__ import annotations
@@ -77,21 +80,57 @@ class SelfCost:
         self._base = ProgStats(0, 0, 0)
         self._next = 0.0
         self.calibration: Calibration | None = None
-        #: over the last window: programs' run ns per second and program runs per second (all kinds)
-        self.ns_per_s: float | None = None
-        self.hits_per_s: float | None = None
+        #: the latest window (sampled): run ns per uprobe program run, the tracepoint programs' run ns
+        #: per second (paid by any process that execs, maps, faults...), and when it closed
+        self.ns_per_hit: float | None = None
+        self.other_ns_per_s: float | None = None
+        self.window_closed: float | None = None
+        #: over the last refresh interval (exact, ``observe``): uprobe hits per second at entry, at return
         self.entry_hits_per_s: float | None = None
         self.return_hits_per_s: float | None = None
-        #: the tracepoint programs' share of ns_per_s (paid by any process that execs, maps, faults...)
-        self.other_ns_per_s: float | None = None
+        self._hits: tuple[float, int, int] | None = None     # (clock, entry total, return total)
 
     @property
     def trap(self) -> TrapCost | None:
         return self.calibration.cost if self.calibration is not None else None
 
     @property
+    def hits_per_s(self) -> float | None:
+        """gputop's uprobe hits per second over the last refresh interval (exact)."""
+        if self.entry_hits_per_s is None or self.return_hits_per_s is None:
+            return None
+        return self.entry_hits_per_s + self.return_hits_per_s
+
+    @property
+    def ns_per_s(self) -> float | None:
+        """The programs' run time per second over the last interval: its exact hits x the latest
+        window's run time per hit, plus the tracepoints' run time of that window."""
+        hits = self.hits_per_s
+        if hits is None or self.other_ns_per_s is None:
+            return None
+        if hits == 0:
+            return self.other_ns_per_s
+        if self.ns_per_hit is None:
+            return None
+        return hits * self.ns_per_hit + self.other_ns_per_s
+
+    @property
     def cost_ns_per_s(self) -> float | None:
         return cost_ns_per_s(self.entry_hits_per_s, self.return_hits_per_s, self.ns_per_s, self.trap)
+
+    def stats_age_s(self) -> float | None:
+        """Seconds since the window the run times come from closed; None before the first."""
+        return None if self.window_closed is None else max(0.0, self._clock() - self.window_closed)
+
+    def observe(self, entry_hits: int, return_hits: int) -> None:
+        """The hit counters' totals now: rates over the time since the previous observation."""
+        now = self._clock()
+        with self._mu:
+            if self._hits is not None and now > self._hits[0]:
+                t0, e0, r0 = self._hits
+                self.entry_hits_per_s = (entry_hits - e0) / (now - t0)
+                self.return_hits_per_s = (return_hits - r0) / (now - t0)
+            self._hits = (now, entry_hits, return_hits)
 
     def tick(self, attach: str | None = None, measure: bool = True) -> None:
         """Open a statistics window when one is due; with ``attach`` (how the probes attach), take
@@ -130,11 +169,11 @@ class SelfCost:
             if end is None or dt <= 0:
                 return
             b = self._base
-            self.ns_per_s = (end.run_ns - b.run_ns) / dt
-            self.hits_per_s = (end.runs - b.runs) / dt
-            self.entry_hits_per_s = (end.entry_runs - b.entry_runs) / dt
-            self.return_hits_per_s = (end.return_runs - b.return_runs) / dt
+            runs = end.entry_runs + end.return_runs - b.entry_runs - b.return_runs
+            if runs > 0:        # a window without hits says nothing of their run time: keep the last
+                self.ns_per_hit = (end.run_ns - end.other_ns - b.run_ns + b.other_ns) / runs
             self.other_ns_per_s = (end.other_ns - b.other_ns) / dt
+            self.window_closed = now
 
     def stop(self) -> None:
         with self._mu:

@@ -112,5 +112,5 @@ def test_bpf_required_without_privileges_exits_77(tmp_path) -> None:
     snap = json.loads(res.stdout)
     assert snap["sources"]["bpf"] == {"status": "unavailable", "reason": NOPERM, "objects": None, "probes": None,
                                       "dropped": None, "overhead_ns_per_s": None, "probe_hits_per_s": None,
-                                      "cost_ns_per_s": None, "trap_ns": None, "headers": None, "attach": None,
-                                      "probes_failed": None}
+                                      "cost_ns_per_s": None, "trap_ns": None, "stats_age_s": None, "headers": None,
+                                      "attach": None, "probes_failed": None}

@@ -169,8 +169,10 @@ def test_doctor_reports_the_real_nvml_without_a_driver(testbed) -> None:
 
 
 def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None:
-    """Statistics are on for 0.1 s in every 5 s (2 %), closed by a timer; the cost is hits x the
-    calibrated trap cost + the programs' run time, unknown (None) until the trap cost is known."""
+    """Statistics are on for 0.1 s in every 5 s (2 %), closed by a timer; they give the run time per
+    uprobe hit; the hits are exact per refresh interval (``observe``); the cost is hits x the
+    calibrated trap cost + hits x the run time per hit + the tracepoints' time, unknown (None) until
+    the trap cost is known."""
     from gputop.sources import bpfsys, selfcost
     from gputop.sources.selfcost import ProgStats, SelfCost
     from gputop.sources.trapcost import Calibration, TrapCost
@@ -191,29 +193,41 @@ def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None
 
     cost = SelfCost(lambda: stats[0], lambda: t[0], schedule=lambda d, fn: timers.append((d, fn)),
                     calibration=calibration)
+    cost.observe(0, 0)
     cost.tick()                                  # window opens at t=0, its close is scheduled
-    assert len(opened) == 1 and timers[0][0] == 0.1 and cost.ns_per_s is None
-    t[0], stats[0] = 0.125, ProgStats(2_500_000, 1000, 100, 150, other_ns=500_000)
-    timers[0][1]()                               # closes: 2.5 ms of BPF time and 1250 runs in 0.125 s
-    assert (cost.ns_per_s, cost.hits_per_s) == (20_000_000.0, 10_000.0)
-    assert (cost.entry_hits_per_s, cost.return_hits_per_s, cost.other_ns_per_s) == (8000.0, 800.0, 4_000_000.0)
+    assert len(opened) == 1 and timers[0][0] == 0.1 and cost.ns_per_s is None and cost.stats_age_s() is None
+    t[0], stats[0] = 0.125, ProgStats(2_700_000, 1000, 100, 150, other_ns=500_000)
+    timers[0][1]()                               # closes: 2.2 ms over 1100 uprobe runs, 0.5 ms of tracepoints
+    assert (cost.ns_per_hit, cost.other_ns_per_s) == (2000.0, 4_000_000.0)
+    assert cost.hits_per_s is None               # no refresh interval observed yet
+    t[0] = 1.0
+    cost.observe(8000, 800)                      # the exact counters after 1 s: 8000 entry hits, 800 return hits
+    assert (cost.entry_hits_per_s, cost.return_hits_per_s, cost.hits_per_s) == (8000.0, 800.0, 8800.0)
+    assert cost.ns_per_s == 8800 * 2000.0 + 4_000_000.0 == 21_600_000.0
+    assert cost.stats_age_s() == 0.875
     assert cost.cost_ns_per_s is None            # the trap cost is not known yet
     t[0] = 4.0
+    cost.observe(8000 + 3 * 50_000, 800)         # a 50k/s loop: the interval's figure, not the window's
+    assert (cost.hits_per_s, cost.ns_per_s) == (50_000.0, 50_000 * 2000.0 + 4_000_000.0)
     cost.tick("links", measure=False)            # before the first snapshot: the cache only (empty)
     assert cost.trap is None and not calibrations[0].running and not calibrations[0].done.is_set()
     cost.tick("links")                           # calibrates (here at once) ...
     assert calibrations[0].attach == "links"
     calibrations[0].done.wait(5)
     assert cost.trap == TrapCost(700.0, 600.0, "links", 9, 20000, 0.0)
-    # 8000 entry hits x 700 ns + 800 return hits x 600 ns + 20 ms of programs, per second
-    assert cost.cost_ns_per_s == 8000 * 700.0 + 800 * 600.0 + 20_000_000.0 == 26_080_000.0
+    # 50,000 entry hits x 700 ns + 0 return hits + 104 ms of programs, per second
+    assert cost.cost_ns_per_s == 50_000 * 700.0 + 104_000_000.0 == 139_000_000.0
     assert len(opened) == 1                      # ... and opens no window before the period ends
     t[0] = 5.0
     cost.tick("links")
     assert len(opened) == 2 and len(calibrations) == 1
+    t[0], stats[0] = 5.125, ProgStats(2_800_000, 1000, 100, 250, other_ns=600_000)
+    timers[1][1]()                               # a window without uprobe hits keeps the run time per hit
+    assert (cost.ns_per_hit, cost.other_ns_per_s, cost.window_closed) == (2000.0, 800_000.0, 5.125)
+    t[0] = 6.0
+    cost.observe(158_000, 800)                   # no hits in this interval: the tracepoints' time only
+    assert (cost.hits_per_s, cost.ns_per_s) == (0.0, 800_000.0)
     cost.stop()
-    timers[1][1]()                               # a window closed by stop() reports nothing more
-    assert cost.ns_per_s == 20_000_000.0
     # the next start finds the figure in the cache before its first snapshot, without measuring
     later = SelfCost(lambda: stats[0], lambda: t[0], schedule=lambda d, fn: None,
                      calibration=lambda m: Calibration(m, tmp_path, measure_fn=None))
