@@ -29,7 +29,10 @@ def _sig3(x: float, cap: int | None = None, scaled: bool = False) -> str:
         decimals = min(decimals, cap)
     if x < 1 and x != 0 and cap is None and not scaled:
         return f"{x:.3g}"
-    return f"{x:.{decimals}f}"
+    text = f"{x:.{decimals}f}"
+    if decimals and float(text) >= (10 if decimals == 2 else 100):     # 9.996 rounds to 10.00: 10.0
+        text = f"{x:.{decimals - 1}f}"
+    return text
 
 
 def _scaled(value: float, scales: tuple[tuple[int | float, str], ...], next_at: float, digits: int | None) -> str:
