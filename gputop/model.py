@@ -11,9 +11,12 @@ import json
 import math
 import operator
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from itertools import repeat
+from operator import methodcaller
 from typing import Any
 
 SCHEMA = "gputop/1"
@@ -264,33 +267,13 @@ class Snapshot:
         return None
 
 
-def _total(procs: Sequence[ProcSample], get: Callable[[ProcSample], float | None], counted: bool) -> float | None:
-    """The sum of ``get`` over ``procs``; None when one of them is unknown, or when there is no process
-    and no source counting (a sum of nothing is 0 only where something would have been counted)."""
-    if not procs and not counted:
+def _sum(values: list[Any]) -> float | None:
+    """The sum of ``values``; None when one is unknown (None or NaN). C-level loops: the fleet view sums
+    64,000 processes on the dashboard's thread."""
+    if None in values:
         return None
-    total = 0.0
-    for p in procs:
-        v = get(p)
-        if v is None or math.isnan(v):
-            return None
-        total += v
-    return total
-
-
-def _launches(p: ProcSample) -> float | None:
-    return p.rates.launches_per_s if p.rates is not None else None
-
-
-def _graph_kernels(p: ProcSample) -> float | None:
-    return p.rates.graph_kernel_launches_per_s if p.rates is not None else None
-
-
-def _memcpy(direction: str) -> Callable[[ProcSample], float | None]:
-    def get(p: ProcSample) -> float | None:
-        by_dir = p.rates.memcpy_bytes_per_s if p.rates is not None else None
-        return None if by_dir is None else by_dir.get(direction)
-    return get
+    total = math.fsum(values)
+    return None if math.isnan(total) else total
 
 
 def summarize(snap: Snapshot, procs: Sequence[ProcSample] | None = None) -> Summary:
@@ -300,23 +283,40 @@ def summarize(snap: Snapshot, procs: Sequence[ProcSample] | None = None) -> Summ
     the BPF source nor Prometheus counts); the GPUs, and how many are busy (utilisation above 0 %: a
     kernel ran in NVML's last sample period; None without GPUs or when a GPU's utilisation is unknown)."""
     ps = snap.processes if procs is None else procs
+    states = Counter(map(_STATE, ps))
     counted = any(st.status == "ok" for name, st in snap.sources.items() if name in ("bpf", "prometheus"))
+    sums: dict[str, float | None] = dict.fromkeys(("launches", "graph", "h2d", "d2h", "d2d"))
+    rates = list(map(_RATES, ps))
+    if (ps or counted) and not any(map(operator.is_, rates, repeat(None))):     # identity: no Rates.__eq__
+        sums["launches"] = _sum(list(map(_LAUNCHES, rates)))
+        sums["graph"] = _sum(list(map(_GRAPH_KERNELS, rates)))
+        by_dir = list(map(_MEMCPY, rates))
+        if not any(map(operator.is_, by_dir, repeat(None))):
+            for d in ("h2d", "d2h", "d2d"):
+                sums[d] = _sum(list(map(methodcaller("get", d), by_dir)))
     utils = [g.util_pct for g in snap.gpus]
     busy = None if not utils or any(u is None or math.isnan(u) for u in utils) else sum(
         1 for u in utils if u is not None and u > 0)
     return Summary(
         processes=len(ps),
-        running=sum(1 for p in ps if p.state == "running"),
-        stopped=sum(1 for p in ps if p.state == "stopped"),
-        exited=sum(1 for p in ps if p.state == "exited"),
-        launches_per_s=_total(ps, _launches, counted),
-        graph_kernel_launches_per_s=_total(ps, _graph_kernels, counted),
-        h2d_bytes_per_s=_total(ps, _memcpy("h2d"), counted),
-        d2h_bytes_per_s=_total(ps, _memcpy("d2h"), counted),
-        d2d_bytes_per_s=_total(ps, _memcpy("d2d"), counted),
+        running=states["running"],
+        stopped=states["stopped"],
+        exited=states["exited"],
+        launches_per_s=sums["launches"],
+        graph_kernel_launches_per_s=sums["graph"],
+        h2d_bytes_per_s=sums["h2d"],
+        d2h_bytes_per_s=sums["d2h"],
+        d2d_bytes_per_s=sums["d2d"],
         gpus=len(utils),
         gpus_busy=busy,
     )
+
+
+_STATE = operator.attrgetter("state")
+_RATES = operator.attrgetter("rates")
+_LAUNCHES = operator.attrgetter("launches_per_s")
+_GRAPH_KERNELS = operator.attrgetter("graph_kernel_launches_per_s")
+_MEMCPY = operator.attrgetter("memcpy_bytes_per_s")
 
 
 # ---------------------------------------------------------------- JSON

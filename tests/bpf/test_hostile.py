@@ -79,10 +79,11 @@ def test_hostile_names_in_batch_table_and_json(workloads, tmp_path: Path) -> Non
     out = out_bytes.decode("utf-8", "strict")         # valid UTF-8: no stray byte either
     assert not _UNSAFE & set(out), sorted(_UNSAFE & set(out))
     assert b"Traceback" not in err
-    # every refresh is its summary line, then the table's header (no GPU lines without NVML)
+    # every refresh is its status line, the Tasks: line, then the table's header (no GPU lines without NVML)
     lines = out.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("gputop - ")]
-    assert len(heads) >= 3 and all(lines[i + 1].split()[:2] == ["PID", "USER"] for i in heads), lines[:12]
+    assert len(heads) >= 3 and all(lines[i + 1].startswith("Tasks: ") for i in heads), lines[:12]
+    assert all(lines[i + 2].split()[:2] == ["PID", "USER"] for i in heads), lines[:12]
     rows = [r for r in table_rows(out) if r["PID"] == str(pid)]
     command = f"{COMM_SHOWN} --wait {go} {' '.join(ops)}"
     assert rows and {r["COMMAND"] for r in rows} == {command, command + " (exited)"}
