@@ -383,6 +383,8 @@ class SnapshotBuilder:
         self.known_node: dict[str, str] = {}
         #: each container id (or pod UID) gputop's processes carry: its pod (None: two pods claim it)
         self.pods: dict[str, Pod | None] = {}
+        #: targets whose exporter runs with --aggregate container (no per-process series)
+        self.per_container: set[str] = set()
 
     def _proc(self, m: Mapping[str, str]) -> _Proc:
         key = (m.get("instance", ""), m.get("pid", ""))
@@ -408,6 +410,8 @@ class SnapshotBuilder:
                     self.known_node.setdefault(m["instance"], m["node"])
                 elif part == "up":
                     self.up[m["instance"]] = _value(s)
+                elif part == "containers":
+                    self.per_container.add(m["instance"])
         elif job == "source_up":
             self.source_up = samples
         elif job == "gpus":
@@ -501,7 +505,11 @@ class SnapshotBuilder:
         gpus = _gpus(self.gpu_samples, self.node_of, nodes)
         sources = _sources(self.source_up, self.node_of, nodes)
         down, targets = self.down(nodes)
-        sources["prometheus"] = SourceStatus("ok", reason=nodes_down(down, targets, self.name) if down else None)
+        said = [nodes_down(down, targets, self.name)] if down else []
+        grouped = sorted(i for i in self.per_container if not nodes or self.node_of.get(i) in nodes)
+        if grouped:
+            said.append(per_container(grouped, self.name))
+        sources["prometheus"] = SourceStatus("ok", reason="; ".join(said) or None)
         return Snapshot(time=at, interval_s=window_s, host=host, sources=sources, gpus=tuple(gpus),
                         processes=tuple(out))
 
@@ -511,6 +519,26 @@ def nodes_down(down: Sequence[str], targets: int, name: Any) -> str:
     shown = [name(i) or i for i in down[:DOWN_SHOWN]]
     more = ", …" if len(down) > DOWN_SHOWN else ""
     return f"{len(down)} of {targets} node{'s' if targets != 1 else ''} down: {', '.join(shown)}{more}"
+
+
+_DOWN = re.compile(r"\d+ of \d+ nodes? down: ")
+
+
+def down_clause(reason: str | None) -> str | None:
+    """The ``N of M nodes down: …`` clause of the prometheus source's reason (its other clauses say
+    something that is no failure, such as nodes that export per container)."""
+    for part in (reason or "").split("; "):
+        if _DOWN.match(part):
+            return part
+    return None
+
+
+def per_container(instances: Sequence[str], name: Any) -> str:
+    """``node-c exports per container (no process rows)``: exporters run with --aggregate container."""
+    shown = [name(i) or i for i in instances[:DOWN_SHOWN]]
+    more = ", …" if len(instances) > DOWN_SHOWN else ""
+    verb = "exports" if len(instances) == 1 else "export"
+    return f"{', '.join(shown)}{more} {verb} per container (no process rows)"
 
 
 #: down nodes named in the message (then ", …")
@@ -878,7 +906,9 @@ class FleetReader:
         m = self.config.match
         known = f"last_over_time(gputop_build_info{{{m}}}[{NAME_LOOKBACK}])"
         targets = f"(up{{{m}}} and on(job) {known})"
-        return f"gputop_build_info{{{m}}} or {_tagged(known, 'known')} or {_tagged(targets, 'up')}"
+        grouped = f"count by (job, instance) (gputop_container_processes{{{m}}})"
+        return (f"gputop_build_info{{{m}}} or {_tagged(known, 'known')} or {_tagged(targets, 'up')}"
+                f" or {_tagged(grouped, 'containers')}")
 
     @staticmethod
     def _watch_selector(keys: Sequence[tuple[str, int]]) -> str:

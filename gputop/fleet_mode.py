@@ -88,7 +88,7 @@ def _batch(args: argparse.Namespace, feed: object, filters: object) -> int:
     the last such refresh's ``N of M nodes down: …`` line and a hint, after the output."""
     from gputop import batch
     from gputop.feed import Filters
-    from gputop.fleet import FleetFeed
+    from gputop.fleet import FleetFeed, down_clause
     from gputop.record import Recorder
     from gputop.ui.columns import DEFAULT_SORT
 
@@ -106,8 +106,9 @@ def _batch(args: argparse.Namespace, feed: object, filters: object) -> int:
                 time.sleep(max(0.0, next_at - time.monotonic()))
             snap = filters.apply(feed.collect())     # FleetError: the CLI prints it, exit 1
             prom = snap.sources.get("prometheus")
-            if prom is not None and prom.reason:
-                down = prom.reason
+            said = down_clause(prom.reason) if prom is not None else None
+            if said is not None:
+                down = said
             batch.emit([snap], args.format or "table", sort=args.sort or DEFAULT_SORT)
             if recorder:
                 recorder.write(snap)

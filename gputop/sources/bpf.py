@@ -573,7 +573,8 @@ class BpfSource:
     def _layers_on(self) -> None:
         """A driver-level layer's code is in a process: the BPF side checks for its tail calls (rule 7)."""
         if not self._layers:
-            self.table("layers")[ctypes.c_int(0)] = ctypes.c_uint32(1)
+            with contextlib.suppress(KeyError):     # a program without the map (bench/probe_cost.py --before)
+                self.table("layers")[ctypes.c_int(0)] = ctypes.c_uint32(1)
             self._layers = True
 
     def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
@@ -659,9 +660,13 @@ class BpfSource:
                     runs[kind] += st[1]
             return ProgStats(sum(ns), runs[0], runs[1], runs[2], other_ns=ns[2])
 
-    def hit_totals(self) -> tuple[int, int]:
-        """Runs of gputop's uprobe programs since they were loaded: (at entry, at return), exact."""
-        hits = self.table("hits")
+    def hit_totals(self) -> tuple[int, int] | None:
+        """Runs of gputop's uprobe programs since they were loaded: (at entry, at return), exact; None
+        for a program without the counters (bench/probe_cost.py --before an older one)."""
+        try:
+            hits = self.table("hits")
+        except KeyError:
+            return None
         return int(hits.sum(hits.Key(0)).value), int(hits.sum(hits.Key(1)).value)
 
     def dropped(self) -> dict[str, int]:
@@ -716,7 +721,9 @@ class BpfSource:
                               headers=self.headers.detail if self.headers else None,
                               attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)
         self._snapshots += 1
-        self.cost.observe(*self.hit_totals())
+        hits = self.hit_totals()
+        if hits is not None:
+            self.cost.observe(*hits)
         return BpfReading(status, procs, self.uvm_cpu_faults, self.cost.ns_per_s, self.cost.hits_per_s,
                           cost_ns_per_s=self.cost.cost_ns_per_s,
                           trap_ns=self.cost.trap.trap_ns if self.cost.trap else None,

@@ -64,7 +64,7 @@ def test_hits_are_the_kernels_own_run_counts(bpf_source: BpfSource, workloads: W
         s1, h1 = bpf_source._prog_stats(), bpf_source.hit_totals()
     finally:
         os.close(fd)
-    assert s0 is not None and s1 is not None
+    assert s0 is not None and s1 is not None and h0 is not None and h1 is not None
     entry, ret = h1[0] - h0[0], h1[1] - h0[1]
     assert (entry, ret) == (s1.entry_runs - s0.entry_runs, s1.return_runs - s0.return_runs)
     assert entry >= 3000 + 40 + 25 and ret >= 40 + 25

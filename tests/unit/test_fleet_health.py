@@ -156,3 +156,41 @@ def test_batch_exits_1_after_its_output_when_a_node_is_down(fleet: tuple[str, in
     assert set(procs) == {100, 200, 300, 400}
     assert (procs[400]["stale"], procs[400]["last_seen"], procs[400]["node"]) == (True, t1, "node-b")
     assert (procs[200]["warming_up"], procs[300]["state"], procs[100]["stale"]) == (True, "exited", False)
+
+
+def test_a_node_exporting_per_container_is_said_not_dropped_silently(tmp_path: Path) -> None:
+    """node-c's exporter runs with --aggregate container: its series have no pid. The fleet view says
+    so (no process rows from it), keeps node-a's rows, and `-b` exits 0: nothing failed."""
+    t_end = int(time.time()) // STEP_S * STEP_S
+    every = range(t_end - 10 * 60, t_end + 1, STEP_S)
+    c = "ab" * 32
+
+    def lab(inst: str, **more: str) -> str:
+        labels = sorted({"instance": inst, "job": "gputop", **more}.items())
+        return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+    lines = ["# TYPE gputop_build_info gauge"]
+    for inst, node in ((A, "node-a"), (B, "node-c")):
+        lines += [f"gputop_build_info{lab(inst, node=node, version='0.1.0')} 1 {t}" for t in every]
+    lines.append("# TYPE up gauge")
+    lines += [f"up{lab(inst)} 1 {t}" for inst in (A, B) for t in every]
+    lines.append("# TYPE gputop_kernel_launches counter")
+    a = lab(A, pid="100", comm="trainer", container="")
+    lines += [f"gputop_kernel_launches_total{a} {100 * (t - every[0])} {t}" for t in every]
+    lines += [f"gputop_kernel_launches_total{lab(B, container=c)} {50 * (t - every[0])} {t}" for t in every]
+    lines.append("# TYPE gputop_container_processes gauge")
+    lines += [f"gputop_container_processes{lab(B, container=c)} 3 {t}" for t in every]
+    lines.append("# EOF")
+    om = tmp_path / "fleet.om"
+    om.write_text("\n".join(lines) + "\n")
+    with tsdb_prometheus(om, tmp_path / "data") as url:
+        reader = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
+        snap = reader.read(t_end, frozenset(), 5.0)[0]
+        reader.close()
+        assert snap.sources["prometheus"].reason == "node-c exports per container (no process rows)"
+        assert [(p.node, p.pid) for p in snap.processes] == [("node-a", 100)]
+        res = subprocess.run([sys.executable, "-m", "gputop.cli", "--prometheus", url, "--window", f"{WINDOW_S}s",
+                              "-b", "-n", "1", "-f", "json"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["sources"]["prometheus"]["reason"] == "node-c exports per container (no process rows)"
