@@ -207,12 +207,14 @@ def test_help_says_once_how_numbers_read() -> None:
     async def body(app: GputopApp, pilot: Pilot[Any]) -> None:
         await pilot.press("h")
         await pilot.pause(0.1)
-        text = str(app.screen.query_one("#help-text").render())
+        widget = app.screen.query_one("#help-text")
+        text = str(widget.render())
         assert text.count("KiB MiB GiB TiB") == 1
         for line in NUMBER_STYLE:
             assert f"  {line}" in text
+            assert len(f"  {line}") <= widget.content_region.width, line     # whole at 80 columns too
 
-    run_live((200, 60), body)
+    run_live((80, 24), body)
 
 
 def test_footer_at_80_columns_keeps_every_key_live() -> None:

@@ -13,9 +13,12 @@ from gputop.ui import bindings
 from gputop.ui.columns import COLUMNS, FLEET_ONLY
 
 #: the help's lines on how numbers read (docs/dashboard.md, Number style)
+#: (each fits the help at 80 columns)
 NUMBER_STYLE = (
-    "three significant digits: 953, 1.00k, 12.3k; whole numbers without decimals: 1000, not 1000.0",
-    "counts and rates: k M G = 1000-based; bytes (H2D/s, LIVE MEM, GPU MEM, …): K M G T = KiB MiB GiB TiB",
+    "three significant digits: 953, 1.00k, 12.3k, 123k",
+    "whole numbers without decimals: an average of 1000 is 1000, not 1000.0",
+    "counts and rates: k M G = 10^3 10^6 10^9",
+    "bytes (H2D/s, LIVE MEM, GPU MEM, RSS): K M G T = KiB MiB GiB TiB",
 )
 
 
