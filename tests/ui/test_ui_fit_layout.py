@@ -256,3 +256,15 @@ def test_every_footer_fits_its_width(size: tuple[int, int]) -> None:
                 await pilot.pause(0.1)
 
     run_live(size, body)
+
+
+def test_the_signal_dialog_cuts_a_long_command_on_one_line() -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any]) -> None:
+        await pilot.press("down", "k")      # 5120: tritonserver with a long command line
+        await pilot.pause(0.1)
+        title = app.screen.query_one("#signal-title")
+        assert title.region.height == 1
+        assert title.render_line(0).text.rstrip() == (
+            "Send a signal to 5120 tritonserver --model-repository=/models --htt…")
+
+    run_live((80, 24), body)

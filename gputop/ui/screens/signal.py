@@ -41,6 +41,7 @@ class SignalScreen(ModalScreen[int | None]):
     }
     SignalScreen OptionList { height: auto; border: none; background: $surface; }
     SignalScreen #signal-title { text-style: bold; color: $error; }
+    SignalScreen Static { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, targets: Sequence[str]) -> None:
