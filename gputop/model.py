@@ -25,6 +25,9 @@ SCHEMA = "gputop/1"
 MEMCPY_DIRECTIONS: tuple[str, ...] = ("h2d", "d2h", "d2d", "h2h", "unknown")
 PREFETCH_DIRECTIONS: tuple[str, ...] = ("to_device", "to_host")
 UVM_DIRECTIONS: tuple[str, ...] = ("h2d", "d2h", "d2d")
+#: log2 histograms (``*_hist``): key ``2^k`` counts values in [2^k, 2^(k+1)) (0 in 2^0), k below this;
+#: the last bucket is open-ended
+LOG2_BUCKETS = 32
 
 
 @dataclass(frozen=True)
