@@ -1,6 +1,6 @@
 """The probe catalogue as data: which entry point is handled by which BPF function.
 
-See DESIGN.md "Probe catalogue" for the argument registers each handler decodes. Every
+See docs/architecture.md, "Probe catalogue", for the argument registers each handler decodes. Every
 launch and copy entry point gets an entry probe only; return probes exist only where the value
 is known at return (allocation out-pointers, sync durations, driver handle -> name).
 """

@@ -1,4 +1,4 @@
-"""Module boundaries of DESIGN.md, checked on the AST of every module of the package:
+"""Module boundaries of docs/architecture.md ("Module map", "Boundaries"), checked on the AST of every module:
 textual and plotext only under gputop/ui/, bcc only in sources/bpf.py, pynvml only in sources/nvml.py."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_imports_respect_module_boundaries(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     for name in imported_modules(tree):
         if name in ALLOWED:
-            assert ALLOWED[name](rel), f"{rel} imports {name}, which DESIGN.md confines elsewhere"
+            assert ALLOWED[name](rel), f"{rel} imports {name}, which docs/architecture.md confines elsewhere"
 
 
 def test_detector_sees_every_import_form() -> None:

@@ -1,4 +1,4 @@
-"""The one sanitiser for text from other processes (DESIGN, "Text from other processes is hostile")."""
+"""The one sanitiser for text from other processes (docs/architecture.md, "Text from other processes is hostile")."""
 
 from __future__ import annotations
 
