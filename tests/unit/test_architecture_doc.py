@@ -176,6 +176,23 @@ def test_every_link_lands_on_a_heading() -> None:
     assert broken == []
 
 
+def test_every_table_row_has_its_header_s_cells() -> None:
+    """An unescaped pipe (a type such as ``int | None``) would shift a row's cells."""
+    lines = DOC.read_text(encoding="utf-8").splitlines()
+    width = 0
+    bad = []
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            width = 0
+            continue
+        cells = len(_CELL_SPLIT.split(line.strip())) - 2
+        if width == 0:
+            width = cells                               # the header
+        elif cells != width:
+            bad.append(f"line {i + 1}: {cells} cells, its header {width}")
+    assert bad == []
+
+
 # ---------------------------------------------------------------- the checks catch drift
 
 
