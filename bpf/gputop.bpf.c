@@ -3,19 +3,25 @@
 // once per refresh and computes deltas (counters are monotonic, never cleared).
 //
 // Compile-time parameters (set by gputop/sources/bpf.py): MAX_PROCS, MAX_KERNELS, MAX_ALLOCS,
-// MAX_NAMES, MAX_THREADS, MAX_CODE, CODE_CUDA, CODE_LAYER (MAX_GRAPHS, MAX_GRAPH_NODES have defaults here).
+// MAX_NAMES, MAX_THREADS, MAX_CODE (MAX_GRAPHS, MAX_GRAPH_NODES have defaults here); and the constants
+// user space shares with this program, defined once in gputop/sources/bpfabi.py: NDIR, NPREFETCH, NB,
+// PATH_DEPTH, PATH_NAME, KS_*, CAPTURES_*, HIT_*, CODE_*, EV_*.
 #include <uapi/linux/ptrace.h>
 #ifndef EEXIST
 #define EEXIST 17
 #endif
+#if !defined(NDIR) || !defined(NPREFETCH) || !defined(NB) || !defined(PATH_DEPTH) || !defined(PATH_NAME) || \
+    !defined(KS_GRID) || !defined(KS_BLOCK) || !defined(KS_CLAIMED) || !defined(CAPTURES_FORGOTTEN) || !defined(HIT_RETURN) || \
+    !defined(CODE_LAYER) || !defined(EV_FILE)
+#error "compile with gputop/sources/bpfabi.py's cflags(): the constants shared with user space are defined there"
+#endif
 
-#define NDIR 5          // memcpy directions: h2d d2h d2d h2h unknown
+// memcpy directions, in the order of gputop.model.MEMCPY_DIRECTIONS (NDIR of them)
 #define D_H2D 0
 #define D_D2H 1
 #define D_D2D 2
 #define D_H2H 3
 #define D_UNK 4
-#define NB 32           // log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0
 #define NAME_LEN 256
 #ifndef MAX_GRAPHS      // graph contents, graphs, executable graphs, parts (each map)
 #define MAX_GRAPHS 16384
@@ -47,8 +53,8 @@ struct proc_t {
     s64 live_bytes;
     u64 managed_alloc_calls;
     u64 managed_alloc_bytes;
-    u64 prefetch_calls[2];      // to_device, to_host
-    u64 prefetch_bytes[2];
+    u64 prefetch_calls[NPREFETCH];  // to_device, to_host
+    u64 prefetch_bytes[NPREFETCH];
     u64 uvm_cpu_faults;
     u64 sync_calls;
     u64 sync_ns;
@@ -103,22 +109,21 @@ struct range_key_t {            // LPM key: tgid then address, both big-endian
 struct event_t {
     u64 ts;                     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
     u32 tgid;
-    u32 type;                   // 1 exec, 2 exec mapping, 3 exit, 4 exit untracked, 5 fork,
-                                // 6 exec mapping of a file user space has not classified (a file_event_t)
+    u32 type;                   // EV_EXEC, EV_MMAP (an executable mapping), EV_EXIT, EV_EXIT_IDLE (no record),
+                                // EV_FORK, EV_FILE (an executable mapping of a file user space has not
+                                // classified: a file_event_t)
 };
 
 #ifdef FILE_KEYS
 // Which file a process maps, read from the kernel's structs at offsets user space took from the
 // running kernel's BTF (OFF_*: bcc's headers may be another kernel's). With the file's name, up
 // to its filesystem's root, user space can still reach a file whose process is gone.
-#define PATH_DEPTH 16
-#define PATH_NAME 64
 struct file_key_t {
     u64 dev;                    // the kernel's dev_t (major << 20 | minor) of the file's filesystem
     u64 ino;
 };
 struct file_event_t {
-    struct event_t h;           // type 6
+    struct event_t h;           // type EV_FILE
     struct file_key_t key;
     u32 depth;                  // names[0] is the file's, names[depth - 1] its filesystem root's
     u32 complete;               // 1 when the walk reached that root
@@ -144,10 +149,8 @@ BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 #ifndef MAX_KSLOTS
 #define MAX_KSLOTS 16384        // a power of two
 #endif
-#define KS_GRID 4
-#define KS_BLOCK 2
-#define KS_READY (1ULL << 32)   // owner: tgid | KS_READY once func and the counters are set
-#define KS_CLAIMED (2ULL << 32) //        tgid | KS_CLAIMED while they are being set; 0: free
+// owner: tgid | KS_READY once func and the counters are set, tgid | KS_CLAIMED while they are being
+// set; 0: free
 struct kslot_t {
     u64 func;
     u64 grid0;                  // the shape of the pair's first launch: grid and block sizes
@@ -166,7 +169,7 @@ BPF_F_TABLE("array", u32, struct kslot_t, kslots, MAX_KSLOTS, BPF_F_MMAPABLE);
 // Captures under way on the host: begun (0) and ended (1) counted here, (2) the captures of
 // processes that exited capturing, counted by user space when it deletes their entries (each
 // counter has one writer). Launches look for a capture only while begun - ended - forgotten > 0.
-BPF_ARRAY(capture_n, u64, 3);
+BPF_ARRAY(capture_n, u64, 3);           // [CAPTURES_BEGUN], [CAPTURES_ENDED], [CAPTURES_FORGOTTEN]
 BPF_HASH(names, struct tkey_t, struct name_t, MAX_NAMES);
 // __cudaRegisterFunction's names stay where the program keeps them (static data): per registration
 // only the pointer and when it was made (boot-time ns: user space rejects an entry older than the
@@ -360,9 +363,7 @@ static __always_inline void pending_init(struct pending_t *n, struct pt_regs *ct
 
 // Probe hits, exact and cheap: every uprobe program counts its run here (a per-CPU add), so user space
 // has the hits of each refresh interval; their cost is sampled (gputop/sources/selfcost.py).
-BPF_PERCPU_ARRAY(hits, u64, 2);
-#define HIT_ENTRY 0
-#define HIT_RETURN 1
+BPF_PERCPU_ARRAY(hits, u64, 2);         // [HIT_ENTRY], [HIT_RETURN]
 static __always_inline void count_hit(u32 kind) {
     u64 *n = hits.lookup(&kind);
     if (n)
@@ -597,7 +598,7 @@ static __always_inline struct cap_t *captured_by(u32 tgid, struct proc_t *p, u64
 // is in begun as read after them (x86 keeps loads in order; volatile keeps the compiler from
 // reordering them).
 static __always_inline int captures_under_way(void) {
-    u32 i0 = 0, i1 = 1, i2 = 2;
+    u32 i0 = CAPTURES_BEGUN, i1 = CAPTURES_ENDED, i2 = CAPTURES_FORGOTTEN;
     u64 *ended = capture_n.lookup(&i1), *forgotten = capture_n.lookup(&i2), *begun = capture_n.lookup(&i0);
     if (!ended || !forgotten || !begun)
         return 1;
@@ -890,7 +891,7 @@ int begin_capture_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
             drop(5);
         return 0;
     }
-    u32 begun = 0;
+    u32 begun = CAPTURES_BEGUN;
     u64 *n = capture_n.lookup(&begun);
     if (n)
         __sync_fetch_and_add(n, 1);
@@ -936,7 +937,7 @@ static __always_inline int end_capture_at(struct pt_regs *ctx, int ptsz) {
     graph_call(ctx, OP_END, PT_REGS_PARM2(ctx), gid, 0);
     if (!c || capturing.delete(&k) != 0)
         return 0;
-    u32 ended = 1;
+    u32 ended = CAPTURES_ENDED;
     u64 *n = capture_n.lookup(&ended);
     if (n)
         __sync_fetch_and_add(n, 1);
@@ -1746,7 +1747,7 @@ static __always_inline void emit(u32 tgid, u32 type) {
 }
 
 TRACEPOINT_PROBE(sched, sched_process_exec) {
-    emit(bpf_get_current_pid_tgid() >> 32, 1);
+    emit(bpf_get_current_pid_tgid() >> 32, EV_EXEC);
     return 0;
 }
 
@@ -1779,7 +1780,7 @@ static __always_inline void emit_file(u32 tgid, u64 file) {
     u8 *known = known_files.lookup(&key);
     if (known) {
         if (*known == 1)
-            emit(tgid, 2);
+            emit(tgid, EV_MMAP);
         return;
     }
     struct file_event_t *e = events.ringbuf_reserve(sizeof(struct file_event_t));
@@ -1789,7 +1790,7 @@ static __always_inline void emit_file(u32 tgid, u64 file) {
     }
     e->h.ts = bpf_ktime_get_ns();
     e->h.tgid = tgid;
-    e->h.type = 6;
+    e->h.type = EV_FILE;
     e->key = key;
     e->depth = 0;
     e->complete = 0;
@@ -1842,7 +1843,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_mmap) {
         return 0;
     }
 #endif
-    emit(tid >> 32, 2);
+    emit(tid >> 32, EV_MMAP);
     return 0;
 }
 
@@ -1854,9 +1855,9 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     struct proc_t *p = procs.lookup(&tgid);
     if (p) {
         p->exited_ns = bpf_ktime_get_ns();
-        emit(tgid, 3);
+        emit(tgid, EV_EXIT);
     } else if (tracked.lookup(&tgid)) {
-        emit(tgid, 4);                  // no record to show: just forget it
+        emit(tgid, EV_EXIT_IDLE);       // no record to show: just forget it
     }
     return 0;
 }
@@ -1867,7 +1868,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
 TRACEPOINT_PROBE(sched, sched_process_fork) {
     u32 parent = current_tgid();
     if (procs.lookup(&parent) || tracked.lookup(&parent))
-        emit(args->child_pid, 5);
+        emit(args->child_pid, EV_FORK);
     return 0;
 }
 

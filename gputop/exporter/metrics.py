@@ -21,7 +21,15 @@ from prometheus_client.utils import floatToGoString
 
 from gputop import __version__
 from gputop.exporter.aggregate import ContainerRow, Containers, same_process
-from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, UVM_DIRECTIONS, GpuSample, ProcSample, Snapshot
+from gputop.model import (
+    LOG2_BUCKETS,
+    MEMCPY_DIRECTIONS,
+    PREFETCH_DIRECTIONS,
+    UVM_DIRECTIONS,
+    GpuSample,
+    ProcSample,
+    Snapshot,
+)
 from gputop.textsafe import sanitize, sanitize_middle
 
 if TYPE_CHECKING:
@@ -33,8 +41,6 @@ CONTAINER_LIMIT = 128
 CMDLINE_LIMIT = 512
 KERNEL_LIMIT = 128
 
-#: log2 buckets of the BPF side: bucket k holds values in [2^k, 2^(k+1)); the last one is open-ended
-LOG2_BUCKETS = 32
 #: finite ``le`` bounds exported per histogram (values are integers, so bucket k is ``le`` 2^(k+1) - 1);
 #: a block has at most 1024 threads, so its histogram stops at 2047
 GRID_FINITE = LOG2_BUCKETS - 1

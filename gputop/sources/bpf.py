@@ -26,7 +26,23 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
-from gputop.sources import bpfcache, btf, catalogue, discovery, kheaders, symbols
+from gputop.sources import bpfabi, bpfcache, btf, catalogue, discovery, kheaders, symbols
+from gputop.sources.bpfabi import (
+    CODE_CUDA,
+    CODE_LAYER,
+    EV_EXEC,
+    EV_EXIT,
+    EV_EXIT_IDLE,
+    EV_FILE,
+    EV_FORK,
+    EV_MMAP,
+    HIT_ENTRY,
+    HIT_RETURN,
+    NB,
+    NDIR,
+    PATH_DEPTH,
+    PATH_NAME,
+)
 from gputop.sources.bpfsys import (
     ENABLE_HINT,
     TRACEFS,
@@ -52,19 +68,12 @@ from gputop.sources.uprobes import UprobeAttacher
 __all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "IdleProc", "RawKernel", "RawProc", "aligned_blocks",
            "ensure_tracefs", "has_privileges", "load_bcc", "tracepoint_exists", "use_headers"]
 
-NDIR = 5
-NB = 32
 LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAMES": 16384,
           "MAX_THREADS": 16384, "MAX_CODE": 262144}
 DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs")
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
 MEM_READ_S = 0.5      # a read of a kernel's name from its process's memory (objreads.BoundedCalls)
 EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon
-#: values of the BPF `code` trie (passed as -D): the runtime's and driver's code, a driver-level layer's
-CODE_KINDS = {"CODE_CUDA": 1, "CODE_LAYER": 2}
-CODE_CUDA, CODE_LAYER = CODE_KINDS["CODE_CUDA"], CODE_KINDS["CODE_LAYER"]
-PATH_DEPTH = 16       # bpf/gputop.bpf.c's file_event_t: names from a mapped file up to its fs root
-PATH_NAME = 64
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
 _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_info.minor}/site-packages",
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
@@ -218,7 +227,7 @@ class _Event(ctypes.Structure):
 
 
 class _FileEvent(ctypes.Structure):
-    """bpf/gputop.bpf.c's file_event_t (type 6)."""
+    """bpf/gputop.bpf.c's file_event_t (type EV_FILE)."""
     _fields_ = (("h", _Event), ("dev", ctypes.c_uint64), ("ino", ctypes.c_uint64), ("depth", ctypes.c_uint32),
                 ("complete", ctypes.c_uint32), ("names", (ctypes.c_char * PATH_NAME) * PATH_DEPTH))
 
@@ -305,7 +314,7 @@ class BpfSource:
         if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
             self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
             self._offsets_read = True
-        flags = [f"-D{k}={v}" for k, v in {**self._limits, **CODE_KINDS}.items()]
+        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags()]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
         if self.file_offsets:
@@ -377,28 +386,28 @@ class BpfSource:
     def _on_event(self, _cpu: int, data: Any, size: int) -> None:
         ev = ctypes.cast(data, ctypes.POINTER(_Event)).contents
         tgid, kind = int(ev.tgid), int(ev.type)
-        if kind == 6 and size >= ctypes.sizeof(_FileEvent):
+        if kind == EV_FILE and size >= ctypes.sizeof(_FileEvent):
             fe = ctypes.cast(data, ctypes.POINTER(_FileEvent)).contents
             names = [bytes(fe.names[i]).split(b"\0", 1)[0] for i in range(min(fe.depth, PATH_DEPTH))]
             key = (discovery.user_dev(int(fe.dev)), int(fe.ino))
             self._unknown_files.setdefault(key, (tgid, names if fe.complete else None))
-            kind = 2
-        if kind == 3:
+            kind = EV_MMAP
+        if kind == EV_EXIT:
             self._exited.add(tgid)
-        elif kind == 4:                  # exited without a record
+        elif kind == EV_EXIT_IDLE:       # exited without a record
             if tgid in self._cuda_pids:  # listed: its BPF entries go, the listing once read (then forget)
                 self._delete_tables({tgid})
                 self._idle_exited.setdefault(tgid, False)
             else:
                 self.forget(tgid)
-        elif kind == 5:
+        elif kind == EV_FORK:
             if discovery.tgid_of(tgid) == tgid:     # a new process, not a thread
                 self._rescan.add(tgid)
         else:
             # an exec after the last scan of that process replaced its image (one before it was seen)
-            if kind == 1:
+            if kind == EV_EXEC:
                 self._execed.add(tgid)
-            if kind == 1 and int(ev.ts) > self._scanned_ns.get(tgid, 0):
+            if kind == EV_EXEC and int(ev.ts) > self._scanned_ns.get(tgid, 0):
                 self._reimage.add(tgid)
             self._rescan.add(tgid)
 
@@ -667,7 +676,7 @@ class BpfSource:
             hits = self.table("hits")
         except KeyError:
             return None
-        return int(hits.sum(hits.Key(0)).value), int(hits.sum(hits.Key(1)).value)
+        return int(hits.sum(hits.Key(HIT_ENTRY)).value), int(hits.sum(hits.Key(HIT_RETURN)).value)
 
     def dropped(self) -> dict[str, int]:
         table = self.table("dropped")

@@ -27,17 +27,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-#: struct kslot_t in u64 words: func, grid0, block0, launches0, launches, grid_sum, block_sum, grid
-#: buckets and counts, block buckets and counts, owner
-KS_GRID = 4
-KS_BLOCK = 2
-WORDS = 7 + 2 * KS_GRID + 2 * KS_BLOCK + 1
-_GRID = 7                                    # first grid bucket word
-_BLOCK = _GRID + 2 * KS_GRID                 # first block bucket word
-_OWNER = WORDS - 1
-READY = 1 << 32                              # owner = tgid | READY: the slot counts for (tgid, func)
-NB = 32                                      # log2 buckets (bpf/gputop.bpf.c NB)
-CAPTURES_FORGOTTEN = 2                       # capture_n[2]
+from gputop.sources.bpfabi import CAPTURES_FORGOTTEN, KS_BLOCK, KS_GRID, NB
+from gputop.sources.bpfabi import KS_READY as READY
+
+# struct kslot_t: its u64 words, the offsets taken from the struct as the program declares it (the
+# table's ctypes type, from bcc): WORDS, then the word of each field used here
+_FIELDS = ("func", "grid0", "block0", "launches0", "launches", "grid_sum", "block_sum", "grid_bucket",
+           "grid_count", "block_bucket", "block_count", "owner")
+
+
+@dataclass(frozen=True)
+class Layout:
+    words: int
+    at: dict[str, int]          # field -> its first word
+
+    @classmethod
+    def of(cls, leaf: Any) -> Layout:
+        assert ctypes.sizeof(leaf) % 8 == 0
+        return cls(ctypes.sizeof(leaf) // 8, {f: getattr(leaf, f).offset // 8 for f in _FIELDS})
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class LaunchSlots:
         self._table = table
         self._mem: mmap.mmap | None = None
         self._words: memoryview | None = None
+        self._layout = Layout(0, {})
         self.forgotten_captures = 0
         #: kernels of processes as read for ``counts(entries, pids)`` (their exit): ``forget`` finds
         #: their slots by these; others' by a walk through every slot
@@ -93,28 +101,29 @@ class LaunchSlots:
     def _map(self) -> memoryview:
         if self._words is None:
             t = self._table("kslots")
-            assert ctypes.sizeof(t.Leaf) == 8 * WORDS, "struct kslot_t changed: update launchslots.WORDS"
-            size = -(-int(t.max_entries) * 8 * WORDS // mmap.PAGESIZE) * mmap.PAGESIZE
+            self._layout = Layout.of(t.Leaf)
+            size = -(-int(t.max_entries) * 8 * self._layout.words // mmap.PAGESIZE) * mmap.PAGESIZE
             self._mem = mmap.mmap(t.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self._words = memoryview(self._mem).cast("Q")
         return self._words
 
     def _owned(self, words: memoryview, pids: set[int] | None) -> list[int]:
         """Indices of the slots that count for a process (of ``pids``, when given)."""
-        owners = words[_OWNER::WORDS].tolist()
+        lay = self._layout
+        owners = words[lay.at["owner"]::lay.words].tolist()
         return [i for i, o in enumerate(owners) if o >> 32 == 1 and (pids is None or o & 0xFFFFFFFF in pids)]
 
-    @staticmethod
-    def _owned_of(words: memoryview, funcs: dict[int, set[int]]) -> list[int]:
+    def _owned_of(self, words: memoryview, funcs: dict[int, set[int]]) -> list[int]:
         """Indices of the slots that count for the processes of ``funcs`` (pid -> its kernels'
         addresses), without a walk through every slot: a pair's slot can only be the one its hash
         names, claimed after its kernels entry was made (bpf/gputop.bpf.c kslot_of)."""
-        n = len(words) // WORDS
+        lay = self._layout
+        n = len(words) // lay.words
         out = set()
         for pid, fs in funcs.items():
             for f in fs:
                 i = slot_of(pid, f, n)
-                if words[i * WORDS + _OWNER] == pid | READY:
+                if words[i * lay.words + lay.at["owner"]] == pid | READY:
                     out.add(i)
         return sorted(out)
 
@@ -127,28 +136,29 @@ class LaunchSlots:
                 merged.setdefault(pid, {})[int(k.addr)] = [int(v.launches), int(v.grid_sum), int(v.block_sum)]
         out = SlotCounts()
         words = self._map()
+        lay, at = self._layout, self._layout.at
         if pids is not None:
             funcs = {pid: set(merged.get(pid, ())) for pid in pids}
             self._final_funcs.update(funcs)
         for i in self._owned(words, None) if pids is None else self._owned_of(words, funcs):
-            w = words[i * WORDS:(i + 1) * WORDS].tolist()
-            pid = w[_OWNER] & 0xFFFFFFFF
-            if w[_OWNER] >> 32 != 1:             # freed or claimed again since the owners were read
+            w = words[i * lay.words:(i + 1) * lay.words].tolist()
+            owner = w[at["owner"]]
+            pid = owner & 0xFFFFFFFF
+            if owner >> 32 != 1:                 # freed or claimed again since the owners were read
                 continue
-            func, grid0, block0, launches0 = w[0], w[1], w[2], w[3]
-            c = merged.setdefault(pid, {}).setdefault(func, [0, 0, 0])
-            c[0] += launches0 + w[4]
-            c[1] += launches0 * grid0 + w[5]
-            c[2] += launches0 * block0 + w[6]
+            grid0, block0, launches0 = w[at["grid0"]], w[at["block0"]], w[at["launches0"]]
+            c = merged.setdefault(pid, {}).setdefault(w[at["func"]], [0, 0, 0])
+            c[0] += launches0 + w[at["launches"]]
+            c[1] += launches0 * grid0 + w[at["grid_sum"]]
+            c[2] += launches0 * block0 + w[at["block_sum"]]
             grid, block = out.hists.setdefault(pid, ([0] * NB, [0] * NB))
             grid[log2_bucket(grid0)] += launches0
             block[log2_bucket(block0)] += launches0
-            for j in range(KS_GRID):
-                if 0 < w[_GRID + j] <= NB:
-                    grid[w[_GRID + j] - 1] += w[_GRID + KS_GRID + j]
-            for j in range(KS_BLOCK):
-                if 0 < w[_BLOCK + j] <= NB:
-                    block[w[_BLOCK + j] - 1] += w[_BLOCK + KS_BLOCK + j]
+            for hist, bucket, count, n in ((grid, at["grid_bucket"], at["grid_count"], KS_GRID),
+                                           (block, at["block_bucket"], at["block_count"], KS_BLOCK)):
+                for j in range(n):
+                    if 0 < w[bucket + j] <= NB:
+                        hist[w[bucket + j] - 1] += w[count + j]
         out.kernels = {pid: [(addr, KernelCount(*c)) for addr, c in ks.items()] for pid, ks in merged.items()}
         return out
 
@@ -158,10 +168,13 @@ class LaunchSlots:
         known = {pid: self._final_funcs.pop(pid) for pid in gone if pid in self._final_funcs}
         unknown = gone - set(known)
         slots = self._owned_of(words, known) + (self._owned(words, unknown) if unknown else [])
+        lay = self._layout
+        owner = lay.at["owner"]
+        assert owner == lay.words - 1, "struct kslot_t: the owner word must come last (it is cleared last)"
         for i in slots:
-            base = i * WORDS
-            words[base:base + _OWNER] = memoryview(bytes(8 * _OWNER)).cast("Q")
-            words[base + _OWNER] = 0
+            base = i * lay.words
+            words[base:base + owner] = memoryview(bytes(8 * owner)).cast("Q")
+            words[base + owner] = 0
         table = self._table("capturing")
         deleted = 0
         for k in [k for k in table if int(k.tgid) in gone]:

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import time
 
-from gputop.sources.launchslots import KS_BLOCK, KS_GRID, READY, WORDS, slot_of
+from gputop.sources.bpfabi import KS_BLOCK, KS_GRID, KS_READY
+from gputop.sources.launchslots import slot_of
 
 FUSED = "fused_step(float*, float*, int)"
 UNFUSED = "unfused_step(float const*, float*, int)"
 
 
-def _owned_slots(src, pid: int) -> int:  # type: ignore[no-untyped-def]
+def _owners(src) -> list[int]:  # type: ignore[no-untyped-def]
+    """Every slot's owner word (the last of struct kslot_t's words)."""
     words = src.slots._map()
-    return sum(1 for o in words[WORDS - 1::WORDS].tolist() if o == pid | READY)
+    n = src.slots._layout.words
+    return words[n - 1::n].tolist()
+
+
+def _owned_slots(src, pid: int) -> int:  # type: ignore[no-untyped-def]
+    return sum(1 for o in _owners(src) if o == pid | KS_READY)
 
 
 def test_more_buckets_than_a_slot_holds_stay_exact(run_workload, workloads, bpf_source) -> None:
@@ -45,8 +52,8 @@ def test_more_buckets_than_a_slot_holds_stay_exact(run_workload, workloads, bpf_
     assert len(entries) == 2 and _owned_slots(bpf_source, run.pid) == sum(1 for n in entries.values() if n == 0)
     assert _owned_slots(bpf_source, run.pid) >= 1
     # the slots are where slot_of says (forget() frees them there, without a walk through all)
-    owners = bpf_source.slots._map()[WORDS - 1::WORDS].tolist()
-    assert {i for i, o in enumerate(owners) if o == run.pid | READY} <= {
+    owners = _owners(bpf_source)
+    assert {i for i, o in enumerate(owners) if o == run.pid | KS_READY} <= {
         slot_of(run.pid, addr, len(owners)) for addr in entries}
     run.proc.kill()
     run.proc.wait()
