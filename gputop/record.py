@@ -183,7 +183,8 @@ def _decode(path: Path, lineno: int, line: str) -> dict[str, Any]:
     try:
         d = _DECODER.decode(line)
     except json.JSONDecodeError as e:
-        raise RecordingError(f"{where}: not JSON ({e.msg} at column {e.colno})", hint) from e
+        # some of json's messages end in "at" ("Invalid control character at"): said once
+        raise RecordingError(f"{where}: not JSON ({e.msg.removesuffix(' at')} at column {e.colno})", hint) from e
     except _Constant as e:
         raise RecordingError(f"{where}: not JSON ({e} is not a JSON number)", hint) from None
     except RecursionError:          # arrays or objects nested deeper than Python's recursion limit

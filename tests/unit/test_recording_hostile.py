@@ -510,3 +510,14 @@ def test_batch_mode_over_bad_lines_only_exits_1(tmp_path: Path) -> None:
         assert res.returncode == 1 and res.stdout == ""
         assert res.stderr.splitlines() == [f"gputop: error: {path}:1: {MALFORMED} (time is not finite)",
                                            "hint: record one with: gputop --record FILE (JSON Lines, schema gputop/1)"]
+
+
+def test_a_control_character_in_a_string_is_said_once(tmp_path: Path) -> None:
+    """json's message for it ends in "at": the error says "at column" once (issue 22, item 9)."""
+    from gputop.record import RecordingError, read_recording
+
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"comm": "a\tb"}\n')
+    with pytest.raises(RecordingError) as e:
+        list(read_recording(path))
+    assert str(e.value).endswith("r.jsonl:1: not JSON (Invalid control character at column 12)")
