@@ -149,3 +149,23 @@ def test_namespace_and_pod_columns_show_only_once_some_process_has_a_pod() -> No
             (p.pod or "").startswith("trainer-") for p in table(app).rows)
 
     run(body, feed=feed)
+
+
+def test_the_column_menu_says_which_fleet_column_cannot_be_hidden() -> None:
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: FleetFrameFeed) -> None:
+        from gputop.ui.screens.sort import SortScreen
+
+        await pilot.press("s")
+        assert isinstance(app.screen, SortScreen)
+        said = []
+        for key in ("node", "pod"):
+            at = [c.key for c in app.screen.columns].index(key)
+            app.screen.query_one("OptionList").highlighted = at
+            await pilot.press("x")
+            await pilot.pause()
+            notes = [str(n.message) for n in app._notifications]
+            said.append(notes[-1] if notes else None)
+        assert said == ["NODE is shown in the fleet view only, and there always",
+                        "POD is shown in the fleet view only, and there always (while some process has a pod)"]
+
+    run(body, feed=FleetFrameFeed(with_pods(fleet_frames(20))))

@@ -82,7 +82,9 @@ class SortScreen(ModalScreen[None]):
         key = self.columns[i].key
         current = list(self.gapp.settings.columns)
         if key in FLEET_ONLY:
-            self.gapp.say("NODE is always shown in the fleet view", "warning")
+            what = self.columns[i].header
+            self.gapp.say(f"{what} is shown in the fleet view only, and there always"
+                          + (" (while some process has a pod)" if key != "node" else ""), "warning")
             return
         if key in current:
             if key == "pid":
