@@ -34,12 +34,11 @@ class HeaderState:
 
 
 def _source(name: str, st: SourceStatus | None) -> Content:
+    key = {v: k for k, v in fmt.SOURCE_LABELS.items()}.get(name, name.lower())
+    label = fmt.source_state(key, st)       # the words batch mode and doctor use too
     if st is None:
-        return Content.assemble((f"{name} ", "bold"), ("n/a", _MUTED))
+        return Content.assemble((f"{name} ", "bold"), (label, _MUTED))
     style = _STATUS_STYLE.get(st.status, _MUTED)
-    label = st.status if st.status != "unavailable" else "off"
-    if name == "UVM" and st.status == "ok" and st.scope == "cpu":
-        label = "CPU only"      # GPU faults and migrations are not traced
     if name == "PROM" and st.status == "ok" and st.reason:
         label, style = fmt.text(st.reason), "$warning bold"     # the fleet view: "1 of 2 nodes down: …"
     parts: list[tuple[str, str] | str] = [(f"{name} ", "bold"), (label, style)]
