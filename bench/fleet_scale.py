@@ -151,6 +151,22 @@ def write_openmetrics(path: Path, nodes: int, procs: int, t_end: int) -> int:
                     v = float(v > 0.9)
                 f.writelines(f"{name}{lab} {v:.6g} {t}\n" for t in times)
                 series += 1
+        # each process's state and start (the fleet view reads them: exited, warming up, last seen)
+        family("gputop_process_start_time_seconds", "gauge")
+        for inst, pid, comm, _ in plist:
+            lab = f'{{comm="{comm}",container="",instance="{inst}",job="gputop",pid="{pid}"}}'
+            start = times[0] - rng.uniform(60, 86400)
+            f.writelines(f"gputop_process_start_time_seconds{lab} {start:.2f} {t}\n" for t in times)
+            series += 1
+        family("gputop_process_exited", "gauge")
+        for inst, pid, comm, _ in plist:
+            lab = f'{{comm="{comm}",container="",instance="{inst}",job="gputop",pid="{pid}"}}'
+            f.writelines(f"gputop_process_exited{lab} 0 {t}\n" for t in times)
+            series += 1
+        family("up", "gauge")       # the scrape targets' health, as Prometheus records it
+        for _, inst in insts:
+            f.writelines(f'up{{instance="{inst}",job="gputop"}} 1 {t}\n' for t in times)
+            series += 1
         f.write("# EOF\n")
     return series
 
