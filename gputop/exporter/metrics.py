@@ -3,7 +3,7 @@
 The collector thread hands every new ``Snapshot`` to ``SnapshotCollector.update``; a scrape turns the
 latest one into metric families. Counter values are exactly the snapshot's ``total`` counts; unknown
 values (``None``) are absent series, never 0. Every label value goes through the display sanitiser.
-Names and labels are a contract (DESIGN.md, "Exporter (Prometheus) and fleet view"; docs/metrics.md).
+Names and labels are a contract (docs/metrics.md; docs/architecture.md, "Exporter and fleet view").
 """
 
 from __future__ import annotations
