@@ -1,0 +1,61 @@
+#!/bin/bash
+# PID 1 in a kernel-matrix guest (exec'd by the root's /usr/local/sbin/matrix-init), from the run disk
+# mounted at /mnt/matrix: set the guest up, install gputop with the README's own set-up, run the checks,
+# leave everything under /mnt/matrix/out, power off. Times are the guest's /proc/uptime (seconds since
+# its kernel started), in out/times.txt.
+M=/mnt/matrix
+O=$M/out
+mkdir -p "$O"
+exec >"$O/guest.log" 2>&1
+stamp() { echo "$1 $(cut -d' ' -f1 /proc/uptime)" >> "$O/times.txt"; }
+finish() {
+    echo "$1" > "$O/status"
+    stamp end
+    sync
+    umount "$M" 2>/dev/null
+    sync
+    echo o > /proc/sysrq-trigger
+    sleep 30
+}
+stamp userspace
+export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+hostname "$(cat /etc/hostname)"
+# QEMU's user network: the guest reaches the mirror and the package index through the host
+# (the initrd's udev names the NIC: ens3 on QEMU's default PCI slot, eth0 without it)
+nic=$(ls /sys/class/net | grep -v '^lo$' | head -n1)
+ip link set lo up
+ip link set "$nic" up
+ip addr add 10.0.2.15/24 dev "$nic"
+ip route add default via 10.0.2.2
+echo "nameserver 10.0.2.3" > /etc/resolv.conf
+{
+    echo "kernel $(uname -r)"
+    echo "python $(python3 -c 'import platform; print(platform.python_version())')"
+    echo "bcc $(dpkg-query -W -f='${Version}' python3-bpfcc)"
+    echo "btf $([ -e /sys/kernel/btf/vmlinux ] && echo present || echo absent)"
+} > "$O/platform.txt"
+cp -a "$M/repo" /opt/gputop
+cd /opt/gputop || finish 90
+stamp copied
+
+# the README's set-up: ./gputop.sh runs scripts/setup.sh, then gputop; set-up alone first to time it
+timeout 1200 scripts/setup.sh > "$O/setup.log" 2>&1
+echo $? > "$O/setup.rc"
+stamp setup
+[ "$(cat "$O/setup.rc")" = 0 ] || finish 91
+timeout 600 ./gputop.sh doctor > "$O/doctor.txt" 2>&1
+echo $? > "$O/doctor.rc"
+stamp doctor
+timeout 1200 .venv/bin/python scripts/matrix/guest_checks.py "$O" > "$O/checks.log" 2>&1
+rc=$?
+stamp checks
+finish $rc

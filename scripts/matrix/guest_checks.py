@@ -1,0 +1,179 @@
+"""Inside a kernel-matrix guest: the real `gputop -b -f json` over real workloads, recorded for the host.
+
+Run by scripts/matrix/guest-run.sh with the venv's Python that the README's set-up built, from the
+repository's copy on the guest's disk; OUT is the run disk's out/ folder. Builds the workloads with
+the guest's own gcc against the test bed carried in (.cache/testbed: the real libcudart.so.12 and
+libcuda.so.1), then, with gputop running:
+  before   a process started (and its libcudart mapped) before gputop, released after the first snapshot
+  dynamic  6000 launches, h2d and d2h copies and 3 syncs (tests/bpf/test_batch.py's workload)
+  copies   the real libcudart and libcuda loaded with dlopen: copies in every direction, driver launches
+  short    a process that lives a few milliseconds, started once its library is probed
+Writes snapshots.jsonl (every snapshot, as printed), result.json (the pids, the times) and nothing
+else; the host asserts (tests/matrix/test_kernels.py). Kept to Python 3.9: bullseye's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support import TESTBED, Testbed, build_native, runtime  # noqa: E402
+
+DEADLINE_S = 240.0      # for one thing to show up in the snapshots: TCG runs 10-50x slower than the host
+
+BEFORE = ["launch:500:3,1,1:64,1,1:0", "memcpy:2:1:300", "sleep:1500"]
+DYNAMIC = ["launch:6000:40,2,1:128,1,1:0", "memcpy:4:1:1000", "memcpy:2:2:500", "sync:3", "sleep:1500"]
+COPIES = ["memcpy:3:1:1000", "memcpy:4:2:10", "memcpy:5:3:7", "memcpy:6:0:1", "cu_htod:8:11", "cu_dtoh:9:12",
+          "cu_dtod:10:13", "cu_launch:30:2,2,1:32,1,1:abc0", "sleep:1500"]
+SHORT = ["launch:7:2,1,1:32,1,1:0"]
+
+
+class Snapshots:
+    """Every snapshot gputop prints, kept in order and written to a file as it comes."""
+
+    def __init__(self, stream: IO[str], path: Path) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.first_at: float | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, args=(stream, path), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str], path: Path) -> None:
+        with path.open("w") as f:
+            for line in stream:
+                f.write(line)
+                f.flush()
+                with self._lock:
+                    if self.first_at is None:
+                        self.first_at = time.monotonic()
+                    self.items.append(json.loads(line))
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.items)
+
+    def wait_for(self, what: str, test: Any) -> None:
+        """Until a snapshot satisfies ``test`` (a callable on one snapshot)."""
+        deadline = time.monotonic() + DEADLINE_S
+        seen = 0
+        while time.monotonic() < deadline:
+            with self._lock:
+                new = self.items[seen:]
+            for snap in new:
+                if test(snap):
+                    return
+            seen += len(new)
+            time.sleep(0.1)
+        raise SystemExit(f"guest_checks: {what}: not seen within {DEADLINE_S:.0f} s")
+
+
+def _state(snap: dict[str, Any], pid: int) -> str | None:
+    for p in snap["processes"]:
+        if p["pid"] == pid:
+            return str(p["state"])
+    return None
+
+
+def _ready(proc: subprocess.Popen[bytes]) -> int:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if not line.startswith("ready "):
+        raise SystemExit(f"guest_checks: a workload did not start: {line!r}")
+    return int(line.split()[1])
+
+
+def failed_probes(dlopen: Path, lib: Path, libcuda: Path, out: Path) -> None:
+    """Every probe the kernel refused on the real libcudart and libcuda, one per line, in
+    probes_failed.txt (the snapshots carry only their count and the first)."""
+    from gputop.sources.bpf import BpfSource
+
+    go = Path(tempfile.mkdtemp(prefix="matrix-probes-")) / "go"
+    src = BpfSource()
+    src.start()
+    try:
+        proc = subprocess.Popen([str(dlopen), "--wait", str(go), "--cudart", str(lib), "--cuda", str(libcuda),
+                                 "sleep:10"], stdout=subprocess.PIPE)
+        _ready(proc)
+        src.scan([proc.pid])
+        go.touch()
+        proc.wait(timeout=DEADLINE_S)
+        assert src.uprobes is not None
+        (out / "probes_failed.txt").write_text("".join(f"{line}\n" for line in src.uprobes.failed))
+    finally:
+        src.close()
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    times: dict[str, float] = {}
+    tb = Testbed(TESTBED, TESTBED / "cudart", TESTBED / "nvidia", TESTBED / "cudart13")
+    t0 = time.monotonic()
+    r12 = runtime(tb, 12)
+    dlopen = build_native("cuda_workload.c", "wl_dlopen", "-ldl", "-lpthread")
+    times["build_workloads_s"] = time.monotonic() - t0
+
+    go = Path(tempfile.mkdtemp(prefix="matrix-go-"))
+    before = subprocess.Popen([str(r12.dynamic), "--wait", str(go / "before"), *BEFORE], stdout=subprocess.PIPE)
+    before_pid = _ready(before)
+
+    t0 = time.monotonic()
+    gt = subprocess.Popen([str(ROOT / ".venv" / "bin" / "gputop"), "-b", "-f", "json", "-d", "0.5", "--no-nvml",
+                           "--bpf"], stdout=subprocess.PIPE, stderr=(out / "gputop.stderr").open("w"), text=True,
+                          cwd=str(ROOT))
+    assert gt.stdout is not None
+    snaps = Snapshots(gt.stdout, out / "snapshots.jsonl")
+    pids: dict[str, int] = {"before": before_pid}
+    try:
+        snaps.wait_for("the first snapshot", lambda s: True)
+        assert snaps.first_at is not None
+        times["gputop_first_snapshot_s"] = snaps.first_at - t0   # the BPF compile and the attach included
+        snaps.wait_for("the process started before gputop", lambda s: _state(s, before_pid) == "running")
+        (go / "before").touch()
+
+        dynamic = subprocess.Popen([str(r12.dynamic), "--wait", str(go / "dynamic"), *DYNAMIC],
+                                   stdout=subprocess.PIPE)
+        pids["dynamic"] = _ready(dynamic)
+        snaps.wait_for("wl_dynamic", lambda s: _state(s, pids["dynamic"]) == "running")
+        (go / "dynamic").touch()
+
+        copies = subprocess.Popen([str(dlopen), "--wait", str(go / "copies"), "--cudart", str(r12.lib), "--cuda",
+                                   str(tb.libcuda), *COPIES], stdout=subprocess.PIPE)
+        pids["copies"] = _ready(copies)
+        snaps.wait_for("wl_dlopen", lambda s: _state(s, pids["copies"]) == "running")
+        (go / "copies").touch()
+
+        for proc in (before, dynamic, copies):
+            proc.wait(timeout=DEADLINE_S)
+        t1 = time.monotonic()
+        short = subprocess.run([str(dlopen), "--cudart", str(r12.lib), *SHORT], capture_output=True, text=True,
+                               check=True, timeout=DEADLINE_S)
+        times["short_lived_s"] = time.monotonic() - t1
+        pids["short"] = int(short.stdout.split()[1])
+        for name, pid in pids.items():
+            snaps.wait_for(f"{name} exited", lambda s, pid=pid: _state(s, pid) == "exited")
+        at = snaps.count()
+        snaps.wait_for("one more snapshot", lambda s: snaps.count() > at + 1)
+    finally:
+        gt.terminate()
+        gt.wait(timeout=60)
+        (out / "result.json").write_text(json.dumps({"pids": pids, "times": times, "gputop_rc": gt.returncode},
+                                                    indent=1))
+    t0 = time.monotonic()
+    failed_probes(dlopen, r12.lib, tb.libcuda, out)
+    times["probe_listing_s"] = time.monotonic() - t0
+    (out / "result.json").write_text(json.dumps({"pids": pids, "times": times, "gputop_rc": gt.returncode},
+                                                indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

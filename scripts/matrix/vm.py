@@ -1,0 +1,123 @@
+"""Boot one Debian kernel of the matrix under QEMU (TCG) with gputop's checks inside; run as root.
+
+    python3 scripts/matrix/vm.py SUITE OUTDIR [--timeout-s N]
+
+1. scripts/matrix/build-root.sh SUITE: the suite's root image, kernel and initrd (cached, see there).
+2. A run disk (ext4, made with mkfs.ext4 -d, the cloud kernels have no 9p): guest-run.sh, a copy of
+   this repository (its tracked and unignored files as they are in the work tree) and the test bed the
+   host already fetched (.cache/testbed/{cudart,cudart13,nvidia}: nothing is fetched again under
+   emulation), and an empty out/.
+3. qemu-system-x86_64 -accel tcg -cpu max -m 2G -smp 2, the root disk in snapshot mode (the cache is
+   never written), the run disk writable, the serial console to OUTDIR/console.log, a hard timeout
+   after which QEMU is killed.
+4. out/ copied back with debugfs (no mount, no loop device) into OUTDIR/out; OUTDIR/host-times.json.
+Exit status: the guest's own (out/status), 124 on the timeout, 1 when no status came back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+HERE = ROOT / "scripts" / "matrix"
+TESTBED_PARTS = ("cudart", "cudart13", "nvidia")
+
+
+def build_root(suite: str) -> Path:
+    res = subprocess.run([str(HERE / "build-root.sh"), suite], stdout=subprocess.PIPE, text=True, check=True)
+    return Path(res.stdout.strip().splitlines()[-1])
+
+
+def stage(dst: Path) -> None:
+    """The run disk's content: guest-run.sh, repo/ and out/."""
+    shutil.copy(HERE / "guest-run.sh", dst / "guest-run.sh")
+    (dst / "out").mkdir()
+    repo = dst / "repo"
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           stdout=subprocess.PIPE, check=True).stdout.split(b"\0")
+    for raw in names:
+        if not raw:
+            continue
+        rel = raw.decode()
+        src = ROOT / rel
+        if not src.is_file() or src.is_symlink():
+            continue
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, repo / rel)
+    for part in TESTBED_PARTS:
+        shutil.copytree(ROOT / ".cache" / "testbed" / part, repo / ".cache" / "testbed" / part, symlinks=True)
+
+
+def make_disk(src: Path, img: Path) -> None:
+    used = sum(p.stat().st_size for p in src.rglob("*") if p.is_file() and not p.is_symlink())
+    size_mib = used // (1 << 20) + 256
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "matrix-run", "-d", str(src), str(img), f"{size_mib}M"],
+                   check=True)
+
+
+def boot(cache: Path, disk: Path, console: Path, timeout_s: float) -> tuple[int | None, float]:
+    """QEMU until the guest powers off (its exit status) or the timeout (None); the wall time."""
+    cmd = ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "2G", "-smp", "2", "-nographic",
+           "-no-reboot", "-kernel", str(cache / "vmlinuz"), "-initrd", str(cache / "initrd.img"),
+           "-append", "root=/dev/vda rw console=ttyS0 init=/usr/local/sbin/matrix-init",
+           "-drive", f"file={cache / 'root.img'},format=raw,if=virtio,snapshot=on",
+           "-drive", f"file={disk},format=raw,if=virtio",
+           "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"]
+    t0 = time.monotonic()
+    with console.open("wb") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rc: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return rc, time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("suite")
+    ap.add_argument("outdir", type=Path)
+    ap.add_argument("--timeout-s", type=float, default=1500.0)
+    args = ap.parse_args()
+    out: Path = args.outdir
+    out.mkdir(parents=True, exist_ok=True)
+    times: dict[str, float | None] = {}
+    t0 = time.monotonic()
+    cache = build_root(args.suite)
+    times["root_s"] = time.monotonic() - t0
+    with tempfile.TemporaryDirectory(prefix="gputop-matrix-") as tmp:
+        t0 = time.monotonic()
+        src = Path(tmp) / "run"
+        src.mkdir()
+        stage(src)
+        disk = Path(tmp) / "run.img"
+        make_disk(src, disk)
+        times["run_disk_s"] = time.monotonic() - t0
+        qemu_rc, times["qemu_wall_s"] = boot(cache, disk, out / "console.log", args.timeout_s)
+        shutil.rmtree(out / "out", ignore_errors=True)
+        subprocess.run(["debugfs", "-R", f"rdump /out {out}", str(disk)], check=True, capture_output=True)
+    (out / "host-times.json").write_text(json.dumps({**times, "qemu_rc": qemu_rc,
+                                                     "cache": str(cache)}, indent=1))
+    if qemu_rc is None:
+        print(f"matrix: {args.suite}: timed out after {args.timeout_s:.0f} s", file=sys.stderr)
+        return 124
+    status = out / "out" / "status"
+    if not status.is_file():
+        print(f"matrix: {args.suite}: the guest left no status (see {out / 'console.log'})", file=sys.stderr)
+        return 1
+    return int(status.read_text().strip() or "1")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
