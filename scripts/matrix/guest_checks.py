@@ -6,7 +6,8 @@ the guest's own gcc against the test bed carried in (.cache/testbed: the real li
 libcuda.so.1), then, with gputop running:
   before   a process started (and its libcudart mapped) before gputop, released after the first snapshot
   dynamic  6000 launches, h2d and d2h copies and 3 syncs (tests/bpf/test_batch.py's workload)
-  copies   the real libcudart and libcuda loaded with dlopen: copies in every direction, driver launches
+  copies   the real libcudart and libcuda loaded with dlopen: copies in every direction
+  driver   the real libcuda alone: cuLaunchKernel and cuLaunchKernelEx
   short    a process that lives a few milliseconds, started once its library is probed
 Writes snapshots.jsonl (every snapshot, as printed), result.json (the pids, the times) and nothing
 else; the host asserts (tests/matrix/test_kernels.py). Kept to Python 3.9: bullseye's.
@@ -33,7 +34,10 @@ DEADLINE_S = 240.0      # for one thing to show up in the snapshots: TCG runs 10
 BEFORE = ["launch:500:3,1,1:64,1,1:0", "memcpy:2:1:300", "sleep:1500"]
 DYNAMIC = ["launch:6000:40,2,1:128,1,1:0", "memcpy:4:1:1000", "memcpy:2:2:500", "sync:3", "sleep:1500"]
 COPIES = ["memcpy:3:1:1000", "memcpy:4:2:10", "memcpy:5:3:7", "memcpy:6:0:1", "cu_htod:8:11", "cu_dtoh:9:12",
-          "cu_dtod:10:13", "cu_launch:30:2,2,1:32,1,1:abc0", "sleep:1500"]
+          "cu_dtod:10:13", "sleep:1500"]
+# driver launches with made-up function handles: only in a process whose driver nobody initialised (the
+# real libcuda returns an error without reading the handle; after the runtime's initialisation it reads it)
+DRIVER = ["cu_launch:30:2,2,1:32,1,1:abc0", "cu_launch_ex:42:4,1,1:32,4,1:def0", "sleep:1500"]
 SHORT = ["launch:7:2,1,1:32,1,1:0"]
 
 
@@ -105,6 +109,9 @@ def failed_probes(dlopen: Path, lib: Path, libcuda: Path, out: Path) -> None:
         _ready(proc)
         src.scan([proc.pid])
         go.touch()
+        deadline = time.monotonic() + DEADLINE_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            src.poll(0.05)
         proc.wait(timeout=DEADLINE_S)
         assert src.uprobes is not None
         (out / "probes_failed.txt").write_text("".join(f"{line}\n" for line in src.uprobes.failed))
@@ -132,6 +139,7 @@ def main() -> int:
     assert gt.stdout is not None
     snaps = Snapshots(gt.stdout, out / "snapshots.jsonl")
     pids: dict[str, int] = {"before": before_pid}
+    returncodes: dict[str, int] = {}
     try:
         snaps.wait_for("the first snapshot", lambda s: True)
         assert snaps.first_at is not None
@@ -151,13 +159,20 @@ def main() -> int:
         snaps.wait_for("wl_dlopen", lambda s: _state(s, pids["copies"]) == "running")
         (go / "copies").touch()
 
-        for proc in (before, dynamic, copies):
-            proc.wait(timeout=DEADLINE_S)
+        driver = subprocess.Popen([str(dlopen), "--wait", str(go / "driver"), "--cuda", str(tb.libcuda), *DRIVER],
+                                  stdout=subprocess.PIPE)
+        pids["driver"] = _ready(driver)
+        snaps.wait_for("wl_dlopen (driver)", lambda s: _state(s, pids["driver"]) == "running")
+        (go / "driver").touch()
+
+        for name, proc in (("before", before), ("dynamic", dynamic), ("copies", copies), ("driver", driver)):
+            returncodes[name] = proc.wait(timeout=DEADLINE_S)
         t1 = time.monotonic()
         short = subprocess.run([str(dlopen), "--cudart", str(r12.lib), *SHORT], capture_output=True, text=True,
                                check=True, timeout=DEADLINE_S)
         times["short_lived_s"] = time.monotonic() - t1
         pids["short"] = int(short.stdout.split()[1])
+        returncodes["short"] = short.returncode
         for name, pid in pids.items():
             snaps.wait_for(f"{name} exited", lambda s, pid=pid: _state(s, pid) == "exited")
         at = snaps.count()
@@ -165,12 +180,14 @@ def main() -> int:
     finally:
         gt.terminate()
         gt.wait(timeout=60)
-        (out / "result.json").write_text(json.dumps({"pids": pids, "times": times, "gputop_rc": gt.returncode},
+        (out / "result.json").write_text(json.dumps({"pids": pids, "returncodes": returncodes, "times": times,
+                                                     "gputop_rc": gt.returncode},
                                                     indent=1))
     t0 = time.monotonic()
     failed_probes(dlopen, r12.lib, tb.libcuda, out)
     times["probe_listing_s"] = time.monotonic() - t0
-    (out / "result.json").write_text(json.dumps({"pids": pids, "times": times, "gputop_rc": gt.returncode},
+    (out / "result.json").write_text(json.dumps({"pids": pids, "returncodes": returncodes, "times": times,
+                                                     "gputop_rc": gt.returncode},
                                                 indent=1))
     return 0
 

@@ -90,6 +90,11 @@ def test_the_guest_ran_every_step(run: Run) -> None:
     assert (status, run.rc) == ("0", 0), run.text("guest.log")[-3000:] + run.text("checks.log")[-3000:]
 
 
+def test_every_workload_exited_0(run: Run) -> None:
+    assert run.result["returncodes"] == {"before": 0, "dynamic": 0, "copies": 0, "driver": 0, "short": 0}
+    assert run.result["gputop_rc"] in (0, -15)      # stopped with SIGTERM after the last snapshot
+
+
 def test_platform_is_the_suites_own(run: Run) -> None:
     plat = dict(line.split(" ", 1) for line in run.text("platform.txt").splitlines())
     assert plat["kernel"].startswith(run.suite.kernel) and plat["kernel"].endswith("-cloud-amd64")
@@ -164,8 +169,16 @@ def test_copies_in_every_direction_through_the_real_runtime_and_driver(run: Run)
     assert mc["d2h"] == {"calls": 4 + 9, "bytes": 40 + 9 * 12}
     assert mc["d2d"] == {"calls": 5 + 10, "bytes": 35 + 10 * 13}
     assert mc["h2h"] == {"calls": 6, "bytes": 6}
-    assert p["total"]["launches"] == 30
-    assert [(k["name"], k["launches"]) for k in p["kernels"]] == [(None, 30)]    # a driver handle nobody named
+    assert p["total"]["launches"] == 0
+
+
+def test_driver_launches(run: Run) -> None:
+    p = run.last("driver")
+    assert (p["state"], p["comm"]) == ("exited", "wl_dlopen")
+    assert p["total"]["launches"] == 30 + 42 and run.interval_sum("driver", "launches") == 72
+    # driver handles nobody named are shown by their handle; sums as tests/bpf/test_counts.py's
+    assert sorted((k["name"], k["launches"], k["grid_blocks_avg"], k["block_threads_avg"]) for k in p["kernels"]) == [
+        ("0xabc0", 30, 4.0, 32.0), ("0xdef0", 42, 4.0, 128.0)]
 
 
 def test_a_short_lived_process_is_counted(run: Run) -> None:
