@@ -107,8 +107,13 @@ def main() -> int:
         qemu_rc, times["qemu_wall_s"] = boot(cache, disk, out / "console.log", args.timeout_s)
         shutil.rmtree(out / "out", ignore_errors=True)
         subprocess.run(["debugfs", "-R", f"rdump /out {out}", str(disk)], check=True, capture_output=True)
-    (out / "host-times.json").write_text(json.dumps({**times, "qemu_rc": qemu_rc,
-                                                     "cache": str(cache)}, indent=1))
+    # what was tested: the commit, and the tracked files that differed from it in the work tree
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           stdout=subprocess.PIPE, text=True).stdout.split("\n")
+    (out / "host-times.json").write_text(json.dumps({**times, "qemu_rc": qemu_rc, "cache": str(cache),
+                                                     "head": head, "modified": [d[3:] for d in dirty if d]},
+                                                    indent=1))
     if qemu_rc is None:
         print(f"matrix: {args.suite}: timed out after {args.timeout_s:.0f} s", file=sys.stderr)
         return 124
