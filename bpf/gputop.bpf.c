@@ -5,14 +5,14 @@
 // Compile-time parameters (set by gputop/sources/bpf.py): MAX_PROCS, MAX_KERNELS, MAX_ALLOCS,
 // MAX_NAMES, MAX_THREADS, MAX_CODE (MAX_GRAPHS, MAX_GRAPH_NODES have defaults here); and the constants
 // user space shares with this program, defined once in gputop/sources/bpfabi.py: NDIR, NPREFETCH, NB,
-// PATH_DEPTH, PATH_NAME, KS_*, CAPTURES_*, HIT_*, CODE_*, EV_*.
+// NAME_LEN, PATH_DEPTH, PATH_NAME, KS_*, CAPTURES_*, HIT_*, CODE_*, EV_*.
 #include <uapi/linux/ptrace.h>
 #ifndef EEXIST
 #define EEXIST 17
 #endif
 #if !defined(NDIR) || !defined(NPREFETCH) || !defined(NB) || !defined(PATH_DEPTH) || !defined(PATH_NAME) || \
     !defined(KS_GRID) || !defined(KS_BLOCK) || !defined(KS_CLAIMED) || !defined(CAPTURES_FORGOTTEN) || !defined(HIT_RETURN) || \
-    !defined(CODE_LAYER) || !defined(EV_FILE)
+    !defined(CODE_LAYER) || !defined(EV_FILE) || !defined(NAME_LEN)
 #error "compile with gputop/sources/bpfabi.py's cflags(): the constants shared with user space are defined there"
 #endif
 
@@ -22,7 +22,6 @@
 #define D_D2D 2
 #define D_H2H 3
 #define D_UNK 4
-#define NAME_LEN 256
 #ifndef MAX_GRAPHS      // graph contents, graphs, executable graphs, parts (each map)
 #define MAX_GRAPHS 16384
 #endif
@@ -261,6 +260,39 @@ static __always_inline struct proc_t *proc_get(u32 tgid) {
     if (!p)
         drop(0);
     return p;
+}
+
+// ------------------------------------------------------------------ kernel names (captured)
+
+static __always_inline void track(u32 tgid) {
+    u8 one = 1;
+    tracked.update(&tgid, &one);
+}
+
+static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
+    struct tkey_t k = {.tgid = tgid, .addr = addr};
+    track(tgid);
+    u32 z = 0;
+    // a name is 256 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
+    struct name_t *n = name_scratch.lookup(&z);
+    if (!n)
+        return;
+    __builtin_memset(n, 0, sizeof(*n));
+    bpf_probe_read_user_str(n->name, NAME_LEN, (void *)user_str);
+    if (names.update(&k, n) != 0)
+        drop(2);
+}
+
+// A registered kernel's name, read at the pair's first launch while the process's memory holds it
+// (user space reads registrations lazily: a process that execs or exits first would lose them).
+// Names only for kernels that launch; the first launch of a pair is the slow path anyway.
+static __always_inline void name_at_launch(u32 tgid, u64 func) {
+    struct tkey_t k = {.tgid = tgid, .addr = func};
+    if (names.lookup(&k))
+        return;
+    struct name_ptr_t *np = name_ptrs.lookup(&k);
+    if (np)
+        put_name(tgid, func, np->ptr);
 }
 
 // floor(log2(v)) clamped to NB - 1 (NB is 32), without a branch: each step's (x + 2^k - 1) >> k is 1
@@ -624,6 +656,7 @@ static __always_inline struct kslot_t *kslot_of(u32 tgid, u64 func, u64 grid, u6
         kernels.insert(&k, &zero);
         if (!kernels.lookup(&k))
             return 0;                   // no room: the slow path drops it
+        name_at_launch(tgid, func);     // the pair's first launch
     }
     if (__sync_val_compare_and_swap(&s->owner, 0, tgid | KS_CLAIMED) != 0)
         return 0;
@@ -721,6 +754,7 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
             __sync_fetch_and_add(&p->block_sum, block);
             return 0;
         }
+        name_at_launch(tgid, func);     // the pair's first launch
     }
     __sync_fetch_and_add(&ks->launches, 1);
     __sync_fetch_and_add(&ks->grid_sum, grid);
@@ -1656,27 +1690,8 @@ int sync_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
 
 // ------------------------------------------------------------------ kernel names
 
-static __always_inline void track(u32 tgid) {
-    u8 one = 1;
-    tracked.update(&tgid, &one);
-}
-
-static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
-    struct tkey_t k = {.tgid = tgid, .addr = addr};
-    track(tgid);
-    u32 z = 0;
-    // a name is 256 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
-    struct name_t *n = name_scratch.lookup(&z);
-    if (!n)
-        return;
-    __builtin_memset(n, 0, sizeof(*n));
-    bpf_probe_read_user_str(n->name, NAME_LEN, (void *)user_str);
-    if (names.update(&k, n) != 0)
-        drop(2);
-}
-
 // __cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, ...): the name is read by
-// user space, lazily, for the kernels that launch
+// user space, lazily, for the kernels that launch; and here at a kernel's first launch (name_at_launch)
 int register_function(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM2(ctx)};

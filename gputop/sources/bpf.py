@@ -38,6 +38,7 @@ from gputop.sources.bpfabi import (
     EV_MMAP,
     HIT_ENTRY,
     HIT_RETURN,
+    NAME_LEN,
     NB,
     NDIR,
     PATH_DEPTH,
@@ -58,7 +59,7 @@ from gputop.sources.bpfsys import (
 )
 from gputop.sources.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.graphs import GraphKernels
-from gputop.sources.kernelnames import KernelNamer
+from gputop.sources.kernelnames import KernelNamer, Resolved
 from gputop.sources.launchslots import LaunchSlots, SlotCounts
 from gputop.sources.objreads import START_WAIT_S, BoundedCalls, ObjectReads, Pending
 from gputop.sources.selfcost import ProgStats, SelfCost
@@ -288,6 +289,7 @@ class BpfSource:
         self._code_done: set[tuple[int, int, tuple[int, int]]] = set()
         self._code_dropped = 0
         self._layers = False        # the BPF side told a driver-level layer is probed (rule 7)
+        self._memory_stale = False  # names being resolved for an old image (_old_names)
         self._objects_dropped = 0               # objects that went unprobed for want of descriptors
         self._fd_starved: set[tuple[int, int]] = set()      # those mapped now
         #: the keys of the ``code`` trie by process: only user space writes that trie, so a
@@ -466,6 +468,8 @@ class BpfSource:
                 new += 1
                 # processes that map it already may have allocated before: their live bytes are unknown
                 self._partial.update(users)
+        for pid, pmaps in maps.items():
+            self._keep_names_unmapped(pid, pmaps)
         self._maps.update(maps)
         self._update_cuda_pids(self._maps if new else maps)
         for pid, pmaps in maps.items():
@@ -790,8 +794,9 @@ class BpfSource:
         if not records:
             return
         kernels = self.slots.counts(self.table("kernels").items(), set(records))
-        for pid, v in records.items():
-            self._final[pid] = self._raw(pid, v, kernels, 0)
+        with self.namer.own_budget():           # their names are kept as read now
+            for pid, v in records.items():
+                self._final[pid] = self._raw(pid, v, kernels, 0)
         self._forget(set(records))
 
     def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
@@ -807,14 +812,19 @@ class BpfSource:
             return None
 
     def _captured_name(self, pid: int, addr: int) -> bytes | None:
+        """The name the BPF side captured: at the call (driver look-ups) or at the kernel's first launch
+        (registrations, up to NAME_LEN - 1 bytes); a registered name that fills it is read whole from
+        the process's memory while the process still holds it."""
         v = self._by_key("names", pid, addr)
-        if v is not None:
-            return bytes(v.name)
+        copy = bytes(v.name) if v is not None else None
+        if copy is not None and len(copy.split(b"\0", 1)[0]) < NAME_LEN - 1:
+            return copy
         p = self._by_key("name_ptrs", pid, addr)        # registered: read from the process itself
-        if p is None:
-            return None
+        if p is None or self._memory_stale:
+            return copy
         ptr, boot_ns = int(p.ptr), int(p.boot_ns)
-        return self._mem_reads.call(lambda: discovery.read_registered_name(pid, ptr, boot_ns))
+        whole = self._mem_reads.call(lambda: discovery.read_registered_name(pid, ptr, boot_ns))
+        return copy if whole is None else whole
 
     def _alias(self, pid: int, addr: int) -> int | None:
         v = self._by_key("aliases", pid, addr)
@@ -904,12 +914,47 @@ class BpfSource:
             for k in [k for k in table if bytes(k.data[:4]) in prefixes]:
                 table.pop(k, None)
 
+    def _launched(self, pid: int) -> list[int]:
+        """Addresses of the kernels ``pid`` launched (each pair has a kernels entry from its first launch)."""
+        return sorted({int(k.addr) for k in self.table("kernels") if int(k.tgid) == pid})
+
+    def _keep_names_unmapped(self, pid: int, now: list[discovery.Mapping]) -> None:
+        """Mappings of ``pid`` that are gone since its last scan (an exec, a library unloaded): the
+        kernels it launched from them keep the names their old mappings give them."""
+        before = self._maps.get(pid)
+        if not before:
+            return
+        still = {(m.dev, m.inode, m.start) for m in now}
+        gone = [m for m in before if (m.dev, m.inode, m.start) not in still]
+        if not gone:
+            return
+        addrs = [a for a in self._launched(pid) if any(m.start <= a < m.end for m in gone)]
+        if addrs:
+            self.namer.keep(pid, self._old_names(pid, addrs, before))
+
+    def _old_names(self, pid: int, addrs: list[int], maps: list[discovery.Mapping]) -> dict[int, Resolved]:
+        """Names of kernels an exec or an unmapping took away, from ``maps`` (the old ones) and what
+        the BPF side captured; never from the process's memory, which may be another program's now."""
+        self._memory_stale = True
+        try:
+            return self.namer.names_in(pid, addrs, maps)
+        finally:
+            self._memory_stale = False
+
     def _forget_image(self, pid: int) -> None:
-        """After an exec: the code ranges and kernel names of the old program no longer apply."""
+        """After an exec: the code ranges and kernel names of the old program no longer apply to new
+        launches. The kernels it launched keep their names, resolved now with the old image: the
+        names the BPF side captured (at registration look-ups, at each kernel's first launch) and the
+        old program's symbols (its maps as last scanned); not from the process's memory, which is the
+        new program's now."""
+        self._delete_by_pid({pid}, ("name_ptrs",))
+        # names kept already (a scan saw the new image first: _keep_names_unmapped) come first
+        named = self._old_names(pid, self._launched(pid), self._maps.get(pid, []))
         self._delete_ranges({pid}, ("code",))
-        self._delete_by_pid({pid}, ("names", "name_ptrs", "aliases"))
+        self._delete_by_pid({pid}, ("names", "aliases"))
         self._code_done = {c for c in self._code_done if c[0] != pid}
         self.namer.forget(pid)
+        self.namer.keep(pid, named)
 
     def _delete_tables(self, gone: set[int]) -> None:
         """Delete what the BPF side holds about processes that are gone."""

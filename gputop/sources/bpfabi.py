@@ -13,6 +13,8 @@ NDIR = len(model.MEMCPY_DIRECTIONS)
 NPREFETCH = len(model.PREFETCH_DIRECTIONS)
 #: log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0, the last one open-ended
 NB = model.LOG2_BUCKETS
+#: a kernel name captured by the BPF side (name_t), its NUL included: a name of NAME_LEN - 1 may be cut
+NAME_LEN = 256
 #: a mapped file's path as file_event_t carries it: this many names from the file up to its fs root,
 #: each cut at this many bytes
 PATH_DEPTH = 16

@@ -9,15 +9,15 @@ Resolved names are cached; misses are retried after a while, not on every refres
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 from gputop.sources import discovery, symbols
+from gputop.sources.bpfabi import NAME_LEN  # names as long as NAME_LEN - 1 may be cut: ELF is preferred then
 from gputop.sources.objreads import Pending
 
-#: names as long as the BPF buffer (NAME_LEN - 1) may be cut: an ELF symbol is preferred then
-NAME_LEN = 256
 RETRY_S = 5.0
 MAX_ALIAS_HOPS = 3
 #: seconds of demangling per refresh (names left over are demangled at the next: symbols.Demangler)
@@ -133,6 +133,30 @@ class KernelNamer:
                 return None     # not cached: another process may map it readably later
             self._symcache[key] = syms
         return self._symcache[key]
+
+    def names_in(self, pid: int, addrs: Iterable[int], maps: list[discovery.Mapping]) -> dict[int, Resolved]:
+        """The names of ``addrs`` with ``maps`` as the process's (its old program's, after an exec)."""
+        self._fresh_maps[pid] = maps
+        try:
+            with self.own_budget():
+                return {addr: res for addr in addrs if (res := self.name(pid, addr))[0] is not None}
+        finally:
+            self._fresh_maps.pop(pid, None)
+
+    @contextlib.contextmanager
+    def own_budget(self) -> Iterator[None]:
+        """Demangling time of its own for names read outside a refresh (a process's last record at its
+        exit, an old program's kernels at an exec): those are kept as they are resolved."""
+        deadline = symbols.DEMANGLER.deadline
+        symbols.DEMANGLER.deadline = time.monotonic() + DEMANGLE_BUDGET_S
+        try:
+            yield
+        finally:
+            symbols.DEMANGLER.deadline = deadline
+
+    def keep(self, pid: int, named: dict[int, Resolved]) -> None:
+        """Names resolved elsewhere (an exec'd process's kernels, named with its old program)."""
+        self._done.update(((pid, addr), res) for addr, res in named.items())
 
     def forget(self, pid: int) -> None:
         self._done = {k: v for k, v in self._done.items() if k[0] != pid}

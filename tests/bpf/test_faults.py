@@ -122,6 +122,35 @@ def test_a_process_that_execs_another_program(bpf_source: BpfSource, workloads: 
         assert sorted(k.launches for k in raw.kernels) == [200, 300]
         after = next(k for k in raw.kernels if k.launches == 200)
         assert after.name == "fused_step(float*, float*, int)"
+        # the old program's kernel keeps its name (resolved with the old image at the exec), not
+        # its address: before, it read 0x... once the exec replaced the image (the test program's
+        # symbol is as it is: c++filt leaves it, its length prefix is not its name's)
+        before = next(k for k in raw.kernels if k.launches == 300)
+        assert (before.name, before.object) == ("_Z13before_execv", str(exe))
+    finally:
+        bpf_source.forget(pid)
+
+
+def test_a_registered_name_survives_the_process(bpf_source: BpfSource, workloads: Workloads, testbed: support.Testbed,
+                                                tmp_path: Path) -> None:
+    """A kernel registered under its own name launches 50 times, and the process exits before gputop
+    reads anything: the name was captured by the BPF side at the kernel's first launch (before, the
+    registration was read lazily from the process's memory, gone by then, and the kernel took its
+    host stub's ELF symbol instead)."""
+    go = tmp_path / "go"
+    p, pid = start([workloads.dlopen, "--cudart", testbed.libcudart, "--wait", go,
+                    "register:1:my_registered_kernel(int)", "launch:50:1,1,1:1,1,1:1", "register:2:" + "k" * 300,
+                    "launch:7:1,1,1:1,1,1:2"])
+    try:
+        bpf_source.scan([pid])
+        go.touch()
+        drive(bpf_source, p)
+        raw = bpf_source.read().procs[pid]
+        assert raw.exited
+        names = {k.launches: k.name for k in raw.kernels}
+        assert names[50] == "my_registered_kernel(int)"
+        # a name longer than the BPF buffer may be cut: the host stub's ELF symbol is preferred then
+        assert names[7] == "gputop::test::saxpy_kernel(float, float const*, float*)"
     finally:
         bpf_source.forget(pid)
 

@@ -568,9 +568,9 @@ static void graph_op(const char *name, long n, const char *a) {
 }
 
 static void run_op(const char *op) {
-    char name[32] = {0}, a[64] = {0}, b[64] = {0}, c[64] = {0}, e[64] = {0};
+    char name[32] = {0}, a[1024] = {0}, b[64] = {0}, c[64] = {0}, e[64] = {0};
     long n = 0;
-    sscanf(op, "%31[^:]:%ld:%63[^:]:%63[^:]:%63[^:]:%63s", name, &n, a, b, c, e);
+    sscanf(op, "%31[^:]:%ld:%1023[^:]:%63[^:]:%63[^:]:%63s", name, &n, a, b, c, e);
     if (!strcmp(name, "sleep")) {
         usleep((useconds_t)n * 1000);
         return;
