@@ -1,5 +1,5 @@
 """The summary line (htop's ``Tasks:``) as text: pure, no Textual, shared by the dashboard's summary bar
-and batch mode's table header. The numbers are ``gputop.derive.summary``'s (docs/dashboard.md,
+and batch mode's table header. The numbers are ``gputop.model.summarize``'s (docs/dashboard.md,
 "Summary line")."""
 
 from __future__ import annotations
