@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 HERE = ROOT / "scripts" / "matrix"
 TESTBED_PARTS = ("cudart", "cudart13", "nvidia")
+TOOLS = ("qemu-system-x86_64", "debootstrap", "mkfs.ext4", "debugfs", "git")
 
 
 def build_root(suite: str) -> Path:
@@ -90,6 +92,15 @@ def main() -> int:
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--timeout-s", type=float, default=1500.0)
     args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("gputop: error: the kernel matrix needs root (debootstrap, chroot)\nhint: run it with sudo",
+              file=sys.stderr)
+        return 77
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        print(f"gputop: error: {', '.join(missing)} not found\n"
+              "hint: scripts/setup.sh --test installs qemu-system-x86 and debootstrap", file=sys.stderr)
+        return 1
     out: Path = args.outdir
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float | None] = {}
