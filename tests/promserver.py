@@ -27,6 +27,25 @@ from support import ROOT
 GPUTOP = [sys.executable, "-m", "gputop.cli"]
 
 
+RULES = ROOT / "deploy" / "prometheus" / "gputop-rules.yml"
+
+
+def promtool() -> str:
+    """promtool's path (Debian's prometheus package), or the test is skipped without it."""
+    tool = shutil.which("promtool")
+    if tool is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package; scripts/setup.sh --test)")
+    return tool
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    """The groups of deploy/prometheus/gputop-rules.yml."""
+    import yaml
+
+    groups: list[dict[str, Any]] = yaml.safe_load(RULES.read_text())["groups"]
+    return groups
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

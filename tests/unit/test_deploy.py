@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from promserver import promtool
 from support import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -69,15 +70,9 @@ def test_containerfile_passes_hadolint_and_names_the_daemonsets_entry_point() ->
     assert "EXPOSE 9464" in text
 
 
-def _promtool() -> str:
-    tool = shutil.which("promtool")
-    if tool is None:
-        pytest.skip("promtool is not installed (Debian's prometheus package; scripts/setup.sh --test)")
-    return tool
 
-
-def test_static_scrape_config_passes_promtool() -> None:
-    res = subprocess.run([_promtool(), "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
+def test_static_scrape_config_passespromtool() -> None:
+    res = subprocess.run([promtool(), "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout
@@ -87,7 +82,7 @@ def test_kubernetes_scrape_config_finds_the_daemonsets_pods() -> None:
     """promtool checks it where it has Kubernetes service discovery (Debian builds Prometheus without
     it); the rules are checked against the DaemonSet's annotations either way."""
     config = DEPLOY / "prometheus" / "prometheus-kubernetes.yml"
-    res = subprocess.run([_promtool(), "check", "config", str(config)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([promtool(), "check", "config", str(config)], capture_output=True, text=True, timeout=60)
     if "field kubernetes_sd_configs not found" not in res.stdout + res.stderr:
         assert res.returncode == 0, res.stdout + res.stderr
     job = yaml.safe_load(config.read_text())["scrape_configs"][0]

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from promserver import promtool, rule_groups
 from support import ROOT
 
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -66,21 +67,10 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
 
 
-def rule_groups() -> list[dict[str, Any]]:
-    groups: list[dict[str, Any]] = yaml.safe_load(RULES.read_text())["groups"]
-    return groups
-
-
 def rules() -> list[dict[str, Any]]:
     """The alert rules (not the recording rules)."""
     return [r for g in rule_groups() for r in g["rules"] if "alert" in r]
 
-
-def _promtool() -> str:
-    tool = shutil.which("promtool")
-    if tool is None:
-        pytest.skip("promtool is not installed (Debian's prometheus package; scripts/setup.sh --test)")
-    return tool
 
 
 # --- the manifests ---------------------------------------------------------------------------------------
@@ -360,19 +350,19 @@ def test_prometheusrule_carries_exactly_the_plain_rules() -> None:
 
 
 def test_promtool_check_rules_finds_every_rule(tmp_path: Path) -> None:
-    promtool = _promtool()
-    res = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    tool = promtool()
+    res = subprocess.run([tool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout, res.stderr) == (
         0, f"Checking {RULES}\n  SUCCESS: {len(ALERTS) + RECORDS} rules found\n\n", "")
     # the PrometheusRule's groups as a rules file of their own
     operator = tmp_path / "operator-rules.yml"
     operator.write_text(yaml.safe_dump({"groups": the("PrometheusRule")["spec"]["groups"]}))
-    res = subprocess.run([promtool, "check", "rules", str(operator)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([tool, "check", "rules", str(operator)], capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout, res.stderr) == (0, f"Checking {operator}\n  SUCCESS: 13 rules found\n\n", "")
 
 
 def test_promtool_check_config_loads_the_rules_with_the_static_config() -> None:
-    res = subprocess.run([_promtool(), "check", "config", str(PROM / "prometheus.yml")], capture_output=True,
+    res = subprocess.run([promtool(), "check", "config", str(PROM / "prometheus.yml")], capture_output=True,
                          text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "  SUCCESS: 1 rule files found\n" in res.stdout
@@ -380,7 +370,7 @@ def test_promtool_check_config_loads_the_rules_with_the_static_config() -> None:
 
 
 def test_promtool_unit_tests_pass() -> None:
-    res = subprocess.run([_promtool(), "test", "rules", str(RULES_TEST)], capture_output=True, text=True,
+    res = subprocess.run([promtool(), "test", "rules", str(RULES_TEST)], capture_output=True, text=True,
                          timeout=120)
     assert (res.returncode, res.stdout, res.stderr) == (0, f"Unit Testing:  {RULES_TEST}\n  SUCCESS\n\n", "")
 
@@ -403,7 +393,7 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
 def test_the_unit_tests_fail_when_an_alert_never_fires(alert: str, tmp_path: Path) -> None:
     """Each alert's firing case is real: with its expression replaced by one that matches nothing,
     promtool's unit tests fail, naming that alert."""
-    promtool = _promtool()
+    tool = promtool()
     groups = rule_groups()
     for g in groups:
         for r in g["rules"]:
@@ -411,7 +401,7 @@ def test_the_unit_tests_fail_when_an_alert_never_fires(alert: str, tmp_path: Pat
                 r["expr"] = "vector(1) == 0"
     (tmp_path / "gputop-rules.yml").write_text(yaml.safe_dump({"groups": groups}))
     shutil.copy(RULES_TEST, tmp_path / "gputop-rules.test.yml")
-    res = subprocess.run([promtool, "test", "rules", str(tmp_path / "gputop-rules.test.yml")], capture_output=True,
+    res = subprocess.run([tool, "test", "rules", str(tmp_path / "gputop-rules.test.yml")], capture_output=True,
                          text=True, timeout=120)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out

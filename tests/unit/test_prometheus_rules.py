@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from promserver import promtool, rule_groups
 from support import ROOT
 
 PROM = ROOT / "deploy" / "prometheus"
@@ -28,24 +29,13 @@ RECORDS = ["container:kube_pod_container_info:relabel", "container:kube_pod_info
            "instance_namespace_pod:gputop_process_gpu_memory_bytes:sum"]
 
 
-def groups() -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = yaml.safe_load(RULES.read_text())["groups"]
-    return found
-
-
 def records() -> list[dict[str, Any]]:
-    return [r for g in groups() for r in g["rules"] if "record" in r]
+    return [r for g in rule_groups() for r in g["rules"] if "record" in r]
 
-
-def _promtool() -> str:
-    tool = shutil.which("promtool")
-    if tool is None:
-        pytest.skip("promtool is not installed (Debian's prometheus package; scripts/setup.sh --test)")
-    return tool
 
 
 def test_the_recording_rules_are_these_in_their_own_group() -> None:
-    pods = next(g for g in groups() if g["name"] == "gputop-pods")
+    pods = next(g for g in rule_groups() if g["name"] == "gputop-pods")
     assert [r.get("record") for r in pods["rules"]] == RECORDS
     assert [r["record"] for r in records()] == RECORDS          # no recording rule elsewhere
     for r in records():
@@ -83,22 +73,22 @@ def test_every_recording_rule_has_an_exact_case() -> None:
 def test_the_operators_prometheusrule_carries_the_same_groups() -> None:
     docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "gputop-prometheusrule.yaml").read_text())
             if d]
-    assert docs[0]["spec"]["groups"] == groups()
+    assert docs[0]["spec"]["groups"] == rule_groups()
 
 
 @pytest.mark.parametrize("record", RECORDS)
 def test_the_cases_fail_when_a_rule_records_nothing(record: str, tmp_path: Path) -> None:
     """Each rule's case is real: with its expression replaced by one that matches nothing, promtool's
     unit tests fail on it (and on the rules that read it)."""
-    promtool = _promtool()
-    changed = groups()
+    tool = promtool()
+    changed = rule_groups()
     for g in changed:
         for r in g["rules"]:
             if r.get("record") == record:
                 r["expr"] = "vector(1) == 0"
     (tmp_path / "gputop-rules.yml").write_text(yaml.safe_dump({"groups": changed}))
     shutil.copy(RULES_TEST, tmp_path / "gputop-rules.test.yml")
-    res = subprocess.run([promtool, "test", "rules", str(tmp_path / "gputop-rules.test.yml")], capture_output=True,
+    res = subprocess.run([tool, "test", "rules", str(tmp_path / "gputop-rules.test.yml")], capture_output=True,
                          text=True, timeout=120)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
