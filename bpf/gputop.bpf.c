@@ -309,6 +309,27 @@ static __always_inline u32 log2_bucket(u64 v) {
     return (r - (r >> 5) * (r - (NB - 1))) & (NB - 1);    // the mask tells the verifier r < NB
 }
 
+// Indices into a map value's arrays (the log2 histograms, the per-direction counters), bounded on the
+// very register the access uses. The empty asm hides the value's origin from LLVM, so it cannot drop
+// the bound as redundant or move it to another register; each verifier then sees it just before the
+// access. Without them the kernels of the matrix refused programs (docs/matrix.md, defects 2 and 4):
+// Linux 6.12 loses a bucket's bounds where bucket + 1 (kslot_bucket) and the bucket share an id, and
+// 6.1 can not follow LLVM 14's bound of a 32-bit index. Both are 64-bit and unsigned here.
+// i & mask, for an array of mask + 1 (a power of two) elements
+static __always_inline u64 idx_mask(u64 i, u64 mask) {
+    asm volatile("" : "+r"(i));
+    return i & mask;
+}
+// i, or n - 1 when i >= n (never taken where the caller's value is in range already)
+static __always_inline u64 idx_below(u64 i, u64 n) {
+    asm volatile("" : "+r"(i));
+    if (i >= n)
+        i = n - 1;
+    return i;
+}
+_Static_assert(D_UNK == NDIR - 1, "a direction out of range counts as unknown: D_UNK is the last");
+_Static_assert((NB & (NB - 1)) == 0 && (NPREFETCH & (NPREFETCH - 1)) == 0, "masks need powers of two");
+
 static __always_inline u64 read_u64(u64 addr) {
     u64 v = 0;
     bpf_probe_read_user(&v, sizeof(v), (void *)addr);
@@ -726,19 +747,17 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
         p = proc_get(tgid);
         if (!p)
             return 0;
-        if (!g && gb < NB)
-            __sync_fetch_and_add(&p->grid_hist[gb], 1);
-        if (!b && bb < NB)
-            __sync_fetch_and_add(&p->block_hist[bb], 1);
+        if (!g)
+            __sync_fetch_and_add(&p->grid_hist[idx_mask(gb, NB - 1)], 1);
+        if (!b)
+            __sync_fetch_and_add(&p->block_hist[idx_mask(bb, NB - 1)], 1);
         return 0;
     }
     p = proc_get(tgid);
     if (!p)
         return 0;
-    if (gb < NB)
-        __sync_fetch_and_add(&p->grid_hist[gb], 1);
-    if (bb < NB)
-        __sync_fetch_and_add(&p->block_hist[bb], 1);
+    __sync_fetch_and_add(&p->grid_hist[idx_mask(gb, NB - 1)], 1);
+    __sync_fetch_and_add(&p->block_hist[idx_mask(bb, NB - 1)], 1);
     // a process's launches and grid/block sums are those of its kernels (user space adds them
     // up) plus the record's own counters, which take only launches whose kernel had no room
     struct tkey_t k = {.tgid = tgid, .addr = func};
@@ -1146,14 +1165,12 @@ int graph_node_enabled(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return exec_
 
 // ------------------------------------------------------------------ copies
 
-static __always_inline void count_copy(struct proc_t *p, u32 dir, u64 bytes) {
-    if (dir >= NDIR)
-        dir = D_UNK;
+// a direction >= NDIR counts as D_UNK (idx_below: D_UNK is NDIR - 1)
+static __always_inline void count_copy(struct proc_t *p, u32 direction, u64 bytes) {
+    u64 dir = idx_below(direction, NDIR);
     __sync_fetch_and_add(&p->memcpy_calls[dir], 1);
     __sync_fetch_and_add(&p->memcpy_bytes[dir], bytes);
-    u32 i = dir * NB + log2_bucket(bytes);
-    if (i < NDIR * NB)
-        __sync_fetch_and_add(&p->copy_hist[i], 1);
+    __sync_fetch_and_add(&p->copy_hist[idx_below(dir * NB + log2_bucket(bytes), NDIR * NB)], 1);
 }
 
 // which tracked allocation (device, managed, pinned host) holds addr, K_NONE when none does
@@ -1599,8 +1616,9 @@ static __always_inline int prefetch(struct pt_regs *ctx, int driver, u32 to_host
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
-    __sync_fetch_and_add(&p->prefetch_calls[to_host], 1);
-    __sync_fetch_and_add(&p->prefetch_bytes[to_host], PT_REGS_PARM2(ctx));
+    u64 i = idx_mask(to_host, NPREFETCH - 1);
+    __sync_fetch_and_add(&p->prefetch_calls[i], 1);
+    __sync_fetch_and_add(&p->prefetch_bytes[i], PT_REGS_PARM2(ctx));
     return 0;
 }
 // (ptr, count, int dstDevice, stream): -1 (cudaCpuDeviceId / CU_DEVICE_CPU) is the host
@@ -1647,8 +1665,9 @@ static __always_inline int prefetch_batch(struct pt_regs *ctx, int driver) {
         }
         if (to_host > 1)
             continue;
-        __sync_fetch_and_add(&p->prefetch_calls[to_host & 1], 1);
-        __sync_fetch_and_add(&p->prefetch_bytes[to_host & 1], read_u64(sizes + 8 * (u64)i));
+        u64 t = idx_mask(to_host, NPREFETCH - 1);
+        __sync_fetch_and_add(&p->prefetch_calls[t], 1);
+        __sync_fetch_and_add(&p->prefetch_bytes[t], read_u64(sizes + 8 * (u64)i));
     }
     if (count > BATCH_MAX)
         count_dropped(7, count - BATCH_MAX);

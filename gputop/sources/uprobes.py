@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import inspect
 import os
 import re
 import threading
@@ -29,6 +30,7 @@ from typing import Any
 
 from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from .catalogue import LAUNCH, Probe
+from .trapcost import CalibrationError, empty_prog
 
 _KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)
 #: the launch handlers, attached first
@@ -41,18 +43,46 @@ _ATTACH_UPROBE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctyp
                                   ctypes.c_uint64, ctypes.c_int, ctypes.c_uint32, use_errno=True)
 
 
+def links_supported() -> bool:
+    """Whether the kernel has uprobe_multi links: libbpf's probe, a link on "/" fails with EBADF
+    exactly when it has them. Asked with an empty program of the uprobes' type loaded for links
+    (trapcost.empty_prog, no bcc), not one of gputop's handlers: a handler that this kernel's
+    verifier refuses must not turn the feature off for all the others (docs/matrix.md, defect 3)."""
+    try:
+        prog = empty_prog(links=True)   # EINVAL where the kernel does not know the attach type
+    except CalibrationError:
+        return False
+    try:
+        fd = uprobe_multi_link(prog, "/", [0], retprobe=False)
+    except OSError as e:
+        return e.errno == errno.EBADF
+    else:
+        os.close(fd)
+        return False
+    finally:
+        os.close(prog)
+
+
+def _bcc_loads_for_links(bpf: Any) -> bool:
+    """Whether this bcc can load a program for links (``load_func``'s ``attach_type``, bcc 0.21+)."""
+    try:
+        return "attach_type" in inspect.signature(bpf.load_func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class UprobeAttacher:
     """Owns gputop's uprobes on one ``bcc.BPF`` object."""
 
-    def __init__(self, bpf: Any, lib: Any, probe_fn: str, *, links: bool = True) -> None:
-        """``bpf``: a ``bcc.BPF``; ``lib``: bcc's ``libbcc.so`` (``bcc.lib``); ``probe_fn``: one of
-        the program's uprobe functions, to ask the kernel whether it has links; ``links``: use them
-        where it does (False: perf events always)."""
+    def __init__(self, bpf: Any, lib: Any, probe_fn: str = "", *, links: bool = True) -> None:
+        """``bpf``: a ``bcc.BPF``; ``lib``: bcc's ``libbcc.so`` (``bcc.lib``); ``probe_fn``: ignored
+        (the kernel is asked whether it has links with a program of this module's own, see
+        ``links_supported``); ``links``: use them where it does (False: perf events always)."""
         self._bpf = bpf
         self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
         self._lib = lib
         self._closing: list[threading.Thread] = []
-        self._multi = links and self._links_supported(probe_fn)
+        self._multi = links and _bcc_loads_for_links(bpf) and links_supported()
         self._links: list[int] = []
         #: each object's links or perf events (by the ``name`` it was attached under) and probes
         self._owned: dict[object, tuple[list[int], list[bytes], int]] = {}
@@ -153,30 +183,8 @@ class UprobeAttacher:
             why += " (if dmesg says ref_ctr_offset mismatch: another tracer's probe is at this address)"
         return why
 
-    def _links_supported(self, fn: str) -> bool:
-        """libbpf's probe: a link on "/" fails with EBADF exactly when the kernel has them."""
-        try:
-            prog = self._load(fn)
-            fd = uprobe_multi_link(prog.fd, "/", [0], retprobe=False)
-        except OSError as e:
-            ok = e.errno == errno.EBADF
-        except Exception:   # bcc refused the attach type: an old kernel
-            ok = False
-        else:
-            os.close(fd)
-            ok = False
-        if not ok:
-            self._unload(fn)
-        return ok
-
     def _load(self, fn: str) -> Any:
         return self._bpf.load_func(fn.encode(), _KPROBE, None, BPF_TRACE_UPROBE_MULTI)
-
-    def _unload(self, fn: str) -> None:
-        """Forget a function loaded for links, so bcc loads it again for perf events."""
-        prog = self._bpf.funcs.pop(fn.encode(), None)
-        if prog is not None:
-            os.close(prog.fd)
 
     def _attach_links(self, prog: Any, path: str, label: str, fn: str, ret: bool,
                       where: list[tuple[int, int]]) -> int:
