@@ -144,7 +144,6 @@ class GputopApp(App[int]):
     CSS = """
     Screen { background: $background; }
     ModalScreen { background: $background 60%; }
-    ToastRack { display: none; }
     .-narrow FooterKey .footer-key--key { padding: 0 0 0 1; }
     .-narrow FooterKey .footer-key--description { padding: 0 0 0 1; }
     #banner { height: auto; background: $accent 25%; color: $foreground; text-style: bold; padding: 0 1; }
@@ -162,6 +161,9 @@ class GputopApp(App[int]):
             self.baseline = load_baseline(self.options.baseline, self.options.baseline_pid)  # RecordingError
         self.recorder = Recorder(self.options.record) if self.options.record else None  # RecordingError
         super().__init__()  # (Textual removes NO_COLOR from the environment here)
+        # no toast rack on any screen: a message has a line of its own that covers nothing (say); a
+        # rack hidden by CSS shows anyway (Textual sets its display inline when it has notifications)
+        self._disable_notifications = True
         self.feed = feed
         self.history = History(replay=self.is_replay)
         self.snapshot: Snapshot | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,6 +75,9 @@ def test_live_summary_line_and_tags(paced: tuple[int, ...], tmp_path: Path) -> N
         screen = t.wait_for(lambda s: "comparing the two tagged last" in s, timeout=10)
         flat = " ".join(screen.split())
         assert f"3 tagged: comparing the two tagged last, PID {mid} and PID {slow}" in flat, flat
+        time.sleep(0.5)                  # the message is on its own line only: no pop-up box over the data
+        screen = t.capture()
+        assert screen.count("comparing the") == 1, screen
         t.send_keys("Escape")
         t.wait_for(lambda s: tasks_line(s).startswith("Tasks:"), timeout=10)
         t.send_keys("U")
