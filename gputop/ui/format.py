@@ -104,13 +104,8 @@ def pct(value: float | None, digits: int = 0) -> str:
 
 
 def num(value: float | None, digits: int | None = None) -> str:
-    """A plain number (an average): integers without decimals up to 99999 (1000, not 1000.0), other
-    values as ``si`` (three significant digits: 31.2, 953, 123k); ``digits`` caps the decimals."""
-    if not _finite(value):
-        return NA
-    assert value is not None
-    if float(value).is_integer() and abs(value) < 100_000:
-        return f"{int(value)}"
+    """A plain number (an average), as ``si``: three significant digits (31.2, 953, 1.00k, 65.5k,
+    123k), whole numbers below 1000 without decimals (80, not 80.0); ``digits`` caps the decimals."""
     return si(value, digits)
 
 

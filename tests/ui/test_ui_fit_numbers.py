@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # -- one number style ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(("value", "text"), [
-    (1000.0, "1000"), (80.0, "80"), (80.75, "80.8"), (146.3, "146"), (5.25, "5.25"), (123_456.0, "123k"),
+    (1000.0, "1.00k"), (65536.0, "65.5k"), (80.0, "80"), (80.75, "80.8"), (146.3, "146"), (5.25, "5.25"),
+    (123_456.0, "123k"),
     (0.5, "0.5"), (None, "N/A"),
 ])
 def test_averages_are_whole_without_decimals_else_three_digits(value: float | None, text: str) -> None:
@@ -99,7 +100,7 @@ def test_details_say_calls_and_bytes_in_words() -> None:
     assert rows["allocations"] == ("1 call, 0 bytes", "3 calls, 50.5M bytes")
     assert rows["frees"] == ("1 call", "2 calls")
     assert rows["sync blocked"] == ("5.0%, 3 calls", "23.2s, 1 call")
-    assert rows["avg grid×block"][0] == "1000 × 128"
+    assert rows["avg grid×block"][0] == "1.00k × 128"
 
 
 # -- one word for each state ---------------------------------------------------------------------------

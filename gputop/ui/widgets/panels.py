@@ -60,8 +60,8 @@ def kernels_table(
     for k, name in zip(shown, names, strict=True):
         cells = [
             fmt.si(k.launches_per_s),
-            fmt.num(k.grid_blocks_avg, 1),
-            fmt.num(k.block_threads_avg, 1),
+            fmt.num(k.grid_blocks_avg),
+            fmt.num(k.block_threads_avg),
             fmt.si(k.launches),
         ]
         if graphs:
