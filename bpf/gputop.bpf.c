@@ -312,9 +312,11 @@ static __always_inline u32 log2_bucket(u64 v) {
 // Indices into a map value's arrays (the log2 histograms, the per-direction counters), bounded on the
 // very register the access uses. The empty asm hides the value's origin from LLVM, so it cannot drop
 // the bound as redundant or move it to another register; each verifier then sees it just before the
-// access. Without them the kernels of the matrix refused programs (docs/matrix.md, defects 2 and 4):
-// Linux 6.12 loses a bucket's bounds where bucket + 1 (kslot_bucket) and the bucket share an id, and
-// 6.1 can not follow LLVM 14's bound of a 32-bit index. Both are 64-bit and unsigned here.
+// access. Without them Debian's kernels refused programs (docs/matrix.md, defects 2 and 4): Linux
+// 6.12 loses a log2 bucket's bounds where the bucket and bucket + 1 (kslot_bucket) are linked
+// registers (LLVM 19), and LLVM 14 drops the copy histogram's `i < NDIR * NB` as proven and writes
+// dir * NB + bucket as (dir << 5) | bucket, whose bounds 6.1's verifier loses at the `|`. Both
+// helpers take and return 64-bit unsigned values.
 // i & mask, for an array of mask + 1 (a power of two) elements
 static __always_inline u64 idx_mask(u64 i, u64 mask) {
     asm volatile("" : "+r"(i));
