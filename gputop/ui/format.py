@@ -134,11 +134,14 @@ def clock(unix_s: float) -> str:
 
 
 def cpu_share(ns_per_s: float | None) -> str:
-    """CPU time spent per second of wall time, as % of one core (gputop's own BPF cost)."""
+    """CPU time spent per second of wall time, as % of one core (gputop's own BPF cost): at most three
+    significant digits, to 0.01% of a core (0.47%, 9.06%, 17.0%, 153%)."""
     if not _finite(ns_per_s):
         return NA
     assert ns_per_s is not None
-    return f"{ns_per_s / 1e7:.2f}%"
+    share = ns_per_s / 1e7
+    decimals = 0 if abs(share) >= 99.95 else 1 if abs(share) >= 9.995 else 2
+    return f"{share:.{decimals}f}%"
 
 
 #: the intervals a refresh or a recording uses (the dashboard's + and - steps, and -d's usual values)

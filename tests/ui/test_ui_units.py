@@ -62,6 +62,7 @@ def test_bytes(value: float, text: str) -> None:
 def test_cpu_share_is_percent_of_one_core() -> None:
     assert fmt.cpu_share(1e7) == "1.00%"  # 10 ms per second
     assert fmt.cpu_share(4.7e6) == "0.47%"
+    assert (fmt.cpu_share(1.696e8), fmt.cpu_share(1.532e9), fmt.cpu_share(9.06e7)) == ("17.0%", "153%", "9.06%")
 
 
 def test_sparkline_and_bar() -> None:
