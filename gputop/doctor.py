@@ -146,7 +146,7 @@ def _nvml() -> Check:
         src.close()
     if reading.status.status == "ok":
         return Check("NVML", "OK", f"{len(reading.gpus)} GPU(s)", needed_for_bpf=False)
-    return Check("NVML", "WARN", f"unavailable: {reading.status.reason}",
+    return Check("NVML", "WARN", f"off: {reading.status.reason}",
                  "install the NVIDIA driver (libnvidia-ml.so.1); GPU panels show N/A until then",
                  needed_for_bpf=False)
 

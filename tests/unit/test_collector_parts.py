@@ -165,7 +165,7 @@ def test_doctor_reports_the_real_nvml_without_a_driver(testbed) -> None:
     res = subprocess.run([sys.executable, "-m", "gputop.cli", "doctor"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120, env=env)
     line = next(ln for ln in res.stdout.splitlines() if "NVML:" in ln)
-    assert line == "WARN  NVML: unavailable: Driver Not Loaded"
+    assert line == "WARN  NVML: off: Driver Not Loaded"
 
 
 def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None:

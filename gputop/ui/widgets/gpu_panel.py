@@ -121,7 +121,8 @@ class GpuPanel(Widget):
             nvml = snap.sources.get("nvml")
             if nvml is not None and nvml.status != "ok":
                 reason = f": {fmt.text(nvml.reason)}" if nvml.reason else ""
-                return [Content.styled(f" NVML unavailable{reason} (GPU panel empty)", _MUTED)]
+                state = fmt.source_state("nvml", nvml)       # the header's word: off, starting
+                return [Content.styled(f" NVML {state}{reason} (GPU panel empty)", _MUTED)]
             return [Content.styled(" no GPUs", _MUTED)]
         if any(g.node is not None for g in snap.gpus):
             return fleet_lines(snap.gpus, self._filter, width, limit,
