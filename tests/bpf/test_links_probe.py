@@ -1,0 +1,69 @@
+"""uprobe_multi links are detected with a program of their own (docs/matrix.md, defect 3): a handler the
+kernel's verifier refuses must not turn links off for every other handler."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from gputop.sources.bpf import BpfUnavailable, has_privileges, load_bcc, use_headers
+from gputop.sources.uprobes import UprobeAttacher, links_supported
+
+#: an unbounded index into a map value: every verifier refuses it (as 6.12 refused gputop's launch
+#: handlers before 3f9d562)
+REFUSED = b"""
+#include <uapi/linux/ptrace.h>
+struct eight_t { u64 n[8]; };
+BPF_ARRAY(slots, struct eight_t, 1);
+int refused(struct pt_regs *ctx) {
+    u32 z = 0;
+    struct eight_t *v = slots.lookup(&z);
+    if (v)
+        v->n[PT_REGS_PARM1(ctx)] += 1;
+    return 0;
+}
+"""
+
+
+def _kernel_has_links() -> bool:
+    """uprobe_multi links came in Linux 6.6."""
+    major, minor = (int(x) for x in platform.release().split(".")[:2])
+    return (major, minor) >= (6, 6)
+
+
+def _bcc():  # type: ignore[no-untyped-def]
+    if not has_privileges():
+        pytest.skip("BPF tests need root (or CAP_BPF + CAP_PERFMON)")
+    try:
+        bcc = load_bcc()
+        use_headers()                   # the kernel headers bcc compiles against (as gputop does)
+    except BpfUnavailable as e:
+        pytest.skip(e.reason)
+    return bcc
+
+
+def test_links_are_used_though_the_named_handler_is_refused() -> None:
+    bcc = _bcc()
+    b = bcc.BPF(text=REFUSED)
+    try:
+        with pytest.raises(Exception, match="Failed to load BPF program"):
+            b.load_func(b"refused", bcc.BPF.KPROBE)
+        mode = UprobeAttacher(b, bcc.lib, "refused").mode
+    finally:
+        b.cleanup()
+    assert mode == ("links" if _kernel_has_links() else "perf")
+
+
+def test_the_kernel_is_asked_without_bcc() -> None:
+    _bcc()
+    assert links_supported() is _kernel_has_links()
+
+
+def test_links_can_be_refused_by_the_caller() -> None:
+    bcc = _bcc()
+    b = bcc.BPF(text=b"int probe(struct pt_regs *ctx) { return 0; }")
+    try:
+        assert UprobeAttacher(b, bcc.lib, links=False).mode == "perf"
+    finally:
+        b.cleanup()
