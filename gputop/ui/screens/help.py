@@ -16,15 +16,21 @@ from gputop.ui.columns import COLUMNS, FLEET_ONLY
 #: (each fits the help at 80 columns)
 NUMBER_STYLE = (
     "three significant digits: 953, 1.00k, 12.3k, 123k",
-    "whole numbers without decimals: an average of 1000 is 1000, not 1000.0",
+    "whole numbers below 1000 without decimals: 80, not 80.0",
     "counts and rates: k M G = 10^3 10^6 10^9",
     "bytes (H2D/s, LIVE MEM, GPU MEM, RSS): K M G T = KiB MiB GiB TiB",
 )
 
 
+#: keys by the names the footer, the summary line, the README and docs use
+KEY_NAMES = {"space": "Space", "escape": "Esc", "enter": "Enter", "f5": "F5", "ctrl+c": "Ctrl+C",
+             "pageup": "PgUp", "pagedown": "PgDn", "home": "Home", "end": "End", "tab": "Tab",
+             "backspace": "⌫"}
+
+
 def key_names(app: App[object], b: Binding) -> str:
-    """Every key of a binding, as shown to the user ("esc/q/⌫")."""
-    return "/".join(app.get_key_display(Binding(k, b.action)) for k in b.key.split(","))
+    """Every key of a binding, as shown to the user ("Esc/q/⌫")."""
+    return "/".join(KEY_NAMES.get(k) or app.get_key_display(Binding(k, b.action)) for k in b.key.split(","))
 
 
 def help_content(app: App[object]) -> Content:
