@@ -104,7 +104,7 @@ class EmptyUprobe(Nothing):
         vaddr = syms.functions["cudaLaunchKernel"]
         off = syms.offset_of_vaddr(vaddr)
         assert off is not None
-        self.up = UprobeAttacher(self.b, bcc.lib, "empty")
+        self.up = UprobeAttacher(self.b, bcc.lib)
         assert self.up.attach(str(rnd.lib), [(Probe("cudaLaunchKernel", "empty"), vaddr, off)]) == 1
 
     def detach(self) -> None:

@@ -121,8 +121,8 @@ def _compile() -> list[Check]:
                           "mount -t tracefs nodev /sys/kernel/tracing")]
         prog = mod.BPF(text=b"int gputop_doctor(struct pt_regs *ctx) { return 0; }")
         try:
-            links = UprobeAttacher(prog, mod.lib, "gputop_doctor").mode == "links"  # loads it for links
-            prog.load_func(b"gputop_doctor", mod.BPF.KPROBE)                          # or else here
+            links = UprobeAttacher(prog, mod.lib).mode == "links"     # asks the kernel (links_supported)
+            prog.load_func(b"gputop_doctor", mod.BPF.KPROBE)         # the compiled program loads
         finally:
             prog.cleanup()
     except Exception as e:

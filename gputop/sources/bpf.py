@@ -370,7 +370,7 @@ class BpfSource:
         # bcc's own exit hook would detach the probes again, racing with close() on another thread
         atexit.unregister(self.bpf.cleanup)
         atexit.register(self.close)
-        self.uprobes = UprobeAttacher(self.bpf, bcc.lib, catalogue.ALL[0].entry, links=self._uprobe_links)
+        self.uprobes = UprobeAttacher(self.bpf, bcc.lib, links=self._uprobe_links)
         self.cost.tick()
         self.table("events").open_ring_buffer(self._on_event)
         with self._reads.budget(START_WAIT_S):

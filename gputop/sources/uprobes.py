@@ -74,10 +74,10 @@ def _bcc_loads_for_links(bpf: Any) -> bool:
 class UprobeAttacher:
     """Owns gputop's uprobes on one ``bcc.BPF`` object."""
 
-    def __init__(self, bpf: Any, lib: Any, probe_fn: str = "", *, links: bool = True) -> None:
-        """``bpf``: a ``bcc.BPF``; ``lib``: bcc's ``libbcc.so`` (``bcc.lib``); ``probe_fn``: ignored
-        (the kernel is asked whether it has links with a program of this module's own, see
-        ``links_supported``); ``links``: use them where it does (False: perf events always)."""
+    def __init__(self, bpf: Any, lib: Any, *, links: bool = True) -> None:
+        """``bpf``: a ``bcc.BPF``; ``lib``: bcc's ``libbcc.so`` (``bcc.lib``); ``links``: use uprobe_multi
+        links where the kernel has them (asked with a program of this module's own: ``links_supported``;
+        False: perf events always)."""
         self._bpf = bpf
         self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
         self._lib = lib

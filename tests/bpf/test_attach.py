@@ -56,7 +56,7 @@ def _kernel_has_links() -> bool:
     bcc = load_bcc()
     b = bcc.BPF(text=b"int probe(struct pt_regs *ctx) { return 0; }")
     try:
-        return UprobeAttacher(b, bcc.lib, "probe").mode == "links"
+        return UprobeAttacher(b, bcc.lib).mode == "links"
     finally:
         b.cleanup()
 

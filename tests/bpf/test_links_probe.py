@@ -49,7 +49,7 @@ def test_links_are_used_though_the_named_handler_is_refused() -> None:
     try:
         with pytest.raises(Exception, match="Failed to load BPF program"):
             b.load_func(b"refused", bcc.BPF.KPROBE)
-        mode = UprobeAttacher(b, bcc.lib, "refused").mode
+        mode = UprobeAttacher(b, bcc.lib).mode
     finally:
         b.cleanup()
     assert mode == ("links" if _kernel_has_links() else "perf")
