@@ -27,7 +27,7 @@ def test_demo_batch_shows_unfused_at_three_times_the_fused_rate(testbed) -> None
     assert len(rows) == 2
     rates = [_rate(r["LAUNCH/s"]) for r in rows]                      # sorted like the dashboard
     assert 2700 <= rates[0] <= 3300 and 900 <= rates[1] <= 1100      # unfused 3k/s, fused 1k/s
-    assert {r["GRID"] for r in rows} == {"4096"} and {r["BLOCK"] for r in rows} == {"256"}
+    assert {r["GRID"] for r in rows} == {"4.10k"} and {r["BLOCK"] for r in rows} == {"256"}   # 4096, 3 digits
 
 
 def test_demo_workloads_die_with_gputop(testbed) -> None:

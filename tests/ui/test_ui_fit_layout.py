@@ -93,6 +93,30 @@ def test_the_message_line_goes_when_the_message_times_out() -> None:
         assert table.region.height == height
         assert "theme: dark" not in "\n".join(screen_lines(app))
 
+
+def test_messages_said_together_each_get_a_line_and_their_own_timeout() -> None:
+    """Startup notices come together (a cut recording and an unreadable config): both show, newest last,
+    at most three; each goes when its own time is up."""
+    async def body(app: GputopApp, pilot: Pilot[Any]) -> None:
+        table = app.screen.query_one(ProcTable)
+        height = table.region.height
+        app.say("first", "warning", timeout=0.4)
+        app.say("second", timeout=5)
+        await pilot.pause(0.1)
+        lines = screen_lines(app)
+        assert [x.rstrip() for x in lines[-3:-1]] == [" warning: first", " second"]
+        assert table.region.height == height - 2
+        for word in ("third", "fourth"):
+            app.say(word, timeout=5)
+        await pilot.pause(0.1)
+        lines = screen_lines(app)
+        assert [x.rstrip() for x in lines[-4:-1]] == [" second", " third", " fourth"]   # the oldest gave way
+        assert table.region.height == height - 3
+        await pilot.pause(0.5)                    # "first" timed out while gone: nothing else goes with it
+        assert [x.rstrip() for x in screen_lines(app)[-4:-1]] == [" second", " third", " fourth"]
+
+    run_live((120, 40), body)
+
     run_live((120, 40), body)
 
 
