@@ -84,12 +84,17 @@ def _map_info(fd: int) -> tuple[int, int, str] | None:
     return mtype, key_size, name
 
 
-def _tgid(map_type: int, key: bytes) -> int:
+#: maps keyed by a process identity (gputop/sources/procid.py: tgid | generation << 32)
+_BY_IDENTITY = frozenset({"procs", "tracked"})
+
+
+def _tgid(map_type: int, key: bytes, name: str = "") -> int:
     """The process a key of gputop's maps belongs to: LPM keys start with the tgid big-endian after
-    the prefix length; u64 keys are pid_tgid (tgid high); the others start with a u32 tgid."""
+    the prefix length; identities (procs, tracked) and the other keys start with a u32 tgid; other
+    u64 keys are pid_tgid (tgid high)."""
     if map_type == 11:
         return int.from_bytes(key[4:8], "big")
-    if len(key) == 8:
+    if len(key) == 8 and name not in _BY_IDENTITY:
         return int.from_bytes(key[4:8], "little")
     return int.from_bytes(key[0:4], "little")
 
@@ -133,7 +138,7 @@ def map_entries(pid: int, mine: set[int]) -> tuple[dict[str, int], int]:
                     keys = _keys(fd, info[1])
                     total += len(keys)
                     if info[2] not in _PER_FILE:
-                        out[label] = out.get(label, 0) + sum(1 for k in keys if _tgid(info[0], k) in mine)
+                        out[label] = out.get(label, 0) + sum(1 for k in keys if _tgid(info[0], k, info[2]) in mine)
             finally:
                 os.close(fd)
     finally:

@@ -67,9 +67,9 @@ struct proc_t {
     u64 copy_hist[NDIR * NB];
 };
 
-struct tkey_t {                 // (process, address) keys
+struct tkey_t {                 // (process, address) keys: the process is (tgid, gen), see gen_of
     u32 tgid;
-    u32 pad;
+    u32 gen;
     u64 addr;
 };
 
@@ -100,17 +100,18 @@ struct alloc_t {
     u32 pad;
 };
 
-struct range_key_t {            // LPM key: tgid then address, both big-endian
+struct range_key_t {            // LPM key: tgid, gen and address, big-endian
     u32 prefixlen;
-    u8 data[12];
+    u8 data[16];
 };
 
 struct event_t {
     u64 ts;                     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
     u32 tgid;
-    u32 type;                   // EV_EXEC, EV_MMAP (an executable mapping), EV_EXIT, EV_EXIT_IDLE (no record),
+    u16 type;                   // EV_EXEC, EV_MMAP (an executable mapping), EV_EXIT, EV_EXIT_IDLE (no record),
                                 // EV_FORK, EV_FILE (an executable mapping of a file user space has not
                                 // classified: a file_event_t)
+    u16 gen;                    // the process's generation (gen_of) when the event was emitted
 };
 
 #ifdef FILE_KEYS
@@ -130,9 +131,9 @@ struct file_event_t {
 };
 #endif
 
-BPF_HASH(procs, u32, struct proc_t, MAX_PROCS);
+BPF_HASH(procs, u64, struct proc_t, MAX_PROCS);         // key: pkey(tgid)
 // processes with names or code ranges but maybe no record: their exit must still be reported
-BPF_HASH(tracked, u32, u8, MAX_PROCS * 4);
+BPF_HASH(tracked, u64, u8, MAX_PROCS * 4);              // key: pkey(tgid)
 BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 // The launch fast path. A hash lookup costs a call into the kernel here (~50 ns with its `ret` thunks,
 // more than all the rest of the handler), an array lookup is a few inlined instructions. So a
@@ -148,8 +149,8 @@ BPF_HASH(kernels, struct tkey_t, struct kstat_t, MAX_KERNELS);
 #ifndef MAX_KSLOTS
 #define MAX_KSLOTS 16384        // a power of two
 #endif
-// owner: tgid | KS_READY once func and the counters are set, tgid | KS_CLAIMED while they are being
-// set; 0: free
+// owner: the process (tgid | gen << KS_GEN_SHIFT) | KS_READY once func and the counters are set,
+// | KS_CLAIMED while they are being set; 0: free
 struct kslot_t {
     u64 func;
     u64 grid0;                  // the shape of the pair's first launch: grid and block sizes
@@ -231,6 +232,44 @@ BPF_PERCPU_ARRAY(name_scratch, struct name_t, 1);
 BPF_ARRAY(dropped, u64, 16);
 BPF_RINGBUF_OUTPUT(events, 64);
 
+// A PID is one process only until that process exits, and the kernel may give it to a new process
+// before user space has read the old one's last counts (a busy host, a refresh seconds long). So a
+// process is (tgid, gen): every PID has a generation, bumped when a process gputop traces under it
+// exits, and every key of a process's state holds both (procs, tracked: pkey; tkey_t, gkey_t, the
+// tries' keys, a launch slot's owner), so a new process's calls never reach the old one's counts.
+// Generations are bytes, eight to a word, indexed by PID (an inlined array lookup on the launch path);
+// PID_GEN_WORDS covers the host's pid_max at load (-D from user space; a PID above it is gen 0).
+#ifndef PID_GEN_WORDS
+#define PID_GEN_WORDS 524288    // pid_max's largest value, 2^22, over 8
+#endif
+BPF_F_TABLE("array", u32, u64, pid_gen, PID_GEN_WORDS, BPF_F_MMAPABLE);   // user space maps it (procid.PidGens)
+
+static __always_inline u32 gen_of(u32 tgid) {
+    u32 i = tgid >> 3;
+    u64 *w = pid_gen.lookup(&i);
+    return w ? (*(volatile u64 *)w >> ((tgid & 7) * 8)) & 0xff : 0;
+}
+
+static __always_inline u64 pkey_gen(u32 tgid, u32 gen) {
+    return tgid | (u64)gen << 32;
+}
+
+static __always_inline u64 pkey(u32 tgid) {
+    return pkey_gen(tgid, gen_of(tgid));
+}
+
+// at the exit of a traced process: its PID's next process is a new one (each byte wraps on its own:
+// a wrap adds nothing to its neighbour; only this PID's exit writes its byte)
+static __always_inline void gen_bump(u32 tgid) {
+    u32 i = tgid >> 3;
+    u64 *w = pid_gen.lookup(&i);
+    if (!w)
+        return;
+    u32 sh = (tgid & 7) * 8;
+    u64 lane = (*(volatile u64 *)w >> sh) & 0xff;
+    __sync_fetch_and_add(w, lane == 0xff ? -(0xffULL << sh) : 1ULL << sh);
+}
+
 static __always_inline void drop(u32 what) {
     u64 *d = dropped.lookup(&what);
     if (d)
@@ -240,7 +279,8 @@ static __always_inline void drop(u32 what) {
 // the process's record, made if it has none; 0 when the table is full (not counted as dropped:
 // the caller that gives the call up counts it, once)
 static __always_inline struct proc_t *proc_make(u32 tgid) {
-    struct proc_t *p = procs.lookup(&tgid);
+    u64 pk = pkey(tgid);
+    struct proc_t *p = procs.lookup(&pk);
     if (p)
         return p;
     u32 z = 0;
@@ -248,11 +288,17 @@ static __always_inline struct proc_t *proc_make(u32 tgid) {
     if (!zero)
         return 0;
     // insert, not update: a record another CPU just created must not be replaced under it
-    int created = procs.insert(&tgid, zero) == 0;
-    p = procs.lookup(&tgid);
+    int created = procs.insert(&pk, zero) == 0;
+    p = procs.lookup(&pk);
     if (p && created)
         bpf_get_current_comm(p->comm, sizeof(p->comm));
     return p;
+}
+
+// the process's record, or 0 when it has none
+static __always_inline struct proc_t *proc_of(u32 tgid) {
+    u64 pk = pkey(tgid);
+    return procs.lookup(&pk);
 }
 
 static __always_inline struct proc_t *proc_get(u32 tgid) {
@@ -266,11 +312,12 @@ static __always_inline struct proc_t *proc_get(u32 tgid) {
 
 static __always_inline void track(u32 tgid) {
     u8 one = 1;
-    tracked.update(&tgid, &one);
+    u64 pk = pkey(tgid);
+    tracked.update(&pk, &one);
 }
 
 static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
-    struct tkey_t k = {.tgid = tgid, .addr = addr};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = addr};
     track(tgid);
     u32 z = 0;
     // a name is 256 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
@@ -287,7 +334,7 @@ static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
 // (user space reads registrations lazily: a process that execs or exits first would lose them).
 // Names only for kernels that launch; the first launch of a pair is the slow path anyway.
 static __always_inline void name_at_launch(u32 tgid, u64 func) {
-    struct tkey_t k = {.tgid = tgid, .addr = func};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = func};
     if (names.lookup(&k))
         return;
     struct name_ptr_t *np = name_ptrs.lookup(&k);
@@ -345,11 +392,13 @@ static __always_inline u32 read_u32(u64 addr) {
 }
 
 static __always_inline void range_key(struct range_key_t *k, u32 tgid, u64 addr, u32 bits) {
-    k->prefixlen = 32 + bits;
+    u32 gen = gen_of(tgid);
+    k->prefixlen = 64 + bits;
     k->data[0] = tgid >> 24; k->data[1] = tgid >> 16; k->data[2] = tgid >> 8; k->data[3] = tgid;
-    k->data[4] = addr >> 56; k->data[5] = addr >> 48; k->data[6] = addr >> 40;
-    k->data[7] = addr >> 32; k->data[8] = addr >> 24; k->data[9] = addr >> 16;
-    k->data[10] = addr >> 8; k->data[11] = addr;
+    k->data[4] = 0; k->data[5] = 0; k->data[6] = 0; k->data[7] = gen;
+    k->data[8] = addr >> 56; k->data[9] = addr >> 48; k->data[10] = addr >> 40;
+    k->data[11] = addr >> 32; k->data[12] = addr >> 24; k->data[13] = addr >> 16;
+    k->data[14] = addr >> 8; k->data[15] = addr;
 }
 
 // Each call is counted once, whichever layers it passes through: an entry point whose caller
@@ -452,7 +501,7 @@ struct graph_t {
 };
 struct gkey_t {                 // (process, content, item): a function (gnodes) or a part's gid (gparts)
     u32 tgid;
-    u32 pad;
+    u32 gen;
     u64 gid;
     u64 item;
 };
@@ -465,14 +514,14 @@ BPF_F_TABLE("hash", struct gkey_t, u64, gparts, MAX_GRAPHS, BPF_F_NO_PREALLOC);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_graph, MAX_THREADS);
 
 static __always_inline struct gid_t *gid_get(u32 tgid, u64 gid) {
-    struct tkey_t k = {.tgid = tgid, .addr = gid};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = gid};
     return gids.lookup(&k);
 }
 
 // a new content holding `kernels` kernels: its id, or 0 when the table is full
 static __always_inline u64 gid_new(u32 tgid, u64 kernels, u32 flags) {
     struct gid_t g = {.kernels = kernels, .flags = flags};
-    struct tkey_t k = {.tgid = tgid, .addr = bpf_ktime_get_ns()};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = bpf_ktime_get_ns()};
     if (gids.insert(&k, &g) != 0) {
         k.addr++;                       // the same nanosecond on another CPU
         if (gids.insert(&k, &g) != 0) {
@@ -485,7 +534,7 @@ static __always_inline u64 gid_new(u32 tgid, u64 kernels, u32 flags) {
 
 // one more `item` in (tgid, gid) of gnodes / gparts; -1 when the table is full
 static __always_inline int gnode_add(u32 tgid, u64 gid, u64 item) {
-    struct gkey_t k = {.tgid = tgid, .gid = gid, .item = item};
+    struct gkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .gid = gid, .item = item};
     u64 *c = gnodes.lookup(&k);
     if (!c) {
         u64 z = 0;
@@ -500,7 +549,7 @@ static __always_inline int gnode_add(u32 tgid, u64 gid, u64 item) {
     return 0;
 }
 static __always_inline int gpart_add(u32 tgid, u64 gid, u64 item) {
-    struct gkey_t k = {.tgid = tgid, .gid = gid, .item = item};
+    struct gkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .gid = gid, .item = item};
     u64 *c = gparts.lookup(&k);
     if (!c) {
         u64 z = 0;
@@ -545,7 +594,7 @@ static __always_inline void content_add_part(u32 tgid, u64 gid, u64 part) {
 // the content graph `handle` builds, frozen from now on (an exec, a clone or a parent holds it);
 // 0 when gputop did not see the graph built
 static __always_inline u64 graph_freeze(u32 tgid, u64 handle) {
-    struct tkey_t k = {.tgid = tgid, .addr = handle};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = handle};
     struct graph_t *gr = graphs.lookup(&k);
     if (!gr)
         return 0;
@@ -556,7 +605,7 @@ static __always_inline u64 graph_freeze(u32 tgid, u64 handle) {
 // the content graph `handle` builds, ready to be modified: a frozen one is continued in a new
 // content that holds it as a part; 0 when gputop did not see the graph built
 static __always_inline u64 graph_writable(u32 tgid, u64 handle) {
-    struct tkey_t k = {.tgid = tgid, .addr = handle};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = handle};
     struct graph_t *gr = graphs.lookup(&k);
     if (!gr)
         return 0;
@@ -581,7 +630,7 @@ static __always_inline u64 graph_writable(u32 tgid, u64 handle) {
 
 // graph or exec `handle` now stands for content gid (0: unknown, the entry goes)
 static __always_inline void graph_put(u32 tgid, u64 handle, u64 gid, u64 frozen) {
-    struct tkey_t k = {.tgid = tgid, .addr = handle};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = handle};
     struct graph_t gr = {.gid = gid, .frozen = frozen};
     if (!gid) {
         graphs.delete(&k);
@@ -591,7 +640,7 @@ static __always_inline void graph_put(u32 tgid, u64 handle, u64 gid, u64 frozen)
         drop(9);
 }
 static __always_inline void exec_put(u32 tgid, u64 handle, u64 gid) {
-    struct tkey_t k = {.tgid = tgid, .addr = handle};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = handle};
     if (!gid) {
         execs.delete(&k);
         return;
@@ -604,14 +653,14 @@ static __always_inline void exec_put(u32 tgid, u64 handle, u64 gid) {
 
 // the origin's entry of capture (origin, seq) while it is under way, else 0
 static __always_inline struct cap_t *live_capture(u32 tgid, u64 origin, u64 seq) {
-    struct tkey_t ok = {.tgid = tgid, .addr = origin};
+    struct tkey_t ok = {.tgid = tgid, .gen = gen_of(tgid), .addr = origin};
     struct cap_t *o = capturing.lookup(&ok);
     return (o && o->seq == seq) ? o : 0;
 }
 
 // the capture ``stream`` belongs to, if it is under way (a stale joined entry is dropped)
 static __always_inline struct cap_t *capture_of(u32 tgid, u64 stream) {
-    struct tkey_t k = {.tgid = tgid, .addr = stream};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = stream};
     struct cap_t *c = capturing.lookup(&k);
     if (c)
         return c;
@@ -626,7 +675,7 @@ static __always_inline struct cap_t *capture_of(u32 tgid, u64 stream) {
 
 // true while some stream of the process captures (the event probes' fast exit)
 static __always_inline int any_capture(u32 tgid) {
-    struct proc_t *p = procs.lookup(&tgid);
+    struct proc_t *p = proc_of(tgid);
     return p && p->capturing;
 }
 
@@ -662,18 +711,19 @@ static __always_inline int captures_under_way(void) {
 }
 
 // the pair's launch slot, claimed if free (after its `kernels` entry exists); 0: count in the entry
-static __always_inline struct kslot_t *kslot_of(u32 tgid, u64 func, u64 grid, u64 block) {
+static __always_inline struct kslot_t *kslot_of(u32 tgid, u32 gen, u64 func, u64 grid, u64 block) {
     u32 i = (u32)(((func ^ ((u64)tgid << 40)) * 0x9E3779B97F4A7C15ULL) >> 32) & (MAX_KSLOTS - 1);
     struct kslot_t *s = kslots.lookup(&i);
     if (!s)
         return 0;
-    u64 mine = tgid | KS_READY;
+    u64 who = tgid | (u64)gen << KS_GEN_SHIFT;
+    u64 mine = who | KS_READY;
     if (s->owner == mine && s->func == func)
         return s;
     if (s->owner != 0 || !proc_make(tgid))  // a new pair: its process's record first (its name); the
                                             // slow path counts a full table's drop
         return 0;
-    struct tkey_t k = {.tgid = tgid, .addr = func};
+    struct tkey_t k = {.tgid = tgid, .gen = gen, .addr = func};
     if (!kernels.lookup(&k)) {
         struct kstat_t zero = {};
         kernels.insert(&k, &zero);
@@ -681,7 +731,7 @@ static __always_inline struct kslot_t *kslot_of(u32 tgid, u64 func, u64 grid, u6
             return 0;                   // no room: the slow path drops it
         name_at_launch(tgid, func);     // the pair's first launch
     }
-    if (__sync_val_compare_and_swap(&s->owner, 0, tgid | KS_CLAIMED) != 0)
+    if (__sync_val_compare_and_swap(&s->owner, 0, who | KS_CLAIMED) != 0)
         return 0;
     s->func = func;
     s->grid0 = grid;
@@ -721,7 +771,7 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
                                         u64 stream_addr, int ptsz) {
     struct proc_t *p = 0;
     if (captures_under_way()) {
-        p = procs.lookup(&tgid);
+        p = proc_of(tgid);
         struct cap_t *cap = p ? captured_by(tgid, p, stream_addr, ptsz) : 0;
         if (cap) {
             __sync_fetch_and_add(&p->captured_launches, 1);
@@ -731,7 +781,8 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
     }
     u64 grid = gx * gy * gz;
     u64 block = bx * by * bz;
-    struct kslot_t *s = kslot_of(tgid, func, grid, block);
+    u32 gen = gen_of(tgid);
+    struct kslot_t *s = kslot_of(tgid, gen, func, grid, block);
     if (s && s->grid0 == grid && s->block0 == block) {
         __sync_fetch_and_add(&s->launches0, 1);
         return 0;
@@ -762,7 +813,7 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
     __sync_fetch_and_add(&p->block_hist[idx_mask(bb, NB - 1)], 1);
     // a process's launches and grid/block sums are those of its kernels (user space adds them
     // up) plus the record's own counters, which take only launches whose kernel had no room
-    struct tkey_t k = {.tgid = tgid, .addr = func};
+    struct tkey_t k = {.tgid = tgid, .gen = gen, .addr = func};
     struct kstat_t *ks = kernels.lookup(&k);
     if (!ks) {
         struct kstat_t zero = {};
@@ -876,7 +927,7 @@ static __always_inline int graph_launch(u32 tgid, u64 exec, u64 stream, int ptsz
     struct proc_t *p = proc_get(tgid);
     if (!p)
         return 0;
-    struct tkey_t ek = {.tgid = tgid, .addr = exec};
+    struct tkey_t ek = {.tgid = tgid, .gen = gen_of(tgid), .addr = exec};
     u64 *gidp = execs.lookup(&ek);
     u64 gid = gidp ? *gidp : 0;
     if (p->capturing) {
@@ -931,7 +982,7 @@ int begin_capture_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
         return 0;
     u32 tgid = tid >> 32;
     u64 graph = pc->graph;
-    struct tkey_t k = {.tgid = tgid, .addr = pc->stream};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = pc->stream};
     pend_capture.delete(&tid);
     // the runtime's return comes after the driver's: the capture is marked once
     if (PT_REGS_RC(ctx) != 0 || capturing.lookup(&k))
@@ -986,7 +1037,7 @@ static __always_inline int graph_call(struct pt_regs *ctx, u32 op, u64 out, u64 
 static __always_inline int end_capture_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u64 stream = stream_id(PT_REGS_PARM1(ctx), ptsz);
-    struct tkey_t k = {.tgid = tgid, .addr = stream};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = stream};
     struct cap_t *c = capturing.lookup(&k);
     u64 gid = c ? c->gid : 0;
     graph_call(ctx, OP_END, PT_REGS_PARM2(ctx), gid, 0);
@@ -996,7 +1047,7 @@ static __always_inline int end_capture_at(struct pt_regs *ctx, int ptsz) {
     u64 *n = capture_n.lookup(&ended);
     if (n)
         __sync_fetch_and_add(n, 1);
-    struct proc_t *p = procs.lookup(&tgid);
+    struct proc_t *p = proc_of(tgid);
     if (p)
         __sync_fetch_and_add(&p->capturing, (u64)-1);
     return 0;
@@ -1010,7 +1061,7 @@ static __always_inline int record_event_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = current_tgid();
     if (!any_capture(tgid))
         return 0;
-    struct tkey_t ek = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
+    struct tkey_t ek = {.tgid = tgid, .gen = gen_of(tgid), .addr = PT_REGS_PARM1(ctx)};
     struct cap_t *c = capture_of(tgid, stream_id(PT_REGS_PARM2(ctx), ptsz));
     if (!c) {
         capture_events.delete(&ek);     // recorded outside a capture: joins nothing
@@ -1031,7 +1082,7 @@ static __always_inline int wait_event_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = current_tgid();
     if (!any_capture(tgid))
         return 0;
-    struct tkey_t ek = {.tgid = tgid, .addr = PT_REGS_PARM2(ctx)};
+    struct tkey_t ek = {.tgid = tgid, .gen = gen_of(tgid), .addr = PT_REGS_PARM2(ctx)};
     struct cap_t *e = capture_events.lookup(&ek);
     if (!e)
         return 0;
@@ -1043,7 +1094,7 @@ static __always_inline int wait_event_at(struct pt_regs *ctx, int ptsz) {
     }
     if (stream == cap.origin || capture_of(tgid, stream))
         return 0;
-    struct tkey_t sk = {.tgid = tgid, .addr = stream};
+    struct tkey_t sk = {.tgid = tgid, .gen = gen_of(tgid), .addr = stream};
     joined.update(&sk, &cap);
     return 0;
 }
@@ -1143,12 +1194,12 @@ int graph_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
 // cudaGraphDestroy(graph), cuGraphDestroy: a content no exec, clone or parent holds goes with it
 int graph_destroy(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = current_tgid();
-    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM1(ctx)};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = PT_REGS_PARM1(ctx)};
     struct graph_t *gr = graphs.lookup(&k);
     if (!gr)
         return 0;
     if (!gr->frozen) {
-        struct tkey_t gk = {.tgid = tgid, .addr = gr->gid};
+        struct tkey_t gk = {.tgid = tgid, .gen = gen_of(tgid), .addr = gr->gid};
         gids.delete(&gk);               // its gnodes and gparts entries: user space sweeps them
     }
     graphs.delete(&k);
@@ -1156,7 +1207,7 @@ int graph_destroy(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
 }
 // cudaGraphExecDestroy(exec), cuGraphExecDestroy: the content stays (its launches are counted)
 static __always_inline int exec_forget(struct pt_regs *ctx) {
-    struct tkey_t k = {.tgid = current_tgid(), .addr = PT_REGS_PARM1(ctx)};
+    struct tkey_t k = {.tgid = current_tgid(), .gen = gen_of(current_tgid()), .addr = PT_REGS_PARM1(ctx)};
     execs.delete(&k);
     return 0;
 }
@@ -1489,7 +1540,7 @@ int alloc_handle(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
 // cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, handle, flags): the range takes the kind of
 // the handle's memory (unknown when gputop did not see the handle created)
 int map_handle(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
-    struct tkey_t k = {.tgid = current_tgid(), .addr = PT_REGS_PARM4(ctx) | HANDLE_TAG};
+    struct tkey_t k = {.tgid = current_tgid(), .gen = gen_of(current_tgid()), .addr = PT_REGS_PARM4(ctx) | HANDLE_TAG};
     struct alloc_t *a = allocs.lookup(&k);
     if (!a)
         return 0;
@@ -1549,14 +1600,15 @@ int alloc_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
         add_ranges(tgid, pa->out, size, kind, 0);
         return 0;
     }
-    u64 ptr = flags == F_OUT32 ? read_u32(pa->out) : read_u64(pa->out);
+    u64 v = flags == F_OUT32 ? read_u32(pa->out) : read_u64(pa->out), ptr = 0;
+    bpf_probe_read_kernel(&ptr, sizeof(ptr), &v);   // an unknown value to the verifier: see drv_free32
     if (!ptr)
         return 0;
     if (flags == F_PITCH)
         size *= read_u64(pa->name);
     else if (flags == F_3D)
         size *= read_u64(pa->out + 8);
-    struct tkey_t k = {.tgid = tgid, .addr = flags == F_HANDLE ? ptr | HANDLE_TAG : ptr};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = flags == F_HANDLE ? ptr | HANDLE_TAG : ptr};
     struct alloc_t a = {.size = size, .kind = kind};
     if (allocs.update(&k, &a) != 0) {
         drop(3);
@@ -1577,7 +1629,7 @@ static __always_inline int free_key(struct pt_regs *ctx, u64 addr) {
     if (!p)
         return 0;
     __sync_fetch_and_add(&p->free_calls, 1);
-    struct tkey_t k = {.tgid = tgid, .addr = addr};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = addr};
     struct alloc_t *a = allocs.lookup(&k);
     if (!a)
         return 0;
@@ -1703,7 +1755,7 @@ int sync_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
         return 0;
     u64 dt = bpf_ktime_get_ns() - ps->ts;
     u32 tgid = tid >> 32;
-    struct proc_t *p = procs.lookup(&tgid);
+    struct proc_t *p = proc_of(tgid);
     if (p)
         __sync_fetch_and_add(&p->sync_ns, dt);
     return 0;
@@ -1715,7 +1767,7 @@ int sync_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
 // user space, lazily, for the kernels that launch; and here at a kernel's first launch (name_at_launch)
 int register_function(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct tkey_t k = {.tgid = tgid, .addr = PT_REGS_PARM2(ctx)};
+    struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = PT_REGS_PARM2(ctx)};
     struct name_ptr_t v = {.ptr = PT_REGS_PARM4(ctx), .boot_ns = bpf_ktime_get_boot_ns()};
     track(tgid);
     if (name_ptrs.update(&k, &v) != 0)
@@ -1760,7 +1812,7 @@ int getfn_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
         put_name(tgid, handle, pn->name);
         return 0;
     }
-    struct tkey_t dst = {.tgid = tgid, .addr = handle};
+    struct tkey_t dst = {.tgid = tgid, .gen = gen_of(tgid), .addr = handle};
     u64 src_addr = pn->name;
     track(tgid);
     if (aliases.update(&dst, &src_addr) != 0)
@@ -1778,6 +1830,7 @@ static __always_inline void emit(u32 tgid, u32 type) {
     }
     e->ts = bpf_ktime_get_ns();
     e->tgid = tgid;
+    e->gen = gen_of(tgid);
     e->type = type;
     events.ringbuf_submit(e, 0);
 }
@@ -1826,6 +1879,7 @@ static __always_inline void emit_file(u32 tgid, u64 file) {
     }
     e->h.ts = bpf_ktime_get_ns();
     e->h.tgid = tgid;
+    e->h.gen = gen_of(tgid);
     e->h.type = EV_FILE;
     e->key = key;
     e->depth = 0;
@@ -1888,13 +1942,17 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     u32 tgid = id >> 32;
     if ((u32)id != tgid)
         return 0;                       // a thread, not the process
-    struct proc_t *p = procs.lookup(&tgid);
+    u64 pk = pkey(tgid);
+    struct proc_t *p = procs.lookup(&pk);
     if (p) {
         p->exited_ns = bpf_ktime_get_ns();
         emit(tgid, EV_EXIT);
-    } else if (tracked.lookup(&tgid)) {
+    } else if (tracked.lookup(&pk)) {
         emit(tgid, EV_EXIT_IDLE);       // no record to show: just forget it
+    } else {
+        return 0;
     }
+    gen_bump(tgid);                     // after the events, which name the exiting process's generation
     return 0;
 }
 
@@ -1903,7 +1961,8 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
 // thread also comes through here, and user space ignores it)
 TRACEPOINT_PROBE(sched, sched_process_fork) {
     u32 parent = current_tgid();
-    if (procs.lookup(&parent) || tracked.lookup(&parent))
+    u64 ppk = pkey(parent);
+    if (procs.lookup(&ppk) || tracked.lookup(&ppk))
         emit(args->child_pid, EV_FORK);
     return 0;
 }
@@ -1912,7 +1971,7 @@ TRACEPOINT_PROBE(sched, sched_process_fork) {
 // CPU faults on managed memory: a user page fault inside a managed range of a traced process
 TRACEPOINT_PROBE(exceptions, page_fault_user) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct proc_t *p = procs.lookup(&tgid);
+    struct proc_t *p = proc_of(tgid);
     if (!p || !p->managed_alloc_calls)
         return 0;
     if (kind_of(tgid, args->address) == K_MANAGED)

@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache, wraps
 from pathlib import Path
@@ -62,6 +62,7 @@ from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer, Resolved
 from gputop.sources.launchslots import LaunchSlots, SlotCounts
 from gputop.sources.objreads import START_WAIT_S, BoundedCalls, ObjectReads, Pending
+from gputop.sources.procid import Doomed, PidGens, gen_of, ident, pid_gen_words, pid_of
 from gputop.sources.selfcost import ProgStats, SelfCost
 from gputop.sources.startup import Prefetch, Steps, release_compiler_pages, release_heap
 from gputop.sources.uprobes import UprobeAttacher
@@ -224,7 +225,8 @@ _SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "a
 
 class _Event(ctypes.Structure):
     """bpf/gputop.bpf.c's event_t."""
-    _fields_ = (("ts", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("type", ctypes.c_uint32))
+    _fields_ = (("ts", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("type", ctypes.c_uint16),
+                ("gen", ctypes.c_uint16))
 
 
 class _FileEvent(ctypes.Structure):
@@ -297,13 +299,26 @@ class BpfSource:
         self._code_keys: dict[int, list[bytes]] = {}
         self._partial: set[int] = set()       # processes already running CUDA when gputop attached
         self._rescan: set[int] = set()
-        self._reimage: set[int] = set()
+        self._reimage: set[int] = set()           # identities (procid) whose exec replaced their image
         self._execed: set[int] = set()            # processes that exec'd since the last read()
         self._scanned_ns: dict[int, int] = {}     # CLOCK_MONOTONIC ns of each process's last scan
-        self._exited: set[int] = set()
+        self._exited: set[int] = set()            # identities (procid) whose exit event came
         self._final: dict[int, RawProc] = {}      # last records of exited processes, until shown
+        #: the newest generation each PID's events or records showed (procid): a newer one than an
+        #: exited identity's means the PID is a new process's already
+        self._newest_gen: dict[int, int] = {}
+        #: the identity of the record each PID's row came from in the last read (forget() deletes that
+        #: one), and of processes that exited without a record
+        self._reported: dict[int, int] = {}
+        self._idle_gen: dict[int, int] = {}
+        #: the generation whose names a pid's kernels are being resolved with (_by_key), and the one
+        #: whose maps and listing user space holds under each pid (_scan)
+        self._naming_gen: dict[int, int] = {}
+        self._state_gen: dict[int, int] = {}
         self._last_full_scan = 0.0
         self.slots = LaunchSlots(self.table)      # the launch fast path's slots (launchslots.py)
+        self.gens = PidGens(self.table)           # each PID's generation (procid.py)
+        self._scan_gens: Callable[[int], int] | None = None     # generations as the scan under way began
         self.namer = KernelNamer(self._captured_name, self._alias, self._symcache, self._maps,
                                  read=lambda key, fd, path: self._reads.read(key, fd, path, cuda_only=False))
         #: reads of processes' memory (kernel names at their registration), bounded in time
@@ -316,7 +331,8 @@ class BpfSource:
         if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
             self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
             self._offsets_read = True
-        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags()]
+        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags(),
+                 f"-DPID_GEN_WORDS={pid_gen_words()}"]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
         if self.file_offsets:
@@ -387,21 +403,25 @@ class BpfSource:
 
     def _on_event(self, _cpu: int, data: Any, size: int) -> None:
         ev = ctypes.cast(data, ctypes.POINTER(_Event)).contents
-        tgid, kind = int(ev.tgid), int(ev.type)
+        tgid, kind, gen = int(ev.tgid), int(ev.type), int(ev.gen)
+        me = ident(tgid, gen)
         if kind == EV_FILE and size >= ctypes.sizeof(_FileEvent):
             fe = ctypes.cast(data, ctypes.POINTER(_FileEvent)).contents
             names = [bytes(fe.names[i]).split(b"\0", 1)[0] for i in range(min(fe.depth, PATH_DEPTH))]
             key = (discovery.user_dev(int(fe.dev)), int(fe.ino))
             self._unknown_files.setdefault(key, (tgid, names if fe.complete else None))
             kind = EV_MMAP
+        if kind not in (EV_EXIT, EV_EXIT_IDLE):
+            self._newest_gen[tgid] = gen
         if kind == EV_EXIT:
-            self._exited.add(tgid)
+            self._exited.add(me)
         elif kind == EV_EXIT_IDLE:       # exited without a record
             if tgid in self._cuda_pids:  # listed: its BPF entries go, the listing once read (then forget)
-                self._delete_tables({tgid})
+                self._delete_tables(Doomed(frozenset({me})))
                 self._idle_exited.setdefault(tgid, False)
+                self._idle_gen[tgid] = gen
             else:
-                self.forget(tgid)
+                self._forget(Doomed(frozenset({me})))
         elif kind == EV_FORK:
             if discovery.tgid_of(tgid) == tgid:     # a new process, not a thread
                 self._rescan.add(tgid)
@@ -410,7 +430,7 @@ class BpfSource:
             if kind == EV_EXEC:
                 self._execed.add(tgid)
             if kind == EV_EXEC and int(ev.ts) > self._scanned_ns.get(tgid, 0):
-                self._reimage.add(tgid)
+                self._reimage.add(me)
             self._rescan.add(tgid)
 
     @_open
@@ -428,8 +448,15 @@ class BpfSource:
         # the trap cost (cached per kernel), measured on a background thread once a snapshot is out
         self.cost.tick(self.uprobes.mode if self.uprobes else None, measure=self._snapshots > 0)
         changed = bool(self._exited)
-        for pid in self._reimage:       # exec: the old image's code ranges and names are gone
-            self._forget_image(pid)
+        # exits of processes whose PID is a new process's already: their last records first, before a
+        # rescan reads the new process's maps under that PID
+        reused = {i for i in self._exited if self._newest_gen.get(pid_of(i), gen_of(i)) != gen_of(i)}
+        if reused:
+            self._take_final(reused)
+            self._exited -= reused
+        for me in self._reimage:        # exec: the old image's code ranges and names are gone
+            if me not in reused and pid_of(me) not in self._final:
+                self._forget_image(me)
         self._reimage.clear()
         if self._rescan:
             pids = sorted(self._rescan)
@@ -447,6 +474,7 @@ class BpfSource:
             self._last_full_scan = self._clock()
             changed = self.scan() > 0 or changed
             self._sweep()
+        self._newest_gen.clear()        # only an exit handled with these events compares with them
         return changed
 
     @_open
@@ -456,6 +484,13 @@ class BpfSource:
             return self._scan(pids)
 
     def _scan(self, pids: list[int] | None) -> int:
+        self._scan_gens = self.gens.snapshot()
+        try:
+            return self._scan_maps(pids)
+        finally:
+            self._scan_gens = None
+
+    def _scan_maps(self, pids: list[int] | None) -> int:
         known = set(self.objects) | self.rejected
         new = 0
         maps: dict[int, list[discovery.Mapping]] = {}
@@ -474,6 +509,7 @@ class BpfSource:
         self._update_cuda_pids(self._maps if new else maps)
         for pid, pmaps in maps.items():
             self._scanned_ns[pid] = before_ns
+            self._state_gen[pid] = self._gen_scanned(pid)
             self._add_code_ranges(pid, pmaps)
         return new
 
@@ -593,6 +629,8 @@ class BpfSource:
     def _add_code_ranges(self, pid: int, maps: list[discovery.Mapping]) -> None:
         """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see code_kind)."""
         code = self.table("code")
+        gen = self._gen_scanned(pid)
+        me = ident(pid, gen)
         added = False
         for m in maps:
             key = (m.dev, m.inode)
@@ -612,20 +650,20 @@ class BpfSource:
                     continue
                 for addr, bits in aligned_blocks(m.start + lo - m.offset, m.start + hi - m.offset):
                     k = code.Key()
-                    k.prefixlen = 32 + 64 - bits
-                    for i, byte in enumerate(pid.to_bytes(4, "big") + addr.to_bytes(8, "big")):
+                    k.prefixlen = 64 + 64 - bits
+                    for i, byte in enumerate(pid.to_bytes(4, "big") + gen.to_bytes(4, "big") + addr.to_bytes(8, "big")):
                         k.data[i] = byte
                     try:
                         code[k] = kind
                         added = True
-                        self._code_keys.setdefault(pid, []).append(bytes(k))
+                        self._code_keys.setdefault(me, []).append(bytes(k))
                     except Exception:
                         self._code_dropped += 1
                         return
         if added:
             tracked = self.table("tracked")
             try:
-                tracked[tracked.Key(pid)] = ctypes.c_uint8(1)
+                tracked[tracked.Key(me)] = ctypes.c_uint8(1)
             except Exception:           # full: the kernel will not report this process's exit (the sweep does)
                 self._code_dropped += 1
 
@@ -633,13 +671,14 @@ class BpfSource:
         """Forget processes that are gone but left no record to report their exit."""
         procs = self.table("procs")
         alive = set(discovery.all_pids())
-        recorded = {int(k.value) for k in procs}
+        recorded = {pid_of(int(k.value)) for k in procs}
         dead = {pid for pid in {p for p, _s, _k in self._code_done} | set(self._maps)
                 if pid not in alive and pid not in recorded}
         # a listed process without a record is reported exited by one read before it goes
         for pid in dead & self._cuda_pids:
             self._idle_exited.setdefault(pid, False)
-        self.forget(*(pid for pid in dead if self._idle_exited.get(pid, True)))
+        self._forget(Doomed(pids=frozenset(pid for pid in dead
+                                           if self._idle_exited.get(pid, True) and pid not in self._final)))
         self._release_unmapped()
 
     def _release_unmapped(self) -> None:
@@ -689,6 +728,19 @@ class BpfSource:
         out["objects"] = self._objects_dropped + len(self._fd_starved)
         return out
 
+    def _gen_now(self, pid: int) -> int:
+        """The generation the BPF side gives ``pid`` now (0 for a program without generations)."""
+        return self.gens.gen(pid)
+
+    def _gen_scanned(self, pid: int) -> int:
+        """The generation of the process whose maps the scan under way read under ``pid``: its events'
+        (they name it), else the PID's as the scan began (a process that exits while its maps are read
+        moves its PID's on: its state must keep its own)."""
+        gen = self._newest_gen.get(pid)
+        if gen is not None:
+            return gen
+        return self._scan_gens(pid) if self._scan_gens is not None else self._state_gen.get(pid, self._gen_now(pid))
+
     def _inflight_sync_ns(self) -> dict[int, int]:
         """Time spent so far in syncs that have not returned, by process (a hung sync shows)."""
         now = time.monotonic_ns()            # CLOCK_MONOTONIC, as bpf_ktime_get_ns
@@ -710,12 +762,14 @@ class BpfSource:
         # the records before their kernels: a record that says its process exited was read after
         # its every launch, so the kernel entries read next hold them all (the other way round, a
         # process exiting in between showed exited with part of its launches, then was forgotten)
-        records = self.table("procs").items()
+        records = self._one_record_per_pid(self.table("procs").items())
         kernels = self.slots.counts(self.table("kernels").items())
         inflight = self._inflight_sync_ns()
-        for k, v in records:
-            pid = int(k.value)
-            procs[pid] = self._raw(pid, v, kernels, inflight.get(pid, 0))
+        self._reported = {}
+        for me, v in records.items():
+            pid = pid_of(me)
+            self._reported[pid] = me
+            procs[pid] = self._raw(me, v, kernels, inflight.get(pid, 0) if not v.exited_ns else 0)
         # the last records of processes that exited (their PID may already be a new process's,
         # whose record is reported once the old one was shown: forget())
         procs.update(self._final)
@@ -743,6 +797,22 @@ class BpfSource:
                           stats_age_s=self.cost.stats_age_s(),
                           idle=idle, procs_dropped=drops["procs"], execed=self._take_execed())
 
+    def _one_record_per_pid(self, items: Iterable[tuple[Any, Any]]) -> dict[int, Any]:
+        """The record each PID's row shows now, by identity: a PID whose exited process's record is
+        still to be shown (a final, or a record whose exit event is not handled yet) shows that one;
+        the new process under it is shown once that one was (forget())."""
+        best: dict[int, tuple[int, Any]] = {}
+        for k, v in items:
+            me = int(k.value)
+            pid = pid_of(me)
+            if pid in self._final:
+                continue
+            have = best.get(pid)
+            # the exited one first, the earliest exit of several
+            if have is None or (v.exited_ns and (not have[1].exited_ns or v.exited_ns < have[1].exited_ns)):
+                best[pid] = (me, v)
+        return dict(best.values())
+
     def _take_execed(self) -> frozenset[int]:
         execed, self._execed = frozenset(self._execed), set()
         return execed
@@ -751,15 +821,18 @@ class BpfSource:
         """Every process record as it stands, without names and without touching what read()
         reports once: where the first interval starts (counts made while the probes were being
         attached belong to the totals, not to an interval of known length)."""
-        records = self.table("procs").items()
+        records = self._one_record_per_pid(self.table("procs").items())
         kernels = self.slots.counts(self.table("kernels").items())
-        return {int(k.value): self._raw(int(k.value), v, kernels, 0, named=False) for k, v in records}
+        return {pid_of(me): self._raw(me, v, kernels, 0, named=False) for me, v in records.items()}
 
-    def _raw(self, pid: int, v: Any, kernels: SlotCounts, inflight_ns: int, named: bool = True) -> RawProc:
-        """The counters of one process record ``v`` and its kernels' entries and launch slots."""
+    def _raw(self, me: int, v: Any, kernels: SlotCounts, inflight_ns: int, named: bool = True) -> RawProc:
+        """The counters of one process record ``v`` (identity ``me``) and its kernels' entries and launch
+        slots."""
+        pid = pid_of(me)
+        self._naming_gen[pid] = gen_of(me)
         counters = {name: int(getattr(v, name)) for name in _SCALARS}
         counters["sync_ns"] += inflight_ns
-        ks = sorted(kernels.kernels.get(pid, ()), key=lambda kv: -int(kv[1].launches))
+        ks = sorted(kernels.kernels.get(me, ()), key=lambda kv: -int(kv[1].launches))
         for _addr, kv in ks:            # the record holds only the kernel table's overflow
             counters["launches"] += int(kv.launches)
             counters["grid_sum"] += int(kv.grid_sum)
@@ -771,8 +844,8 @@ class BpfSource:
             memcpy_bytes=tuple(int(x) for x in v.memcpy_bytes),
             prefetch_calls=tuple(int(x) for x in v.prefetch_calls),
             prefetch_bytes=tuple(int(x) for x in v.prefetch_bytes),
-            grid_hist=kernels.grid_hist(pid, v.grid_hist),
-            block_hist=kernels.block_hist(pid, v.block_hist),
+            grid_hist=kernels.grid_hist(me, v.grid_hist),
+            block_hist=kernels.block_hist(me, v.block_hist),
             copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
             exited=bool(v.exited_ns),
             kernels=tuple(self._kernel(pid, addr, kv, named and i < NAMED_KERNELS) for i, (addr, kv) in enumerate(ks)),
@@ -780,24 +853,27 @@ class BpfSource:
             complete=pid not in self._partial,
         )
 
-    def _take_final(self, pids: set[int]) -> None:
-        """At their exit: keep the last records of ``pids`` (with their kernels' names) and delete
-        everything the kernel holds about them, so that a new process given one of these PIDs
-        starts from zero instead of adding to the old record."""
+    def _take_final(self, idents: set[int]) -> None:
+        """At their exit: keep the last records of the processes ``idents`` (with their kernels'
+        names) and delete everything the kernel holds about them. (A new process under one of these
+        PIDs has its own generation: its counts never reached these.) A PID whose earlier final is
+        still to be shown keeps this one in the kernel meanwhile: read() shows it next."""
         table = self.table("procs")
-        records = {}
-        for pid in pids:
+        records: dict[int, Any] = {}
+        for me in sorted(idents):
+            if pid_of(me) in self._final or any(pid_of(r) == pid_of(me) for r in records):
+                continue
             try:
-                records[pid] = table[table.Key(pid)]
-            except KeyError:
+                records[me] = table[table.Key(me)]
+            except KeyError:                    # shown and forgotten already
                 continue
         if not records:
             return
         kernels = self.slots.counts(self.table("kernels").items(), set(records))
-        with self.namer.own_budget():           # their names are kept as read now
-            for pid, v in records.items():
-                self._final[pid] = self._raw(pid, v, kernels, 0)
-        self._forget(set(records))
+        for me, v in records.items():           # their names are kept as read now, from their last maps
+            with self._named_as_gone(me, self._maps.get(pid_of(me), [])), self.namer.own_budget():
+                self._final[pid_of(me)] = self._raw(me, v, kernels, 0)
+        self._forget(Doomed(frozenset(records)))
 
     def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
         name, obj = self.namer.name(pid, addr) if named else (None, None)
@@ -806,8 +882,9 @@ class BpfSource:
     def _by_key(self, name: str, pid: int, addr: int) -> Any:
         """The value at (pid, addr) of a (tgid, address)-keyed table, or None."""
         table = self.table(name)
+        gen = self._naming_gen.get(pid)
         try:
-            return table[table.Key(pid, 0, addr)]
+            return table[table.Key(pid, self._gen_now(pid) if gen is None else gen, addr)]
         except KeyError:
             return None
 
@@ -859,25 +936,26 @@ class BpfSource:
 
     # ------------------------------------------------------------ forgetting
 
-    def _delete_by_pid(self, pids: set[int], tables: tuple[str, ...]) -> None:
-        """Delete the entries of ``pids`` from (tgid, address)-keyed tables: one walk per table, in
-        batches of keys where the kernel has batch operations (a process that imported torch
-        leaves ~100,000 registrations: key by key, their walk took seconds)."""
+    def _delete_by_pid(self, doomed: Doomed, tables: tuple[str, ...]) -> None:
+        """Delete the entries of the processes ``doomed`` names from (process, address)-keyed tables:
+        one walk per table, in batches of keys where the kernel has batch operations (a process that
+        imported torch leaves ~100,000 registrations: key by key, their walk took seconds)."""
         for name in tables:
             table = self.table(name)
-            if not self._delete_by_pid_batched(table, pids):
-                for k in [k for k in table if int(k.tgid) in pids]:
+            if not self._delete_by_pid_batched(table, doomed):
+                for k in [k for k in table if doomed.hit_pid_gen(int(k.tgid), int(k.gen))]:
                     table.pop(k, None)
 
     @staticmethod
-    def _delete_by_pid_batched(table: Any, pids: set[int]) -> bool:
+    def _delete_by_pid_batched(table: Any, doomed: Doomed) -> bool:
         """The same walk through BPF_MAP_LOOKUP_BATCH and BPF_MAP_DELETE_BATCH; False when the
-        kernel or map cannot (then nothing was deleted)."""
+        kernel or map cannot (then nothing was deleted). A key's first 8 bytes are its identity."""
         lib = load_bcc().lib
         size, at = ctypes.sizeof(table.Key), table.Key.tgid.offset
+        assert table.Key.gen.offset == at + 4
         chunk = _BATCH
         keys, values = _batch_buffers(size, ctypes.sizeof(table.Leaf))
-        token, first, doomed = ctypes.c_uint32(0), True, []
+        token, first, doomed_keys = ctypes.c_uint32(0), True, []
         while True:
             count = ctypes.c_uint32(chunk)
             rc = lib.bpf_lookup_batch(table.map_fd, None if first else ctypes.byref(token), ctypes.byref(token),
@@ -888,35 +966,36 @@ class BpfSource:
                     return False
                 break                                   # cut short: what was found still goes
             raw = ctypes.string_at(keys, count.value * size)
-            doomed += [raw[i:i + size] for i in range(0, len(raw), size)
-                       if int.from_bytes(raw[i + at:i + at + 4], sys.byteorder) in pids]
+            doomed_keys += [raw[i:i + size] for i in range(0, len(raw), size)
+                            if doomed.hit(int.from_bytes(raw[i + at:i + at + 8], sys.byteorder))]
             first = False
             if rc != 0:                                 # ENOENT: the walk is over
                 break
-        for i in range(0, len(doomed), chunk):
-            part = b"".join(doomed[i:i + chunk])
+        for i in range(0, len(doomed_keys), chunk):
+            part = b"".join(doomed_keys[i:i + chunk])
             n = ctypes.c_uint32(len(part) // size)
             lib.bpf_delete_batch(table.map_fd, ctypes.create_string_buffer(part, len(part)), ctypes.byref(n))
         return True
 
-    def _delete_ranges(self, pids: set[int], tables: tuple[str, ...]) -> None:
-        """The same for the LPM tries, whose keys start with the tgid (big-endian); the ``code``
-        trie's by the keys user space put there (``_code_keys``), the BPF side adds none."""
-        prefixes = {pid.to_bytes(4, "big") for pid in pids}
+    def _delete_ranges(self, doomed: Doomed, tables: tuple[str, ...]) -> None:
+        """The same for the LPM tries, whose keys start with the tgid and generation (big-endian);
+        the ``code`` trie's by the keys user space put there (``_code_keys``), the BPF side adds none."""
         for name in tables:
             table = self.table(name)
             if name == "code":
-                for pid in pids:
-                    for raw in self._code_keys.pop(pid, ()):
+                for me in [me for me in self._code_keys if doomed.hit(me)]:
+                    for raw in self._code_keys.pop(me):
                         with contextlib.suppress(KeyError):
                             del table[table.Key.from_buffer_copy(raw)]
                 continue
-            for k in [k for k in table if bytes(k.data[:4]) in prefixes]:
+            for k in [k for k in table if doomed.hit_pid_gen(int.from_bytes(bytes(k.data[:4]), "big"),
+                                                             int.from_bytes(bytes(k.data[4:8]), "big"))]:
                 table.pop(k, None)
 
-    def _launched(self, pid: int) -> list[int]:
-        """Addresses of the kernels ``pid`` launched (each pair has a kernels entry from its first launch)."""
-        return sorted({int(k.addr) for k in self.table("kernels") if int(k.tgid) == pid})
+    def _launched(self, me: int) -> list[int]:
+        """Addresses of the kernels process ``me`` launched (each pair has a kernels entry from its first launch)."""
+        pid, gen = pid_of(me), gen_of(me)
+        return sorted({int(k.addr) for k in self.table("kernels") if int(k.tgid) == pid and int(k.gen) == gen})
 
     def _keep_names_unmapped(self, pid: int, now: list[discovery.Mapping]) -> None:
         """Mappings of ``pid`` that are gone since its last scan (an exec, a library unloaded): the
@@ -928,66 +1007,100 @@ class BpfSource:
         gone = [m for m in before if (m.dev, m.inode, m.start) not in still]
         if not gone:
             return
-        addrs = [a for a in self._launched(pid) if any(m.start <= a < m.end for m in gone)]
+        me = ident(pid, self._gen_scanned(pid))
+        addrs = [a for a in self._launched(me) if any(m.start <= a < m.end for m in gone)]
         if addrs:
-            self.namer.keep(pid, self._old_names(pid, addrs, before))
+            self.namer.keep(pid, self._old_names(me, addrs, before))
 
-    def _old_names(self, pid: int, addrs: list[int], maps: list[discovery.Mapping]) -> dict[int, Resolved]:
+    def _old_names(self, me: int, addrs: list[int], maps: list[discovery.Mapping]) -> dict[int, Resolved]:
         """Names of kernels an exec or an unmapping took away, from ``maps`` (the old ones) and what
         the BPF side captured; never from the process's memory, which may be another program's now."""
+        with self._named_as_gone(me, maps):
+            return self.namer.names_in(pid_of(me), addrs, maps)
+
+    @contextlib.contextmanager
+    def _named_as_gone(self, me: int, maps: list[discovery.Mapping]) -> Iterator[None]:
+        """Kernel names of process ``me``, whose program is gone (an exec, an exit: its PID may be a new
+        process's already): from ``maps`` (its last) and what the BPF side captured under its
+        generation, never from what the PID maps or holds in memory now."""
         self._memory_stale = True
+        self._naming_gen[pid_of(me)] = gen_of(me)
         try:
-            return self.namer.names_in(pid, addrs, maps)
+            with self.namer.maps_as(pid_of(me), maps):
+                yield
         finally:
             self._memory_stale = False
 
-    def _forget_image(self, pid: int) -> None:
-        """After an exec: the code ranges and kernel names of the old program no longer apply to new
-        launches. The kernels it launched keep their names, resolved now with the old image: the
-        names the BPF side captured (at registration look-ups, at each kernel's first launch) and the
-        old program's symbols (its maps as last scanned); not from the process's memory, which is the
-        new program's now."""
-        self._delete_by_pid({pid}, ("name_ptrs",))
+    def _forget_image(self, me: int) -> None:
+        """After an exec of process ``me``: the code ranges and kernel names of the old program no
+        longer apply to new launches. The kernels it launched keep their names, resolved now with the
+        old image: the names the BPF side captured (at registration look-ups, at each kernel's first
+        launch) and the old program's symbols (its maps as last scanned); not from the process's
+        memory, which is the new program's now."""
+        pid, only = pid_of(me), Doomed(frozenset({me}))
+        self._delete_by_pid(only, ("name_ptrs",))
         # names kept already (a scan saw the new image first: _keep_names_unmapped) come first
-        named = self._old_names(pid, self._launched(pid), self._maps.get(pid, []))
-        self._delete_ranges({pid}, ("code",))
-        self._delete_by_pid({pid}, ("names", "aliases"))
+        named = self._old_names(me, self._launched(me), self._maps.get(pid, []))
+        self._delete_ranges(only, ("code",))
+        self._delete_by_pid(only, ("names", "aliases"))
         self._code_done = {c for c in self._code_done if c[0] != pid}
         self.namer.forget(pid)
         self.namer.keep(pid, named)
 
-    def _delete_tables(self, gone: set[int]) -> None:
+    def _delete_tables(self, doomed: Doomed) -> None:
         """Delete what the BPF side holds about processes that are gone."""
+        gone = set(doomed.all_pids)
         self.graph_kernels.keep(gone, self.namer.name)
         for name in ("procs", "tracked"):
             table = self.table(name)
-            for pid in gone:
-                table.pop(table.Key(pid), None)
-        self.slots.forget(gone)             # their launch slots, and captures they left under way
-        self._delete_by_pid(gone, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
-                                   "capture_events", *GRAPH_TABLES))
-        self._delete_ranges(gone, ("ranges", "code"))
+            for me in doomed.idents:
+                table.pop(table.Key(me), None)
+            if doomed.pids:
+                for k in [k for k in table if pid_of(int(k.value)) in doomed.pids]:
+                    table.pop(k, None)
+        self.slots.forget(doomed)           # their launch slots, and captures they left under way
+        self._delete_by_pid(doomed, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
+                                     "capture_events", *GRAPH_TABLES))
+        self._delete_ranges(doomed, ("ranges", "code"))
         self._code_done = {c for c in self._code_done if c[0] not in gone}
         for pid in gone:
             self.namer.forget(pid)
 
     @_open
     def forget(self, *pids: int) -> None:
-        """Remove every record of processes that are gone (after their last interval was shown)."""
-        gone = set(pids)
-        final = gone & set(self._final)       # taken at exit: the kernel's entries went then
-        for pid in final:
-            del self._final[pid]
-        self._forget(gone - final)
+        """Remove every record of processes that are gone (after their last interval was shown): the
+        process whose row the last read showed under each PID, not a new process that has it now."""
+        idents, anyone = set(), set()
+        for pid in pids:
+            if self._final.pop(pid, None) is not None:      # taken at exit: the kernel's entries went then
+                continue
+            me = self._reported.pop(pid, None)
+            if me is None:
+                me = self._idle_gen_ident(pid)
+            if me is None:
+                anyone.add(pid)
+            else:
+                idents.add(me)
+        self._forget(Doomed(frozenset(idents), frozenset(anyone)))
 
-    def _forget(self, gone: set[int]) -> None:
-        if not gone:
+    def _idle_gen_ident(self, pid: int) -> int | None:
+        gen = self._idle_gen.get(pid)
+        return None if gen is None else ident(pid, gen)
+
+    def _forget(self, doomed: Doomed) -> None:
+        if not doomed:
             return
-        self._delete_tables(gone)
-        for pid in gone:
+        self._delete_tables(doomed)
+        for pid in doomed.all_pids:
+            self._naming_gen.pop(pid, None)
+            gen = self._state_gen.get(pid)
+            if gen is not None and not doomed.hit(ident(pid, gen)) and os.path.exists(f"/proc/{pid}"):
+                continue        # what user space knows of this PID is a newer process's, alive: it stays
+            self._state_gen.pop(pid, None)
             self._maps.pop(pid, None)
             self._cuda_pids.discard(pid)
             self._idle_exited.pop(pid, None)
+            self._idle_gen.pop(pid, None)
             self._scanned_ns.pop(pid, None)
             self._partial.discard(pid)
 
@@ -1008,6 +1121,7 @@ class BpfSource:
             finally:
                 if bpf is not None:
                     self.slots.close()
+                    self.gens.close()
                     bpf.cleanup()
                 self.cost.stop()
                 self._reads.close()

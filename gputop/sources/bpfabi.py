@@ -25,6 +25,13 @@ KS_GRID = 4
 KS_BLOCK = 2
 KS_READY = 1 << 32
 KS_CLAIMED = 2 << 32
+#: ... and where the owning process's generation starts in it (the tgid is the low 32 bits)
+KS_GEN_SHIFT = 48
+#: a process is (tgid, generation): the generation of a PID (a byte) is bumped when a traced process
+#: under it exits; identities pack both as ``tgid | gen << 32`` (the procs and tracked keys, the first
+#: 8 bytes of every (process, address) key)
+GEN_SHIFT = 32
+GEN_MASK = 0xFF
 #: capture_n's counters: captures begun and ended (BPF), and those user space forgot (a process that
 #: exited capturing)
 CAPTURES_BEGUN, CAPTURES_ENDED, CAPTURES_FORGOTTEN = 0, 1, 2

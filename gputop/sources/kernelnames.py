@@ -136,10 +136,16 @@ class KernelNamer:
 
     def names_in(self, pid: int, addrs: Iterable[int], maps: list[discovery.Mapping]) -> dict[int, Resolved]:
         """The names of ``addrs`` with ``maps`` as the process's (its old program's, after an exec)."""
+        with self.maps_as(pid, maps), self.own_budget():
+            return {addr: res for addr in addrs if (res := self.name(pid, addr))[0] is not None}
+
+    @contextlib.contextmanager
+    def maps_as(self, pid: int, maps: list[discovery.Mapping]) -> Iterator[None]:
+        """Names of ``pid``'s kernels from ``maps`` (a program gone: exec'd, or exited with its PID
+        maybe a new process's), never from the maps the PID has now."""
         self._fresh_maps[pid] = maps
         try:
-            with self.own_budget():
-                return {addr: res for addr in addrs if (res := self.name(pid, addr))[0] is not None}
+            yield
         finally:
             self._fresh_maps.pop(pid, None)
 

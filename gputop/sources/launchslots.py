@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputop.sources.bpfabi import CAPTURES_FORGOTTEN, KS_BLOCK, KS_GRID, NB
+from gputop.sources.bpfabi import CAPTURES_FORGOTTEN, KS_BLOCK, KS_GEN_SHIFT, KS_GRID, NB
 from gputop.sources.bpfabi import KS_READY as READY
+from gputop.sources.procid import Doomed, gen_of, ident, pid_of
 
 # struct kslot_t: its u64 words, the offsets taken from the struct as the program declares it (the
 # table's ctypes type, from bcc): WORDS, then the word of each field used here
@@ -57,22 +58,35 @@ class KernelCount:
 
 @dataclass
 class SlotCounts:
-    """What the slots hold, by process."""
-    #: pid -> [(kernel address, counts)]: entries and slots added up
+    """What the slots hold, by process identity (procid: tgid and generation)."""
+    #: identity -> [(kernel address, counts)]: entries and slots added up
     kernels: dict[int, list[tuple[int, KernelCount]]] = field(default_factory=dict)
-    #: pid -> (grid buckets, block buckets) counted in slots (add the record's histograms)
+    #: identity -> (grid buckets, block buckets) counted in slots (add the record's histograms)
     hists: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
 
-    def grid_hist(self, pid: int, record: Iterable[int]) -> tuple[int, ...]:
-        extra = self.hists.get(pid)
+    def grid_hist(self, me: int, record: Iterable[int]) -> tuple[int, ...]:
+        extra = self.hists.get(me)
         return tuple(int(x) + (extra[0][i] if extra else 0) for i, x in enumerate(record))
 
-    def block_hist(self, pid: int, record: Iterable[int]) -> tuple[int, ...]:
-        extra = self.hists.get(pid)
+    def block_hist(self, me: int, record: Iterable[int]) -> tuple[int, ...]:
+        extra = self.hists.get(me)
         return tuple(int(x) + (extra[1][i] if extra else 0) for i, x in enumerate(record))
 
 
 _U64 = (1 << 64) - 1
+_FLAGS = (1 << (KS_GEN_SHIFT - 32)) - 1     # the owner word's flag bits, above the tgid
+
+
+def owner_of(me: int) -> int:
+    """The owner word of a slot that counts for process ``me`` (kslot_of's ``mine``)."""
+    return pid_of(me) | gen_of(me) << KS_GEN_SHIFT | READY
+
+
+def _ready_ident(owner: int) -> int | None:
+    """The identity of a slot's owner when the slot counts (set up), else None."""
+    if (owner >> 32) & _FLAGS != READY >> 32:
+        return None
+    return ident(owner & 0xFFFFFFFF, owner >> KS_GEN_SHIFT)
 
 
 def slot_of(tgid: int, func: int, n: int) -> int:
@@ -94,7 +108,7 @@ class LaunchSlots:
         self._words: memoryview | None = None
         self._layout = Layout(0, {})
         self.forgotten_captures = 0
-        #: kernels of processes as read for ``counts(entries, pids)`` (their exit): ``forget`` finds
+        #: kernels of processes as read for ``counts(entries, idents)`` (their exit): ``forget`` finds
         #: their slots by these; others' by a walk through every slot
         self._final_funcs: dict[int, set[int]] = {}
 
@@ -107,51 +121,52 @@ class LaunchSlots:
             self._words = memoryview(self._mem).cast("Q")
         return self._words
 
-    def _owned(self, words: memoryview, pids: set[int] | None) -> list[int]:
-        """Indices of the slots that count for a process (of ``pids``, when given)."""
+    def _owned(self, words: memoryview, doomed: Doomed | None) -> list[int]:
+        """Indices of the slots that count for a process (of ``doomed``, when given)."""
         lay = self._layout
         owners = words[lay.at["owner"]::lay.words].tolist()
-        return [i for i, o in enumerate(owners) if o >> 32 == 1 and (pids is None or o & 0xFFFFFFFF in pids)]
+        return [i for i, o in enumerate(owners)
+                if (me := _ready_ident(o)) is not None and (doomed is None or doomed.hit(me))]
 
     def _owned_of(self, words: memoryview, funcs: dict[int, set[int]]) -> list[int]:
-        """Indices of the slots that count for the processes of ``funcs`` (pid -> its kernels'
+        """Indices of the slots that count for the processes of ``funcs`` (identity -> its kernels'
         addresses), without a walk through every slot: a pair's slot can only be the one its hash
         names, claimed after its kernels entry was made (bpf/gputop.bpf.c kslot_of)."""
         lay = self._layout
         n = len(words) // lay.words
         out = set()
-        for pid, fs in funcs.items():
+        for me, fs in funcs.items():
             for f in fs:
-                i = slot_of(pid, f, n)
-                if words[i * lay.words + lay.at["owner"]] == pid | READY:
+                i = slot_of(pid_of(me), f, n)
+                if words[i * lay.words + lay.at["owner"]] == owner_of(me):
                     out.add(i)
         return sorted(out)
 
-    def counts(self, entries: Iterable[tuple[Any, Any]], pids: set[int] | None = None) -> SlotCounts:
-        """``entries`` (the ``kernels`` table's items, read first) with the slots added, by process."""
+    def counts(self, entries: Iterable[tuple[Any, Any]], idents: set[int] | None = None) -> SlotCounts:
+        """``entries`` (the ``kernels`` table's items, read first) with the slots added, by process
+        identity (of ``idents`` only, when given)."""
         merged: dict[int, dict[int, list[int]]] = {}
         for k, v in entries:
-            pid = int(k.tgid)
-            if pids is None or pid in pids:
-                merged.setdefault(pid, {})[int(k.addr)] = [int(v.launches), int(v.grid_sum), int(v.block_sum)]
+            me = ident(int(k.tgid), int(k.gen))
+            if idents is None or me in idents:
+                merged.setdefault(me, {})[int(k.addr)] = [int(v.launches), int(v.grid_sum), int(v.block_sum)]
         out = SlotCounts()
         words = self._map()
         lay, at = self._layout, self._layout.at
-        if pids is not None:
-            funcs = {pid: set(merged.get(pid, ())) for pid in pids}
+        if idents is not None:
+            funcs = {me: set(merged.get(me, ())) for me in idents}
             self._final_funcs.update(funcs)
-        for i in self._owned(words, None) if pids is None else self._owned_of(words, funcs):
+        for i in self._owned(words, None) if idents is None else self._owned_of(words, funcs):
             w = words[i * lay.words:(i + 1) * lay.words].tolist()
-            owner = w[at["owner"]]
-            pid = owner & 0xFFFFFFFF
-            if owner >> 32 != 1:                 # freed or claimed again since the owners were read
+            owner = _ready_ident(w[at["owner"]])
+            if owner is None:                    # freed or claimed again since the owners were read
                 continue
             grid0, block0, launches0 = w[at["grid0"]], w[at["block0"]], w[at["launches0"]]
-            c = merged.setdefault(pid, {}).setdefault(w[at["func"]], [0, 0, 0])
+            c = merged.setdefault(owner, {}).setdefault(w[at["func"]], [0, 0, 0])
             c[0] += launches0 + w[at["launches"]]
             c[1] += launches0 * grid0 + w[at["grid_sum"]]
             c[2] += launches0 * block0 + w[at["block_sum"]]
-            grid, block = out.hists.setdefault(pid, ([0] * NB, [0] * NB))
+            grid, block = out.hists.setdefault(owner, ([0] * NB, [0] * NB))
             grid[log2_bucket(grid0)] += launches0
             block[log2_bucket(block0)] += launches0
             for hist, bucket, count, n in ((grid, at["grid_bucket"], at["grid_count"], KS_GRID),
@@ -159,14 +174,14 @@ class LaunchSlots:
                 for j in range(n):
                     if 0 < w[bucket + j] <= NB:
                         hist[w[bucket + j] - 1] += w[count + j]
-        out.kernels = {pid: [(addr, KernelCount(*c)) for addr, c in ks.items()] for pid, ks in merged.items()}
+        out.kernels = {me: [(addr, KernelCount(*c)) for addr, c in ks.items()] for me, ks in merged.items()}
         return out
 
-    def forget(self, gone: set[int]) -> None:
+    def forget(self, doomed: Doomed) -> None:
         """Free the slots of processes that are gone, and count their captures as over."""
         words = self._map()
-        known = {pid: self._final_funcs.pop(pid) for pid in gone if pid in self._final_funcs}
-        unknown = gone - set(known)
+        known = {me: self._final_funcs.pop(me) for me in doomed.idents if me in self._final_funcs}
+        unknown = Doomed(doomed.idents - set(known), doomed.pids)
         slots = self._owned_of(words, known) + (self._owned(words, unknown) if unknown else [])
         lay = self._layout
         owner = lay.at["owner"]
@@ -177,7 +192,7 @@ class LaunchSlots:
             words[base + owner] = 0
         table = self._table("capturing")
         deleted = 0
-        for k in [k for k in table if int(k.tgid) in gone]:
+        for k in [k for k in table if doomed.hit(ident(int(k.tgid), int(k.gen)))]:
             try:
                 del table[k]
             except KeyError:                    # its end (another thread) deleted it first

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -210,6 +211,68 @@ def test_a_reused_pid_is_a_new_process_from_zero(workloads: Workloads, tmp_path:
         "exited", 700, 700 * 80, first.start_time)
     assert (row_b.total.launches, row_b.total.grid_blocks_sum, row_b.cmdline) == (
         300, 900, f"{workloads.dynamic} --wait {go_b} launch:300:3,1,1:96,1,1:1 sleep:1500")
+    assert row_b.start_time is not None and first.start_time is not None and row_b.start_time > first.start_time
+
+
+@pytest.mark.parametrize("same_addresses", [False, True], ids=["aslr", "same-addresses"])
+def test_a_pid_taken_before_gputop_sees_the_exit_is_a_new_process(workloads: Workloads, tmp_path: Path,
+                                                                 same_addresses: bool) -> None:
+    """Issue 20 item 2, at any speed: process A (700 launches, 5 copies, a kernel name) exits and a
+    new process B takes its PID and launches 300 times, copies 7 times and allocates, all before
+    gputop has handled A's exit (no event is polled in between). A's last row is A's alone (exited,
+    700, its copies, its kernel's name), then B from its first call (300, its own copies and
+    allocation). With address randomisation off (setarch -R) B's kernel has A's address: the same
+    launch slot, the same (pid, address) keys. Two busy loops keep the host's CPUs loaded throughout."""
+    spawn = build_native("spawn_at_pid.c", "spawn_at_pid")
+    fixed = [str(shutil.which("setarch")), os.uname().machine, "-R"] if same_addresses else []
+    sampler = Sampler(SamplerConfig(interval_s=0.2, use_nvml=False))
+    sampler.open_bpf()
+    assert sampler.bpf_error is None
+    b = None
+    keeper, _ = start([workloads.dynamic, "--wait", tmp_path / "never"])    # the runtime probed before A starts
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]   # a busy host
+    try:
+        sampler.wait(0.3)
+        go_a, go_b = tmp_path / "a", tmp_path / "b"
+        a, pid = start([*fixed, workloads.dynamic, "--wait", go_a, "launch:700:40,2,1:128,1,1:0",
+                        "memcpy:5:1:4096", "sleep:1000"])
+        sampler.config.filters = Filters(frozenset({pid}))
+        sampler.wait(0.3)                               # the exec event: A listed
+        first = sampler.collect().process(pid)
+        assert first is not None and first.total is not None and first.total.launches == 0
+        go_a.touch()
+        deadline = time.monotonic() + 5                 # A's kernel named while A runs (its program read)
+        while not ((row := sampler.collect().process(pid)) and row.kernels and row.kernels[0].address is None):
+            assert time.monotonic() < deadline and a.poll() is None, row
+            time.sleep(0.05)
+        assert a.wait(timeout=30) == 0                  # A is gone: no event polled from here ...
+        b = subprocess.Popen([str(spawn), str(pid), *fixed, str(workloads.dynamic), "--wait", str(go_b),
+                              "launch:300:3,1,1:96,1,1:0", "memcpy:7:2:1024", "malloc:2:65536", "sleep:3000"],
+                             stdout=subprocess.PIPE)
+        assert b.stdout is not None and b.stdout.readline().split()[1] == str(pid).encode()
+        go_b.touch()
+        time.sleep(0.5)                                 # ... until B made its calls
+        sampler.wait(0.3)
+        last_a = sampler.collect().process(pid)
+        sampler.wait(0.3)
+        row_b = sampler.collect().process(pid)
+        assert b.wait(timeout=30) == 0
+    finally:
+        for p in (keeper, b, *load):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        sampler.close()
+    assert last_a is not None and last_a.total is not None and row_b is not None and row_b.total is not None
+    assert (last_a.state, last_a.total.launches, last_a.total.grid_blocks_sum, last_a.start_time) == (
+        "exited", 700, 700 * 80, first.start_time)
+    assert (last_a.total.memcpy["h2d"].calls, last_a.total.memcpy["h2d"].bytes) == (5, 5 * 4096)
+    assert last_a.total.memcpy["d2h"].calls == 0 and last_a.total.alloc_calls == 0
+    assert [(k.name, k.launches) for k in last_a.kernels] == [("fused_step(float*, float*, int)", 700)]
+    assert (row_b.state, row_b.total.launches, row_b.total.grid_blocks_sum) == ("running", 300, 900)
+    assert (row_b.total.memcpy["d2h"].calls, row_b.total.memcpy["d2h"].bytes) == (7, 7 * 1024)
+    assert row_b.total.memcpy["h2d"].calls == 0 and row_b.total.alloc_calls == 2
+    assert [(k.name, k.launches) for k in row_b.kernels] == [("fused_step(float*, float*, int)", 300)]
     assert row_b.start_time is not None and first.start_time is not None and row_b.start_time > first.start_time
 
 

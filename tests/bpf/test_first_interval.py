@@ -75,15 +75,18 @@ def test_code_ranges_are_in_place_before_an_objects_probes(workloads, testbed, t
             prefix = wl.pid.to_bytes(4, "big")
             ranges = []
             for k in src.table("code"):
-                if bytes(k.data[:4]) == prefix:
-                    base = int.from_bytes(bytes(k.data[4:12]), "big")
-                    ranges.append((base, base + (1 << (96 - int(k.prefixlen)))))
+                if bytes(k.data[:4]) == prefix:        # tgid, generation, address (big-endian)
+                    base = int.from_bytes(bytes(k.data[8:16]), "big")
+                    ranges.append((base, base + (1 << (128 - int(k.prefixlen)))))
             assert mine and all(any(lo < m.end and m.start < hi for lo, hi in ranges) for m in mine), name
             checked.append(str(name))
             return real_attach(path, wanted, name=name, owner=owner)
 
         src.uprobes.attach = attach  # type: ignore[method-assign]
         src.scan([wl.pid])
+        deadline = time.monotonic() + 30        # an object whose read outlasts the scan's wait: the next polls
+        while len(checked) < 2 and time.monotonic() < deadline:
+            src.poll(0.05)
         assert sorted(checked) == sorted([str(shim), str(cuda)])
         go.touch()
         assert wl.wait(timeout=30) == 0
