@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from gputop.sources import bpf, bpfsys, catalogue, discovery, kheaders
+from gputop.sources.cudalibs import library_line
 from gputop.sources.startup import read_object
 from gputop.sources.uprobes import UprobeAttacher
 from gputop.textsafe import sanitize
@@ -151,23 +152,42 @@ def _nvml() -> Check:
                  needed_for_bpf=False)
 
 
-def _cuda_objects() -> list[Check]:
+def _cuda_objects(dirs: tuple[str, ...] = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64",
+                                           "/usr/lib/aarch64-linux-gnu")) -> list[Check]:
     found = {}
+    libraries: dict[tuple[int, int], str] = {}
     for ref in discovery.scan():
         fd = ref.open()
         if fd is None:
             continue
         try:
             syms = read_object(fd, ref.open_path)
+            if syms and catalogue.probes_for(syms.functions):
+                found[ref.key] = ref.path
+                line = library_line(fd, ref.path, syms.functions)
+                if line is not None:
+                    libraries[ref.key] = line
         finally:
             os.close(fd)
-        if syms and catalogue.probes_for(syms.functions):
-            found[ref.key] = ref.path
     files = []
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64", "/usr/lib/aarch64-linux-gnu"):
+    for d in dirs:
         p = Path(d)
         if p.is_dir():
             files += [str(f) for f in sorted(p.glob("libcuda*.so*")) if f.is_file() and not f.is_symlink()]
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            syms = read_object(fd, f) if key not in libraries else None
+            line = library_line(fd, f, syms.functions) if syms else None
+            if line is not None:
+                libraries[key] = line
+        finally:
+            os.close(fd)
     procs = discovery.pids_mapping(set(found))
     detail = (f"{len(found)} CUDA object(s) mapped by {len(procs)} process(es); "
               f"libcudart/libcuda files on the host: {', '.join(files) or 'none in the usual places'}")
@@ -176,6 +196,8 @@ def _cuda_objects() -> list[Check]:
     level = "OK" if found or files else "WARN"
     fix = "" if found else "start a CUDA program; gputop attaches to it within one refresh"
     return [Check("CUDA objects", level, detail, fix, needed_for_bpf=False)] + [
+        Check("  library", "OK", line, needed_for_bpf=False) for line in sorted(libraries.values())[:20]
+    ] + [
         Check(f"  pid {pid}", "OK", ", ".join(paths), needed_for_bpf=False) for pid, paths in sorted(procs.items())[:20]
     ]
 

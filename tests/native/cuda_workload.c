@@ -25,6 +25,8 @@
 //   prefetch_batch:N:C:BYTES  cudaMemPrefetchBatchAsync of C ranges, range i of BYTES*(i+1) bytes; the
 //                             first C/2 ranges go to device 0, the rest to the host (two locations)
 //   memcpy_batch:N:C:BYTES    cudaMemcpyBatchAsync of C copies, copy i of BYTES*(i+1) bytes
+//   memcpy_attr:N:BYTES       cudaMemcpyWithAttributesAsync(host_buf, host_buf + 8, BYTES, attr, 0) (CUDA 13.2+)
+//   cu_prefetch:N:BYTES:DEV   cuMemPrefetchAsync(host_buf, BYTES, DEV, 0) (-1: the host)
 //   malloc_async:N:BYTES  malloc_pool:N:BYTES  free_async:N      cudaMallocAsync, cudaMallocFromPoolAsync,
 //                             cudaFreeAsync (the free of the last allocation; host_buf when none)
 //   malloc_pitch:N:W:H  malloc_3d:N:W:H:D   cudaMallocPitch, cudaMalloc3D
@@ -198,6 +200,8 @@ static struct {
     prefetch_loc_t prefetch_v2;
     prefetch_batch_t prefetch_batch;
     memcpy_batch_t memcpy_batch;
+    int (*memcpy_attr)(void *, const void *, size_t, void *, void *);
+    prefetch_dev_t cu_prefetch;
     int (*malloc_async)(void **, size_t, void *), (*malloc_pool)(void **, size_t, void *, void *);
     int (*free_async)(void *, void *), (*malloc_pitch)(void **, size_t *, size_t, size_t);
     int (*malloc_3d)(pitched_ptr *, extent3), (*device_reset)(void);
@@ -311,6 +315,7 @@ static void bind_cudart(const char *path) {
     SYM(h, prefetch_v2, "cudaMemPrefetchAsync_v2");
     SYM(h, prefetch_batch, "cudaMemPrefetchBatchAsync");
     SYM(h, memcpy_batch, "cudaMemcpyBatchAsync");
+    SYM(h, memcpy_attr, "cudaMemcpyWithAttributesAsync");
     api.plain_takes_location = !api.prefetch_v2 && api.prefetch_batch;
     SYM(h, malloc_async, "cudaMallocAsync");
     SYM(h, malloc_pool, "cudaMallocFromPoolAsync");
@@ -390,6 +395,7 @@ static void bind_cuda(const char *path) {
     CSYM(h, cu_g_kernel, "cuGraphAddKernelNode_v2");
     CSYM(h, cu_g_node, "cuGraphAddNode");
     CSYM(h, cu_g_launch, "cuGraphLaunch");
+    CSYM(h, cu_prefetch, "cuMemPrefetchAsync");
 }
 
 #ifdef LINKED_CUDA
@@ -1025,6 +1031,13 @@ static void run_op(const char *op) {
         } else if (!strcmp(name, "cu_dtod32")) {
             NEED(cu_dtod32);
             api.cu_dtod32(0x1000, 0x2000, (unsigned)strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "memcpy_attr")) {
+            NEED(memcpy_attr);
+            unsigned char attr[64] = {0};       // cudaMemcpyAttributes: no hints, stream order
+            api.memcpy_attr(host_buf, host_buf + 8, strtoull(a, NULL, 10), attr, NULL);
+        } else if (!strcmp(name, "cu_prefetch")) {
+            NEED(cu_prefetch);
+            api.cu_prefetch(host_buf, strtoull(a, NULL, 10), atoi(b), NULL);
         } else if (!strcmp(name, "graph_launch")) {
             NEED(graph_launch);
             api.graph_launch((void *)0x1234, NULL);
