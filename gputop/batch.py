@@ -36,7 +36,7 @@ def _cell(col: columns.Column, p: ProcSample) -> str:
 
 def _line(shown: Sequence[columns.Column], cells: Sequence[str], widths: Sequence[int]) -> str:
     out = []
-    for col, cell, width in zip(shown, cells, widths, strict=True):
+    for col, cell, width in zip(shown, cells, widths):
         if col is shown[-1]:
             out.append(cell)                    # the command: last, whole, not padded
         elif col.align == "left":

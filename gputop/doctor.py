@@ -12,7 +12,7 @@ from typing import NoReturn, TextIO
 from gputop.sources import bpf, bpfsys, catalogue, discovery, kheaders
 from gputop.sources.cudalibs import library_line
 from gputop.sources.startup import read_object
-from gputop.sources.uprobes import UprobeAttacher
+from gputop.sources.uprobes import UprobeAttacher, bcc_loads_for_links
 from gputop.textsafe import sanitize
 
 
@@ -86,13 +86,30 @@ def _tracefs() -> list[Check]:
     return out
 
 
-def _bcc() -> Check:
+def _bcc() -> list[Check]:
+    """The bcc in use, then each of its optional features gputop uses or falls back from (asked of
+    this bcc, never decided by its version)."""
     try:
         mod = bpf.load_bcc()
     except bpf.BpfUnavailable as e:
-        return Check("bcc", "FAIL", e.reason, e.hint)
+        return [Check("bcc", "FAIL", e.reason, e.hint)]
     version = getattr(mod, "__version__", "unknown version")
-    return Check("bcc", "OK", f"bcc {version} from {Path(mod.__file__ or '?').parent}")
+    features = (
+        ("batch map operations", bpf.batch_ops(mod.lib), "bpf_lookup_batch, bpf_delete_batch (bcc 0.20+)",
+         "exited processes' map entries are deleted key by key: the same entries, more system calls",
+         "none needed; with bcc 0.20+ they are deleted in batches"),
+        ("load_func attach_type", bcc_loads_for_links(mod.BPF, mod.lib), "programs loaded for uprobe_multi links "
+         "(bcc 0.21+)", "uprobes attach as a perf event each (see uprobe attach): the same counts",
+         "none needed; with bcc 0.21+ on Linux 6.6+ probes detach together at exit"),
+    )
+    used = [name for name, has, *_ in features if has]
+    missing = [name for name, has, *_ in features if not has]
+    head = Check("bcc", "OK", f"bcc {version} from {Path(mod.__file__ or '?').parent}; uses "
+                 f"{', '.join(used) or 'none of its optional features'}"
+                 + (f"; falls back from {', '.join(missing)}" if missing else ""))
+    return [head] + [Check(f"  {name}", "OK", f"used: {what}") if has else
+                     Check(f"  {name}", "WARN", f"not in this bcc, falls back: {fallback}", fix, needed_for_bpf=False)
+                     for name, has, what, fallback, fix in features]
 
 
 def _headers() -> Check:

@@ -95,7 +95,7 @@ def cumulative(hist: Mapping[str, int] | None, finite: int, step: int = 1) -> li
         counts[min(k, LOG2_BUCKETS - 1)] += int(n)
     out: list[tuple[str, float]] = []
     ends = bucket_ends(finite, step)
-    for k, le in zip(ends, le_bounds(finite, step)[:-1], strict=True):
+    for k, le in zip(ends, le_bounds(finite, step)[:-1]):
         out.append((le, float(sum(counts[:k + 1]))))
     out.append(("+Inf", float(sum(counts))))
     return out

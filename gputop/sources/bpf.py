@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache, wraps
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
@@ -108,6 +108,13 @@ def _batch_buffers(key_size: int, value_size: int) -> tuple[ctypes.Array[ctypes.
     """Key and value buffers for batch walks, made once per size (forgetting walks a dozen tables
     several times a refresh; a new zeroed buffer each time cost more than the walk)."""
     return (ctypes.c_char * (key_size * _BATCH))(), (ctypes.c_char * (value_size * _BATCH))()
+
+
+def batch_ops(lib: Any) -> bool:
+    """Whether this libbcc exports the batch map operations (``bpf_lookup_batch``, ``bpf_delete_batch``:
+    bcc 0.20+; the 0.18 of Debian 11 and Ubuntu 22.04 has neither). Without them the tables are walked
+    key by key: the same entries deleted, slower for a process that left many."""
+    return all(hasattr(lib, name) for name in ("bpf_lookup_batch", "bpf_delete_batch"))
 
 
 def load_bcc() -> ModuleType:
@@ -233,7 +240,9 @@ class _FileEvent(ctypes.Structure):
                 ("complete", ctypes.c_uint32), ("names", (ctypes.c_char * PATH_NAME) * PATH_DEPTH))
 
 
-_P = ParamSpec("_P")
+if TYPE_CHECKING:                       # typing.ParamSpec is Python 3.10+; the annotations are never evaluated
+    from typing import Concatenate, ParamSpec
+    _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
@@ -872,8 +881,10 @@ class BpfSource:
     @staticmethod
     def _delete_by_pid_batched(table: Any, pids: set[int]) -> bool:
         """The same walk through BPF_MAP_LOOKUP_BATCH and BPF_MAP_DELETE_BATCH; False when the
-        kernel or map cannot (then nothing was deleted)."""
+        kernel, map or libbcc (``batch_ops``) cannot (then nothing was deleted)."""
         lib = load_bcc().lib
+        if not batch_ops(lib):
+            return False
         size, at = ctypes.sizeof(table.Key), table.Key.tgid.offset
         chunk = _BATCH
         keys, values = _batch_buffers(size, ctypes.sizeof(table.Leaf))

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .bpfcache import func_load_takes_attach_type
 from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from .catalogue import LAUNCH, Probe
 from .trapcost import CalibrationError, empty_prog
@@ -63,12 +64,16 @@ def links_supported() -> bool:
         os.close(prog)
 
 
-def _bcc_loads_for_links(bpf: Any) -> bool:
-    """Whether this bcc can load a program for links (``load_func``'s ``attach_type``, bcc 0.21+)."""
+def bcc_loads_for_links(bpf: Any, lib: Any) -> bool:
+    """Whether this bcc can load a program for links: ``BPF.load_func`` takes an ``attach_type`` and
+    libbcc's ``bcc_func_load`` (what the compile cache calls) passes it on (bcc 0.21+; Debian 11's and
+    Ubuntu 22.04's 0.18 do not: perf events then, whatever the kernel). ``bpf``: a ``bcc.BPF`` or the
+    class itself."""
     try:
-        return "attach_type" in inspect.signature(bpf.load_func).parameters
+        takes = "attach_type" in inspect.signature(bpf.load_func).parameters
     except (TypeError, ValueError):
         return False
+    return takes and func_load_takes_attach_type(lib)
 
 
 class UprobeAttacher:
@@ -82,7 +87,7 @@ class UprobeAttacher:
         self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
         self._lib = lib
         self._closing: list[threading.Thread] = []
-        self._multi = links and _bcc_loads_for_links(bpf) and links_supported()
+        self._multi = links and bcc_loads_for_links(bpf, lib) and links_supported()
         self._links: list[int] = []
         #: each object's links or perf events (by the ``name`` it was attached under) and probes
         self._owned: dict[object, tuple[list[int], list[bytes], int]] = {}

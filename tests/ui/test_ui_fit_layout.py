@@ -190,7 +190,7 @@ def test_sort_menu_rows_fit_or_end_in_an_ellipsis(size: tuple[int, int]) -> None
         # the key column is as wide as the longest key: every description starts at one column
         key_w = max(len(c.key) for c in shown) + 2
         starts = set()
-        for row, col in zip(rows, shown, strict=False):
+        for row, col in zip(rows, shown):
             at = row.index(f" {col.key} ") + 1
             assert row[at + len(col.key): at + key_w] == " " * (key_w - len(col.key)), row
             starts.add(at + key_w)

@@ -218,7 +218,7 @@ def test_the_sort_column_cannot_be_hidden() -> None:
 
 def test_gpu_sparkline_ends_at_the_snapshot_shown() -> None:
     history = History(replay=True)
-    snaps = [s for s, _ in zip(read_recording(SCENARIO), range(10), strict=False)]
+    snaps = [s for s, _ in zip(read_recording(SCENARIO), range(10))]
     for s in snaps:
         history.add(s)
     assert len(history.gpu_util(0)) == 10

@@ -291,7 +291,7 @@ class ProcTable(ScrollView, can_focus=True):
             prefix = self._prefixes.get(p.key) if self._prefixes else None
             if prefix:
                 cells = tuple(prefix + c if col.key == "command" else c
-                              for (col, _), c in zip(cols, cells, strict=True))
+                              for (col, _), c in zip(cols, cells))
             self._cells[index] = cells
         return (cells, p.key in self._tags, p.state == "exited", index == self._cursor)
 
@@ -492,7 +492,7 @@ class ProcTable(ScrollView, can_focus=True):
         flag = base + self._style("proc-table--flag")
         parts: list[tuple[str, Style]] = [("● " if tagged else "  ", base)]
         gap = cols.fixed if cols.hidden_left else -1
-        for i, ((col, w), cell) in enumerate(zip(cols, cells, strict=True)):
+        for i, ((col, w), cell) in enumerate(zip(cols, cells)):
             text = _cell_text(cell, w, col.align, col.cut)
             style = na if cell == fmt.NA else (flag if col.key == "launch_bound" and cell else base)
             if i == gap:
