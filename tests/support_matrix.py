@@ -37,7 +37,8 @@ DRIVER_ABSENT: dict[str, frozenset[str]] = {
     "555": frozenset(_D_NEW),
 }
 
-_R12_OLD = ("cudaMemcpyBatchAsync", "cudaMemcpyWithAttributesAsync", "cudaMemPrefetchBatchAsync", "cudaLibraryGetKernel")
+_R12_OLD = ("cudaMemcpyBatchAsync", "cudaMemcpyWithAttributesAsync", "cudaMemPrefetchBatchAsync",
+            "cudaLibraryGetKernel")
 _R12_0 = ("cudaStreamBeginCaptureToGraph", "cudaGraphAddNode", "cudaMemPrefetchAsync_v2", *_R12_OLD)
 #: runtime minor -> the counted families its libcudart does not define
 RUNTIME_ABSENT: dict[str, frozenset[str]] = {
