@@ -361,7 +361,17 @@ static void *cuda_sym(void *h, const char *name) {
     }
     void *fn = NULL;
     int status = 0;
-    return gpa(name, &fn, 12000, 0, &status) == 0 ? fn : NULL;
+    if (gpa(name, &fn, 12000, 0, &status) == 0 && fn)
+        return fn;
+    // the real driver knows each function by its base name and picks the version (cuMemcpyHtoD -> _v2)
+    char base[128];
+    size_t len = strlen(name);
+    if (len < 4 || len >= sizeof(base) || strcmp(name + len - 3, "_v2"))
+        return NULL;
+    memcpy(base, name, len - 3);
+    base[len - 3] = 0;
+    fn = NULL;
+    return gpa(base, &fn, 12000, 0, &status) == 0 ? fn : NULL;
 }
 
 #define CSYM(h, field, name) (api.field = (__typeof__(api.field))cuda_sym(h, name))
