@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import os
 import signal
 import sys
 import threading
@@ -216,13 +218,18 @@ def _batch(args: argparse.Namespace) -> int:
         if sampler.bpf_error is not None:       # one line: why, and how to turn it on
             sys.stderr.write(sanitize(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint)) + "\n")
         try:
+            # a first sample, not printed: every printed refresh covers one interval after another
+            # sample, so the values that need two (CPU%, the cost, NVML's SM%) are real from the first
+            # line on; -n 1 prints one refresh an interval after the start, as the dashboard's first
+            sampler.collect()
             i = 0
             while (args.iterations is None or i < args.iterations) and not stopping.is_set():
                 sampler.wait(sampler.config.interval_s)
                 if stopping.is_set():
                     break
                 snap = sampler.collect()
-                batch.emit([snap], form, sort=sort)
+                # the header says the interval asked for; the snapshot's interval_s is what was measured
+                batch.emit([snap], form, sort=sort, interval_s=sampler.config.interval_s)
                 if recorder:
                     recorder.write(snap)
                 i += 1
@@ -237,6 +244,7 @@ def _batch(args: argparse.Namespace) -> int:
 def _dashboard(args: argparse.Namespace) -> int:
     from gputop.feed import Filters
     from gputop.record import ReplayFeed
+    from gputop.sampler import Sampler
     from gputop.sources.bpfsys import ENABLE_HINT, privileges_error, tracing_blockers
     from gputop.ui.app import DashboardOptions, run_dashboard
 
@@ -252,11 +260,33 @@ def _dashboard(args: argparse.Namespace) -> int:
                             banner=f"tracing is off (missing {', '.join(tracing_blockers())}): NVML and host data "
                             "only. To trace: sudo gputop, or grant what gputop doctor lists" if refusal else None)
     feed = ReplayFeed(args.replay) if args.replay else _sampler(args)
+    live = feed if isinstance(feed, Sampler) else None
+    if live is not None:
+        live.close_elsewhere = True     # the probes detach once the terminal is back (below)
     _stop_on_signals()      # as SIGINT: the app closes, the terminal is restored, the probes detach
     try:
-        return run_dashboard(feed, opts)  # type: ignore[arg-type]
+        code = run_dashboard(feed, opts)  # type: ignore[arg-type]
     except ValueError as e:
+        if live is not None:
+            live.close()
         raise GputopError(str(e), "see 'gputop --help'", EX_USAGE) from None
+    except BaseException:
+        if live is not None:
+            live.close()
+        raise
+    if live is not None:
+        if live.detach_in_child():      # a child detaches the probes: this process exits at once
+            _exit_now(code)
+        live.close()
+    return code
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit without the interpreter's shutdown and exit hooks (the BPF source's is the child's job)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _validate(args: argparse.Namespace) -> None:

@@ -109,7 +109,7 @@ def _batch(args: argparse.Namespace, feed: object, filters: object) -> int:
             said = down_clause(prom.reason) if prom is not None else None
             if said is not None:
                 down = said
-            batch.emit([snap], args.format or "table", sort=args.sort or DEFAULT_SORT)
+            batch.emit([snap], args.format or "table", sort=args.sort or DEFAULT_SORT, interval_s=feed.interval_s)
             if recorder:
                 recorder.write(snap)
             i += 1
