@@ -37,6 +37,11 @@ DRIVER_ABSENT: dict[str, frozenset[str]] = {
     "555": frozenset(_D_NEW),
 }
 
+#: driver branch -> the families its libcuda.so.1 defines that gputop does not count (the same on every branch)
+DRIVER_UNCOUNTED: dict[str, frozenset[str]] = {
+    b: frozenset({"cuMemcpyHtoA_v2", "cuLaunch", "cuLaunchCooperativeKernelMultiDevice"}) for b in BRANCHES
+}
+
 _R12_OLD = ("cudaMemcpyBatchAsync", "cudaMemcpyWithAttributesAsync", "cudaMemPrefetchBatchAsync",
             "cudaLibraryGetKernel")
 _R12_0 = ("cudaStreamBeginCaptureToGraph", "cudaGraphAddNode", "cudaMemPrefetchAsync_v2", *_R12_OLD)
@@ -53,6 +58,7 @@ RUNTIME_ABSENT: dict[str, frozenset[str]] = {
 #: runtime minor -> the families it defines that gputop does not count
 RUNTIME_UNCOUNTED: dict[str, frozenset[str]] = {
     m: frozenset({"cudaMemcpy2DToArray",
+                  *(("cudaLaunchCooperativeKernelMultiDevice",) if m < "13" else ()),
                   *(("cudaMemcpy3DBatchAsync",) if m >= "12.8" else ()),
                   *(("cudaMemcpy3DWithAttributesAsync",) if m >= "13.2" else ())})
     for m in RUNTIMES

@@ -293,6 +293,8 @@ FEATURES: tuple[Feature, ...] = (
             ("cudaMemcpy3DWithAttributesAsync",), counted=False),
     Feature("runtime", "copies to or from CUDA arrays (cudaMemcpy*Array*)",
             ("cudaMemcpy2DToArray", "cudaMemcpyToArray"), counted=False),
+    Feature("runtime", "multi-device cooperative launches (cudaLaunchCooperativeKernelMultiDevice)",
+            ("cudaLaunchCooperativeKernelMultiDevice",), counted=False),
     Feature("driver", "launches", ("cuLaunchKernel",)),
     Feature("driver", "launches with attributes (cuLaunchKernelEx)", ("cuLaunchKernelEx",)),
     Feature("driver", "per-thread default stream (_ptsz)", ("cuLaunchKernel_ptsz",)),
@@ -314,6 +316,12 @@ FEATURES: tuple[Feature, ...] = (
     Feature("driver", "library kernels (cuLibraryGetKernel)", ("cuLibraryGetKernel",)),
     Feature("driver", "3D batch copies (cuMemcpy3DBatchAsync)", ("cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2"),
             counted=False),
+    Feature("driver", "copies to or from CUDA arrays (cuMemcpy*A*)", ("cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2"),
+            counted=False),
+    Feature("driver", "legacy launches (cuLaunch, cuLaunchGrid: the block shape set apart)",
+            ("cuLaunch", "cuLaunchGrid"), counted=False),
+    Feature("driver", "multi-device cooperative launches (cuLaunchCooperativeKernelMultiDevice)",
+            ("cuLaunchCooperativeKernelMultiDevice",), counted=False),
 )
 
 
