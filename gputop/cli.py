@@ -156,8 +156,20 @@ def _notice(message: str) -> None:
 
 
 def tracing_off(reason: str, hint: str) -> str:
-    """The one-line banner of a live view without the BPF source."""
-    return f"gputop: tracing is off ({reason}): NVML and host data only. To trace: {hint}"
+    """The one line that says a live view runs without the BPF source, why and how to turn it on: on
+    stderr in batch mode (``gputop -b``, ``gputop demo -b``, after ``gputop: ``), the dashboard's
+    banner (``gputop``, ``gputop demo``). The one wording of each: ``no_privileges`` and BpfUnavailable's."""
+    return f"tracing is off ({reason}): NVML and host data only. To trace: {hint}"
+
+
+def no_privileges() -> tuple[str, str] | None:
+    """(why, hint) when this process lacks the privileges to trace, else None: the words of the BPF
+    source's own refusal (``bpfsys.privileges_error``, ``bpfsys.ENABLE_HINT``), which ``gputop --bpf``,
+    ``gputop -b``, the dashboard, ``gputop demo``, ``gputop doctor`` and its ``--selftest`` all say."""
+    from gputop.sources.bpfsys import ENABLE_HINT, privileges_error
+
+    refusal = privileges_error()
+    return None if refusal is None else (refusal, ENABLE_HINT)
 
 
 def _stop_on_signals(request_stop: Callable[[], None] | None = None) -> None:
@@ -216,7 +228,7 @@ def _batch(args: argparse.Namespace) -> int:
             sampler.close()
             raise sampler.bpf_error
         if sampler.bpf_error is not None:       # one line: why, and how to turn it on
-            sys.stderr.write(sanitize(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint)) + "\n")
+            _notice(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint))
         try:
             # a first sample, not printed: every printed refresh covers one interval after another
             # sample, so the values that need two (CPU%, the cost, NVML's SM%) are real from the first
@@ -245,20 +257,18 @@ def _dashboard(args: argparse.Namespace) -> int:
     from gputop.feed import Filters
     from gputop.record import ReplayFeed
     from gputop.sampler import Sampler
-    from gputop.sources.bpfsys import ENABLE_HINT, privileges_error, tracing_blockers
     from gputop.ui.app import DashboardOptions, run_dashboard
 
     if not sys.stdout.isatty() or not sys.stdin.isatty():
         raise GputopError("the dashboard needs a terminal", "use batch mode: gputop -b -n 5 [-f json]", EX_USAGE)
-    refusal = None if args.replay or args.no_bpf else privileges_error()
+    refusal = None if args.replay or args.no_bpf else no_privileges()
     if args.bpf and refusal is not None:
-        raise GputopError(refusal, ENABLE_HINT, EX_NOPERM)
+        raise GputopError(*refusal, EX_NOPERM)
     # None: the interval, sort and theme saved in config.toml apply
     opts = DashboardOptions(interval_s=args.delay, sort=args.sort, filters=Filters(args.pid, args.user),
                             theme=args.theme, readonly=args.readonly, baseline=args.baseline,
                             baseline_pid=args.baseline_pid, record=args.record,
-                            banner=f"tracing is off (missing {', '.join(tracing_blockers())}): NVML and host data "
-                            "only. To trace: sudo gputop, or grant what gputop doctor lists" if refusal else None)
+                            banner=tracing_off(*refusal) if refusal else None)
     feed = ReplayFeed(args.replay) if args.replay else _sampler(args)
     live = feed if isinstance(feed, Sampler) else None
     if live is not None:

@@ -28,14 +28,17 @@ class Check:
 
 def _privileges() -> list[Check]:
     """One line for the whole, then one per missing capability of the least set that traces fully."""
+    from gputop.cli import no_privileges
+
     missing = bpfsys.missing_caps()
     blockers = bpfsys.tracing_blockers()
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
     if not missing:
         return [Check("privileges", "OK", f"{who}, with every capability tracing needs: "
                       f"{', '.join(bpfsys.TRACING_CAPS)}")]
-    if blockers:
-        head = Check("privileges", "FAIL", f"{who}: tracing is off, missing {', '.join(blockers)}", bpfsys.ENABLE_HINT)
+    refusal = no_privileges() if blockers else None
+    if refusal is not None:     # the words of gputop --bpf, gputop -b's line, the banner, demo, --selftest
+        head = Check("privileges", "FAIL", f"{who}: tracing is off ({refusal[0]})", refusal[1])
     else:
         head = Check("privileges", "WARN", f"{who}: tracing works, but some processes may go untraced",
                      bpfsys.ENABLE_HINT, needed_for_bpf=False)

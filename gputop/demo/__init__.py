@@ -162,10 +162,13 @@ def main(argv: list[str]) -> int:
             return _batch(sampler, args.iterations, p)
         if not sys.stdout.isatty():
             return fail("the demo's compare screen needs a terminal", "use: gputop demo -b -n 5", EX_USAGE)
+        from gputop.cli import no_privileges, tracing_off
         from gputop.ui.app import DashboardOptions, run_dashboard
 
+        refusal = no_privileges()       # the words of gputop's own banner
+        banner = p.banner if refusal is None else f"{p.banner}\n{tracing_off(*refusal)}"
         return run_dashboard(sampler, DashboardOptions(interval_s=args.delay, theme=args.theme,
-                                                       compare_pids=pids, banner=p.banner))
+                                                       compare_pids=pids, banner=banner))
     finally:
         for proc in procs:
             proc.kill()
@@ -174,9 +177,12 @@ def main(argv: list[str]) -> int:
 
 def _batch(sampler: Sampler, n: int, p: Plan) -> int:
     from gputop import batch
+    from gputop.cli import _notice, tracing_off
 
     print(p.banner, flush=True)
     sampler.open_bpf()
+    if sampler.bpf_error is not None:       # the line gputop -b says: why, and how to turn it on
+        _notice(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint))
     try:
         for _ in range(n):
             sampler.wait(sampler.config.interval_s)
