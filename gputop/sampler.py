@@ -462,7 +462,7 @@ class Sampler:
             extra = {
                 "grid_blocks_hist": _hist(raw.grid_hist),
                 "block_threads_hist": _hist(raw.block_hist),
-                "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist, strict=False)},
+                "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist)},
             }
         elif idle is not None:
             interval = total = _zero_counts(uvm_cpu, idle.complete)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Sequence
+from typing import Optional
 
 from textual import on
 from textual.app import ComposeResult
@@ -29,7 +30,7 @@ SIGNALS: tuple[tuple[int, str], ...] = (
 )
 
 
-class SignalScreen(ModalScreen[int | None]):
+class SignalScreen(ModalScreen[Optional[int]]):
     """Returns the chosen signal number, or None when cancelled."""
 
     BINDINGS = bindings.of(bindings.SIGNAL)
