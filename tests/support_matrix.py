@@ -114,3 +114,46 @@ def driver_branch(branch: str) -> DriverBranch:
 
 def cuda_runtime(minor: str) -> CudaRuntime:
     return CudaRuntime(minor, TESTBED / "runtimes" / minor)
+
+
+# ------------------------------------------------------------------ docs/support.md's tables
+
+#: families whose counts tests/bpf/test_support_table.py asserts exactly on every library that has them
+DRIVER_EXERCISED = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch", "cuMemcpyHtoD_v2", "cuMemAlloc_v2",
+                              "cuMemAllocAsync", "cuMemCreate", "cuMemPrefetchAsync", "cuCtxSynchronize"})
+RUNTIME_EXERCISED = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernel_ptsz", "cudaGraphLaunch",
+                               "cudaMemcpy", "cudaMemcpyBatchAsync", "cudaMemcpyWithAttributesAsync", "cudaMalloc",
+                               "cudaMemPrefetchAsync", "cudaMemPrefetchAsync_v2", "cudaMemPrefetchBatchAsync",
+                               "cudaStreamSynchronize", "__cudaRegisterFunction"})
+#: exact: counted exactly by a named test; probed: defined and probed, its counts proven on other libraries
+#: (tests/bpf/test_counts.py, test_graph_kernels.py...); absent: not defined, not probed; not counted: defined,
+#: known, not counted by gputop
+CELL = {"exact": "✓", "probed": "p", "absent": "—", "uncounted": "✗"}
+
+
+def cell(feature_symbol: str, counted: bool, absent: frozenset[str], uncounted: frozenset[str],
+         exercised: frozenset[str]) -> str:
+    if not counted:
+        return CELL["uncounted"] if feature_symbol in uncounted else CELL["absent"]
+    if feature_symbol in absent:
+        return CELL["absent"]
+    return CELL["exact"] if feature_symbol in exercised else CELL["probed"]
+
+
+def render_table(layer: str) -> str:
+    """The matrix of ``layer`` ("driver" or "runtime") as docs/support.md shows it: a row per family of
+    catalogue.FEATURES, a column per branch or runtime."""
+    from gputop.sources import catalogue
+
+    if layer == "driver":
+        cols: tuple[str, ...] = BRANCHES
+        absent, uncounted, exercised = DRIVER_ABSENT, DRIVER_UNCOUNTED, DRIVER_EXERCISED
+    else:
+        cols, absent, uncounted, exercised = RUNTIMES, RUNTIME_ABSENT, RUNTIME_UNCOUNTED, RUNTIME_EXERCISED
+    lines = ["| family | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for f in catalogue.FEATURES:
+        if f.layer != layer:
+            continue
+        lines.append(f"| {f.name} | " + " | ".join(
+            cell(f.symbols[0], f.counted, absent[c], uncounted[c], exercised) for c in cols) + " |")
+    return "\n".join(lines) + "\n"

@@ -98,3 +98,11 @@ def test_a_driver_without_the_version_in_its_text_is_named_by_its_file(tmp_path)
 def test_objects_that_are_no_runtime_or_driver_have_no_coverage() -> None:
     assert catalogue.coverage({"cuLaunchKernel": 1, "cuMemcpyHtoD_v2": 2}) is None     # a layer (no cudbg*)
     assert catalogue.coverage({"cudaLaunchKernel": 1}) is None                        # a wrapper
+
+
+@pytest.mark.parametrize("layer", ["driver", "runtime"])
+def test_support_doc_shows_the_matrix_the_tests_pin(layer: str) -> None:
+    """docs/support.md's tables are the ones tests/support_matrix.py renders from the catalogue and the
+    pinned matrix: a family added to the catalogue, or a library whose offer changed, changes the doc."""
+    doc = (sm.ROOT / "docs" / "support.md").read_text()
+    assert sm.render_table(layer) in doc
