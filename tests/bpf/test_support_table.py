@@ -29,6 +29,7 @@ H2D, D2H, D2D, H2H, UNK = range(5)
 FUSED = "fused_step(float*, float*, int)"
 UNFUSED = "unfused_step(float const*, float*, int)"
 REGISTERED = "matrix_kernel(float*)"
+SAXPY = "gputop::test::saxpy_kernel(float, float const*, float*)"
 
 
 def _precondition() -> str | None:
@@ -170,6 +171,26 @@ def test_runtime_calling_each_branch_counts_once(source, branch: DriverBranch, w
     assert (raw.memcpy_calls[H2D], raw.memcpy_bytes[H2D]) == (7, 502)
     assert (raw.memcpy_calls[D2H], raw.memcpy_bytes[D2H]) == (6, 60)
     assert raw.counters["sync_calls"] == 3
+
+
+def test_graph_kernels_with_each_branch_under_the_runtime(source, branch: DriverBranch, workloads: Workloads,
+                                                          tmp_path: Path) -> None:
+    """Kernels inside graphs, with the shim runtime entering the branch's real cuStreamEndCapture,
+    cuGraphInstantiateWithFlags, cuGraphLaunch (and, where the branch has it, cuGraphAddKernelNode_v2)
+    first, as the real runtime does: 30 + 12 launches captured, instantiated, launched 25 times → 1,050
+    kernels, each graph launch counted once; 5 kernel nodes launched 4 times more where the branch can."""
+    ops = ["g_capture:30:0", "g_capture_to:12:1", "g_inst:1:0", "g_launch:25"]
+    nodes = branch.has("cuGraphAddKernelNode_v2")
+    if nodes:
+        ops += ["g_create:1", "g_kernel:5:2", "g_inst:1:1", "g_launch:4"]
+    raw = run(source, [workloads.dlopen, "--cudart", workloads.shim_runtime, *ops], tmp_path,
+              env={"SHIM_LIBCUDA": str(branch.libcuda)})
+    c = raw.counters
+    assert (c["captured_launches"], c["launches"]) == (42, 0)
+    assert (c["graph_launches"], c["graph_kernel_launches"], c["graph_unknown_launches"]) == \
+        (25 + 4 * nodes, 1050 + 20 * nodes, 0)
+    graph = {k.name: k.graph_launches for k in raw.kernels if k.graph_launches}
+    assert graph == {FUSED: 750, UNFUSED: 300, **({SAXPY: 20} if nodes else {})}
 
 
 def test_nvml_of_each_branch_fails_cleanly_without_a_gpu(branch: DriverBranch) -> None:
