@@ -119,7 +119,8 @@ def cuda_runtime(minor: str) -> CudaRuntime:
 # ------------------------------------------------------------------ docs/support.md's tables
 
 #: families whose counts tests/bpf/test_support_table.py asserts exactly on every library that has them
-DRIVER_EXERCISED = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch", "cuMemcpyHtoD_v2", "cuMemAlloc_v2",
+DRIVER_EXERCISED = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernel_ptsz", "cuMemPrefetchAsync_v2",
+                              "cuGraphLaunch", "cuMemcpyHtoD_v2", "cuMemAlloc_v2",
                               "cuMemAllocAsync", "cuMemCreate", "cuMemPrefetchAsync", "cuCtxSynchronize"})
 RUNTIME_EXERCISED = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernel_ptsz", "cudaGraphLaunch",
                                "cudaMemcpy", "cudaMemcpyBatchAsync", "cudaMemcpyWithAttributesAsync", "cudaMalloc",

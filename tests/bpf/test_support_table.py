@@ -105,7 +105,9 @@ def cudart(request: pytest.FixtureRequest) -> CudaRuntime:
 
 # ------------------------------------------------------------------ driver branches
 
-def driver_ops(b: DriverBranch) -> list[str]:
+def driver_ops(b: DriverBranch, proc: bool = False) -> list[str]:
+    """The driver calls of a branch's run; ``proc``: looked up through cuGetProcAddress_v2, which picks
+    the per-thread and _v2 variants by flags and version itself (so they are called by name only here)."""
     ops = ["cu_launch:300:2,1,1:64,1,1:abc0",
            "cu_htod:3:100", "cu_dtoh:4:10", "cu_dtod:5:1", "cu_memcpy:6:14", "cu_htod32:2:8", "cu_dtoh32:1:4",
            "cu_memcpy2d:2:16:4:1:2",
@@ -114,21 +116,28 @@ def driver_ops(b: DriverBranch) -> list[str]:
            "cu_ctx_sync:6", "cu_g_launch:7"]
     if b.has("cuLaunchKernelEx"):
         ops.append("cu_launch_ex:20:4,1,1:32,4,1:def0")
+    if not proc:
+        ops.append("cu_launch_ptsz:50:3,1,1:16,1,1:abc1")
+        if b.has("cuMemPrefetchAsync_v2"):
+            ops += ["cu_prefetch_v2:2:512:0", "cu_prefetch_v2:1:64:-1"]
     return ops
 
 
-def check_driver(raw: RawProc, b: DriverBranch) -> None:
+def check_driver(raw: RawProc, b: DriverBranch, proc: bool = False) -> None:
     ex = 20 if b.has("cuLaunchKernelEx") else 0
+    ptsz = 0 if proc else 50
+    v2 = not proc and b.has("cuMemPrefetchAsync_v2")
     c = raw.counters
-    assert c["launches"] == 300 + ex
+    assert c["launches"] == 300 + ex + ptsz
     keys = {k.key: (k.launches, k.grid_sum, k.block_sum, k.name) for k in raw.kernels}
     # a driver handle nobody named stays unnamed (None: N/A), never a guess
-    assert keys == {0xABC0: (300, 600, 19200, None), **({0xDEF0: (20, 80, 2560, None)} if ex else {})}
+    assert keys == {0xABC0: (300, 600, 19200, None), **({0xDEF0: (20, 80, 2560, None)} if ex else {}),
+                    **({0xABC1: (50, 150, 800, None)} if ptsz else {})}
     assert raw.memcpy_calls == (3 + 2 + 2, 4 + 1, 5, 0, 6)
     assert raw.memcpy_bytes == (300 + 16 + 128, 40 + 4, 5, 0, 84)
     assert (c["alloc_calls"], c["alloc_bytes"], c["free_calls"]) == (4, 8192 + 512 + 2097152, 1)
     assert c["live_bytes"] == 0                     # every allocation failed: nothing is live
-    assert (raw.prefetch_calls, raw.prefetch_bytes) == ((3, 2), (3 * 4096, 200))
+    assert (raw.prefetch_calls, raw.prefetch_bytes) == ((3 + 2 * v2, 2 + v2), (3 * 4096 + 1024 * v2, 200 + 64 * v2))
     assert c["sync_calls"] == 6
     # graph launches of execs gputop never saw built: counted, their kernels unknown (null), not 0
     assert (c["graph_launches"], c["graph_unknown_launches"]) == (7, 7)
@@ -153,8 +162,8 @@ def test_driver_api_through_cugetprocaddress_on_each_branch(source, branch: Driv
     assert ("cuGetProcAddress_v2" in syms.functions) == (branch.branch != "470")
     if branch.branch == "470":
         pytest.skip("driver 470 has no cuGetProcAddress_v2")
-    raw = run(source, [workloads.dlopen, "--cuda-proc", branch.libcuda, *driver_ops(branch)], tmp_path)
-    check_driver(raw, branch)
+    raw = run(source, [workloads.dlopen, "--cuda-proc", branch.libcuda, *driver_ops(branch, proc=True)], tmp_path)
+    check_driver(raw, branch, proc=True)
 
 
 def test_runtime_calling_each_branch_counts_once(source, branch: DriverBranch, workloads: Workloads,

@@ -27,6 +27,8 @@
 //   memcpy_batch:N:C:BYTES    cudaMemcpyBatchAsync of C copies, copy i of BYTES*(i+1) bytes
 //   memcpy_attr:N:BYTES       cudaMemcpyWithAttributesAsync(host_buf, host_buf + 8, BYTES, attr, 0) (CUDA 13.2+)
 //   cu_prefetch:N:BYTES:DEV   cuMemPrefetchAsync(host_buf, BYTES, DEV, 0) (-1: the host)
+//   cu_prefetch_v2:N:BYTES:DEV  cuMemPrefetchAsync_v2 with a CUmemLocation (12.2+ drivers)
+//   cu_launch_ptsz:N:gx,gy,gz:bx,by,bz:H   cuLaunchKernel_ptsz (the per-thread default stream)
 //   malloc_async:N:BYTES  malloc_pool:N:BYTES  free_async:N      cudaMallocAsync, cudaMallocFromPoolAsync,
 //                             cudaFreeAsync (the free of the last allocation; host_buf when none)
 //   malloc_pitch:N:W:H  malloc_3d:N:W:H:D   cudaMallocPitch, cudaMalloc3D
@@ -202,6 +204,8 @@ static struct {
     memcpy_batch_t memcpy_batch;
     int (*memcpy_attr)(void *, const void *, size_t, void *, void *);
     prefetch_dev_t cu_prefetch;
+    prefetch_loc_t cu_prefetch_v2;
+    cu_launch_t cu_launch_ptsz;
     int (*malloc_async)(void **, size_t, void *), (*malloc_pool)(void **, size_t, void *, void *);
     int (*free_async)(void *, void *), (*malloc_pitch)(void **, size_t *, size_t, size_t);
     int (*malloc_3d)(pitched_ptr *, extent3), (*device_reset)(void);
@@ -406,6 +410,10 @@ static void bind_cuda(const char *path) {
     CSYM(h, cu_g_node, "cuGraphAddNode");
     CSYM(h, cu_g_launch, "cuGraphLaunch");
     CSYM(h, cu_prefetch, "cuMemPrefetchAsync");
+    if (!cuda_via_proc) {           // the per-thread and _v2 variants are chosen by flags and versions there
+        CSYM(h, cu_prefetch_v2, "cuMemPrefetchAsync_v2");
+        CSYM(h, cu_launch_ptsz, "cuLaunchKernel_ptsz");
+    }
 }
 
 #ifdef LINKED_CUDA
@@ -832,6 +840,9 @@ static void run_op(const char *op) {
         } else if (!strcmp(name, "cu_launch")) {
             NEED(cu_launch);
             api.cu_launch((void *)strtoull(c, NULL, 16), g.x, g.y, g.z, bl.x, bl.y, bl.z, 0, NULL, NULL, NULL);
+        } else if (!strcmp(name, "cu_launch_ptsz")) {
+            NEED(cu_launch_ptsz);
+            api.cu_launch_ptsz((void *)strtoull(c, NULL, 16), g.x, g.y, g.z, bl.x, bl.y, bl.z, 0, NULL, NULL, NULL);
         } else if (!strcmp(name, "cu_launch_ex")) {
             NEED(cu_launch_ex);
             launch_config cfg = {g, bl, 0, NULL, NULL, 0};
@@ -1045,6 +1056,11 @@ static void run_op(const char *op) {
             NEED(memcpy_attr);
             unsigned char attr[64] = {0};       // cudaMemcpyAttributes: no hints, stream order
             api.memcpy_attr(host_buf, host_buf + 8, strtoull(a, NULL, 10), attr, NULL);
+        } else if (!strcmp(name, "cu_prefetch_v2")) {
+            NEED(cu_prefetch_v2);
+            int dev = atoi(b);
+            mem_location loc = {dev < 0 ? 2 : 1, dev < 0 ? 0 : dev};
+            api.cu_prefetch_v2(host_buf, strtoull(a, NULL, 10), loc, 0, NULL);
         } else if (!strcmp(name, "cu_prefetch")) {
             NEED(cu_prefetch);
             api.cu_prefetch(host_buf, strtoull(a, NULL, 10), atoi(b), NULL);
