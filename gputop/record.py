@@ -260,15 +260,28 @@ def _open_binary(path: Path) -> IO[bytes]:
         raise RecordingError(f"cannot read recording {path}: {e.strerror or e}") from e
 
 
+class _CutStream(RecordingError):
+    """A compressed recording that ends inside a line (the recorder was stopped mid-write): the
+    lines before it are whole; ``lineno`` is the line the stream ends in."""
+
+    def __init__(self, path: Path, lineno: int) -> None:
+        super().__init__(f"{path}:{lineno}: the compressed recording ends inside this line, its first "
+                         "(the recorder stopped mid-write): no complete snapshot")
+        self.lineno = lineno
+
+
 def _raw_lines(path: Path, f: IO[bytes]) -> Iterator[tuple[int, int, bytes]]:
     """(line number, offset, bytes with the newline) of every line, blank ones too; one line in
-    memory at a time, never more than ``MAX_LINE_BYTES``."""
+    memory at a time, never more than ``MAX_LINE_BYTES``. A compressed file cut short raises
+    ``_CutStream`` after its whole lines."""
     offset = 0
     lineno = 0
     while True:
         try:
             raw = f.readline(MAX_LINE_BYTES + 1)
-        except (OSError, EOFError) as e:       # gzip.BadGzipFile is an OSError
+        except EOFError as e:       # gzip: the stream ends before its end marker, inside a line
+            raise _CutStream(path, lineno + 1) from e
+        except OSError as e:       # gzip.BadGzipFile is an OSError
             raise RecordingError(f"{path}: not a readable recording ({e})") from e
         if not raw:
             return
@@ -287,9 +300,50 @@ def _text(path: Path, lineno: int, raw: bytes) -> str:
         raise RecordingError(f"{path}:{lineno}: not UTF-8 text: not a recording") from e
 
 
-def _cut_notice(path: Path, lineno: int, kept: int) -> str:
-    return (f"{path}:{lineno}: the last line is cut short (the recorder stopped mid-write); "
+def _whole_lines(path: Path, f: IO[bytes]) -> Iterator[tuple[int, int, bytes | None]]:
+    """``_raw_lines``, and then (line number, offset, None) where a compressed stream ends inside a line."""
+    lines = _raw_lines(path, f)
+    while True:
+        try:
+            item = next(lines)
+        except StopIteration:
+            return
+        except _CutStream as e:
+            yield e.lineno, 0, None
+            return
+        yield item
+
+
+def _cut_notice(path: Path, lineno: int, kept: int, raw: bytes | None) -> str:
+    """What is said of the last line ``lineno``, cut short: where it stops (the column after its
+    last character, counted as an editor does: ``raw``'s characters), or None for a compressed
+    stream that ends inside the line (its start is lost with the stream's end)."""
+    if raw is None:
+        where = "is cut short (the compressed recording ends inside it"
+    else:
+        where = f"is cut short at column {len(raw.decode('utf-8', 'replace')) + 1} (nothing follows"
+    return (f"{path}:{lineno}: the last line {where}: the recorder stopped mid-write); "
             f"replaying the {kept} complete snapshot(s) before it")
+
+
+def _looks_cut(raw: bytes) -> bool:
+    """Whether a line without its newline is the start of a snapshot rather than something else: a JSON
+    object's start, UTF-8 text up to a character the cut may have split."""
+    if not raw.lstrip().startswith(b"{"):
+        return False
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(raw) - 3 and e.reason == "unexpected end of data"
+    return True
+
+
+def _cut_error(path: Path, lineno: int, raw: bytes) -> RecordingError:
+    """The one line of a recording is cut short: not a recording yet."""
+    col = len(raw.decode("utf-8", "replace")) + 1
+    return RecordingError(f"{path}:{lineno}: the only line is cut short at column {col} (the recorder stopped "
+                          "mid-write): no complete snapshot",
+                          "a recording holds one JSON snapshot per line (gputop --record FILE)")
 
 
 #: notices of bad lines before the first good one that are held (said once a good one comes; a
@@ -312,15 +366,24 @@ def read_recording(path: Path | str, notice: Callable[[str], None] | None = None
     held: list[str] = []
     held_more = 0
     with _open_binary(path) as f:
-        for lineno, _, raw in _raw_lines(path, f):
+        for lineno, _, raw in _whole_lines(path, f):
+            if raw is None:         # a compressed stream ends inside line ``lineno``
+                if not seen:
+                    raise first_error or _CutStream(path, lineno)
+                if notice is not None:
+                    notice(_cut_notice(path, lineno, seen, None))
+                break
             if not raw.strip():
                 continue
             # only the last line can lack its newline; cut short after complete snapshots, it is
             # skipped (alone, it is an error below: a file of one broken line is not a recording)
-            if seen and not raw.endswith(b"\n") and not _is_json(raw):
-                if notice is not None:
-                    notice(_cut_notice(path, lineno, seen))
-                break
+            if not raw.endswith(b"\n") and not _is_json(raw):
+                if seen:
+                    if notice is not None:
+                        notice(_cut_notice(path, lineno, seen, raw))
+                    break
+                if first_error is None and _looks_cut(raw):
+                    raise _cut_error(path, lineno, raw)
             try:
                 snap, problems = _snapshot(path, lineno, raw)
             except RecordingError as e:
@@ -370,23 +433,34 @@ class _LineIndex:
         self._file = _open_binary(path)
         self.offsets = array("q")
         self.linenos = array("q")
-        #: the line skipped because the recorder was stopped in the middle of it
+        #: the line skipped because the recorder was stopped in the middle of it, and what of it was
+        #: written (None: a compressed stream that ends inside it)
         self.cut_line: int | None = None
+        self.cut_raw: bytes | None = None
         self.size = 0
         try:
             last = b""
-            for lineno, offset, raw in _raw_lines(path, self._file):
+            for lineno, offset, raw in _whole_lines(path, self._file):
+                if raw is None:
+                    if not len(self.offsets):
+                        raise _CutStream(path, lineno)
+                    self.cut_line = lineno
+                    break
                 if raw.strip():
                     self.offsets.append(offset)
                     self.linenos.append(lineno)
                     last = raw
                 self.size = offset + len(raw)
-            if len(self.offsets) > 1 and not last.endswith(b"\n") and not _is_json(last):
-                self.offsets.pop()
-                self.cut_line = self.linenos.pop()
+            if self.cut_line is None and not last.endswith(b"\n") and not _is_json(last):
+                if len(self.offsets) == 1 and _looks_cut(last):
+                    raise _cut_error(path, self.linenos[0], last)
+                if len(self.offsets) > 1:
+                    self.offsets.pop()
+                    self.cut_line = self.linenos.pop()
+                    self.cut_raw = last
             if isinstance(self._file, gzip.GzipFile) and self.size <= PRELOAD_BYTES:
                 self._file.seek(0)
-                data = self._file.read()
+                data = self._file.read(self.size)      # a stream cut short ends after its whole lines
                 self._file.close()
                 self._file = io.BytesIO(data)
         except BaseException:
@@ -455,7 +529,7 @@ class ReplayFeed:
         #: what the dashboard says once at start (a last line cut short, bad lines before the first good one)
         self.notices: list[str] = []
         if self._index.cut_line is not None:
-            self.notices.append(_cut_notice(self.path, self._index.cut_line, len(self._index)))
+            self.notices.append(_cut_notice(self.path, self._index.cut_line, len(self._index), self._index.cut_raw))
         self._cache: dict[int, Snapshot] = {}
         self._cache_sizes: dict[int, int] = {}
         self._cache_bytes = 0

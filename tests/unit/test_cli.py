@@ -217,8 +217,10 @@ def test_a_last_line_cut_short_is_a_notice_and_the_rest_replays(tmp_path: Path) 
     res = gputop("-b", "-f", "json", "--replay", "r.jsonl", cwd=tmp_path)
     assert res.returncode == 0
     assert [snapshot_from_json(out) for out in res.stdout.splitlines()] == [snapshot_from_json(x) for x in lines[:4]]
-    assert res.stderr.splitlines() == ["gputop: r.jsonl:5: the last line is cut short (the recorder stopped "
-                                       "mid-write); replaying the 4 complete snapshot(s) before it"]
+    # the cut line by its number, and the column where it stops (1000 characters written)
+    assert res.stderr.splitlines() == ["gputop: r.jsonl:5: the last line is cut short at column 1001 (nothing "
+                                       "follows: the recorder stopped mid-write); replaying the 4 complete "
+                                       "snapshot(s) before it"]
 
 
 def test_batch_replays_a_recording_with_filters(tmp_path: Path) -> None:
