@@ -289,6 +289,6 @@ def test_the_signal_dialog_cuts_a_long_command_on_one_line() -> None:
         title = app.screen.query_one("#signal-title")
         assert title.region.height == 1
         assert title.render_line(0).text.rstrip() == (
-            "Send a signal to 5120 tritonserver --model-repository=/models --htt…")
+            "Send a signal to 5120 tritonserver --model-repository=/models --http-port 8…")   # the screen's width
 
     run_live((80, 24), body)

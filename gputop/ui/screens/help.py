@@ -66,15 +66,20 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = bindings.of(bindings.HELP)
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 100; max-width: 100%; height: 90%; border: round $primary;
+    HelpScreen > VerticalScroll { max-width: 100%; height: 90%; border: round $primary;
                                   background: $surface;
                                   padding: 0 1; }
     HelpScreen #help-text { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(help_content(self.app), id="help-text")
+        content = help_content(self.app)
+        box = VerticalScroll()
+        # as wide as its longest line (+ border, padding and the scrollbar): nothing is cut where the
+        # screen has room; max-width: 100% caps it, and a line too long for the screen ends in an ellipsis
+        box.styles.width = max(line.cell_length for line in content.split("\n")) + 6
+        with box:
+            yield Static(content, id="help-text")
 
     def action_close(self) -> None:
         self.dismiss()
