@@ -11,6 +11,8 @@ from gputop.sources import catalogue
 #: NVIDIA's driver library names its version in the path of its application profiles
 _DRIVER_VERSION = re.compile(rb"nvidia-application-profiles-(\d{3}\.\d{1,3}(?:\.\d{1,3})?)-rc")
 _VERSION_IN_NAME = re.compile(r"libcuda\.so\.(\d{3}\.\d{1,3}(?:\.\d{1,3})?)$")
+#: a toolkit's runtime file is named by its version (libcudart.so.12.4.127); wheels' and programs' are not
+_RUNTIME_IN_NAME = re.compile(r"libcudart\.so\.(\d+\.\d+(?:\.\d+)?)$")
 _CHUNK = 8 << 20
 _MAX_READ = 256 << 20
 
@@ -38,6 +40,9 @@ def library_line(fd: int, path: str, functions: dict[str, int]) -> str | None:
     if cov is None:
         return None
     what = "CUDA runtime"
+    if cov.layer == "runtime":
+        named = _RUNTIME_IN_NAME.search(os.path.basename(os.path.realpath(path)))
+        what = f"CUDA runtime {named.group(1)}" if named else what
     if cov.layer == "driver":
         version = driver_version(fd, path)
         what = f"driver {version}" if version else "driver of unknown version"

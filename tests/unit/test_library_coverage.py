@@ -106,3 +106,23 @@ def test_support_doc_shows_the_matrix_the_tests_pin(layer: str) -> None:
     pinned matrix: a family added to the catalogue, or a library whose offer changed, changes the doc."""
     doc = (sm.ROOT / "docs" / "support.md").read_text()
     assert sm.render_table(layer) in doc
+
+
+def test_a_toolkit_runtime_is_named_by_its_file_s_version(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A toolkit installs libcudart.so.12.4.127 (libcudart.so.12 links to it); a wheel's copy has no version
+    in its name, and none is guessed."""
+    rt = sm.cuda_runtime("12.4")
+    _need(rt.lib)
+    lib = tmp_path / "libcudart.so.12.4.127"
+    lib.write_bytes(rt.lib.read_bytes())
+    (tmp_path / "libcudart.so.12").symlink_to(lib.name)
+    syms = read_symbols(str(lib))
+    assert syms is not None
+    fd = os.open(lib, os.O_RDONLY)
+    try:
+        named = library_line(fd, str(tmp_path / "libcudart.so.12"), syms.functions)
+        unnamed = library_line(fd, str(rt.lib), syms.functions)
+    finally:
+        os.close(fd)
+    assert named is not None and named.startswith("libcudart.so.12 (CUDA runtime 12.4.127): 13 of 17 families probed")
+    assert unnamed is not None and unnamed.startswith("libcudart.so.12 (CUDA runtime): 13 of 17 families probed")
