@@ -62,6 +62,13 @@ def _kernel() -> list[Check]:
                      "no kprobes: UVM GPU faults, migrations and thrashing (nvidia_uvm) are unavailable",
                      "" if kprobes else "a kernel with CONFIG_KPROBE_EVENTS=y enables them; the rest works",
                      needed_for_bpf=False))
+    cas = bpfsys.atomic_cmpxchg()        # None: not allowed to ask (see privileges)
+    if cas is not None:
+        out.append(Check("BPF cmpxchg", "OK" if cas else "WARN",
+                         "atomic compare-and-exchange: launch slots (a kernel's usual launch is one atomic add)" if cas
+                         else "no atomic compare-and-exchange (Linux < 5.12): every launch is counted through the "
+                         "kernels table, without launch slots: the same counts, a hash lookup per launch",
+                         "" if cas else "none needed; Linux 5.12+ makes each launch cheaper", needed_for_bpf=False))
     btf = Path("/sys/kernel/btf/vmlinux").is_file()
     out.append(Check("BTF", "OK" if btf else "WARN", "/sys/kernel/btf/vmlinux present" if btf else "no BTF",
                      "" if btf else "not needed by gputop's uprobes; CONFIG_DEBUG_INFO_BTF=y", needed_for_bpf=False))

@@ -46,8 +46,10 @@ from gputop.sources.bpfabi import (
 )
 from gputop.sources.bpfsys import (
     ENABLE_HINT,
+    NO_CMPXCHG,
     TRACEFS,
     aligned_blocks,
+    atomic_cmpxchg,
     coverage_gaps,
     ensure_tracefs,
     fd_room,
@@ -328,6 +330,8 @@ class BpfSource:
         flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags()]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
+        if atomic_cmpxchg() is False:
+            flags.append(NO_CMPXCHG)
         if self.file_offsets:
             flags += ["-DFILE_KEYS", *(f"-D{k}={v}" for k, v in self.file_offsets.items())]
         return flags

@@ -93,6 +93,7 @@ class UprobeAttacher:
         self._owned: dict[object, tuple[list[int], list[bytes], int]] = {}
         self.probes = 0         # addresses probed (entry and return probes counted apart)
         self.failed: list[str] = []     # "path+0xoffset fn: reason" of probes that did not attach
+        self._refused: set[tuple[str, int]] = set()     # (fn, file offset) of the last attach() that failed
 
     @property
     def mode(self) -> str:
@@ -112,6 +113,8 @@ class UprobeAttacher:
         attach (an odd symbol, a program the verifier refuses) does not stop the others.
         """
         groups: dict[tuple[str, bool], list[tuple[int, int]]] = {}
+        #: an entry probe's return probe at the same address: without it the entry is not attached
+        returns = {(probe.entry, offset): probe.ret for probe, _v, offset in wanted if probe.ret}
         for probe, vaddr, offset in wanted:
             if not probe.ret and probe.entry in LAUNCH_ENTRIES:
                 groups.setdefault((probe.entry, False), []).append((vaddr, offset))
@@ -123,8 +126,17 @@ class UprobeAttacher:
                 groups.setdefault((probe.entry, False), []).append((vaddr, offset))
         attached = 0
         label = name or path
+        self._refused.clear()
         links_before, perf_before = len(self._links), set(self._bpf.uprobe_fds)
         for (fn, ret), where in groups.items():
+            if not ret:         # an entry whose return did not attach would leave a stale depth (nested calls
+                                # then look inside it, and are not counted): neither goes
+                alone = [w for w in where if (returns.get((fn, w[1])), w[1]) in self._refused]
+                for _v, off in alone:
+                    self._failed(label, fn, off, f"its return probe ({returns[(fn, off)]}) did not attach")
+                where = [w for w in where if w not in alone]
+                if not where:
+                    continue
             try:
                 prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
             except Exception as e:      # bcc raises Exception when the kernel refuses the program
@@ -180,6 +192,7 @@ class UprobeAttacher:
 
     def _failed(self, label: str, fn: str, offset: int, why: str) -> None:
         self.failed.append(f"{os.path.basename(label)}+0x{offset:x} {fn}: {why}")
+        self._refused.add((fn, offset))
 
     @staticmethod
     def _why(err: int) -> str:
