@@ -149,6 +149,7 @@ def test_driver_api_counted_exactly_on_each_branch(source, branch: DriverBranch,
     check_driver(raw, branch)
     probed = [path for path in source.objects.values() if path == str(branch.libcuda)]
     assert probed == [str(branch.libcuda)]
+    assert source.read().status.probes_failed == 0         # every entry point of the branch took its probe
 
 
 def test_driver_api_through_cugetprocaddress_on_each_branch(source, branch: DriverBranch, workloads: Workloads,
@@ -268,6 +269,7 @@ def runtime_ops(rt: CudaRuntime) -> list[str]:
 def test_runtime_api_counted_exactly_on_each_runtime(source, cudart: CudaRuntime, workloads: Workloads,
                                                      tmp_path: Path) -> None:
     raw = run(source, [workloads.dlopen, "--cudart", cudart.lib, *runtime_ops(cudart)], tmp_path)
+    assert source.read().status.probes_failed == 0
     c = raw.counters
     assert c["launches"] == 1000 + 300 + 77 + 11 + 13 + 47
     assert c["captured_launches"] == 0
@@ -314,3 +316,27 @@ def test_testbed_holds_what_the_matrix_names(testbed: support.Testbed) -> None:
         rt = sm.cuda_runtime(minor)
         _need(rt.lib)
         assert rt.version.startswith(minor + ".")
+
+
+def test_the_oldest_branch_and_runtime_with_a_perf_event_per_probe(workloads: Workloads, tmp_path: Path) -> None:
+    """Hosts with driver 470 or a CUDA 12.0 runtime often run kernels without uprobe_multi links
+    (Linux < 6.6): the same exact counts with a perf event per probe, as gputop attaches there."""
+    why = _precondition()
+    if why:
+        pytest.skip(why)
+    b, rt = sm.driver_branch("470"), sm.cuda_runtime("12.0")
+    _need(b.libcuda)
+    _need(rt.lib)
+    src = BpfSource(uprobe_links=False)
+    src.start()
+    try:
+        assert src.uprobes is not None and src.uprobes.mode == "perf"
+        check_driver(run(src, [workloads.dlopen, "--cuda", b.libcuda, *driver_ops(b)], tmp_path), b)
+        raw = run(src, [workloads.dlopen, "--cudart", rt.lib, *runtime_ops(rt)], tmp_path)
+        assert raw.counters["launches"] == 1448
+        assert by_name(raw)[REGISTERED] == (77, 77 * 24, 77 * 64)
+        assert raw.memcpy_calls == (7, 6, 10, 6, 7)
+        assert (raw.prefetch_calls, raw.prefetch_bytes) == ((4, 3), (4 * 4096, 300))
+        assert src.read().status.probes_failed == 0
+    finally:
+        src.close()
