@@ -147,7 +147,7 @@ def _compile() -> list[Check]:
         if bpf.ensure_tracefs() is not None:
             return [Check("BPF compile", "FAIL", "tracefs is not mounted",
                           "mount -t tracefs nodev /sys/kernel/tracing")]
-        prog = mod.BPF(text=b"int gputop_doctor(struct pt_regs *ctx) { return 0; }")
+        prog = mod.BPF(text=b"int gputop_doctor(struct pt_regs *ctx) { return 0; }", cflags=[bpf.QUIET])
         try:
             links = UprobeAttacher(prog, mod.lib).mode == "links"     # asks the kernel (links_supported)
             prog.load_func(b"gputop_doctor", mod.BPF.KPROBE)         # the compiled program loads

@@ -82,6 +82,11 @@ _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 
 
+#: bcc before 0.19 defines __HAVE_BUILTIN_BSWAP*__ that Linux 5.x's compiler-clang.h defines again: 40
+#: lines of warnings on stderr at every compile (over the dashboard), nothing wrong
+QUIET = "-Wno-macro-redefined"
+
+
 class BpfUnavailable(GputopError):
     """BPF cannot run here; the message says why (shown as the source's reason)."""
 
@@ -327,7 +332,7 @@ class BpfSource:
         if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
             self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
             self._offsets_read = True
-        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags()]
+        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags(), QUIET]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
         if atomic_cmpxchg() is False:
