@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _sampler(args: argparse.Namespace) -> object:
-    from gputop.feed import Filters
-    from gputop.sampler import Sampler, SamplerConfig
+    from gputop.feeds.base import Filters
+    from gputop.feeds.live import Sampler, SamplerConfig
 
     cfg = SamplerConfig(interval_s=args.delay or 1.0, use_bpf=not args.no_bpf, use_nvml=not args.no_nvml,
                         filters=Filters(args.pid, args.user))
@@ -195,9 +195,9 @@ def _batch(args: argparse.Namespace) -> int:
     from itertools import islice
 
     from gputop import batch
-    from gputop.feed import Filters
+    from gputop.feeds.base import Filters
+    from gputop.feeds.live import Sampler
     from gputop.record import Recorder, read_recording
-    from gputop.sampler import Sampler
     from gputop.ui.columns import DEFAULT_SORT
 
     form = args.format or "table"
@@ -254,9 +254,9 @@ def _batch(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from gputop.feed import Filters
-    from gputop.record import ReplayFeed
-    from gputop.sampler import Sampler
+    from gputop.feeds.base import Filters
+    from gputop.feeds.live import Sampler
+    from gputop.feeds.replay import ReplayFeed
     from gputop.ui.app import DashboardOptions, run_dashboard
 
     if not sys.stdout.isatty() or not sys.stdin.isatty():
@@ -265,7 +265,9 @@ def _dashboard(args: argparse.Namespace) -> int:
     if args.bpf and refusal is not None:
         raise GputopError(*refusal, EX_NOPERM)
     # None: the interval, sort and theme saved in config.toml apply
-    opts = DashboardOptions(interval_s=args.delay, sort=args.sort, filters=Filters(args.pid, args.user),
+    # -p/-u applied once: by the live feed as it collects, by the dashboard over a recording
+    opts = DashboardOptions(interval_s=args.delay, sort=args.sort,
+                            filters=Filters(args.pid, args.user) if args.replay else Filters(),
                             theme=args.theme, readonly=args.readonly, baseline=args.baseline,
                             baseline_pid=args.baseline_pid, record=args.record,
                             banner=tracing_off(*refusal) if refusal else None)

@@ -1,5 +1,5 @@
 """``gputop --prometheus URL [--match SELECTOR] [--window DURATION] [--node NODE,...]``: the dashboard
-(or ``-b``) over every node Prometheus scrapes, through ``gputop.fleet.FleetFeed``.
+(or ``-b``) over every node Prometheus scrapes, through ``gputop.feeds.fleet.FleetFeed``.
 
 The options are parsed by ``gputop.cli``; this module checks the fleet-only ones and runs the mode.
 """
@@ -24,7 +24,7 @@ def wanted(args: argparse.Namespace) -> bool:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from gputop import fleet
+    from gputop.feeds import prometheus as fleet
 
     if args.prometheus is None:
         given = next(f"--{n}" for n in ("match", "window", "node") if getattr(args, n) is not None)
@@ -56,8 +56,9 @@ def _check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gputop import cli
-    from gputop.feed import Filters
-    from gputop.fleet import FleetConfig, FleetFeed
+    from gputop.feeds.base import Filters
+    from gputop.feeds.fleet import FleetFeed
+    from gputop.feeds.prometheus import FleetConfig
 
     _check(args)
     cli._validate(args)  # the options shared with the live view: -s, --theme, -f/-b, -n, --baseline
@@ -87,8 +88,9 @@ def _batch(args: argparse.Namespace, feed: object, filters: object) -> int:
     A scrape target down at a refresh (its ``up`` is 0) does not end it, but the exit status is 1, with
     the last such refresh's ``N of M nodes down: …`` line and a hint, after the output."""
     from gputop import batch
-    from gputop.feed import Filters
-    from gputop.fleet import FleetFeed, down_clause
+    from gputop.feeds.base import Filters
+    from gputop.feeds.fleet import FleetFeed
+    from gputop.feeds.prometheus import down_clause
     from gputop.record import Recorder
     from gputop.ui.columns import DEFAULT_SORT
 

@@ -23,7 +23,7 @@ from gputop import safefiles
 from gputop.errors import GputopError
 
 if TYPE_CHECKING:
-    from gputop.sampler import Sampler
+    from gputop.feeds.live import Sampler
 
 HERE = Path(__file__).resolve().parent
 STEPS_PER_S = 2000.0
@@ -154,8 +154,8 @@ def main(argv: list[str]) -> int:
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent) for c in p.commands]
     pids = (procs[0].pid, procs[1].pid)
     try:
-        from gputop.feed import Filters
-        from gputop.sampler import Sampler, SamplerConfig
+        from gputop.feeds.base import Filters
+        from gputop.feeds.live import Sampler, SamplerConfig
 
         sampler = Sampler(SamplerConfig(interval_s=args.delay, filters=Filters(frozenset(pids))))
         if args.batch:

@@ -33,7 +33,7 @@ from gputop.model import (
 from gputop.textsafe import sanitize, sanitize_middle
 
 if TYPE_CHECKING:
-    from gputop.sampler import RefreshTiming
+    from gputop.feeds.live import RefreshTiming
 
 #: label value caps (characters, after escaping)
 COMM_LIMIT = 64

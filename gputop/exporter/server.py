@@ -90,7 +90,7 @@ def _natural(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gputop.sampler import TOP_KERNELS
+    from gputop.feeds.live import TOP_KERNELS
 
     p = _Parser(prog="gputop exporter", description="Serve gputop's live per-process counters and NVML's GPU "
                 "values as Prometheus metrics (/metrics) with a health check (/healthz).")
@@ -273,8 +273,8 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
 
 
 def main(argv: Sequence[str]) -> int:
-    from gputop.feed import Filters
-    from gputop.sampler import TOP_KERNELS, Sampler, SamplerConfig
+    from gputop.feeds.base import Filters
+    from gputop.feeds.live import TOP_KERNELS, Sampler, SamplerConfig
     from gputop.sources.bpfsys import privileges_error
 
     args = build_parser().parse_args(list(argv))

@@ -8,8 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from gputop.feeds.replay import ReplayFeed
 from gputop.model import snapshot_to_dict, snapshot_to_json
-from gputop.record import ReplayFeed
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.widgets.header import HeaderBar, header_content
 

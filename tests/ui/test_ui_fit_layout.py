@@ -16,7 +16,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Footer, OptionList
 
-from gputop.record import ReplayFeed
+from gputop.feeds.replay import ReplayFeed
 from gputop.ui import columns
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.screens.help import HelpScreen

@@ -9,8 +9,9 @@ from typing import Any
 
 from textual.pilot import Pilot
 
+from gputop.feeds.replay import ReplayFeed
 from gputop.model import Counts, Rates, Snapshot
-from gputop.record import Recorder, ReplayFeed, read_recording
+from gputop.record import Recorder, read_recording
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.columns import COLUMNS
 from gputop.ui.history import History

@@ -113,7 +113,7 @@ def test_command_gets_the_width_left_over_where_columns_scroll(size: tuple[int, 
 # -- item 2: the header stays one line, paused or not ------------------------------------------------------
 def _replay_headers(size: tuple[int, int]) -> list[tuple[int, str, int]]:
     """(header height, header row, table's first row) playing, then paused, then playing again."""
-    from gputop.record import ReplayFeed
+    from gputop.feeds.replay import ReplayFeed
     from gputop.ui.widgets.header import HeaderBar
     from gputop.ui.widgets.proc_table import ProcTable
 

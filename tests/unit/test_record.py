@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from gputop.feeds.replay import ReplayFeed
 from gputop.model import ProcSample, Snapshot, SourceStatus, snapshot_to_json
-from gputop.record import Recorder, RecordingError, ReplayFeed, read_recording
+from gputop.record import Recorder, RecordingError, read_recording
 
 
 def snap(i: int, interval: float = 1.0) -> Snapshot:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time
-    from gputop.sampler import Sampler, SamplerConfig
+    from gputop.feeds.live import Sampler, SamplerConfig
 
     out = sys.argv[1]
 
@@ -51,7 +51,7 @@ def test_the_parent_exits_at_once_and_a_child_detaches_after_it(tmp_path: Path) 
 
 
 def test_without_a_bpf_source_nothing_is_forked(tmp_path: Path) -> None:
-    from gputop.sampler import Sampler, SamplerConfig
+    from gputop.feeds.live import Sampler, SamplerConfig
 
     s = Sampler(SamplerConfig(use_bpf=False, use_nvml=False))
     s.close_elsewhere = True

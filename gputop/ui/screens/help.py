@@ -33,7 +33,8 @@ def key_names(app: App[object], b: Binding) -> str:
     return "/".join(KEY_NAMES.get(k) or app.get_key_display(Binding(k, b.action)) for k in b.key.split(","))
 
 
-def help_content(app: App[object]) -> Content:
+def help_content(app: App[object], fleet: bool = False) -> Content:
+    """The help text; ``fleet``: with the fleet view's columns."""
     lines: list[Content] = [
         Content.styled("gputop — keys (Esc closes)", "bold reverse $primary"),
         Content(""),
@@ -47,7 +48,7 @@ def help_content(app: App[object]) -> Content:
             )
         lines.append(Content(""))
     lines.append(Content.styled("Columns (sort keys for -s/--sort)", "bold $primary underline"))
-    cols = [c for c in COLUMNS if c.key not in FLEET_ONLY or getattr(app, "is_fleet", False) is True]
+    cols = [c for c in COLUMNS if c.key not in FLEET_ONLY or fleet]
     head_w = max(len(c.header) for c in cols) + 2
     key_w = max(len(c.key) for c in cols) + 2
     for c in cols:
@@ -72,8 +73,13 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen #help-text { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
+    def __init__(self, fleet: bool = False) -> None:
+        super().__init__()
+        #: show the fleet view's columns too
+        self.fleet = fleet
+
     def compose(self) -> ComposeResult:
-        content = help_content(self.app)
+        content = help_content(self.app, self.fleet)
         box = VerticalScroll()
         # as wide as its longest line (+ border, padding and the scrollbar): nothing is cut where the
         # screen has room; max-width: 100% caps it, and a line too long for the screen ends in an ellipsis

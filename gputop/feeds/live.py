@@ -14,12 +14,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gputop.derive import LaunchBoundRule, is_launch_bound
-from gputop.feed import Filters, SnapshotCallback
+from gputop.feeds.base import Feed, FeedKind, Filters, SnapshotCallback
 from gputop.model import (
     MEMCPY_DIRECTIONS,
     PREFETCH_DIRECTIONS,
@@ -143,10 +143,10 @@ def kernel_label(k: RawKernel) -> str:
     return f"0x{k.key:x}"
 
 
-class Sampler:
+class Sampler(Feed):
     """Builds snapshots from the sources; ``start`` runs it as the live feed's thread."""
 
-    kind = "live"
+    kind = FeedKind.LIVE
 
     def __init__(self, config: SamplerConfig, *, bpf: BpfSource | None = None,
                  nvml: NvmlSource | None = None, host: HostSource | None = None,
@@ -328,6 +328,22 @@ class Sampler:
             self._bpf.close()
         if self._nvml is not None:
             self._nvml.close()
+
+    def refreshes(self, stop: threading.Event, settle: bool = True) -> Iterator[Snapshot]:
+        """Batch mode, in the caller's thread (bcc's ring-buffer callbacks run there): a refresh every
+        interval; ``stop`` wakes the wait through ``stop()``. With ``settle``, a first sample is taken
+        and not given: every refresh given covers one interval after another sample, so the values
+        that need two (CPU%, the cost, NVML's SM%) are real from the first on. Closes the sources."""
+        try:
+            if settle:
+                self.collect()
+            while not stop.is_set():
+                self.wait(self.config.interval_s)
+                if stop.is_set():
+                    break
+                yield self.collect()
+        finally:
+            self.close()
 
     # ------------------------------------------------------------ snapshots
 
