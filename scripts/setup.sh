@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a Debian 12 / Ubuntu 22.04+ host, run as root.
+# Idempotent set-up for a Debian 11+ / Ubuntu 22.04+ host, run as root (Debian 11, 12, 13: tests/matrix).
 #   scripts/setup.sh          system packages gputop needs + .venv with gputop installed
 #   scripts/setup.sh --test   the same, plus test tools and the GPU-less test bed
 set -euo pipefail
