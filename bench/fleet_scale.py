@@ -214,7 +214,7 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int, before: bool) -> N
 
     cfg = FleetConfig(url=url, window="1m", at=at, interval_s=1.0, timeout_s=300.0,
                       nodes=frozenset(nodes.split(",")) if nodes else frozenset(),
-                      table_only=not before, child=not before)      # as gputop.fleet_mode runs the dashboard
+                      table_only=not before, child=not before)      # as gputop.modes.fleet runs the dashboard
     feed = FleetFeed(cfg)
     delivered: list[float] = []         # when the feed's thread handed the app a snapshot
     start = feed.start

@@ -25,7 +25,7 @@ import re
 import sys
 import threading
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -349,7 +349,7 @@ def _cut_error(path: Path, lineno: int, raw: bytes) -> RecordingError:
 _HELD_NOTICES = 20
 
 
-def read_recording(path: Path | str, notice: Callable[[str], None] | None = None) -> Iterator[Snapshot]:
+def read_recording(path: Path | str, notice: Callable[[str], None] | None = None) -> Generator[Snapshot, None, None]:
     """Yield the snapshots of a recording in order, reading one line at a time.
 
     With ``notice``, a bad line (not JSON, or not a snapshot of schema gputop/1: see

@@ -15,7 +15,7 @@ that has only the four methods and ``kind`` (``MinimalFeed``) gets every default
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
@@ -139,7 +139,7 @@ class Feed:
         """The feed's own time series of a process (``capabilities.own_series``); None: none."""
         return None
 
-    def refreshes(self, stop: threading.Event) -> Iterator[Snapshot]:
+    def refreshes(self, stop: threading.Event) -> Generator[Snapshot, None, None]:
         """Batch mode: the feed's refreshes, one interval apart, made in the caller's thread, until
         ``stop`` is set or the caller stops iterating; the feed is stopped and its sources closed when
         the iterator ends or is closed."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -139,7 +139,7 @@ class FleetFeed(Feed):
                             sources={"prometheus": status})
         return replace(last, sources={**last.sources, "prometheus": status})
 
-    def refreshes(self, stop: threading.Event) -> Iterator[Snapshot]:
+    def refreshes(self, stop: threading.Event) -> Generator[Snapshot, None, None]:
         """Batch mode: ``collect`` every interval in the caller's thread (``FleetError`` ends it:
         Prometheus failing ends batch mode); the feed is stopped at the end."""
         try:

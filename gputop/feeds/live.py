@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -329,7 +329,7 @@ class Sampler(Feed):
         if self._nvml is not None:
             self._nvml.close()
 
-    def refreshes(self, stop: threading.Event, settle: bool = True) -> Iterator[Snapshot]:
+    def refreshes(self, stop: threading.Event, settle: bool = True) -> Generator[Snapshot, None, None]:
         """Batch mode, in the caller's thread (bcc's ring-buffer callbacks run there): a refresh every
         interval; ``stop`` wakes the wait through ``stop()``. With ``settle``, a first sample is taken
         and not given: every refresh given covers one interval after another sample, so the values

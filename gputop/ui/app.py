@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -89,11 +89,11 @@ def resolve_settings(options: DashboardOptions, cfg: config_mod.Config, warnings
     if options.interval_s is not None and not 0.05 <= options.interval_s <= 3600:
         raise ValueError(f"refresh interval must be between 0.05 and 3600 s, got {options.interval_s:g}")
 
-    def from_config(value: str | None, check: object, what: str) -> str | None:
+    def from_config(value: str | None, check: Callable[[str], str], what: str) -> str | None:
         if value is None:
             return None
         try:
-            check(value)  # type: ignore[operator]
+            check(value)
         except ValueError as e:
             warnings.append(f"config: {what}: {e}; ignored")
             return None

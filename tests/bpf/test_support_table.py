@@ -222,7 +222,7 @@ def test_nvml_of_each_branch_fails_cleanly_without_a_gpu(branch: DriverBranch) -
 def test_doctor_names_the_branch_it_probes(branch: DriverBranch, workloads: Workloads, tmp_path: Path) -> None:
     """`gputop doctor` with a process mapping the branch's libcuda: the library's line names the driver's
     version and what the branch lacks."""
-    from gputop import doctor
+    from gputop.modes import doctor
 
     go = tmp_path / "go"
     proc = subprocess.Popen([str(workloads.dlopen), "--cuda", str(branch.libcuda), "--wait", str(go), "cu_ctx_sync:1"],

@@ -1,5 +1,5 @@
 """One wording for one situation (issue 22 review, item 8): without the privileges to trace, `gputop -b`,
-`gputop demo -b` and `gputop doctor` say the same why and the same hint (``gputop.cli.no_privileges``,
+`gputop demo -b` and `gputop doctor` say the same why and the same hint (``gputop.modes.common.no_privileges``,
 ``tracing_off``), the dashboard's banner too (tests/bpf/test_privileges.py reads it in tmux).
 Run as root with an empty capability bounding set (setpriv): uid 0, no capability."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.cli import tracing_off
+from gputop.modes.common import tracing_off
 from gputop.sources.bpfsys import ENABLE_HINT
 
 ROOT = Path(__file__).resolve().parents[2]

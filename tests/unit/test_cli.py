@@ -93,8 +93,8 @@ def test_baseline_is_refused_in_batch_mode(option: list[str], tmp_path: Path) ->
 def test_user_names_and_uids() -> None:
     import pwd
 
-    from gputop.cli import _user
     from gputop.errors import GputopError
+    from gputop.modes.args import user as _user
 
     root = pwd.getpwuid(0).pw_name
     assert _user(root) == root and _user("0") == root          # a uid becomes the name psutil reports

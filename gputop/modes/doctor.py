@@ -7,7 +7,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 from gputop.sources import bpf, bpfsys, catalogue, discovery, kheaders
 from gputop.sources.cudalibs import library_line
@@ -28,7 +28,7 @@ class Check:
 
 def _privileges() -> list[Check]:
     """One line for the whole, then one per missing capability of the least set that traces fully."""
-    from gputop.cli import no_privileges
+    from gputop.modes.common import no_privileges
 
     missing = bpfsys.missing_caps()
     blockers = bpfsys.tracing_blockers()
@@ -275,15 +275,10 @@ def run(out: TextIO) -> int:
 
 def main(argv: list[str], out: TextIO) -> int:
     """`gputop doctor [--selftest [-n N] [--cudart PATH]]`."""
-    import argparse
+    from gputop.modes.args import Parser
 
-    from gputop.errors import EX_USAGE, GputopError
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> NoReturn:
-            raise GputopError(message, "run: gputop doctor [--selftest [-n N] [--cudart PATH]]", EX_USAGE)
-
-    p = Parser(prog="gputop doctor", description="Check what gputop needs here and say how to fix each gap.")
+    p = Parser(prog="gputop doctor", description="Check what gputop needs here and say how to fix each gap.",
+               hint="run: gputop doctor [--selftest [-n N] [--cudart PATH]]")
     p.add_argument("--selftest", action="store_true",
                    help="on a GPU host: launch and copy known work in this process and check that gputop counts "
                         "every figure exactly (exit 0 only then)")
@@ -295,7 +290,7 @@ def main(argv: list[str], out: TextIO) -> int:
     if not 1 <= args.n <= 10_000_000:
         p.error(f"-n must be from 1 to 10000000, not {args.n}")
     if args.selftest:
-        from gputop import selftest
+        from gputop.modes import selftest
 
         return selftest.run(out, launches=args.n, cudart=args.cudart)
     return run(out)

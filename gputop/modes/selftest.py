@@ -214,7 +214,7 @@ def run(out: TextIO, launches: int = 1000, copies: int = 8, cudart: str | None =
     except NoGpu as e:     # printed by the CLI as 'gputop: error: ...' and its hint, exit 1
         raise GputopError(f"selftest: {e}", "run the self-test on a host with an NVIDIA GPU and its driver; "
                           "'gputop doctor' (without --selftest) checks everything else here") from None
-    from gputop.cli import no_privileges
+    from gputop.modes.common import no_privileges
     from gputop.sources.bpf import BpfSource, BpfUnavailable
 
     refusal = no_privileges()       # the words of gputop --bpf, demo and doctor

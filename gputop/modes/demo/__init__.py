@@ -57,7 +57,7 @@ def find_libcudart() -> Path | None:
     env = os.environ.get("GPUTOP_DEMO_CUDART")
     cands = [env] if env else []
     purelib = sysconfig.get_paths()["purelib"]
-    repo = HERE.parent.parent
+    repo = HERE.parents[2]
     cands += glob.glob(f"{purelib}/nvidia/cuda_runtime/lib/libcudart.so.*")
     cands += glob.glob(f"{purelib}/nvidia/cu13/lib/libcudart.so.*")     # CUDA 13 wheels (PyTorch cu130)
     cands += [str(repo / ".cache" / "testbed" / "cudart" / "libcudart.so.12")]
@@ -91,7 +91,7 @@ def build_workload() -> Path:
 def plan(rate: float) -> Plan:
     backend = _gpu_backend()
     if backend is not None:
-        cmd = [sys.executable, "-m", "gputop.demo.gpu_worker", backend]
+        cmd = [sys.executable, "-m", "gputop.modes.demo.gpu_worker", backend]
         return Plan("gpu", f"demo: y = relu(2x+1) on the GPU with {backend}, unfused (3 kernels) vs fused (1)",
                     ([*cmd, "unfused", str(rate)], [*cmd, "fused", str(rate)]))
     lib = find_libcudart()
@@ -128,9 +128,10 @@ def _rate(text: str) -> float:
 
 
 def main(argv: list[str]) -> int:
-    from gputop.cli import EX_USAGE, _count, _Parser, _positive, fail
+    from gputop.errors import EX_USAGE
+    from gputop.modes.args import Parser, count, fail, positive
 
-    ap = _Parser(prog="gputop demo", description="Run an unfused and a fused workload side by side and compare "
+    ap = Parser(prog="gputop demo", description="Run an unfused and a fused workload side by side and compare "
                  "them live: the dashboard's compare screen on their two processes (needs a GPU, or the "
                  "GPU-less test bed's libraries, and the BPF collector).",
                  epilog="example: sudo gputop demo --rate 500; in batch mode: sudo gputop demo -b -n 5")
@@ -138,9 +139,9 @@ def main(argv: list[str]) -> int:
                     help=f"steps per second of each workload (default {STEPS_PER_S:g})")
     ap.add_argument("-b", "--batch", action="store_true",
                     help="batch mode: print the two workloads' refreshes to stdout instead of the compare screen")
-    ap.add_argument("-n", "--iterations", type=_count, default=5, metavar="N",
+    ap.add_argument("-n", "--iterations", type=count, default=5, metavar="N",
                     help="batch mode: stop after N refreshes (default 5)")
-    ap.add_argument("-d", "--delay", type=_positive, default=1.0, metavar="SECONDS",
+    ap.add_argument("-d", "--delay", type=positive, default=1.0, metavar="SECONDS",
                     help="refresh interval (default 1)")
     ap.add_argument("--theme", default=None, metavar="THEME",
                     help="colour theme of the compare screen (default: the one saved in config.toml, else dark)")
@@ -162,7 +163,7 @@ def main(argv: list[str]) -> int:
             return _batch(sampler, args.iterations, p)
         if not sys.stdout.isatty():
             return fail("the demo's compare screen needs a terminal", "use: gputop demo -b -n 5", EX_USAGE)
-        from gputop.cli import no_privileges, tracing_off
+        from gputop.modes.common import no_privileges, tracing_off
         from gputop.ui.app import DashboardOptions, run_dashboard
 
         refusal = no_privileges()       # the words of gputop's own banner
@@ -176,17 +177,15 @@ def main(argv: list[str]) -> int:
 
 
 def _batch(sampler: Sampler, n: int, p: Plan) -> int:
-    from gputop import batch
-    from gputop.cli import _notice, tracing_off
+    import threading
+
+    from gputop.modes import batch
+    from gputop.modes.common import notice, tracing_off
 
     print(p.banner, flush=True)
     sampler.open_bpf()
     if sampler.bpf_error is not None:       # the line gputop -b says: why, and how to turn it on
-        _notice(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint))
-    try:
-        for _ in range(n):
-            sampler.wait(sampler.config.interval_s)
-            batch.emit([sampler.collect()], "table")
-    finally:
-        sampler.close()
+        notice(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint))
+    # every refresh from the start (no first sample set aside): the workloads start with gputop
+    batch.loop(sampler.refreshes(threading.Event(), settle=False), iterations=n)
     return 0
