@@ -37,6 +37,8 @@ _KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)
 #: the launch handlers, attached first
 LAUNCH_ENTRIES = frozenset(p.entry for p in LAUNCH) | {"rt_launch", "rt_launch_checked", "rt_launch_checked_ptsz"}
 _EV_UNSAFE = re.compile(rb"[^a-zA-Z0-9_]")
+#: how bcc's "Failed to load BPF program" ends when the verifier refused it (not a transient shortage)
+_REFUSALS = tuple(os.strerror(e) for e in (errno.EINVAL, errno.E2BIG, errno.EACCES, errno.EPERM))
 
 #: int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type, const char *ev_name,
 #:                       const char *binary_path, uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
@@ -94,6 +96,8 @@ class UprobeAttacher:
         self.probes = 0         # addresses probed (entry and return probes counted apart)
         self.failed: list[str] = []     # "path+0xoffset fn: reason" of probes that did not attach
         self._refused: set[tuple[str, int]] = set()     # (fn, file offset) of the last attach() that failed
+        #: BPF functions the verifier refused, with bcc's message: not loaded again for the next object
+        self._unloadable: dict[str, str] = {}
 
     @property
     def mode(self) -> str:
@@ -137,9 +141,15 @@ class UprobeAttacher:
                 where = [w for w in where if w not in alone]
                 if not where:
                     continue
+            if fn in self._unloadable:  # refused before: the same bytecode, the same verifier (seconds each)
+                for _v, off in where:
+                    self._failed(label, fn, off, self._unloadable[fn])
+                continue
             try:
                 prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
             except Exception as e:      # bcc raises Exception when the kernel refuses the program
+                if str(e).endswith(_REFUSALS):
+                    self._unloadable[fn] = str(e)
                 for _v, off in where:
                     self._failed(label, fn, off, str(e))
                 continue

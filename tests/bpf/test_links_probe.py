@@ -91,6 +91,16 @@ def test_an_entry_whose_return_probe_is_refused_is_not_attached(testbed) -> None
                                                                   f"libcudart.so.12+0x{m:x} fine"]
             assert att.failed[1].endswith(": its return probe (refused) did not attach")
             assert not any(f"0x{f:x}" in x for x in att.failed)
+            # the refused program is not loaded again for the next object (its verification took
+            # seconds each time with bcc 0.18's code: docs/matrix.md, defect 7)
+            loads: list[bytes] = []
+            real = b.load_func
+            b.load_func = lambda name, *a, loads=loads, real=real: loads.append(name) or real(name, *a)
+            try:
+                assert att.attach(str(testbed.libcudart), wanted, name="again") == 1
+            finally:
+                del b.load_func
+            assert b"refused" not in loads and att.failed[2] == att.failed[0].replace("libcudart.so.12", "again")
             att.detach_all()
     finally:
         b.cleanup()
