@@ -9,10 +9,10 @@
    8 GPUs of 12 gauges), every 30 s over the 2 minutes before T, as Prometheus would have scraped
    it; loads it with `promtool tsdb create-blocks-from openmetrics`; starts Debian's `prometheus`
    on those blocks (loopback, no scraping).
-2. Refreshes the fleet feed (`gputop.fleet.FleetFeed`, window 1m, evaluated at T) side by side in
+2. Refreshes the fleet feed (`gputop.feeds.fleet.FleetFeed`, window 1m, evaluated at T) side by side in
    one run: the whole fleet read as batch mode reads it (every family, parsed in this process: the
    mechanism the dashboard used before), the whole fleet read as the dashboard reads it now (the
-   table's families, parsed in the child process of `gputop.fleet_worker`), and --small nodes
+   table's families, parsed in the child process of `gputop.feeds.fleet_worker`), and --small nodes
    (--node) read as the dashboard does: seconds per refresh (median), queries per refresh, CPU
    seconds of this process per refresh.
    Prometheus runs at niceness --prometheus-nice (10: on this 2-core VM it stands in for the
@@ -175,7 +175,8 @@ def refresh_times(url: str, at: float, refreshes: int, nodes: frozenset[str], *,
                   ) -> dict[str, float]:
     """Seconds per refresh (median), queries per refresh, processes, CPU seconds of this process
     per refresh: batch mode's reading (``dashboard`` False) or the dashboard's."""
-    from gputop.fleet import FleetConfig, FleetFeed
+    from gputop.feeds.fleet import FleetFeed
+    from gputop.feeds.prometheus import FleetConfig
 
     feed = FleetFeed(FleetConfig(url=url, window="1m", at=at, nodes=nodes, timeout_s=300.0,
                                  table_only=dashboard, child=dashboard))
@@ -205,14 +206,15 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int, before: bool) -> N
     """Run the real dashboard headless over the fleet feed; print JSON figures."""
     import asyncio
 
-    from gputop.feed import Filters
-    from gputop.fleet import FleetConfig, FleetFeed
+    from gputop.feeds.base import Filters
+    from gputop.feeds.fleet import FleetFeed
+    from gputop.feeds.prometheus import FleetConfig
     from gputop.ui.app import DashboardOptions, GputopApp
     from gputop.ui.widgets.proc_table import ProcTable
 
     cfg = FleetConfig(url=url, window="1m", at=at, interval_s=1.0, timeout_s=300.0,
                       nodes=frozenset(nodes.split(",")) if nodes else frozenset(),
-                      table_only=not before, child=not before)      # as gputop.fleet_mode runs the dashboard
+                      table_only=not before, child=not before)      # as gputop.modes.fleet runs the dashboard
     feed = FleetFeed(cfg)
     delivered: list[float] = []         # when the feed's thread handed the app a snapshot
     start = feed.start

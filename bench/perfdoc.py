@@ -310,7 +310,7 @@ sorting: {ratio(r['sort_busy_whole_over_small'])}× ({ratio(r['sort_whole_over_s
 
 - The dashboard reads for every process only what its table shows (14 queries) and everything
   for the one or two processes shown in details or compare ([fleet.md](fleet.md#how-the-numbers-are-computed)).
-- Answers are read and parsed in a child process (`gputop.fleet_worker`, niceness +10), which hands
+- Answers are read and parsed in a child process (`gputop.feeds.fleet_worker`, niceness +10), which hands
   each snapshot back pickled in chunks of 500 processes; the feed's thread unpickles one chunk at a
   time, with the cyclic collector off while it does, and the dashboard's thread runs between
   chunks. Before, `json.loads` held the interpreter lock for a whole answer (tens of megabytes), and

@@ -176,7 +176,7 @@ def main() -> int:
     ]
     if htop:
         htop_pct = statistics.median(windows["htop"])
-        ratios = [a / b for a, b in zip(windows["gputop"], windows["htop"], strict=True) if b > 0]
+        ratios = [a / b for a, b in zip(windows["gputop"], windows["htop"]) if b > 0]
         ratio = statistics.median(ratios) if ratios else None
         result.update(
             htop_cpu_pct=round(htop_pct, 3),
@@ -189,7 +189,7 @@ def main() -> int:
         rows.append(("ratio gputop/htop", "N/A" if ratio is None else f"{ratio:.2f}× (median of the windows)"))
     if "baseline" in sessions:
         base_pct = statistics.median(windows["baseline"])
-        base_ratios = [a / b for a, b in zip(windows["gputop"], windows["baseline"], strict=True) if b > 0]
+        base_ratios = [a / b for a, b in zip(windows["gputop"], windows["baseline"]) if b > 0]
         base_ratio = statistics.median(base_ratios) if base_ratios else None
         result.update(
             baseline_tree=str(args.baseline_tree),

@@ -36,7 +36,7 @@ def _cell(col: columns.Column, p: ProcSample) -> str:
 
 def _line(shown: Sequence[columns.Column], cells: Sequence[str], widths: Sequence[int]) -> str:
     out = []
-    for col, cell, width in zip(shown, cells, widths, strict=True):
+    for col, cell, width in zip(shown, cells, widths):
         if col is shown[-1]:
             out.append(cell)                    # the command: last, whole, not padded
         elif col.align == "left":
@@ -85,9 +85,11 @@ def gpu_line(g: GpuSample) -> str:
             f"xid {fmt.text(g.xid_errors)}")
 
 
-def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = False) -> str:
+def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = False,
+          interval_s: float | None = None) -> str:
     """One refresh as text: a status line, the summary line (htop's Tasks:, ``Snapshot.summary``), GPU
-    lines, then the process table."""
+    lines, then the process table. The status line says ``interval_s``, the refresh interval asked for
+    (live: ``-d``), as the dashboard's header does; None (a recording): the snapshot's own, rounded."""
     # the dashboard header's words (fmt.source_state): "BPF ok  NVML off  UVM CPU only"
     src = "  ".join(f"{fmt.SOURCE_LABELS.get(k, fmt.text(k).upper())} {fmt.source_state(k, v)}"
                     for k, v in snap.sources.items())
@@ -98,7 +100,7 @@ def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = Fals
                 f" (traps {fmt.cpu_share(bpf.traps_ns_per_s)} + programs {fmt.cpu_share(bpf.overhead_ns_per_s)})")
         if bpf.dropped:             # records that found no room: some counts are unknown (as the header says)
             cost += f"  dropped {fmt.si(bpf.dropped)}"
-    every = fmt.interval(snap.interval_s)
+    every = fmt.interval(snap.interval_s if interval_s is None else interval_s)
     lines = [f"gputop - {fmt.clock(snap.time)}  {fmt.text(snap.host)}  every {every}  {src}{cost}"]
     lines.append(summary_text(snap.summary))
     lines += [gpu_line(g) for g in snap.gpus]
@@ -107,7 +109,7 @@ def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = Fals
 
 
 def emit(snaps: Iterable[Snapshot], form: str, out: TextIO = sys.stdout, sort: str = columns.DEFAULT_SORT,
-         reverse: bool = False) -> None:
+         reverse: bool = False, interval_s: float | None = None) -> None:
     for snap in snaps:
-        out.write(snapshot_to_json(snap) + "\n" if form == "json" else table(snap, sort, reverse) + "\n")
+        out.write(snapshot_to_json(snap) + "\n" if form == "json" else table(snap, sort, reverse, interval_s) + "\n")
         out.flush()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property
 from itertools import repeat
 from operator import methodcaller
-from typing import Any
+from typing import Any, Union
 
 SCHEMA = "gputop/1"
 
@@ -158,7 +158,7 @@ class ProcSample:
 
 
 #: a process's identity in a view (``ProcSample.key``): a PID, or (instance, PID) in the fleet view
-ProcKey = int | tuple[str, int]
+ProcKey = Union[int, tuple[str, int]]
 
 
 @dataclass(frozen=True)
@@ -373,7 +373,7 @@ def _dict_converter(cls: type, nested: Mapping[str, Any]) -> Any:
             fixes.append((f.name, _plain_list))
 
     def convert(obj: Any) -> dict[str, Any]:
-        d = dict(zip(names, getter(obj), strict=True))
+        d = dict(zip(names, getter(obj)))
         for name, fn in fixes:
             v = d[name]
             if v is not None:

@@ -1,10 +1,10 @@
-"""Record snapshots as JSON Lines and replay them.
+"""Record snapshots as JSON Lines and read them back.
 
 - ``Recorder``: one snapshot per line (schema ``gputop/1``), flushed after each line, so a
   recording cut short by a crash or ^C is still readable up to its last complete line.
 - ``read_recording(path)``: iterate the snapshots of a file (batch replay, baselines).
-- ``ReplayFeed(path)``: a ``gputop.feed.Feed`` that plays a recording at its recorded pace
-  (times ``speed``), with pause, step and speed controls for the dashboard.
+- ``LineIndex(path)``: a recording's lines by offset, decoded one at a time (what
+  ``gputop.feeds.replay.ReplayFeed`` plays).
 
 Files ending in ``.gz`` are read and written compressed. A recording may come from anyone: every
 field of every line is checked by the model (``gputop.model.snapshot_from_dict``). A bad line (not
@@ -24,15 +24,13 @@ import os
 import re
 import sys
 import threading
-import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
 from gputop import safefiles
 from gputop.errors import GputopError
-from gputop.feed import SnapshotCallback
 from gputop.model import SCHEMA, Snapshot, SnapshotError, snapshot_from_dict, snapshot_to_json
 
 _REQUIRED = ("time", "interval_s", "host")
@@ -260,15 +258,28 @@ def _open_binary(path: Path) -> IO[bytes]:
         raise RecordingError(f"cannot read recording {path}: {e.strerror or e}") from e
 
 
+class _CutStream(RecordingError):
+    """A compressed recording that ends inside a line (the recorder was stopped mid-write): the
+    lines before it are whole; ``lineno`` is the line the stream ends in."""
+
+    def __init__(self, path: Path, lineno: int) -> None:
+        super().__init__(f"{path}:{lineno}: the compressed recording ends inside this line, its first "
+                         "(the recorder stopped mid-write): no complete snapshot")
+        self.lineno = lineno
+
+
 def _raw_lines(path: Path, f: IO[bytes]) -> Iterator[tuple[int, int, bytes]]:
     """(line number, offset, bytes with the newline) of every line, blank ones too; one line in
-    memory at a time, never more than ``MAX_LINE_BYTES``."""
+    memory at a time, never more than ``MAX_LINE_BYTES``. A compressed file cut short raises
+    ``_CutStream`` after its whole lines."""
     offset = 0
     lineno = 0
     while True:
         try:
             raw = f.readline(MAX_LINE_BYTES + 1)
-        except (OSError, EOFError) as e:       # gzip.BadGzipFile is an OSError
+        except EOFError as e:       # gzip: the stream ends before its end marker, inside a line
+            raise _CutStream(path, lineno + 1) from e
+        except OSError as e:       # gzip.BadGzipFile is an OSError
             raise RecordingError(f"{path}: not a readable recording ({e})") from e
         if not raw:
             return
@@ -287,9 +298,50 @@ def _text(path: Path, lineno: int, raw: bytes) -> str:
         raise RecordingError(f"{path}:{lineno}: not UTF-8 text: not a recording") from e
 
 
-def _cut_notice(path: Path, lineno: int, kept: int) -> str:
-    return (f"{path}:{lineno}: the last line is cut short (the recorder stopped mid-write); "
+def _whole_lines(path: Path, f: IO[bytes]) -> Iterator[tuple[int, int, bytes | None]]:
+    """``_raw_lines``, and then (line number, offset, None) where a compressed stream ends inside a line."""
+    lines = _raw_lines(path, f)
+    while True:
+        try:
+            item = next(lines)
+        except StopIteration:
+            return
+        except _CutStream as e:
+            yield e.lineno, 0, None
+            return
+        yield item
+
+
+def cut_notice(path: Path, lineno: int, kept: int, raw: bytes | None) -> str:
+    """What is said of the last line ``lineno``, cut short: where it stops (the column after its
+    last character, counted as an editor does: ``raw``'s characters), or None for a compressed
+    stream that ends inside the line (its start is lost with the stream's end)."""
+    if raw is None:
+        where = "is cut short (the compressed recording ends inside it"
+    else:
+        where = f"is cut short at column {len(raw.decode('utf-8', 'replace')) + 1} (nothing follows"
+    return (f"{path}:{lineno}: the last line {where}: the recorder stopped mid-write); "
             f"replaying the {kept} complete snapshot(s) before it")
+
+
+def _looks_cut(raw: bytes) -> bool:
+    """Whether a line without its newline is the start of a snapshot rather than something else: a JSON
+    object's start, UTF-8 text up to a character the cut may have split."""
+    if not raw.lstrip().startswith(b"{"):
+        return False
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(raw) - 3 and e.reason == "unexpected end of data"
+    return True
+
+
+def _cut_error(path: Path, lineno: int, raw: bytes) -> RecordingError:
+    """The one line of a recording is cut short: not a recording yet."""
+    col = len(raw.decode("utf-8", "replace")) + 1
+    return RecordingError(f"{path}:{lineno}: the only line is cut short at column {col} (the recorder stopped "
+                          "mid-write): no complete snapshot",
+                          "a recording holds one JSON snapshot per line (gputop --record FILE)")
 
 
 #: notices of bad lines before the first good one that are held (said once a good one comes; a
@@ -297,7 +349,7 @@ def _cut_notice(path: Path, lineno: int, kept: int) -> str:
 _HELD_NOTICES = 20
 
 
-def read_recording(path: Path | str, notice: Callable[[str], None] | None = None) -> Iterator[Snapshot]:
+def read_recording(path: Path | str, notice: Callable[[str], None] | None = None) -> Generator[Snapshot, None, None]:
     """Yield the snapshots of a recording in order, reading one line at a time.
 
     With ``notice``, a bad line (not JSON, or not a snapshot of schema gputop/1: see
@@ -312,15 +364,24 @@ def read_recording(path: Path | str, notice: Callable[[str], None] | None = None
     held: list[str] = []
     held_more = 0
     with _open_binary(path) as f:
-        for lineno, _, raw in _raw_lines(path, f):
+        for lineno, _, raw in _whole_lines(path, f):
+            if raw is None:         # a compressed stream ends inside line ``lineno``
+                if not seen:
+                    raise first_error or _CutStream(path, lineno)
+                if notice is not None:
+                    notice(cut_notice(path, lineno, seen, None))
+                break
             if not raw.strip():
                 continue
             # only the last line can lack its newline; cut short after complete snapshots, it is
             # skipped (alone, it is an error below: a file of one broken line is not a recording)
-            if seen and not raw.endswith(b"\n") and not _is_json(raw):
-                if notice is not None:
-                    notice(_cut_notice(path, lineno, seen))
-                break
+            if not raw.endswith(b"\n") and not _is_json(raw):
+                if seen:
+                    if notice is not None:
+                        notice(cut_notice(path, lineno, seen, raw))
+                    break
+                if first_error is None and _looks_cut(raw):
+                    raise _cut_error(path, lineno, raw)
             try:
                 snap, problems = _snapshot(path, lineno, raw)
             except RecordingError as e:
@@ -354,12 +415,9 @@ def read_recording(path: Path | str, notice: Callable[[str], None] | None = None
 #: recordings up to this size are decoded completely in the background once a replay starts
 #: (then playing costs no parsing); larger ones are decoded a snapshot at a time as they play
 PRELOAD_BYTES = 64 << 20
-#: a larger recording keeps at most this many decoded snapshots, of at most this many bytes of JSON
-CACHE_SNAPSHOTS = 64
-CACHE_BYTES = 8 << 20
 
 
-class _LineIndex:
+class LineIndex:
     """Where each snapshot line of a recording starts, so any one can be decoded on demand: two
     integers per line in memory, whatever the file's size. A compressed recording is kept
     decompressed in memory only up to ``PRELOAD_BYTES``; a larger one is read through gzip's
@@ -370,23 +428,34 @@ class _LineIndex:
         self._file = _open_binary(path)
         self.offsets = array("q")
         self.linenos = array("q")
-        #: the line skipped because the recorder was stopped in the middle of it
+        #: the line skipped because the recorder was stopped in the middle of it, and what of it was
+        #: written (None: a compressed stream that ends inside it)
         self.cut_line: int | None = None
+        self.cut_raw: bytes | None = None
         self.size = 0
         try:
             last = b""
-            for lineno, offset, raw in _raw_lines(path, self._file):
+            for lineno, offset, raw in _whole_lines(path, self._file):
+                if raw is None:
+                    if not len(self.offsets):
+                        raise _CutStream(path, lineno)
+                    self.cut_line = lineno
+                    break
                 if raw.strip():
                     self.offsets.append(offset)
                     self.linenos.append(lineno)
                     last = raw
                 self.size = offset + len(raw)
-            if len(self.offsets) > 1 and not last.endswith(b"\n") and not _is_json(last):
-                self.offsets.pop()
-                self.cut_line = self.linenos.pop()
+            if self.cut_line is None and not last.endswith(b"\n") and not _is_json(last):
+                if len(self.offsets) == 1 and _looks_cut(last):
+                    raise _cut_error(path, self.linenos[0], last)
+                if len(self.offsets) > 1:
+                    self.offsets.pop()
+                    self.cut_line = self.linenos.pop()
+                    self.cut_raw = last
             if isinstance(self._file, gzip.GzipFile) and self.size <= PRELOAD_BYTES:
                 self._file.seek(0)
-                data = self._file.read()
+                data = self._file.read(self.size)      # a stream cut short ends after its whole lines
                 self._file.close()
                 self._file = io.BytesIO(data)
         except BaseException:
@@ -421,220 +490,3 @@ def _is_json(raw: bytes) -> bool:
     except (ValueError, RecursionError):
         return False
     return True
-
-
-#: bad lines before the first good one said one by one when a replay starts (then counted)
-_SAID_AT_START = 3
-#: the replay thread waits for the next snapshot in steps of at most this (a recording's interval
-#: can be years: a wait beyond threading.TIMEOUT_MAX raises)
-_LONGEST_WAIT_S = 3600.0
-
-
-class ReplayFeed:
-    """A ``Feed`` over a recording: snapshots at the recorded pace divided by ``speed``.
-
-    Building it indexes the file and decodes its first good snapshot (``RecordingError`` for a
-    file that is not a recording: the first bad line's error when it has no good one), so it starts
-    at once whatever the file's size; bad lines before it are said in ``notices``. A bad line found
-    later (by playing, stepping either way or preloading) is skipped and described in ``error``, as
-    are values read as unknown or cut (``gputop.model.snapshot_from_dict``). At the end it stays on
-    the last snapshot (or loops). Files up to ``PRELOAD_BYTES`` are decoded in the background after
-    ``start``.
-    """
-
-    kind = "replay"
-
-    def __init__(
-        self, path: Path | str, *, speed: float = 1.0, loop: bool = False, preload: bool | None = None
-    ) -> None:
-        self.path = Path(path)
-        self._index = _LineIndex(self.path)
-        if not len(self._index):
-            self._index.close()
-            raise RecordingError(f"{self.path}: empty recording (no snapshots)")
-        #: what the dashboard says once at start (a last line cut short, bad lines before the first good one)
-        self.notices: list[str] = []
-        if self._index.cut_line is not None:
-            self.notices.append(_cut_notice(self.path, self._index.cut_line, len(self._index)))
-        self._cache: dict[int, Snapshot] = {}
-        self._cache_sizes: dict[int, int] = {}
-        self._cache_bytes = 0
-        self._preload = self._index.size <= PRELOAD_BYTES if preload is None else preload
-        #: the last problem met while playing (a bad line skipped, values read as unknown), for the UI
-        self.error: str | None = None
-        try:
-            self._first_good()
-        except RecordingError:
-            self._index.close()
-            raise
-        self.speed = speed
-        self.loop = loop
-        self._interval_override: float | None = None
-        self._pos = 0  # snapshots shown so far (index of the next one)
-        self._paused = False
-        self._stop = threading.Event()
-        self._wake = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._loader: threading.Thread | None = None
-        self._callback: SnapshotCallback | None = None
-        self.emitted = 0
-
-    def _load(self, i: int) -> Snapshot:
-        snap = self._cache.get(i)
-        if snap is None:
-            snap, size, problems = self._index.snapshot(i)
-            if problems is not None:
-                self.error = problems
-            self._cache[i] = snap
-            self._cache_sizes[i] = size
-            self._cache_bytes += size
-            # a large recording keeps the last few snapshots only, by count and by size (a line can
-            # hold a megabyte command line)
-            while not self._preload and len(self._cache) > 1 and (
-                    len(self._cache) > CACHE_SNAPSHOTS or self._cache_bytes > CACHE_BYTES):
-                oldest = next(iter(self._cache))
-                del self._cache[oldest]
-                self._cache_bytes -= self._cache_sizes.pop(oldest)
-        return snap
-
-    def _get(self, i: int, direction: int = 1) -> tuple[int, Snapshot] | None:
-        """The first decodable snapshot from ``i`` in ``direction``; bad lines are skipped and noted."""
-        while 0 <= i < len(self._index):
-            try:
-                return i, self._load(i)
-            except RecordingError as e:
-                self.error = skip_notice(e)
-                i += direction
-        return None
-
-    def _first_good(self) -> None:
-        """Decode the first good snapshot; say the bad lines before it in ``notices`` (the first
-        few); none good: the first one's error."""
-        first: RecordingError | None = None
-        for i in range(len(self._index)):
-            try:
-                self._load(i)
-            except RecordingError as e:
-                first = first or e
-                if i < _SAID_AT_START:
-                    self.notices.append(skip_notice(e))
-                continue
-            if i > _SAID_AT_START:
-                self.notices.append(f"{self.path}: {i - _SAID_AT_START} more bad line(s) skipped before line "
-                                    f"{self._index.linenos[i]}")
-            return
-        assert first is not None
-        raise first
-
-    def _preload_all(self) -> None:
-        for i in range(len(self._index)):
-            if self._stop.is_set():
-                return
-            if i not in self._cache:
-                self._get(i)
-
-    # -- Feed ------------------------------------------------------------------------------
-    def start(self, on_snapshot: SnapshotCallback) -> None:
-        if self._thread is not None:
-            return
-        self._callback = on_snapshot
-        self._thread = threading.Thread(target=self._run, name="gputop-replay", daemon=True)
-        self._thread.start()
-        if self._preload:
-            self._loader = threading.Thread(target=self._preload_all, name="gputop-replay-load", daemon=True)
-            self._loader.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        with self._wake:
-            self._wake.notify_all()
-        for t in (self._thread, self._loader):
-            if t is not None and t is not threading.current_thread():
-                t.join(timeout=2)
-        self._index.close()
-
-    def set_interval(self, interval_s: float) -> None:
-        """Play one snapshot every ``interval_s`` / speed seconds instead of the recorded pace."""
-        with self._wake:
-            self._interval_override = interval_s
-            self._wake.notify_all()
-
-    def set_paused(self, paused: bool) -> None:
-        with self._wake:
-            self._paused = paused
-            self._wake.notify_all()
-
-    # -- replay controls -------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._index)
-
-    @property
-    def position(self) -> int:
-        """1-based index of the snapshot shown last (0 before the first)."""
-        with self._wake:
-            return self._pos
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    @property
-    def at_end(self) -> bool:
-        with self._wake:
-            return self._pos >= len(self._index) and not self.loop
-
-    def set_speed(self, speed: float) -> None:
-        with self._wake:
-            self.speed = max(1 / 64, min(64.0, speed))
-            self._wake.notify_all()
-
-    def step(self, n: int) -> Snapshot:
-        """Move ``n`` snapshots forward (or back) from the one shown last and return it.
-
-        Meant for a paused replay; the caller shows the snapshot (``on_snapshot`` is not called).
-        Raises ``RecordingError`` when no decodable snapshot is left in that direction.
-        """
-        with self._wake:
-            target = max(1, min(len(self._index), self._pos + n))
-            found = self._get(target - 1, -1 if n < 0 else 1) or self._get(target - 1, 1 if n < 0 else -1)
-            if found is None:
-                raise RecordingError(f"{self.path}: no readable snapshot left")
-            self._pos = found[0] + 1
-            self._wake.notify_all()
-            return found[1]
-
-    # -- thread ----------------------------------------------------------------------------
-    def playback_speed(self, interval_s: float) -> float:
-        """How fast the recording really plays: recorded seconds per second of playback."""
-        base = self._interval_override if self._interval_override is not None else interval_s
-        return interval_s * self.speed / max(0.01, base)
-
-    def _delay(self, snap: Snapshot) -> float:
-        base = self._interval_override if self._interval_override is not None else snap.interval_s
-        return max(0.01, base) / self.speed
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._wake:
-                while not self._stop.is_set() and (self._paused or (self._pos >= len(self._index) and not self.loop)):
-                    self._wake.wait()
-                if self._stop.is_set():
-                    return
-                if self._pos >= len(self._index):
-                    self._pos = 0
-                found = self._get(self._pos)
-                if found is None:  # only bad lines left before the end
-                    self._pos = len(self._index)
-                    continue
-                self._pos = found[0] + 1
-                snap = found[1]
-            assert self._callback is not None
-            emitted_at = time.monotonic()
-            self._callback(snap)
-            self.emitted += 1
-            with self._wake:
-                while not self._stop.is_set():
-                    remaining = emitted_at + self._delay(snap) - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._wake.wait(min(remaining, _LONGEST_WAIT_S))

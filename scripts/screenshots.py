@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gputop.feed import SnapshotCallback  # noqa: E402
+from gputop.feeds.base import Feed, FeedKind, SnapshotCallback  # noqa: E402
 from gputop.model import Snapshot  # noqa: E402
 from gputop.record import read_recording  # noqa: E402
 
@@ -31,10 +31,10 @@ SIZE = (160, 45)
 FRAMES = 61  # up to the frame where `python eval.py` (7300) has exited and fades
 
 
-class FrameFeed:
+class FrameFeed(Feed):
     """A feed that hands over given snapshots when the flow asks (``deliver``)."""
 
-    kind = "live"
+    kind = FeedKind.LIVE
 
     def __init__(self, frames: list[Snapshot]) -> None:
         self.frames = frames

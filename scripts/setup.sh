@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a Debian 12 / Ubuntu 22.04+ host, run as root.
+# Idempotent set-up for a Debian 11+ / Ubuntu 22.04+ host, run as root (Debian 11, 12, 13: tests/matrix).
 #   scripts/setup.sh          system packages gputop needs + .venv with gputop installed
 #   scripts/setup.sh --test   the same, plus test tools and the GPU-less test bed
 set -euo pipefail
@@ -76,6 +76,19 @@ sum=$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
     say "installing gputop$extra into $VENV"
     log=$(mktemp)
+    # An editable install from pyproject.toml alone (PEP 660) needs pip 21.3+; the venv gets the
+    # distro's pip (Debian 11: 20.3, which wants a setup.py): that one is upgraded inside the venv first.
+    if ! "$VENV/bin/python" -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (21, 3))' \
+        2>/dev/null; then
+        say "upgrading pip in $VENV ($("$VENV/bin/python" -m pip --version 2>/dev/null | cut -d' ' -f2) cannot install editable from pyproject.toml)"
+        if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip>=21.3" >"$log" 2>&1; then
+            grep -v '^WARNING: Location' "$log" >&2
+            rm -f "$log"
+            echo "gputop: error: upgrading pip in $VENV failed" >&2
+            echo "hint: see pip's output above; gputop needs pip 21.3+ in the venv" >&2
+            exit 1
+        fi
+    fi
     if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT$extra" >"$log" 2>&1 \
         || ! (cd / && "$VENV/bin/python" -c 'import gputop.cli'); then
         grep -v '^WARNING: Location' "$log" >&2

@@ -4,6 +4,9 @@
 #   cudart13/ libcudart.so.13 + libcudart_static.a  (wheel nvidia-cuda-runtime 13.x, what PyTorch's cu130 wheels load)
 #   nvidia/   libcuda.so.1 + libnvidia-ml.so.1      (Debian libcuda1 + libnvidia-ml1 from non-free; on
 #             Ubuntu the newest libnvidia-compute-NNN from restricted)
+#   drivers/BRANCH/   libcuda.so.1 + libnvidia-ml.so.1 of each driver branch Debian holds (470, 535, 550, 555)
+#   runtimes/X.Y/     libcudart.so.N of every CUDA runtime minor 12.0 ... 13.x (scripts/testbed_libs.py;
+#                     the support matrix, docs/support.md)
 # The mirrors are those of the machine's own apt sources for its release; its package lists and
 # dpkg database are left untouched: apt runs with a private state under .cache/testbed/apt.
 set -euo pipefail
@@ -52,4 +55,7 @@ if [ ! -e "$NV/libcuda.so.1" ] || [ ! -e "$NV/libnvidia-ml.so.1" ]; then
     echo "testbed: fetching libcuda.so.1 and libnvidia-ml.so.1 with a private apt state"
     python3 "$ROOT/scripts/privapt.py" nvidia-libs "$TB/apt" "$NV"
 fi
+# --- the support matrix: every driver branch and every runtime minor (scripts/testbed_libs.py, cached)
+python3 "$ROOT/scripts/testbed_libs.py" drivers "$TB/apt-branches" "$TB/drivers"
+python3 "$ROOT/scripts/testbed_libs.py" runtimes "$PY" "$TB/runtimes"
 echo "testbed: ready in $TB"

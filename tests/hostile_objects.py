@@ -30,8 +30,7 @@ def elf(sections: list[tuple[int, int, int, int, int]], size: int, body: dict[in
     ident = b"\x7fELF\x02\x01\x01" + b"\0" * 9
     head = EHDR.pack(ident, 3, 62, 1, 0, 0, shoff, 0, EHDR.size, 56, 0, SHDR.size, shnum, shnum - 1)
     shdrs = SHDR.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0) + b"".join(
-        SHDR.pack(n, t, 0, 0, off, sz, link, 0, 8, ent) for n, (t, off, sz, link, ent) in zip(name_at, sections,
-                                                                                              strict=True))
+        SHDR.pack(n, t, 0, 0, off, sz, link, 0, 8, ent) for n, (t, off, sz, link, ent) in zip(name_at, sections))
     shdrs += SHDR.pack(1, 3, 0, 0, names_off, len(names), 0, 0, 1, 0)
     out = bytearray(size)
     out[:len(head)] = head

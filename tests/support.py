@@ -117,5 +117,5 @@ def table_rows(out: str) -> list[dict[str, str]]:
 
                 headers = [columns.BY_KEY[k].header for k in columns.visible([c.key for c in TABLE_COLUMNS], True)]
         elif line[:at].split()[:1] and line.split()[0].isdigit():
-            rows.append({**dict(zip(headers[:-1], line[:at].split(), strict=False)), "COMMAND": line[at:]})
+            rows.append({**dict(zip(headers[:-1], line[:at].split())), "COMMAND": line[at:]})
     return rows

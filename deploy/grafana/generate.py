@@ -190,7 +190,7 @@ def listing(title: str, desc: str, labels: list[str], *values: tuple[prometheus.
          .with_transformation(DataTransformerConfig(id_val="merge", options={}))
          .with_transformation(DataTransformerConfig(id_val="organize", options={
              "excludeByName": {"Time": True}, "indexByName": {c: i for i, c in enumerate([*labels, *fields])},
-             "renameByName": {f: name for f, (_, name, _) in zip(fields, values, strict=True)}})))
+             "renameByName": {f: name for f, (_, name, _) in zip(fields, values)}})))
     for q, name, col_unit in values:
         if col_unit != unit:
             p = p.override_by_name(name, [DynamicConfigValue(id_val="unit", value=col_unit)])

@@ -33,7 +33,7 @@ from gputop.model import (
 from gputop.textsafe import sanitize, sanitize_middle
 
 if TYPE_CHECKING:
-    from gputop.sampler import RefreshTiming
+    from gputop.feeds.live import RefreshTiming
 
 #: label value caps (characters, after escaping)
 COMM_LIMIT = 64
@@ -95,7 +95,7 @@ def cumulative(hist: Mapping[str, int] | None, finite: int, step: int = 1) -> li
         counts[min(k, LOG2_BUCKETS - 1)] += int(n)
     out: list[tuple[str, float]] = []
     ends = bucket_ends(finite, step)
-    for k, le in zip(ends, le_bounds(finite, step)[:-1], strict=True):
+    for k, le in zip(ends, le_bounds(finite, step)[:-1]):
         out.append((le, float(sum(counts[:k + 1]))))
     out.append(("+Inf", float(sum(counts))))
     return out

@@ -1,4 +1,5 @@
-"""``gputop exporter``: the live collector's snapshots over HTTP, as Prometheus metrics.
+"""The exporter's serving (``gputop exporter``, run by ``gputop.modes.exporter``): the live collector's
+snapshots over HTTP, as Prometheus metrics.
 
 ``/metrics`` (Prometheus text or OpenMetrics, as the scraper asks), ``/healthz`` (200 with the sources'
 statuses as JSON once BPF is attached or known unavailable, 503 before, and 503 "stale" once the
@@ -14,31 +15,23 @@ and SIGHUP stop it cleanly: the server closes, then the collector detaches every
 
 from __future__ import annotations
 
-import argparse
 import errno
 import ipaddress
 import json
-import os
 import resource
-import signal
 import socket
-import sys
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.process_collector import ProcessCollector
 
-from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
+from gputop.errors import EX_ERROR, GputopError
 from gputop.exporter.httpserver import LIMITS, BoundedHTTPServer, Limits, PreparsedRequestHandler
-from gputop.exporter.metrics import AGGREGATES, BUCKETS, ExportOptions, LivenessCollector, SnapshotCollector
+from gputop.exporter.metrics import SnapshotCollector
 from gputop.exporter.sdnotify import Notifier
-from gputop.model import Snapshot
 
-DEFAULT_LISTEN = "127.0.0.1:9464"
-DEFAULT_INTERVAL_S = 15.0     # Prometheus's default scrape interval: one refresh, one rendering per scrape
 #: /healthz turns stale when the snapshot served is older than 2 refresh intervals and this
 STALE_GRACE_S = 5.0
 
@@ -47,79 +40,6 @@ def stale_after(interval_s: float) -> float:
     """The age (seconds) past which the snapshot served is stale: two refreshes missed, and 5 s for a
     slow refresh."""
     return 2 * interval_s + STALE_GRACE_S
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise GputopError(message, f"see '{self.prog} --help'", EX_USAGE)
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (every address) -> (host, port)."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port from 1 to 65535: {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise argparse.ArgumentTypeError(f"write an IPv6 address in brackets, [{host}]:{port_text}")
-    return host, int(port_text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= v <= 7 * 86400:     # nan fails both comparisons
-        raise argparse.ArgumentTypeError(f"must be between 0 and 604800 seconds: {text!r}")
-    return v
-
-
-def _interval(text: str) -> float:
-    v = _seconds(text)
-    if v < 0.1:
-        raise argparse.ArgumentTypeError(f"must be at least 0.1 seconds: {text!r}")
-    return v
-
-
-def _natural(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number: {text!r}")
-    return int(text)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from gputop.sampler import TOP_KERNELS
-
-    p = _Parser(prog="gputop exporter", description="Serve gputop's live per-process counters and NVML's GPU "
-                "values as Prometheus metrics (/metrics) with a health check (/healthz).")
-    p.add_argument("--listen", type=parse_listen, default=parse_listen(DEFAULT_LISTEN), metavar="HOST:PORT",
-                   help=f"address to serve on (default {DEFAULT_LISTEN}; ':9464' or '0.0.0.0:9464' for every "
-                   "interface)")
-    p.add_argument("-d", "--delay", type=_interval, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
-                   help=f"refresh interval of the collector (default {DEFAULT_INTERVAL_S:g})")
-    p.add_argument("--exited-grace", type=_seconds, default=300.0, metavar="SECONDS",
-                   help="keep an exited process's series this long (default 300)")
-    p.add_argument("--kernel-metrics", type=_natural, default=0, metavar="N",
-                   help=f"export the top N kernels of each process (at most {TOP_KERNELS}; default 0: none)")
-    p.add_argument("--max-processes", type=_natural, default=None, metavar="N",
-                   help="export at most N processes, those with the most launches (default: all)")
-    p.add_argument("--aggregate", choices=AGGREGATES, default="process",
-                   help="one row of series per process (default), or per container: fewer series under PID churn "
-                   "(docs/metrics.md, Cardinality)")
-    p.add_argument("--buckets", choices=tuple(BUCKETS), default="log2",
-                   help="histogram buckets: a bound at every power of 2 (default), at every power of 16, or none "
-                   "(+Inf, _count and _sum only)")
-    p.add_argument("--cmdline-label", action="store_true",
-                   help="add each process's command line as a label (command lines can hold secrets)")
-    p.add_argument("--node", default=os.environ.get("GPUTOP_NODE") or None,
-                   help="node name in gputop_build_info (default $GPUTOP_NODE, else the hostname)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
-    src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
-    p.add_argument("--no-nvml", action="store_true", help="run without NVML")
-    return p
 
 
 def health(collector: SnapshotCollector, max_age_s: float | None = None,
@@ -272,104 +192,6 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
                           "give an address of this host with --listen HOST:PORT", EX_ERROR) from None
 
 
-def main(argv: Sequence[str]) -> int:
-    from gputop.feed import Filters
-    from gputop.sampler import TOP_KERNELS, Sampler, SamplerConfig
-    from gputop.sources.bpfsys import privileges_error
-
-    args = build_parser().parse_args(list(argv))
-    raise_fd_limit()
-    if args.kernel_metrics > TOP_KERNELS:
-        raise GputopError(f"--kernel-metrics {args.kernel_metrics}: gputop keeps the top {TOP_KERNELS} kernels "
-                          "of each process", f"choose at most --kernel-metrics {TOP_KERNELS}", EX_USAGE)
-    if args.aggregate == "container" and (args.max_processes is not None or args.cmdline_label):
-        flag = "--max-processes" if args.max_processes is not None else "--cmdline-label"
-        raise GputopError(f"{flag} applies to per-process series, not to --aggregate container",
-                          f"drop {flag}, or export per process", EX_USAGE)
-    refusal = privileges_error() if args.bpf else None
-    if refusal is not None:
-        raise GputopError(refusal,
-                          "run the exporter as root, or with the capabilities of "
-                          "deploy/systemd/gputop-exporter.service",
-                          EX_NOPERM)
-    options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
-                            max_processes=args.max_processes, cmdline_label=args.cmdline_label, node=args.node,
-                            interval_s=args.delay, aggregate=args.aggregate, buckets=args.buckets)
-    collector = SnapshotCollector(options)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    registry.register(ProcessCollector(registry=None))      # the exporter's own CPU and memory
-    live = CollectorRegistry(auto_describe=False)
-    live.register(LivenessCollector(collector))             # the snapshot's age: rendered at every scrape
-    host, port = args.listen
-    max_age_s = stale_after(args.delay)     # two refreshes missed: the collector is stuck
-    server = make_server(host, port, registry, collector, max_age_s, live=live)   # fails before the BPF compile
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
-
-    def say(message: str) -> None:
-        print(f"gputop: {message}", file=sys.stderr, flush=True)
-
-    notify = Notifier.from_environment(unset=True)
-    watchdog_for(notify, max_age_s, args.delay, say)
-    sampler = Sampler(SamplerConfig(interval_s=args.delay, first_interval_s=min(1.0, args.delay),
-                                    use_bpf=not args.no_bpf, use_nvml=not args.no_nvml, filters=Filters()))
-    sampler.notice = say
-    stale = StaleLog(collector, max_age_s, args.delay, say)
-
-    def serve() -> None:
-        try:
-            server.serve_forever()
-        except Exception as e:          # a bug: one line; the main loop below exits so that systemd restarts us
-            print(f"gputop: exporter: the HTTP server failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-
-    ready = False
-
-    def on_snapshot(snap: Snapshot) -> None:
-        """On the collector thread: serve the snapshot, then tell systemd of the progress (only here,
-        so that a stuck collector stops the watchdog's pings)."""
-        nonlocal ready
-        refresh = sampler.last_refresh      # None for the "starting" snapshot, posted before any refresh
-        collector.update(snap, refresh)
-        if refresh is None:
-            return                      # the "starting" snapshot: no refresh yet
-        if ready:
-            notify.watchdog()
-        elif health(collector)[0] == 200:
-            ready = True
-            notify.ready()
-
-    http = threading.Thread(target=serve, name="gputop-http", daemon=True)
-    http.start()
-    print(f"gputop: exporter serving /metrics on {_show(host, server.server_port)}", file=sys.stderr, flush=True)
-    sampler.start(on_snapshot)
-    try:
-        while not stop.wait(0.5):
-            if args.bpf and sampler.bpf_error is not None:
-                raise sampler.bpf_error
-            if not sampler.running:         # a bug killed the collector: exit, so that a supervisor restarts it
-                raise GputopError("the collector thread stopped unexpectedly",
-                                  "see the messages above and report them; the exporter exits so that "
-                                  "systemd or Kubernetes restarts it", EX_ERROR)
-            if not http.is_alive():
-                raise GputopError("the HTTP server thread stopped unexpectedly",
-                                  "see the messages above and report them; the exporter exits so that "
-                                  "systemd or Kubernetes restarts it", EX_ERROR)
-            stale.check()
-    finally:
-        notify.stopping()
-        server.shutdown()
-        server.server_close()
-        sampler.stop()
-        notify.close()
-    return EX_OK
-
-
 def watchdog_for(notify: Notifier, max_age_s: float, interval_s: float, say: Callable[[str], None]) -> None:
     """A systemd watchdog (``WatchdogSec=``) no longer than /healthz's stale rule would stop an exporter
     whose refreshes are merely slow (a long -d): ask systemd for twice the rule instead, and say so."""
@@ -395,7 +217,7 @@ def raise_fd_limit() -> None:
         pass                                    # a limit we may not raise: keep the one we have
 
 
-def _show(host: str, port: int) -> str:
+def show_address(host: str, port: int) -> str:
     if not host:
         return f"*:{port} (every interface)"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

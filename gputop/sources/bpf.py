@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache, wraps
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
@@ -46,8 +46,10 @@ from gputop.sources.bpfabi import (
 )
 from gputop.sources.bpfsys import (
     ENABLE_HINT,
+    NO_CMPXCHG,
     TRACEFS,
     aligned_blocks,
+    atomic_cmpxchg,
     coverage_gaps,
     ensure_tracefs,
     fd_room,
@@ -81,6 +83,11 @@ _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 
 
+#: bcc before 0.19 defines __HAVE_BUILTIN_BSWAP*__ that Linux 5.x's compiler-clang.h defines again: 40
+#: lines of warnings on stderr at every compile (over the dashboard), nothing wrong
+QUIET = "-Wno-macro-redefined"
+
+
 class BpfUnavailable(GputopError):
     """BPF cannot run here; the message says why (shown as the source's reason)."""
 
@@ -109,6 +116,13 @@ def _batch_buffers(key_size: int, value_size: int) -> tuple[ctypes.Array[ctypes.
     """Key and value buffers for batch walks, made once per size (forgetting walks a dozen tables
     several times a refresh; a new zeroed buffer each time cost more than the walk)."""
     return (ctypes.c_char * (key_size * _BATCH))(), (ctypes.c_char * (value_size * _BATCH))()
+
+
+def batch_ops(lib: Any) -> bool:
+    """Whether this libbcc exports the batch map operations (``bpf_lookup_batch``, ``bpf_delete_batch``:
+    bcc 0.20+; the 0.18 of Debian 11 and Ubuntu 22.04 has neither). Without them the tables are walked
+    key by key: the same entries deleted, slower for a process that left many."""
+    return all(hasattr(lib, name) for name in ("bpf_lookup_batch", "bpf_delete_batch"))
 
 
 def load_bcc() -> ModuleType:
@@ -235,7 +249,9 @@ class _FileEvent(ctypes.Structure):
                 ("complete", ctypes.c_uint32), ("names", (ctypes.c_char * PATH_NAME) * PATH_DEPTH))
 
 
-_P = ParamSpec("_P")
+if TYPE_CHECKING:                       # typing.ParamSpec is Python 3.10+; the annotations are never evaluated
+    from typing import Concatenate, ParamSpec
+    _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
@@ -331,10 +347,12 @@ class BpfSource:
         if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
             self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
             self._offsets_read = True
-        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags(),
+        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags(), QUIET,
                  f"-DPID_GEN_WORDS={pid_gen_words()}"]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
+        if atomic_cmpxchg() is False:
+            flags.append(NO_CMPXCHG)
         if self.file_offsets:
             flags += ["-DFILE_KEYS", *(f"-D{k}={v}" for k, v in self.file_offsets.items())]
         return flags
@@ -949,8 +967,11 @@ class BpfSource:
     @staticmethod
     def _delete_by_pid_batched(table: Any, doomed: Doomed) -> bool:
         """The same walk through BPF_MAP_LOOKUP_BATCH and BPF_MAP_DELETE_BATCH; False when the
-        kernel or map cannot (then nothing was deleted). A key's first 8 bytes are its identity."""
+        kernel, map or libbcc (``batch_ops``) cannot (then nothing was deleted). A key's first 8 bytes
+        are its identity."""
         lib = load_bcc().lib
+        if not batch_ops(lib):
+            return False
         size, at = ctypes.sizeof(table.Key), table.Key.tgid.offset
         assert table.Key.gen.offset == at + 4
         chunk = _BATCH

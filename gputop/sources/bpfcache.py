@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import hashlib
+import inspect
 import json
 import os
 import platform
@@ -187,6 +188,13 @@ def _lib(bcc: ModuleType) -> Any:
     return lib
 
 
+def func_load_takes_attach_type(lib: Any) -> bool:
+    """Whether libbcc's ``bcc_func_load`` takes the attach type last (bcc 0.21+): bcc's own binding
+    (``bcc.libbcc``) declares 11 arguments before it, 12 from it."""
+    argtypes = getattr(lib.bcc_func_load, "argtypes", None)
+    return argtypes is None or len(argtypes) >= 12
+
+
 def extract(bcc: ModuleType, bpf: Any) -> dict[str, Any] | None:
     """Every function of a compiled ``bcc.BPF`` with its map references by name; None when one
     refers to something other than a map this module owns (then nothing is stored)."""
@@ -297,8 +305,14 @@ def cached_bpf(bcc: ModuleType, text: bytes, cflags: list[str], data: dict[str, 
 
         def load_func(self, func_name: Any, prog_type: int, device: Any = None, attach_type: int = -1) -> Any:
             func_name = func_name if isinstance(func_name, bytes) else func_name.encode()
+            # a bcc before 0.21 has no attach type (this method shows bcc's own signature: below)
+            extra = () if attach_type == -1 else (attach_type,)
             if func_name in self.funcs or func_name not in funcs:
-                return super().load_func(func_name, prog_type, device, attach_type)
+                return super().load_func(func_name, prog_type, device, *extra)
+            if func_load_takes_attach_type(lib):
+                extra = (attach_type,)
+            elif extra:
+                raise TypeError("this bcc loads no program for an attach type (bcc_func_load has no attach_type)")
             entry = funcs[func_name]
             code = bytearray(base64.b64decode(entry["code"]))
             for index, table in entry["maps"]:
@@ -309,7 +323,7 @@ def cached_bpf(bcc: ModuleType, text: bytes, cflags: list[str], data: dict[str, 
             buf = (ctypes.c_ubyte * len(code)).from_buffer(code)
             fd = lib.bcc_func_load(self.module, prog_type, func_name, buf, len(code),
                                    data["license"].encode(), lib.bpf_module_kern_version(self.module),
-                                   0, None, 0, device, attach_type)
+                                   0, None, 0, device, *extra)
             if fd < 0:
                 on_refused()
                 raise Exception(f"Failed to load BPF program {func_name.decode()}: "
@@ -318,6 +332,8 @@ def cached_bpf(bcc: ModuleType, text: bytes, cflags: list[str], data: dict[str, 
             self.funcs[func_name] = fn
             return fn
 
+    # what uprobes.UprobeAttacher asks (links need an attach type): this bcc's answer, not the override's
+    CachedBPF.load_func.__signature__ = inspect.signature(base.load_func)  # type: ignore[attr-defined]
     decls = data.get("decls")
     bpf = CachedBPF(text=(decls if isinstance(decls, str) else declarations_only(text.decode())).encode(),
                     cflags=cflags)

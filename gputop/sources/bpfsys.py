@@ -222,3 +222,36 @@ def fd_room(wanted: int) -> bool:
     except OSError:
         return True
     return used + wanted + FD_RESERVE <= soft
+
+
+_cmpxchg: list[bool | None] = []
+#: the compile flag where atomic_cmpxchg() is False (Linux < 5.12, whose LLVM may be older than 12 and
+#: cannot emit it either): the builtin then always fails, never storing. bpf/gputop.bpf.c's one use is
+#: claiming a launch slot (kslot_of; kslot_bucket runs only on a claimed slot), so no slot is claimed and
+#: every launch is counted in its `kernels` entry, the path of a pair without a slot: the same counts,
+#: a hash lookup per launch.
+NO_CMPXCHG = "-D__sync_val_compare_and_swap(p,o,n)=((void)(p),(void)(n),(o)+1)"
+
+
+def atomic_cmpxchg() -> bool | None:
+    """Whether this kernel's verifier takes BPF's atomic compare-and-exchange (Linux 5.12+; 5.10 refuses
+    it with EINVAL): a six-instruction program using it on the stack, loaded without bcc. None when
+    this process may not load BPF programs (then it cannot tell). Asked once per process."""
+    if not _cmpxchg:
+        insns = b"".join(struct.pack("<BBhi", *i) for i in (
+            (0x7A, 0x0A, -8, 3),        # *(u64 *)(r10 - 8) = 3
+            (0xB7, 0x00, 0, 3),         # r0 = 3
+            (0xB7, 0x01, 0, 4),         # r1 = 4
+            (0xDB, 0x1A, -8, 0xF1),     # r0 = cmpxchg((u64 *)(r10 - 8), r0, r1)  (BPF_ATOMIC, BPF_CMPXCHG)
+            (0xB7, 0x00, 0, 0),         # r0 = 0
+            (0x95, 0x00, 0, 0)))        # exit
+        ibuf = ctypes.create_string_buffer(insns, len(insns))
+        lic = ctypes.create_string_buffer(b"GPL")
+        attr = ctypes.create_string_buffer(128)
+        struct.pack_into("IIQQ", attr, 0, 2, len(insns) // 8, ctypes.addressof(ibuf), ctypes.addressof(lic))
+        fd = int(_libc.syscall(_SYS_BPF, 5, attr, 128))     # BPF_PROG_LOAD, a kprobe program
+        err = ctypes.get_errno()
+        if fd >= 0:
+            os.close(fd)
+        _cmpxchg.append(True if fd >= 0 else None if err in (1, 13) else False)     # EPERM, EACCES
+    return _cmpxchg[0]

@@ -106,6 +106,10 @@ COPY = (
     + _variants(("cuMemcpyHtoD", "cuMemcpyHtoDAsync"), "drv_memcpy_htod32")
     + _variants(("cuMemcpyDtoH", "cuMemcpyDtoHAsync"), "drv_memcpy_dtoh32")
     + _variants(("cuMemcpyDtoD", "cuMemcpyDtoDAsync"), "drv_memcpy_dtod32")
+    # copies with attributes (CUDA 13.1+ runtime, 13.2+ driver): (dst, src, size, attr, stream), the direction
+    # from the pointers as cuMemcpy's
+    + _variants(("cudaMemcpyWithAttributesAsync", "cudaMemcpyWithAttributesAsync_ptsz", "cuMemcpyWithAttributesAsync",
+                 "cuMemcpyWithAttributesAsync_ptsz"), "drv_memcpy")
     # batches (CUDA 12.8+): one call counts each of its copies (bpf/gputop.bpf.c, copy_batch)
     + _variants(("cudaMemcpyBatchAsync", "cudaMemcpyBatchAsync_ptsz"), "rt_memcpy_batch")
     + _variants(("cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz", "cuMemcpyBatchAsync_v2",
@@ -252,3 +256,100 @@ def _unique(out: list[tuple[Probe, int]]) -> list[tuple[Probe, int]]:
             seen.add(addr)
             unique.append((probe, addr))
     return unique
+
+
+# ------------------------------------------------------------------ what a library offers
+
+@dataclass(frozen=True)
+class Feature:
+    """A family of entry points, one line of `gputop doctor` and of docs/support.md: a library has it
+    when it defines any of ``symbols``. ``counted`` False: gputop knows it and does not count it."""
+    layer: str                  # "runtime" or "driver"
+    name: str
+    symbols: tuple[str, ...]
+    counted: bool = True
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("runtime", "launches", ("cudaLaunchKernel",)),
+    Feature("runtime", "launches with attributes (cudaLaunchKernelExC)", ("cudaLaunchKernelExC",)),
+    Feature("runtime", "per-thread default stream (_ptsz)", ("cudaLaunchKernel_ptsz",)),
+    Feature("runtime", "graph launches", ("cudaGraphLaunch",)),
+    Feature("runtime", "capture into a graph (cudaStreamBeginCaptureToGraph)", ("cudaStreamBeginCaptureToGraph",)),
+    Feature("runtime", "graph nodes by parameters (cudaGraphAddNode)", ("cudaGraphAddNode", "cudaGraphAddNode_v2")),
+    Feature("runtime", "copies", ("cudaMemcpy",)),
+    Feature("runtime", "batch copies (cudaMemcpyBatchAsync)", ("cudaMemcpyBatchAsync",)),
+    Feature("runtime", "copies with attributes (cudaMemcpyWithAttributesAsync)", ("cudaMemcpyWithAttributesAsync",)),
+    Feature("runtime", "allocations", ("cudaMalloc",)),
+    Feature("runtime", "prefetch (cudaMemPrefetchAsync)", PREFETCH_RT_PLAIN),
+    Feature("runtime", "prefetch to a location (cudaMemPrefetchAsync_v2)", ("cudaMemPrefetchAsync_v2",)),
+    Feature("runtime", "batch prefetch (cudaMemPrefetchBatchAsync)", ("cudaMemPrefetchBatchAsync",)),
+    Feature("runtime", "syncs", ("cudaStreamSynchronize", "cudaDeviceSynchronize")),
+    Feature("runtime", "kernel names (__cudaRegisterFunction)", ("__cudaRegisterFunction",)),
+    Feature("runtime", "launch by kernel handle (cudaGetKernel)", ("cudaGetKernel",)),
+    Feature("runtime", "library kernels (cudaLibraryGetKernel)", ("cudaLibraryGetKernel",)),
+    Feature("runtime", "3D batch copies (cudaMemcpy3DBatchAsync)", ("cudaMemcpy3DBatchAsync",), counted=False),
+    Feature("runtime", "3D copies with attributes (cudaMemcpy3DWithAttributesAsync)",
+            ("cudaMemcpy3DWithAttributesAsync",), counted=False),
+    Feature("runtime", "copies to or from CUDA arrays (cudaMemcpy*Array*)",
+            ("cudaMemcpy2DToArray", "cudaMemcpyToArray"), counted=False),
+    Feature("runtime", "multi-device cooperative launches (cudaLaunchCooperativeKernelMultiDevice)",
+            ("cudaLaunchCooperativeKernelMultiDevice",), counted=False),
+    Feature("driver", "launches", ("cuLaunchKernel",)),
+    Feature("driver", "launches with attributes (cuLaunchKernelEx)", ("cuLaunchKernelEx",)),
+    Feature("driver", "per-thread default stream (_ptsz)", ("cuLaunchKernel_ptsz",)),
+    Feature("driver", "graph launches", ("cuGraphLaunch",)),
+    Feature("driver", "capture into a graph (cuStreamBeginCaptureToGraph)", ("cuStreamBeginCaptureToGraph",)),
+    Feature("driver", "graph nodes by parameters (cuGraphAddNode)", ("cuGraphAddNode", "cuGraphAddNode_v2")),
+    Feature("driver", "kernel nodes by CUkernel (cuGraphAddKernelNode_v2)", ("cuGraphAddKernelNode_v2",)),
+    Feature("driver", "copies", ("cuMemcpyHtoD_v2",)),
+    Feature("driver", "batch copies (cuMemcpyBatchAsync)", ("cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2")),
+    Feature("driver", "copies with attributes (cuMemcpyWithAttributesAsync)", ("cuMemcpyWithAttributesAsync",)),
+    Feature("driver", "allocations", ("cuMemAlloc_v2",)),
+    Feature("driver", "stream-ordered allocations (cuMemAllocAsync)", ("cuMemAllocAsync",)),
+    Feature("driver", "virtual memory (cuMemCreate)", ("cuMemCreate",)),
+    Feature("driver", "prefetch (cuMemPrefetchAsync)", ("cuMemPrefetchAsync",)),
+    Feature("driver", "prefetch to a location (cuMemPrefetchAsync_v2)", ("cuMemPrefetchAsync_v2",)),
+    Feature("driver", "batch prefetch (cuMemPrefetchBatchAsync)", ("cuMemPrefetchBatchAsync",)),
+    Feature("driver", "syncs", ("cuCtxSynchronize", "cuStreamSynchronize")),
+    Feature("driver", "kernel names (cuModuleGetFunction)", ("cuModuleGetFunction",)),
+    Feature("driver", "library kernels (cuLibraryGetKernel)", ("cuLibraryGetKernel",)),
+    Feature("driver", "3D batch copies (cuMemcpy3DBatchAsync)", ("cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2"),
+            counted=False),
+    Feature("driver", "copies to or from CUDA arrays (cuMemcpy*A*)", ("cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2"),
+            counted=False),
+    Feature("driver", "legacy launches (cuLaunch, cuLaunchGrid: the block shape set apart)",
+            ("cuLaunch", "cuLaunchGrid"), counted=False),
+    Feature("driver", "multi-device cooperative launches (cuLaunchCooperativeKernelMultiDevice)",
+            ("cuLaunchCooperativeKernelMultiDevice",), counted=False),
+)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What gputop probes in one CUDA library, by the symbols it defines (never by its version)."""
+    layer: str                          # "runtime" or "driver"
+    present: tuple[Feature, ...]        # counted
+    absent: tuple[Feature, ...]         # not defined by this library: not probed, nothing to count
+    uncounted: tuple[Feature, ...]      # defined, known, not counted by gputop
+
+
+def library_layer(functions: dict[str, int]) -> str | None:
+    """"runtime" for a CUDA runtime (shared, or linked statically into a program), "driver" for NVIDIA's
+    driver library (its debugger interface, rule 7), None for anything else (wrappers and layers included)."""
+    if "__cudaRegisterFatBinary" in functions and any(n in functions for n in RUNTIME_LAUNCH):
+        return "runtime"
+    if any(n.startswith("cudbg") for n in functions) and "cuLaunchKernel" in functions:
+        return "driver"
+    return None
+
+
+def coverage(functions: dict[str, int]) -> Coverage | None:
+    """Which of ``FEATURES`` this library has (None: it is no CUDA runtime or driver)."""
+    layer = library_layer(functions)
+    if layer is None:
+        return None
+    mine = [f for f in FEATURES if f.layer == layer]
+    has = [f for f in mine if any(s in functions for s in f.symbols)]
+    return Coverage(layer, tuple(f for f in has if f.counted), tuple(f for f in mine if f.counted and f not in has),
+                    tuple(f for f in has if not f.counted))

@@ -128,7 +128,7 @@ class GraphKernels:
         tables = [self._table(name) for name in ("gnodes", "gparts")]
         keys = [[k for k, _ in t.items()] for t in tables]
         live = {(int(k.tgid), int(k.addr)) for k, _ in self._table("gids").items()}
-        for t, ks in zip(tables, keys, strict=True):
+        for t, ks in zip(tables, keys):
             for k in ks:
                 if (int(k.tgid), int(k.gid)) not in live:
                     t.pop(k, None)

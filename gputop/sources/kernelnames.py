@@ -13,6 +13,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Optional
 
 from gputop.sources import discovery, symbols
 from gputop.sources.bpfabi import NAME_LEN  # names as long as NAME_LEN - 1 may be cut: ELF is preferred then
@@ -23,7 +24,7 @@ MAX_ALIAS_HOPS = 3
 #: seconds of demangling per refresh (names left over are demangled at the next: symbols.Demangler)
 DEMANGLE_BUDGET_S = 0.25
 
-Resolved = tuple[str | None, str | None]   # (name, object path)
+Resolved = tuple[Optional[str], Optional[str]]   # (name, object path)
 
 
 #: reads an object's symbols: (key, descriptor, path) -> symbols; may raise Pending (objreads)

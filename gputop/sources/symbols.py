@@ -79,7 +79,7 @@ class ObjectSymbols:
             return [(vaddr, vaddr + size) for vaddr, _off, size in self.segments]
         runs: list[tuple[int, int]] = []
         cur: list[int] | None = None
-        for addr, end, name in zip(self._addrs, self._ends, self._names, strict=False):
+        for addr, end, name in zip(self._addrs, self._ends, self._names):
             # a runtime wrapper's runtime-named functions are the application's code (see
             # is_runtime_wrapper); its driver-named ones wrap the driver like any driver layer
             if _CUDA_CODE.match(name) and not (wrapper and _RUNTIME_NAME.match(name)):

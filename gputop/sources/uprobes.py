@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .bpfcache import func_load_takes_attach_type
 from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from .catalogue import LAUNCH, Probe
 from .trapcost import CalibrationError, empty_prog
@@ -36,6 +37,8 @@ _KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)
 #: the launch handlers, attached first
 LAUNCH_ENTRIES = frozenset(p.entry for p in LAUNCH) | {"rt_launch", "rt_launch_checked", "rt_launch_checked_ptsz"}
 _EV_UNSAFE = re.compile(rb"[^a-zA-Z0-9_]")
+#: how bcc's "Failed to load BPF program" ends when the verifier refused it (not a transient shortage)
+_REFUSALS = tuple(os.strerror(e) for e in (errno.EINVAL, errno.E2BIG, errno.EACCES, errno.EPERM))
 
 #: int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type, const char *ev_name,
 #:                       const char *binary_path, uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
@@ -63,12 +66,16 @@ def links_supported() -> bool:
         os.close(prog)
 
 
-def _bcc_loads_for_links(bpf: Any) -> bool:
-    """Whether this bcc can load a program for links (``load_func``'s ``attach_type``, bcc 0.21+)."""
+def bcc_loads_for_links(bpf: Any, lib: Any) -> bool:
+    """Whether this bcc can load a program for links: ``BPF.load_func`` takes an ``attach_type`` and
+    libbcc's ``bcc_func_load`` (what the compile cache calls) passes it on (bcc 0.21+; Debian 11's and
+    Ubuntu 22.04's 0.18 do not: perf events then, whatever the kernel). ``bpf``: a ``bcc.BPF`` or the
+    class itself."""
     try:
-        return "attach_type" in inspect.signature(bpf.load_func).parameters
+        takes = "attach_type" in inspect.signature(bpf.load_func).parameters
     except (TypeError, ValueError):
         return False
+    return takes and func_load_takes_attach_type(lib)
 
 
 class UprobeAttacher:
@@ -82,12 +89,15 @@ class UprobeAttacher:
         self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
         self._lib = lib
         self._closing: list[threading.Thread] = []
-        self._multi = links and _bcc_loads_for_links(bpf) and links_supported()
+        self._multi = links and bcc_loads_for_links(bpf, lib) and links_supported()
         self._links: list[int] = []
         #: each object's links or perf events (by the ``name`` it was attached under) and probes
         self._owned: dict[object, tuple[list[int], list[bytes], int]] = {}
         self.probes = 0         # addresses probed (entry and return probes counted apart)
         self.failed: list[str] = []     # "path+0xoffset fn: reason" of probes that did not attach
+        self._refused: set[tuple[str, int]] = set()     # (fn, file offset) of the last attach() that failed
+        #: BPF functions the verifier refused, with bcc's message: not loaded again for the next object
+        self._unloadable: dict[str, str] = {}
 
     @property
     def mode(self) -> str:
@@ -107,6 +117,8 @@ class UprobeAttacher:
         attach (an odd symbol, a program the verifier refuses) does not stop the others.
         """
         groups: dict[tuple[str, bool], list[tuple[int, int]]] = {}
+        #: an entry probe's return probe at the same address: without it the entry is not attached
+        returns = {(probe.entry, offset): probe.ret for probe, _v, offset in wanted if probe.ret}
         for probe, vaddr, offset in wanted:
             if not probe.ret and probe.entry in LAUNCH_ENTRIES:
                 groups.setdefault((probe.entry, False), []).append((vaddr, offset))
@@ -118,11 +130,26 @@ class UprobeAttacher:
                 groups.setdefault((probe.entry, False), []).append((vaddr, offset))
         attached = 0
         label = name or path
+        self._refused.clear()
         links_before, perf_before = len(self._links), set(self._bpf.uprobe_fds)
         for (fn, ret), where in groups.items():
+            if not ret:         # an entry whose return did not attach would leave a stale depth (nested calls
+                                # then look inside it, and are not counted): neither goes
+                alone = [w for w in where if (returns.get((fn, w[1])), w[1]) in self._refused]
+                for _v, off in alone:
+                    self._failed(label, fn, off, f"its return probe ({returns[(fn, off)]}) did not attach")
+                where = [w for w in where if w not in alone]
+                if not where:
+                    continue
+            if fn in self._unloadable:  # refused before: the same bytecode, the same verifier (seconds each)
+                for _v, off in where:
+                    self._failed(label, fn, off, self._unloadable[fn])
+                continue
             try:
                 prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
             except Exception as e:      # bcc raises Exception when the kernel refuses the program
+                if str(e).endswith(_REFUSALS):
+                    self._unloadable[fn] = str(e)
                 for _v, off in where:
                     self._failed(label, fn, off, str(e))
                 continue
@@ -175,6 +202,7 @@ class UprobeAttacher:
 
     def _failed(self, label: str, fn: str, offset: int, why: str) -> None:
         self.failed.append(f"{os.path.basename(label)}+0x{offset:x} {fn}: {why}")
+        self._refused.add((fn, offset))
 
     @staticmethod
     def _why(err: int) -> str:

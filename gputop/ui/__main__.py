@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from gputop.record import RecordingError, ReplayFeed
+from gputop.feeds.replay import ReplayFeed
+from gputop.record import RecordingError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Sequence, Sized
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,7 +22,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 
 from gputop import config as config_mod
-from gputop.feed import Feed, Filters
+from gputop.feeds.base import Capabilities, Feed, Filters, MinimalFeed, adopt
 from gputop.model import ProcKey, Snapshot
 from gputop.record import Recorder, RecordingError
 from gputop.ui import bindings, columns, gcsettings, themes
@@ -89,11 +89,11 @@ def resolve_settings(options: DashboardOptions, cfg: config_mod.Config, warnings
     if options.interval_s is not None and not 0.05 <= options.interval_s <= 3600:
         raise ValueError(f"refresh interval must be between 0.05 and 3600 s, got {options.interval_s:g}")
 
-    def from_config(value: str | None, check: object, what: str) -> str | None:
+    def from_config(value: str | None, check: Callable[[str], str], what: str) -> str | None:
         if value is None:
             return None
         try:
-            check(value)  # type: ignore[operator]
+            check(value)
         except ValueError as e:
             warnings.append(f"config: {what}: {e}; ignored")
             return None
@@ -150,7 +150,7 @@ class GputopApp(App[int]):
     """
 
     def __init__(
-        self, feed: Feed, options: DashboardOptions | None = None, *, config_path: Path | None = None
+        self, feed: Feed | MinimalFeed, options: DashboardOptions | None = None, *, config_path: Path | None = None
     ) -> None:
         self.options = options or DashboardOptions()
         self.config_path = config_path
@@ -164,8 +164,8 @@ class GputopApp(App[int]):
         # no toast rack on any screen: a message has a line of its own that covers nothing (say); a
         # rack hidden by CSS shows anyway (Textual sets its display inline when it has notifications)
         self._disable_notifications = True
-        self.feed = feed
-        self.history = History(replay=self.is_replay)
+        self.feed = adopt(feed)
+        self.history = History(replay=self.caps.recorded)
         self.snapshot: Snapshot | None = None
         self.paused = False
         self.filter_text = ""
@@ -176,7 +176,7 @@ class GputopApp(App[int]):
         self.record_error: str | None = None
         self.exit_code = 0
         #: a replay runs at its recorded pace until an interval is given (-d, + or -)
-        self.replay_paced = self.is_replay and self.options.interval_s is None
+        self.replay_paced = self.caps.recorded and self.options.interval_s is None
         self._seq = 0
         self._seq_lock = threading.Lock()
         #: settings changed but not yet written; a save worker takes them all under _save_file_lock, so the
@@ -194,7 +194,7 @@ class GputopApp(App[int]):
         from gputop.ui.screens.main import MainScreen
 
         self.push_screen(MainScreen())
-        for w in [*self.startup_warnings, *getattr(self.feed, "notices", ())]:   # config; a replay's cut line
+        for w in [*self.startup_warnings, *self.feed.notices]:   # config; a replay's cut line
             self.say(w, "warning", timeout=8)
         if self.options.compare_pids is not None:
             a, b = self.options.compare_pids
@@ -250,30 +250,27 @@ class GputopApp(App[int]):
 
     # -- state shared by the screens -------------------------------------------------------
     @property
-    def is_replay(self) -> bool:
-        return getattr(self.feed, "kind", "") == "replay"
+    def caps(self) -> Capabilities:
+        """What the feed lets the dashboard offer (``gputop.feeds.base.Capabilities``)."""
+        return self.feed.capabilities
 
     def header_state(self) -> HeaderState:
-        replay = None
-        if self.is_replay:
-            pos = getattr(self.feed, "position", 0)
-            total = len(self.feed) if isinstance(self.feed, Sized) else 0
-            replay = (pos, total, float(getattr(self.feed, "speed", 1.0)))
-        error = (self.feed_error or getattr(self.feed, "error", None)
+        progress = self.feed.progress()
+        replay = None if progress is None else (progress[0], progress[1], float(self.feed.speed))
+        error = (self.feed_error or self.feed.error
                  or (f"recording stopped: {self.record_error}" if self.record_error else None))
         interval = self.settings.interval_s
-        if self.is_replay and self.snapshot is not None and self.snapshot.interval_s > 0:
+        if self.caps.recorded and self.snapshot is not None and self.snapshot.interval_s > 0:
             # the recording's own interval, and the speed it really plays at (a step of 0.25 s
             # through 1 s snapshots plays at ×4)
             interval = self.snapshot.interval_s
-            playback = getattr(self.feed, "playback_speed", None)
-            if replay is not None and playback is not None:
-                replay = (replay[0], replay[1], float(playback(interval)))
+            if replay is not None and self.caps.paces:
+                replay = (replay[0], replay[1], float(self.feed.playback_speed(interval)))
         return HeaderState(self.snapshot, interval, self.paused, replay, self.filter_text, error)
 
     def save_settings(self, **changed: object) -> None:
         """Persist the settings the user just changed, off the UI thread."""
-        if self.is_replay and "interval_s" in changed:
+        if self.caps.recorded and "interval_s" in changed:
             changed.pop("interval_s")  # a replay step is not a refresh preference
         if not changed:
             return
@@ -331,20 +328,18 @@ class GputopApp(App[int]):
 
     @property
     def is_fleet(self) -> bool:
-        return getattr(self.feed, "kind", "") == "fleet"
+        """Processes of several nodes (the fleet view): NODE, NAMESPACE and POD columns."""
+        return self.caps.nodes
 
     def show_in_detail(self, keys: Sequence[ProcKey]) -> None:
         """The processes a screen shows in detail: the fleet feed reads their series and histograms."""
-        watch = getattr(self.feed, "watch", None)
-        if watch is not None:
-            watch(keys)
+        self.feed.watch(keys)
 
     def points(self, key: ProcKey, until: float | None = None) -> list[Point]:
         """A process's chart points: the history's, or the feed's own series (fleet view)."""
-        series = getattr(self.feed, "series", None)
-        if series is None or not isinstance(key, tuple):
+        if not self.caps.own_series or not isinstance(key, tuple):
             return self.history.points(key, until=until)
-        return [pt for pt in points_of_series(series(key)) if until is None or pt.time <= until]
+        return [pt for pt in points_of_series(self.feed.series(key)) if until is None or pt.time <= until]
 
     def say(
         self, message: str, severity: SeverityLevel = "information", timeout: float | None = None
@@ -379,7 +374,7 @@ class GputopApp(App[int]):
         from gputop.ui.screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(fleet=self.is_fleet))
 
     # -- global actions --------------------------------------------------------------------
     def action_quit(self) -> None:  # type: ignore[override]
@@ -419,14 +414,13 @@ class GputopApp(App[int]):
         self.say(f"theme: {self.settings.theme}", timeout=2)
 
     def action_step(self, n: int) -> None:
-        step = getattr(self.feed, "step", None)
-        if step is None:
+        if not self.caps.steps:
             return
         if not self.paused:
             self.paused = True
             self.feed.set_paused(True)
         try:
-            snap = step(n)
+            snap = self.feed.step(n)
         except RecordingError as e:
             self.say(e.message, "error")
             return
@@ -435,17 +429,18 @@ class GputopApp(App[int]):
         self.show_snapshot(snap)
 
     def action_speed(self, factor: float) -> None:
-        set_speed = getattr(self.feed, "set_speed", None)
-        if set_speed is None:
+        if not self.caps.paces:
             return
-        set_speed(float(getattr(self.feed, "speed", 1.0)) * factor)
+        self.feed.set_speed(float(self.feed.speed) * factor)
         self.refresh_views()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("step", "speed"):
-            return self.is_replay
+        if action == "step":
+            return self.caps.steps
+        if action == "speed":
+            return self.caps.paces
         if action == "replay_only":
-            return not self.is_replay
+            return not (self.caps.steps or self.caps.paces)
         return True
 
     def action_replay_only(self) -> None:
@@ -457,11 +452,7 @@ class GputopApp(App[int]):
         """Why `k` cannot send signals now, or None."""
         if self.options.readonly:
             return "read-only mode (--readonly): sending signals is disabled"
-        if self.is_replay:
-            return "replaying a recording: its processes are not live, no signal sent"
-        if self.is_fleet:
-            return "fleet view (--prometheus): the processes run on other nodes, no signal sent"
-        return None
+        return self.caps.signal_refusal
 
     def send_signal(self, targets: Sequence[tuple[int, str | None, float | None]], signum: int) -> None:
         """Send ``signum`` to each (pid, comm, start_time) after checking the PID still runs that process."""
@@ -515,7 +506,7 @@ def _check_identity(pid: int, comm: str | None, start_time: float | None) -> Non
                               f"(PID reused)")
 
 
-def run_dashboard(feed: Feed, options: DashboardOptions) -> int:
+def run_dashboard(feed: Feed | MinimalFeed, options: DashboardOptions) -> int:
     """Run the dashboard over ``feed`` until the user quits; return the exit code.
 
     Raises ``ValueError`` (bad sort/theme/columns/interval, message lists the valid names) and

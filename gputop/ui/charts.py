@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Optional
 
 from gputop.ui.history import Series
 from gputop.ui.themes import ChartPalette
 
-Formatter = Callable[[float | None], str]
+Formatter = Callable[[Optional[float]], str]
 
 
 def _rgb(hex_colour: str) -> tuple[int, int, int]:
@@ -84,7 +84,7 @@ def _legend(title: str, names: Sequence[str], colours: Sequence[str | None], wid
     """One line: the title, then a coloured ■ and name per series (colour via ANSI truecolor)."""
     parts = [title] if title else []
     plain = len(title)
-    for name, colour in zip(names, colours, strict=False):
+    for name, colour in zip(names, colours):
         if colour:
             r, g, b = _rgb(colour)
             parts.append(f"\x1b[38;2;{r};{g};{b}m■\x1b[0m {name}")
@@ -104,7 +104,7 @@ def _runs(s: Series) -> list[tuple[list[float], list[float]]]:
     runs: list[tuple[list[float], list[float]]] = []
     xs: list[float] = []
     ys: list[float] = []
-    for x, y in zip(s.xs, s.ys, strict=True):
+    for x, y in zip(s.xs, s.ys):
         if y is None or not math.isfinite(y):
             if xs:
                 runs.append((xs, ys))
@@ -147,7 +147,7 @@ def line_chart(
 
     The first line holds the title and the legend; ``y_binary`` puts y ticks on powers of 1024.
     """
-    points = [(x, y) for s in series for x, y in zip(s.xs, s.ys, strict=True) if y is not None and _known(y)]
+    points = [(x, y) for s in series for x, y in zip(s.xs, s.ys) if y is not None and _known(y)]
     if not points:
         return _message(width, height, "no data yet", title)
     colours = [
@@ -156,7 +156,7 @@ def line_chart(
     ]
     legend = _legend(title, labels or [s.name for s in series], colours, width)
     f = _figure(width, height - 1, palette, colorless)
-    for s, colour in zip(series, colours, strict=True):
+    for s, colour in zip(series, colours):
         for xs, ys in _runs(s):
             sig = f.signal(xs, ys, marker=_marker(colour))
             sig.lines()

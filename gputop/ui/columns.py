@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
-from typing import Any, overload
+from typing import Any, Optional, Union, overload
 
 from gputop.model import ProcKey, ProcSample
 from gputop.ui import fields
 from gputop.ui import format as fmt
 
-SortValue = float | str | None
+SortValue = Optional[Union[float, str]]
 #: (column, processes) -> the values to sort the processes by, or None for the column's own
 SortValues = Callable[[str, Sequence["ProcSample"]], "list[Any] | None"]
 

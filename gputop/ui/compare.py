@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Optional
 
 from gputop.model import ProcSample
 from gputop.ui import fields
 from gputop.ui import format as fmt
 
-Value = float | None
+Value = Optional[float]
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,7 @@ def _base(short: str) -> str:
 def _common_prefix(a: str, b: str) -> int:
     """How many leading characters ``a`` and ``b`` share."""
     n = 0
-    for x, y in zip(a, b, strict=False):
+    for x, y in zip(a, b):
         if x != y:
             break
         n += 1

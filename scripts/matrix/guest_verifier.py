@@ -28,8 +28,10 @@ def main() -> int:
     sys.path.insert(0, str(repo))
     from bcc import BPF  # type: ignore[import-not-found]
 
-    from gputop.sources import bpfabi
+    from gputop.sources import bpfabi, bpfsys
     cflags = [*(f"-D{k}={v}" for k, v in limits(repo).items()), *bpfabi.cflags()]
+    if bpfsys.atomic_cmpxchg() is False:        # as gputop/sources/bpf.py's cflags: Linux < 5.12
+        cflags.append(bpfsys.NO_CMPXCHG)
     bad = 0
     for src in map(Path, sys.argv[3:]):
         dst = out / src.stem

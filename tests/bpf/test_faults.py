@@ -17,8 +17,8 @@ import support
 from support import Workloads, build_native
 
 from gputop import batch
-from gputop.feed import Filters
-from gputop.sampler import Sampler, SamplerConfig
+from gputop.feeds.base import Filters
+from gputop.feeds.live import Sampler, SamplerConfig
 from gputop.sources.bpf import BpfSource, has_privileges
 from gputop.ui import format as fmt
 from gputop.ui.widgets.header import HeaderState, header_content

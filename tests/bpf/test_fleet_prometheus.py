@@ -16,8 +16,9 @@ from pathlib import Path
 from promserver import GPUTOP, Exporter, Prometheus, wait_until
 from support import NVML_H100, ROOT, Workloads, build_native, table_rows
 
-from gputop.fleet import FleetConfig, FleetFeed
-from gputop.fleet_worker import WorkerReader
+from gputop.feeds.fleet import FleetFeed
+from gputop.feeds.fleet_worker import WorkerReader
+from gputop.feeds.prometheus import FleetConfig
 from gputop.model import CallBytes, ProcSample, Snapshot
 
 EXPORTER_REFRESH_S = 0.25

@@ -5,7 +5,6 @@ probes and descriptors behind after their process exited."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -166,7 +165,7 @@ class _Batch:
 
     def gaps_after(self, t0: float) -> list[float]:
         """Seconds between consecutive snapshots, for those that came after ``t0``."""
-        return [b - a for (a, _), (b, _) in itertools.pairwise(self.lines) if b >= t0]
+        return [b - a for (a, _), (b, _) in zip(self.lines, self.lines[1:]) if b >= t0]
 
 
 def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: Path, tmp_path: Path,

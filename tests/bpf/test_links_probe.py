@@ -7,7 +7,9 @@ import platform
 
 import pytest
 
+from gputop.sources import symbols
 from gputop.sources.bpf import BpfUnavailable, has_privileges, load_bcc, use_headers
+from gputop.sources.catalogue import Probe
 from gputop.sources.uprobes import UprobeAttacher, links_supported
 
 #: an unbounded index into a map value: every verifier refuses it (as 6.12 refused gputop's launch
@@ -65,5 +67,40 @@ def test_links_can_be_refused_by_the_caller() -> None:
     b = bcc.BPF(text=b"int probe(struct pt_regs *ctx) { return 0; }")
     try:
         assert UprobeAttacher(b, bcc.lib, links=False).mode == "perf"
+    finally:
+        b.cleanup()
+
+
+def test_an_entry_whose_return_probe_is_refused_is_not_attached(testbed) -> None:  # type: ignore[no-untyped-def]
+    """An entry probe without its return would leave a stale depth: every call nested in it would look
+    inside it and go uncounted (Debian 11's bcc 0.18 built alloc_return so that 6.18's verifier refused
+    it, and then every copy counted 0). Neither is attached, both are named; other entries attach."""
+    bcc = _bcc()
+    b = bcc.BPF(text=REFUSED + b"int fine(struct pt_regs *ctx) { return 0; }\n")
+    syms = symbols.read_symbols(str(testbed.libcudart))
+    assert syms is not None
+    at = {n: (syms.functions[n], syms.offset_of_vaddr(syms.functions[n])) for n in ("cudaMalloc", "cudaFree")}
+    try:
+        for links in (True, False):
+            att = UprobeAttacher(b, bcc.lib, links=links)
+            wanted = [(Probe("cudaMalloc", "fine", "refused"), *at["cudaMalloc"]),
+                      (Probe("cudaFree", "fine"), *at["cudaFree"])]
+            assert att.attach(str(testbed.libcudart), wanted) == 1, att.failed
+            m, f = at["cudaMalloc"][1], at["cudaFree"][1]
+            assert [x.split(": ", 1)[0] for x in att.failed] == [f"libcudart.so.12+0x{m:x} refused",
+                                                                  f"libcudart.so.12+0x{m:x} fine"]
+            assert att.failed[1].endswith(": its return probe (refused) did not attach")
+            assert not any(f"0x{f:x}" in x for x in att.failed)
+            # the refused program is not loaded again for the next object (its verification took
+            # seconds each time with bcc 0.18's code: docs/matrix.md, defect 7)
+            loads: list[bytes] = []
+            real = b.load_func
+            b.load_func = lambda name, *a, loads=loads, real=real: loads.append(name) or real(name, *a)
+            try:
+                assert att.attach(str(testbed.libcudart), wanted, name="again") == 1
+            finally:
+                del b.load_func
+            assert b"refused" not in loads and att.failed[2] == att.failed[0].replace("libcudart.so.12", "again")
+            att.detach_all()
     finally:
         b.cleanup()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gputop.feeds.live import Sampler, SamplerConfig
 from gputop.model import ProcSample
-from gputop.sampler import Sampler, SamplerConfig
 from gputop.sources.bpf import BpfSource
 
 

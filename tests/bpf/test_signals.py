@@ -76,7 +76,7 @@ def pane_modes(t: TmuxSession) -> dict[str, str]:
     # (tmux keeps these after the program exits; not the cursor's visibility, which it resets)
     keys = ("alternate_on", "mouse_any_flag", "mouse_button_flag", "mouse_standard_flag", "keypad_cursor_flag")
     out = t._tmux("display-message", "-p", "-t", t.name, " ".join(f"#{{{k}}}" for k in keys)).stdout.split()
-    return dict(zip(keys, out, strict=True))
+    return dict(zip(keys, out))
 
 
 @pytest.mark.skipif(not have_tmux(), reason="tmux not installed")

@@ -1,5 +1,5 @@
 """A fixed fleet scenario for the fleet view's UI tests: the scripted node of scenario.jsonl seen on
-three nodes through Prometheus (what ``gputop.fleet.FleetFeed`` builds: node and instance on every
+three nodes through Prometheus (what ``gputop.feeds.fleet.FleetFeed`` builds: node and instance on every
 process and GPU, the same PIDs on every node, no user, CPU or RSS, which the exporter does not
 export), and a feed of kind "fleet" that hands the frames over and serves their series as
 ``FleetFeed.series`` does (from query_range).

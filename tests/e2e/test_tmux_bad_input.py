@@ -49,7 +49,7 @@ def test_cut_recording_and_corrupt_config_in_the_dashboard(tmp_path: Path) -> No
     config.write_bytes(corrupt)
     with TmuxSession(_gputop("--replay", "cut.jsonl"), width=200, env={"XDG_CONFIG_HOME": str(tmp_path)},
                      cwd=tmp_path) as t:
-        screen = t.wait_for("the last line is cut short", timeout=30)
+        screen = t.wait_for("cut.jsonl:6: the last line is cut short at column 501", timeout=30)
         assert "config: cannot read" in screen                  # the corrupt file: a notice, defaults
         t.send_keys("t")                                          # change the theme: config.toml is rewritten
         t.wait_for("config.toml.bak", timeout=15)                 # ... and says where the old one is kept

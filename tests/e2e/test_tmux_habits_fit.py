@@ -3,8 +3,9 @@ footer, and `q` gives the terminal back without waiting for the probes to detach
 
 The quit test is timed against a baseline measured in the same run (the same program with --no-bpf,
 which has nothing to detach): with the BPF collector and probes attached to two CUDA workloads, the
-terminal comes back within 0.25 s of the baseline's time, and the process still detaches everything
-before it exits (no program or link it held stays loaded).
+terminal comes back and the process exits within 0.25 s of the baseline's times; the probes are
+detached by a child left behind (no terminal, standard streams on /dev/null, so nothing is printed
+after the shell's prompt), and within seconds no program or link gputop held stays loaded.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_q_gives_the_terminal_back_without_waiting_for_the_probes(two_workloads:
     with TmuxSession(gputop("--no-bpf", "--no-nvml"), width=120, height=30, env=env, cwd=ROOT) as t:
         t.wait_for("no CUDA process seen yet", timeout=30)
         time.sleep(1)
-        baseline, _ = _quit(t)
+        baseline, baseline_exited = _quit(t)
     with TmuxSession(gputop("--bpf", "--no-nvml", "-p", pids), width=120, height=30, env=env, cwd=ROOT) as t:
         t.wait_for(lambda s: "BPF ok" in s and "wl_static" in s and "wl_dynamic" in s, timeout=90)
         time.sleep(2)
@@ -108,9 +109,37 @@ def test_q_gives_the_terminal_back_without_waiting_for_the_probes(two_workloads:
         held = held_by(pid)
         assert held.progs, "the collector holds no BPF program: nothing was attached"
         restored, exited = _quit(t)
-        # nothing gputop loaded stays after it exits: its probes were detached, not leaked
+        screen = t.capture()
+        # the probes are detached by a child of its own session, which can print nothing anywhere
+        children = _detaching(pids)
+        for child in children:
+            assert os.getsid(child) == child
+            assert {os.readlink(f"/proc/{child}/fd/{fd}") for fd in (0, 1, 2)} == {os.devnull}
+        # ... and soon: nothing gputop loaded stays after it exits, its probes were not leaked
+        deadline = time.monotonic() + 30
+        while (_detaching(pids) or still_loaded(held) != ([], [])) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert still_loaded(held) == ([], [])
         assert probe_events_of(pid) == []
+        assert _detaching(pids) == []
+        assert t.capture() == screen            # nothing printed once the program had exited
     print(f"q -> terminal restored: {restored:.3f} s with BPF, {baseline:.3f} s without; "
-          f"-> process exited: {exited:.3f} s")
+          f"-> process exited: {exited:.3f} s with BPF, {baseline_exited:.3f} s without; "
+          f"{len(children)} child detaching")
     assert restored <= baseline + 0.25, (restored, baseline, exited)
+    assert exited <= baseline_exited + 0.25, (exited, baseline_exited, restored)
+
+
+def _detaching(pids: str) -> list[int]:
+    """gputop processes still running with ``-p pids`` (its command line): the child left detaching."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"gputop.cli" in argv and pids.encode() in argv:
+            found.append(int(entry.name))
+    return found

@@ -30,10 +30,15 @@ class Suite:
     python: str         # the distro's python3, major.minor
     bcc: str            # python3-bpfcc's upstream version, major.minor
     attach: str         # "perf" before Linux 6.6 (no uprobe_multi), "links" from it
+    #: the bcc features gputop falls back from there (doctor's "bcc" lines; bcc 0.18 has neither)
+    bcc_fallbacks: tuple[str, ...] = ()
+    #: BPF atomic compare-and-exchange (Linux 5.12+): launch slots; without it launches go through `kernels`
+    cmpxchg: bool = True
 
 
 SUITES = {
-    "bullseye": Suite("bullseye", "5.10.", "3.9", "0.18", "perf"),
+    "bullseye": Suite("bullseye", "5.10.", "3.9", "0.18", "perf", ("batch map operations", "load_func attach_type"),
+                      cmpxchg=False),
     "bookworm": Suite("bookworm", "6.1.", "3.11", "0.26", "perf"),
     "trixie": Suite("trixie", "6.12.", "3.13", "0.31", "links"),
 }
@@ -44,6 +49,8 @@ pytestmark = pytest.mark.skipif(
     reason="the kernel matrix boots Debian kernels under QEMU (minutes each): GPUTOP_MATRIX=1, as root, runs it")
 
 FUSED = "fused_step(float*, float*, int)"
+#: gputop doctor's lines under "bcc"
+BCC_FEATURES = ("batch map operations", "load_func attach_type")
 
 
 @dataclass
@@ -119,7 +126,17 @@ def test_readme_set_up_and_doctor(run: Run) -> None:
     krel = dict(line.split(" ", 1) for line in run.text("platform.txt").splitlines())["kernel"]
     assert f"OK    kernel: Linux {krel}" in lines
     assert "OK    BTF: /sys/kernel/btf/vmlinux present" in lines
+    assert any(line.startswith("OK    BPF cmpxchg: " if run.suite.cmpxchg else "WARN  BPF cmpxchg: ")
+               for line in lines), doctor
     assert "OK    BPF compile: a test program compiled and loaded" in lines
+    # the bcc in use and each optional feature: used, or fallen back from (feature detection, not versions)
+    (bcc,) = [line for line in lines if line.startswith("OK    bcc: bcc ")]
+    assert bcc.split()[3].startswith(run.suite.bcc + "."), bcc
+    assert bcc.endswith("; falls back from " + ", ".join(run.suite.bcc_fallbacks)) if run.suite.bcc_fallbacks else (
+        "falls back" not in bcc), bcc
+    for feature in BCC_FEATURES:
+        level = "WARN" if feature in run.suite.bcc_fallbacks else "OK"
+        assert any(line.startswith(f"{level:<4}    {feature}: ") for line in lines), (feature, doctor)
     # the suite's own headers package for its own kernel: no fallback
     assert not any(line.startswith("WARN  kernel headers") for line in lines), doctor
     attach = [line for line in lines if line.startswith(("OK    uprobe attach", "WARN  uprobe attach"))]

@@ -25,6 +25,10 @@
 //   prefetch_batch:N:C:BYTES  cudaMemPrefetchBatchAsync of C ranges, range i of BYTES*(i+1) bytes; the
 //                             first C/2 ranges go to device 0, the rest to the host (two locations)
 //   memcpy_batch:N:C:BYTES    cudaMemcpyBatchAsync of C copies, copy i of BYTES*(i+1) bytes
+//   memcpy_attr:N:BYTES       cudaMemcpyWithAttributesAsync(host_buf, host_buf + 8, BYTES, attr, 0) (CUDA 13.2+)
+//   cu_prefetch:N:BYTES:DEV   cuMemPrefetchAsync(host_buf, BYTES, DEV, 0) (-1: the host)
+//   cu_prefetch_v2:N:BYTES:DEV  cuMemPrefetchAsync_v2 with a CUmemLocation (12.2+ drivers)
+//   cu_launch_ptsz:N:gx,gy,gz:bx,by,bz:H   cuLaunchKernel_ptsz (the per-thread default stream)
 //   malloc_async:N:BYTES  malloc_pool:N:BYTES  free_async:N      cudaMallocAsync, cudaMallocFromPoolAsync,
 //                             cudaFreeAsync (the free of the last allocation; host_buf when none)
 //   malloc_pitch:N:W:H  malloc_3d:N:W:H:D   cudaMallocPitch, cudaMalloc3D
@@ -198,6 +202,10 @@ static struct {
     prefetch_loc_t prefetch_v2;
     prefetch_batch_t prefetch_batch;
     memcpy_batch_t memcpy_batch;
+    int (*memcpy_attr)(void *, const void *, size_t, void *, void *);
+    prefetch_dev_t cu_prefetch;
+    prefetch_loc_t cu_prefetch_v2;
+    cu_launch_t cu_launch_ptsz;
     int (*malloc_async)(void **, size_t, void *), (*malloc_pool)(void **, size_t, void *, void *);
     int (*free_async)(void *, void *), (*malloc_pitch)(void **, size_t *, size_t, size_t);
     int (*malloc_3d)(pitched_ptr *, extent3), (*device_reset)(void);
@@ -311,6 +319,7 @@ static void bind_cudart(const char *path) {
     SYM(h, prefetch_v2, "cudaMemPrefetchAsync_v2");
     SYM(h, prefetch_batch, "cudaMemPrefetchBatchAsync");
     SYM(h, memcpy_batch, "cudaMemcpyBatchAsync");
+    SYM(h, memcpy_attr, "cudaMemcpyWithAttributesAsync");
     api.plain_takes_location = !api.prefetch_v2 && api.prefetch_batch;
     SYM(h, malloc_async, "cudaMallocAsync");
     SYM(h, malloc_pool, "cudaMallocFromPoolAsync");
@@ -356,7 +365,17 @@ static void *cuda_sym(void *h, const char *name) {
     }
     void *fn = NULL;
     int status = 0;
-    return gpa(name, &fn, 12000, 0, &status) == 0 ? fn : NULL;
+    if (gpa(name, &fn, 12000, 0, &status) == 0 && fn)
+        return fn;
+    // the real driver knows each function by its base name and picks the version (cuMemcpyHtoD -> _v2)
+    char base[128];
+    size_t len = strlen(name);
+    if (len < 4 || len >= sizeof(base) || strcmp(name + len - 3, "_v2"))
+        return NULL;
+    memcpy(base, name, len - 3);
+    base[len - 3] = 0;
+    fn = NULL;
+    return gpa(base, &fn, 12000, 0, &status) == 0 ? fn : NULL;
 }
 
 #define CSYM(h, field, name) (api.field = (__typeof__(api.field))cuda_sym(h, name))
@@ -390,6 +409,11 @@ static void bind_cuda(const char *path) {
     CSYM(h, cu_g_kernel, "cuGraphAddKernelNode_v2");
     CSYM(h, cu_g_node, "cuGraphAddNode");
     CSYM(h, cu_g_launch, "cuGraphLaunch");
+    CSYM(h, cu_prefetch, "cuMemPrefetchAsync");
+    if (!cuda_via_proc) {           // the per-thread and _v2 variants are chosen by flags and versions there
+        CSYM(h, cu_prefetch_v2, "cuMemPrefetchAsync_v2");
+        CSYM(h, cu_launch_ptsz, "cuLaunchKernel_ptsz");
+    }
 }
 
 #ifdef LINKED_CUDA
@@ -816,6 +840,9 @@ static void run_op(const char *op) {
         } else if (!strcmp(name, "cu_launch")) {
             NEED(cu_launch);
             api.cu_launch((void *)strtoull(c, NULL, 16), g.x, g.y, g.z, bl.x, bl.y, bl.z, 0, NULL, NULL, NULL);
+        } else if (!strcmp(name, "cu_launch_ptsz")) {
+            NEED(cu_launch_ptsz);
+            api.cu_launch_ptsz((void *)strtoull(c, NULL, 16), g.x, g.y, g.z, bl.x, bl.y, bl.z, 0, NULL, NULL, NULL);
         } else if (!strcmp(name, "cu_launch_ex")) {
             NEED(cu_launch_ex);
             launch_config cfg = {g, bl, 0, NULL, NULL, 0};
@@ -1025,6 +1052,18 @@ static void run_op(const char *op) {
         } else if (!strcmp(name, "cu_dtod32")) {
             NEED(cu_dtod32);
             api.cu_dtod32(0x1000, 0x2000, (unsigned)strtoull(a, NULL, 10));
+        } else if (!strcmp(name, "memcpy_attr")) {
+            NEED(memcpy_attr);
+            unsigned char attr[64] = {0};       // cudaMemcpyAttributes: no hints, stream order
+            api.memcpy_attr(host_buf, host_buf + 8, strtoull(a, NULL, 10), attr, NULL);
+        } else if (!strcmp(name, "cu_prefetch_v2")) {
+            NEED(cu_prefetch_v2);
+            int dev = atoi(b);
+            mem_location loc = {dev < 0 ? 2 : 1, dev < 0 ? 0 : dev};
+            api.cu_prefetch_v2(host_buf, strtoull(a, NULL, 10), loc, 0, NULL);
+        } else if (!strcmp(name, "cu_prefetch")) {
+            NEED(cu_prefetch);
+            api.cu_prefetch(host_buf, strtoull(a, NULL, 10), atoi(b), NULL);
         } else if (!strcmp(name, "graph_launch")) {
             NEED(graph_launch);
             api.graph_launch((void *)0x1234, NULL);

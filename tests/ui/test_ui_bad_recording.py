@@ -8,8 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from gputop.feeds.replay import ReplayFeed
 from gputop.model import snapshot_to_dict, snapshot_to_json
-from gputop.record import ReplayFeed
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.widgets.header import HeaderBar, header_content
 
@@ -70,3 +70,23 @@ def test_stepping_over_bad_lines_both_ways(tmp_path: Path) -> None:
     pid_line = f"skipped a bad line ({path}:4: malformed snapshot (processes[0].pid is not an integer (text)))"
     assert pid_line in seen[2][2]                        # stepped over line 4 forward
     assert time_line in seen[5][2]                       # and over line 2 back
+
+
+def test_a_cut_recording_names_its_cut_line_and_column(tmp_path: Path) -> None:
+    """Issue 22 review, item 7: the message names the line the recorder stopped in and where it stops."""
+    from gputop.ui.widgets.message import line_of
+
+    path = tmp_path / "cut.jsonl"
+    whole = [snapshot_to_json(snapshot(proc(i, "job"), time=T0 + i)) for i in (1, 2, 3)]
+    path.write_text(whole[0] + "\n" + whole[1] + "\n" + whole[2][:120])     # killed 120 characters into line 3
+    app = GputopApp(ReplayFeed(path), DashboardOptions())  # type: ignore[arg-type]
+    shown: list[str] = []
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.2)
+            shown.append(line_of(app.screen).text)
+            await pilot.press("q")
+    asyncio.run(main())
+    assert shown == [f"warning: {path}:3: the last line is cut short at column 121 (nothing follows: the recorder "
+                     "stopped mid-write); replaying the 2 complete snapshot(s) before it"]

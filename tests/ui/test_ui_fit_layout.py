@@ -16,7 +16,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Footer, OptionList
 
-from gputop.record import ReplayFeed
+from gputop.feeds.replay import ReplayFeed
 from gputop.ui import columns
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.screens.help import HelpScreen
@@ -190,7 +190,7 @@ def test_sort_menu_rows_fit_or_end_in_an_ellipsis(size: tuple[int, int]) -> None
         # the key column is as wide as the longest key: every description starts at one column
         key_w = max(len(c.key) for c in shown) + 2
         starts = set()
-        for row, col in zip(rows, shown, strict=False):
+        for row, col in zip(rows, shown):
             at = row.index(f" {col.key} ") + 1
             assert row[at + len(col.key): at + key_w] == " " * (key_w - len(col.key)), row
             starts.add(at + key_w)
@@ -289,6 +289,6 @@ def test_the_signal_dialog_cuts_a_long_command_on_one_line() -> None:
         title = app.screen.query_one("#signal-title")
         assert title.region.height == 1
         assert title.render_line(0).text.rstrip() == (
-            "Send a signal to 5120 tritonserver --model-repository=/models --htt…")
+            "Send a signal to 5120 tritonserver --model-repository=/models --http-port 8…")   # the screen's width
 
     run_live((80, 24), body)

@@ -38,7 +38,7 @@ def test_sort_menu_over_the_dimmed_table_at_80x24(snap_compare: Any) -> None:
 
 
 def test_replay_footer_at_80x24(snap_compare: Any) -> None:
-    from gputop.record import ReplayFeed
+    from gputop.feeds.replay import ReplayFeed
 
     feed = ReplayFeed(SCENARIO, speed=1.0)
     app = GputopApp(feed, DashboardOptions(theme="dark"))

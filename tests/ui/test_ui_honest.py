@@ -9,8 +9,9 @@ from typing import Any
 
 from textual.pilot import Pilot
 
+from gputop.feeds.replay import ReplayFeed
 from gputop.model import Counts, Rates, Snapshot
-from gputop.record import Recorder, ReplayFeed, read_recording
+from gputop.record import Recorder, read_recording
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.columns import COLUMNS
 from gputop.ui.history import History
@@ -218,7 +219,7 @@ def test_the_sort_column_cannot_be_hidden() -> None:
 
 def test_gpu_sparkline_ends_at_the_snapshot_shown() -> None:
     history = History(replay=True)
-    snaps = [s for s, _ in zip(read_recording(SCENARIO), range(10), strict=False)]
+    snaps = [s for s, _ in zip(read_recording(SCENARIO), range(10))]
     for s in snaps:
         history.add(s)
     assert len(history.gpu_util(0)) == 10

@@ -20,8 +20,9 @@ except ModuleNotFoundError:  # Python 3.10
 import pytest
 from textual.pilot import Pilot
 
+from gputop.feeds.replay import ReplayFeed
 from gputop.model import Snapshot
-from gputop.record import ReplayFeed, read_recording
+from gputop.record import read_recording
 from gputop.ui.app import DashboardOptions, GputopApp, SnapshotArrived, run_dashboard
 from gputop.ui.columns import BY_KEY
 from gputop.ui.screens.compare import CompareScreen
@@ -756,7 +757,7 @@ def test_record_option_writes_every_snapshot(tmp_path: Path, scenario: list[Snap
 
 
 def test_filters_option_applies() -> None:
-    from gputop.feed import Filters
+    from gputop.feeds.base import Filters
 
     async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
         await push(pilot, feed, three())

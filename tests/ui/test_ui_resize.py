@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from gputop.feed import Feed
-from gputop.record import ReplayFeed
+from gputop.feeds.base import Feed
+from gputop.feeds.replay import ReplayFeed
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.widgets.proc_table import ProcTable
 

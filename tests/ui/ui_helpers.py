@@ -6,7 +6,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from gputop.feed import SnapshotCallback
+from gputop.feeds.base import SnapshotCallback
 from gputop.model import Counts, ProcSample, Rates, Snapshot, SourceStatus
 
 #: the scripted scenario recording (tests/data/scenario.py writes it)

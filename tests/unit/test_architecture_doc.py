@@ -153,7 +153,7 @@ def test_the_schema_tables_list_every_field_of_the_model_with_its_type() -> None
 def test_every_path_named_exists() -> None:
     text = DOC.read_text(encoding="utf-8")
     named = {m.group(1).rstrip(".") for m in _PATH.finditer(text)}
-    assert "gputop/sampler.py" in named and "bpf/gputop.bpf.c" in named
+    assert "gputop/feeds/live.py" in named and "bpf/gputop.bpf.c" in named
     # gputop/1 is the schema's name; gputop/_data/ is where a wheel puts bpf/ and themes/
     missing = sorted(p for p in named if not (ROOT / p).exists() and p != model.SCHEMA
                      and not p.startswith("gputop/_data/"))

@@ -93,8 +93,8 @@ def test_baseline_is_refused_in_batch_mode(option: list[str], tmp_path: Path) ->
 def test_user_names_and_uids() -> None:
     import pwd
 
-    from gputop.cli import _user
     from gputop.errors import GputopError
+    from gputop.modes.args import user as _user
 
     root = pwd.getpwuid(0).pw_name
     assert _user(root) == root and _user("0") == root          # a uid becomes the name psutil reports
@@ -217,8 +217,10 @@ def test_a_last_line_cut_short_is_a_notice_and_the_rest_replays(tmp_path: Path) 
     res = gputop("-b", "-f", "json", "--replay", "r.jsonl", cwd=tmp_path)
     assert res.returncode == 0
     assert [snapshot_from_json(out) for out in res.stdout.splitlines()] == [snapshot_from_json(x) for x in lines[:4]]
-    assert res.stderr.splitlines() == ["gputop: r.jsonl:5: the last line is cut short (the recorder stopped "
-                                       "mid-write); replaying the 4 complete snapshot(s) before it"]
+    # the cut line by its number, and the column where it stops (1000 characters written)
+    assert res.stderr.splitlines() == ["gputop: r.jsonl:5: the last line is cut short at column 1001 (nothing "
+                                       "follows: the recorder stopped mid-write); replaying the 4 complete "
+                                       "snapshot(s) before it"]
 
 
 def test_batch_replays_a_recording_with_filters(tmp_path: Path) -> None:

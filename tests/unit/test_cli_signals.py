@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gputop import cli
+from gputop.modes.common import stop_on_signals
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -40,7 +40,7 @@ def call_through_c(fn: object) -> None:
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_a_signal_inside_a_callback_stops_batch_mode(sig: signal.Signals) -> None:
     requested: list[int] = []
-    cli._stop_on_signals(lambda: requested.append(sig))
+    stop_on_signals(lambda: requested.append(sig))
     call_through_c(lambda: os.kill(os.getpid(), sig))   # the handler runs inside the callback
     assert requested == [sig]
     with pytest.raises(KeyboardInterrupt):              # a second signal: stop now
@@ -51,7 +51,7 @@ def test_without_a_stop_request_sigterm_raises_as_sigint_does() -> None:
     """The dashboard (Textual on the main thread, no ctypes callbacks there): SIGTERM and SIGHUP
     raise KeyboardInterrupt, SIGINT keeps Python's handler."""
     before = signal.getsignal(signal.SIGINT)
-    cli._stop_on_signals()
+    stop_on_signals()
     assert signal.getsignal(signal.SIGINT) is before
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with pytest.raises(KeyboardInterrupt):

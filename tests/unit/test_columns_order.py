@@ -23,7 +23,7 @@ def reference_sort(procs: Sequence[ProcSample], key: str, reverse: bool = False)
     lowered: list[Any] = [v.lower() if isinstance(v, str) else v for v in values]
     known = [i for i, v in enumerate(values) if v is not None]
     known.sort(key=lowered.__getitem__, reverse=descending)
-    return [order[i] for i in known] + [p for p, v in zip(order, values, strict=True) if v is None]
+    return [order[i] for i in known] + [p for p, v in zip(order, values) if v is None]
 
 
 def fleet(nodes: int, procs: int, seed: int = 9) -> tuple[ProcSample, ...]:

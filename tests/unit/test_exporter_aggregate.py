@@ -25,8 +25,8 @@ from gputop.exporter.metrics import (
     cumulative,
     le_bounds,
 )
+from gputop.feeds.live import RefreshTiming, _zero_counts
 from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, CallBytes, Counts, GpuSample, KernelStat, ProcSample
-from gputop.sampler import RefreshTiming, _zero_counts
 
 C1, C2 = "a" * 64, "b" * 64
 

@@ -29,8 +29,8 @@ from support import ROOT
 from gputop.exporter.metrics import ExportOptions, LivenessCollector, SnapshotCollector
 from gputop.exporter.sdnotify import Notifier, socket_address
 from gputop.exporter.server import STALE_GRACE_S, RenderCache, StaleLog, health, stale_after, watchdog_for
+from gputop.feeds.live import RefreshTiming, Sampler, SamplerConfig
 from gputop.model import Snapshot, SourceStatus
-from gputop.sampler import RefreshTiming, Sampler, SamplerConfig
 from gputop.sources.nvml import NvmlReading
 
 LOOPBACK = "127.0.0.1"
@@ -237,7 +237,7 @@ def test_a_watchdog_shorter_than_the_stale_rule_is_lengthened(tmp_path: Path) ->
 #: the exporter, its collector waiting before each refresh while the gate file exists
 STALLABLE = """\
 import os, sys, time
-from gputop import sampler
+from gputop.feeds import live as sampler
 gate = sys.argv.pop(1)
 collect = sampler.Sampler.collect
 def gated(self):

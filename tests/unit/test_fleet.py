@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gputop.exporter.metrics import BLOCK_FINITE, GRID_FINITE, cumulative
-from gputop.fleet import Results, _log2_hist, build_snapshot, check_url, parse_duration, selector_body
+from gputop.feeds.prometheus import Results, _log2_hist, build_snapshot, check_url, parse_duration, selector_body
 from gputop.model import CallBytes, snapshot_from_json, snapshot_to_json
 
 

@@ -20,7 +20,7 @@ import pytest
 from promserver import tsdb_prometheus
 from support import ROOT
 
-from gputop.fleet import FleetConfig, FleetReader
+from gputop.feeds.prometheus import FleetConfig, FleetReader
 from gputop.model import ProcSample, Snapshot
 from gputop.ui.columns import BY_KEY
 from gputop.ui.widgets.header import HeaderState, header_content

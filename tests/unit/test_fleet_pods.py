@@ -22,8 +22,8 @@ from promserver import tsdb_prometheus
 from support import ROOT
 
 from gputop import batch
-from gputop.fleet import FleetConfig, FleetReader, PromClient
-from gputop.fleet_pods import MAX_NAME, pods_expr
+from gputop.feeds.fleet_pods import MAX_NAME, pods_expr
+from gputop.feeds.prometheus import FleetConfig, FleetReader, PromClient
 from gputop.model import ProcSample, Snapshot
 from gputop.ui.columns import BY_KEY
 

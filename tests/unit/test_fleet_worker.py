@@ -1,4 +1,4 @@
-"""The dashboard's fleet reading (gputop.fleet_worker): a real Prometheus holding a synthetic fleet (the
+"""The dashboard's fleet reading (gputop.feeds.fleet_worker): a real Prometheus holding a synthetic fleet (the
 benchmark's generator, 3 nodes x 400 processes, loaded with promtool) read in a child process and handed
 back in chunks. Exact: the query count, every process, its launch rate (the counter's rise over the
 window, which the samples span exactly), and every value the table shows, equal to batch mode's reading
@@ -19,8 +19,9 @@ from pathlib import Path
 from promserver import tsdb_prometheus, wait_until
 from support import ROOT
 
-from gputop.fleet import FleetConfig, FleetFeed
-from gputop.fleet_worker import CHUNK, WorkerReader
+from gputop.feeds.fleet import FleetFeed
+from gputop.feeds.fleet_worker import CHUNK, WorkerReader
+from gputop.feeds.prometheus import FleetConfig
 from gputop.model import ProcSample
 from gputop.ui.columns import COLUMNS
 

@@ -5,8 +5,8 @@ the tables is tested with real probes in tests/bpf/test_graph_kernels.py."""
 from __future__ import annotations
 
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector
+from gputop.feeds.live import Sampler, SamplerConfig
 from gputop.model import Counts, KernelStat, ProcSample, Snapshot, snapshot_from_json, snapshot_to_json
-from gputop.sampler import Sampler, SamplerConfig
 from gputop.sources.bpf import _SCALARS, RawKernel, RawProc
 from gputop.sources.graphs import G_LOST, G_UNKNOWN, Content, by_function, kernels_of
 

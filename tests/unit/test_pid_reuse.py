@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from test_sampler import Clock, FakeBpf, FakeNvml, raw
 
-from gputop.feed import Filters
+from gputop.feeds.base import Filters
+from gputop.feeds.live import Sampler, SamplerConfig
 from gputop.model import snapshot_from_json, snapshot_to_json
-from gputop.sampler import Sampler, SamplerConfig
 from gputop.sources.host import HostProc
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from gputop.feeds.replay import ReplayFeed
 from gputop.model import ProcSample, Snapshot, SourceStatus, snapshot_to_json
-from gputop.record import Recorder, RecordingError, ReplayFeed, read_recording
+from gputop.record import Recorder, RecordingError, read_recording
 
 
 def snap(i: int, interval: float = 1.0) -> Snapshot:
@@ -115,8 +116,9 @@ def test_last_line_cut_short_is_skipped_with_a_notice(tmp_path: Path) -> None:
     path.write_text(snapshot_to_json(snap(0)) + "\n" + snapshot_to_json(snap(1))[:40])
     notices: list[str] = []
     assert list(read_recording(path, notice=notices.append)) == [snap(0)]
-    cut = (f"{path}:2: the last line is cut short (the recorder stopped mid-write); replaying the 1 complete "
-           "snapshot(s) before it")
+    # its own line number, and the column where it stops (40 characters written)
+    cut = (f"{path}:2: the last line is cut short at column 41 (nothing follows: the recorder stopped mid-write); "
+           "replaying the 1 complete snapshot(s) before it")
     assert notices == [cut]
     for preload in (True, False):
         feed = ReplayFeed(path, preload=preload)
@@ -129,9 +131,41 @@ def test_last_line_cut_short_is_skipped_with_a_notice(tmp_path: Path) -> None:
 def test_a_file_of_one_cut_line_is_an_error_not_an_empty_recording(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text(snapshot_to_json(snap(0))[:40])
-    with pytest.raises(RecordingError, match=":1: not JSON"):
-        list(read_recording(path))
-    with pytest.raises(RecordingError, match=":1: not JSON"):
+    said = f"{path}:1: the only line is cut short at column 41 (the recorder stopped mid-write): no complete snapshot"
+    for read in (lambda: list(read_recording(path)), lambda: list(read_recording(path, notice=print)),
+                 lambda: ReplayFeed(path)):
+        with pytest.raises(RecordingError) as e:
+            read()
+        assert e.value.message == said and e.value.hint
+
+
+def test_a_compressed_recording_cut_short_replays_its_whole_lines(tmp_path: Path) -> None:
+    """A recorder killed while writing a .gz leaves a stream without its end: the lines before the one
+    it ends in replay, and the notice names that line (its number: the column is lost with the stream)."""
+    import gzip
+
+    whole = tmp_path / "whole.jsonl.gz"
+    with open(whole, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb") as f:
+        f.write("".join(snapshot_to_json(snap(i)) + "\n" for i in range(2)).encode())
+        f.flush()                                   # what a recorder flushed before it was killed
+        flushed = raw.tell()
+        f.write(snapshot_to_json(snap(2)).encode() + b"\n")
+    path = tmp_path / "r.jsonl.gz"
+    data = whole.read_bytes()
+    path.write_bytes(data[:flushed + 12])             # the rest of the third line and the stream's end gone
+    notices: list[str] = []
+    assert list(read_recording(path, notice=notices.append)) == [snap(0), snap(1)]
+    cut = (f"{path}:3: the last line is cut short (the compressed recording ends inside it: the recorder "
+           "stopped mid-write); replaying the 2 complete snapshot(s) before it")
+    assert notices == [cut]
+    for preload in (True, False):
+        feed = ReplayFeed(path, preload=preload)
+        assert (len(feed), feed.notices) == (2, [cut])
+        feed.stop()
+    path.write_bytes(data[:30])                       # inside the first line: nothing to replay
+    with pytest.raises(RecordingError, match=":1: the compressed recording ends inside this line"):
+        list(read_recording(path, notice=notices.append))
+    with pytest.raises(RecordingError, match=":1: the compressed recording ends inside this line"):
         ReplayFeed(path)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gputop import model
+from gputop.feeds.replay import ReplayFeed
 from gputop.model import (
     CallBytes,
     Counts,
@@ -33,7 +34,7 @@ from gputop.model import (
     snapshot_to_dict,
     snapshot_to_json,
 )
-from gputop.record import RecordingError, ReplayFeed, read_recording
+from gputop.record import RecordingError, read_recording
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -52,7 +52,7 @@ def _peak_rss_mib(argv: list[str]) -> float:
 
 _FEED = """
 import sys
-from gputop.record import ReplayFeed
+from gputop.feeds.replay import ReplayFeed
 feed = ReplayFeed(sys.argv[1], preload=False if sys.argv[3] == "small" else None)
 assert not feed._preload                    # above PRELOAD_BYTES (64 MiB) a snapshot is decoded at a time
 n = 0

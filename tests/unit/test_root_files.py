@@ -472,7 +472,7 @@ def test_headers_trees_other_users_control_are_refused(tmp_path: Path, root_cach
 
 def test_doctor_names_the_refused_headers_tree(tmp_path: Path, alice: Path, root_cache: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from gputop import doctor
+    from gputop.modes import doctor
 
     headers_tree(tmp_path / "usr_src")
     planted_headers(alice)
@@ -489,7 +489,7 @@ def test_demo_builds_its_workload_outside_a_users_cache(tmp_path: Path, alice: P
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """`sudo -E gputop demo`: the workload root then runs is built in root's cache, never in the
     XDG_CACHE_HOME another user kept (where they could swap the program before it runs)."""
-    from gputop import demo
+    from gputop.modes import demo
 
     planted = user_dirs(alice, ".cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(planted))

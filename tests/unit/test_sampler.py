@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from gputop.derive import LaunchBoundRule
-from gputop.feed import Filters
+from gputop.feeds.base import Filters
+from gputop.feeds.live import Sampler, SamplerConfig
 from gputop.model import MEMCPY_DIRECTIONS, CallBytes, GpuSample, SourceStatus, snapshot_from_json, snapshot_to_json
-from gputop.sampler import Sampler, SamplerConfig
 from gputop.sources.bpf import BpfReading, IdleProc, RawKernel, RawProc
 from gputop.sources.host import HostProc
 from gputop.sources.nvml import NvmlProc, NvmlReading

@@ -33,7 +33,8 @@ def key_names(app: App[object], b: Binding) -> str:
     return "/".join(KEY_NAMES.get(k) or app.get_key_display(Binding(k, b.action)) for k in b.key.split(","))
 
 
-def help_content(app: App[object]) -> Content:
+def help_content(app: App[object], fleet: bool = False) -> Content:
+    """The help text; ``fleet``: with the fleet view's columns."""
     lines: list[Content] = [
         Content.styled("gputop — keys (Esc closes)", "bold reverse $primary"),
         Content(""),
@@ -47,7 +48,7 @@ def help_content(app: App[object]) -> Content:
             )
         lines.append(Content(""))
     lines.append(Content.styled("Columns (sort keys for -s/--sort)", "bold $primary underline"))
-    cols = [c for c in COLUMNS if c.key not in FLEET_ONLY or getattr(app, "is_fleet", False) is True]
+    cols = [c for c in COLUMNS if c.key not in FLEET_ONLY or fleet]
     head_w = max(len(c.header) for c in cols) + 2
     key_w = max(len(c.key) for c in cols) + 2
     for c in cols:
@@ -66,15 +67,25 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = bindings.of(bindings.HELP)
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 100; max-width: 100%; height: 90%; border: round $primary;
+    HelpScreen > VerticalScroll { max-width: 100%; height: 90%; border: round $primary;
                                   background: $surface;
                                   padding: 0 1; }
     HelpScreen #help-text { text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
+    def __init__(self, fleet: bool = False) -> None:
+        super().__init__()
+        #: show the fleet view's columns too
+        self.fleet = fleet
+
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(help_content(self.app), id="help-text")
+        content = help_content(self.app, self.fleet)
+        box = VerticalScroll()
+        # as wide as its longest line (+ border, padding and the scrollbar): nothing is cut where the
+        # screen has room; max-width: 100% caps it, and a line too long for the screen ends in an ellipsis
+        box.styles.width = max(line.cell_length for line in content.split("\n")) + 6
+        with box:
+            yield Static(content, id="help-text")
 
     def action_close(self) -> None:
         self.dismiss()

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
 from gputop.model import ProcKey, ProcSample, summarize
-from gputop.ui import bindings, columns
+from gputop.ui import bindings, columns, fields
 from gputop.ui import format as fmt
 from gputop.ui.screens.base import LiveScreen
 from gputop.ui.tree import tree_order
@@ -232,7 +232,8 @@ class MainScreen(LiveScreen):
         if not pids:
             return
         targets = [(pid, rows[pid].comm, rows[pid].start_time) for pid in pids]
-        labels = [f"{pid} {fmt.text(rows[pid].cmdline or rows[pid].comm)}" for pid in pids]
+        # the program's base name and its arguments, as the COMMAND column: the dialog cuts at the end
+        labels = [f"{pid} {fmt.text(fields.command(rows[pid]))}" for pid in pids]
 
         def sent(signum: int | None) -> None:
             if signum is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Sequence
+from typing import Optional
 
 from textual import on
 from textual.app import ComposeResult
@@ -29,7 +30,7 @@ SIGNALS: tuple[tuple[int, str], ...] = (
 )
 
 
-class SignalScreen(ModalScreen[int | None]):
+class SignalScreen(ModalScreen[Optional[int]]):
     """Returns the chosen signal number, or None when cancelled."""
 
     BINDINGS = bindings.of(bindings.SIGNAL)
@@ -50,8 +51,14 @@ class SignalScreen(ModalScreen[int | None]):
 
     def compose(self) -> ComposeResult:
         who = self.targets[0] if len(self.targets) == 1 else f"{len(self.targets)} tagged processes"
-        with Vertical():
-            yield Static(f"Send a signal to {who}?", id="signal-title", markup=False)
+        title = f"Send a signal to {who}?"
+        box = Vertical()
+        # as wide as the longest line (the commands named), at least 72; the screen's width caps it and a
+        # line too long for that ends in an ellipsis
+        longest = max(len(title), *(len(t) for t in self.targets)) if len(self.targets) > 1 else len(title)
+        box.styles.width = max(72, longest + 4)     # + border and padding
+        with box:
+            yield Static(title, id="signal-title", markup=False)
             if len(self.targets) > 1:
                 yield Static("\n".join(self.targets), markup=False)
             yield OptionList(

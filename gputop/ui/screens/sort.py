@@ -23,7 +23,7 @@ class SortScreen(ModalScreen[None]):
     BINDINGS = bindings.of(bindings.SORT_MENU)
     DEFAULT_CSS = """
     SortScreen { align: center middle; }
-    SortScreen > Vertical { width: 92; max-width: 100%; height: auto; max-height: 90%; border: round $primary;
+    SortScreen > Vertical { max-width: 100%; height: auto; max-height: 90%; border: round $primary;
                             background: $surface; padding: 0 1; }
     SortScreen OptionList { height: auto; max-height: 24; border: none; background: $surface;
                            text-wrap: nowrap; text-overflow: ellipsis; }
@@ -54,9 +54,16 @@ class SortScreen(ModalScreen[None]):
         )
 
     def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static("Sort by — Enter: sort by it  x: show/hide column  Esc: close", id="sort-title")
-            yield OptionList(*[Option(self._label(i), id=c.key) for i, c in enumerate(self.columns)])
+        title = "Sort by — Enter: sort by it  x: show/hide column  Esc: close"
+        labels = [self._label(i) for i in range(len(self.columns))]
+        box = Vertical()
+        # as wide as its longest row (+ border, padding, the option list's padding and scrollbar), so
+        # that no description is cut where the screen has room; max-width: 100% caps it, and a row too
+        # long for the screen ends in an ellipsis
+        box.styles.width = max(len(title), *(label.cell_length + 2 for label in labels)) + 6
+        with box:
+            yield Static(title, id="sort-title")
+            yield OptionList(*[Option(label, id=c.key) for label, c in zip(labels, self.columns)])
         yield Footer()
 
     def on_mount(self) -> None:

@@ -52,23 +52,37 @@ def _source(name: str, st: SourceStatus | None) -> Content:
     return Content.assemble(*parts)
 
 
-def header_pieces(state: HeaderState) -> list[Content]:
-    """The header's pieces in order of importance to keep on the first line."""
+#: from this width on the header is one line: what does not fit is said shorter (COMPACT levels), and
+#: what still does not fit is cut at the end with an ellipsis; narrower, it wraps onto up to MAX_LINES
+ONE_LINE_FROM = 80
+#: the levels of ``header_pieces``: 0 says everything; 1 drops the probe counts and says the cost as
+#: its CPU share; 2 drops the title; 3 puts one space between pieces; 4 says the interval without "every"
+COMPACT = 4
+#: a piece that does not fit the one line is cut where this many cells are left for it, else left out
+CUT_PIECE_FROM = 16
+
+
+def header_pieces(state: HeaderState, compact: int = 0) -> list[Content]:
+    """The header's pieces in order of importance to keep on the first line; ``compact`` (0…COMPACT)
+    says the same in fewer cells."""
     snap = state.snapshot
-    pieces = [Content.styled(" gputop", "bold $primary")]
+    pieces = [] if compact >= 2 else [Content.styled(" gputop", "bold $primary")]
     if snap is None:
         pieces += [Content.styled("starting…", "$warning"), Content.styled("loading probes and GPU handles", _MUTED)]
     else:
+        every = "" if compact >= 4 else "every "
         pieces += [Content.styled(fmt.text(snap.host), "bold"), Content(fmt.clock(snap.time)),
-                   Content.styled(f"every {fmt.interval(state.interval_s)}", _MUTED)]
-        if state.paused:
-            pieces.append(Content.styled(" PAUSED ", "reverse $warning bold"))
-        if state.replay is not None:
+                   Content.styled(f"{every}{fmt.interval(state.interval_s)}", _MUTED)]
+        if state.replay is not None:     # paused or playing, one badge (the speed still says what ] [ did)
             shown, total, speed = state.replay
-            pieces.append(Content.styled(f" REPLAY {shown}/{total} ×{fmt.speed(speed)} ", "reverse $accent"))
+            mode = f"×{fmt.speed(speed)}" + (" PAUSED" if state.paused else "")
+            pieces.append(Content.styled(f" REPLAY {shown}/{total} {mode} ",
+                                         "reverse $warning bold" if state.paused else "reverse $accent"))
+        elif state.paused:
+            pieces.append(Content.styled(" PAUSED ", "reverse $warning bold"))
         for label, key in (("BPF", "bpf"), ("NVML", "nvml"), ("UVM", "uvm")):
             st = snap.sources.get(key)
-            if label == "BPF" and st is not None and st.status == "ok" and state.width < 60:
+            if label == "BPF" and st is not None and st.status == "ok" and (state.width < 60 or compact >= 1):
                 st = replace(st, probes=None)   # a narrow header keeps the states, not the counts
             pieces.append(_source(label, st))
         if "prometheus" in snap.sources:     # the fleet view: where the numbers come from
@@ -82,16 +96,56 @@ def header_pieces(state: HeaderState) -> list[Content]:
         if bpf is not None and bpf.status == "ok" and "prometheus" not in snap.sources:   # not the fleet's
             hits = fmt.si(bpf.probe_hits_per_s)
             # what the traced processes pay: uprobe traps (calibrated) + the BPF programs' run time
-            pieces.append(Content.assemble(("cost ", "bold"),
-                                           f"{hits} hits/s {fmt.cpu_share(bpf.cost_ns_per_s)} CPU "
-                                           f"(traps {fmt.cpu_share(bpf.traps_ns_per_s)} + programs "
-                                           f"{fmt.cpu_share(bpf.overhead_ns_per_s)})"))
+            if compact >= 1:
+                pieces.append(Content.assemble(("cost ", "bold"), f"{fmt.cpu_share(bpf.cost_ns_per_s)} CPU"))
+            else:
+                pieces.append(Content.assemble(("cost ", "bold"),
+                                               f"{hits} hits/s {fmt.cpu_share(bpf.cost_ns_per_s)} CPU "
+                                               f"(traps {fmt.cpu_share(bpf.traps_ns_per_s)} + programs "
+                                               f"{fmt.cpu_share(bpf.overhead_ns_per_s)})"))
     return pieces
 
 
 def header_lines(state: HeaderState, width: int) -> list[Content]:
-    """The header at ``width`` cells: one line when it fits, else up to MAX_LINES (sources first)."""
-    return flow(header_pieces(replace(state, width=width)), max(1, width), indent=" ", max_lines=MAX_LINES)
+    """The header at ``width`` cells: from ONE_LINE_FROM on, one line (said shorter, then cut at the end,
+    where it must be: the table never moves because of the header); narrower, up to MAX_LINES
+    (sources first)."""
+    state = replace(state, width=width)
+    if width < ONE_LINE_FROM:
+        return flow(header_pieces(state), max(1, width), indent=" ", max_lines=MAX_LINES)
+    line = _one_line(state, width)
+    if state.error and fmt.text(state.error) not in line.plain:
+        # an error (a bad line in a recording, the recorder stopped) is never cut away: where it does not
+        # fit the line, it takes a second one of its own
+        error = Content.assemble(" ", Content.styled(fmt.text(state.error), "$error bold"))
+        return [_one_line(replace(state, error=None), width), error.truncate(width, ellipsis=True)]
+    return [line]
+
+
+def _one_line(state: HeaderState, width: int) -> Content:
+    """The header said on one line of ``width`` cells: as shortly as needed, then cut."""
+    for compact in range(COMPACT + 1):
+        sep = " " if compact >= 3 else "  "
+        pieces = header_pieces(state, compact)
+        if compact >= 2:
+            pieces = [Content.assemble(" ", pieces[0]), *pieces[1:]]     # the first column stays blank
+        lines = flow(pieces, width, sep=sep, indent=" ")
+        if len(lines) == 1:
+            return lines[0]
+    # the pieces that fit whole; the first that does not is cut where a useful part of it fits (an
+    # error's start), else an ellipsis says that something follows
+    line = Content("")
+    for piece in (p for p in pieces if p.cell_length):
+        room = width - line.cell_length - (len(sep) if line.cell_length else 0)
+        if piece.cell_length <= room:
+            line = Content.assemble(line, sep, piece) if line.cell_length else piece
+            continue
+        if room >= CUT_PIECE_FROM:
+            line = Content.assemble(line, sep, piece.truncate(room, ellipsis=True))
+        elif width - line.cell_length >= 2:
+            line = Content.assemble(line, " …")
+        break
+    return line
 
 
 def header_content(state: HeaderState, width: int = 10_000) -> Content:

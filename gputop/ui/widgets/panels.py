@@ -57,7 +57,7 @@ def kernels_table(
         [fmt.text(k.name) if k.name else (f"0x{k.address:x}" if k.address is not None else "?") for k in shown],
         name_w,
     )
-    for k, name in zip(shown, names, strict=True):
+    for k, name in zip(shown, names):
         cells = [
             fmt.si(k.launches_per_s),
             fmt.num(k.grid_blocks_avg),
@@ -67,7 +67,7 @@ def kernels_table(
         if graphs:
             cells.append(fmt.si(k.graph_launches_per_s))
         parts: list[tuple[str, str] | str] = [fmt.fit(name, name_w).ljust(name_w)]
-        for cell, w in zip(cells, num_w, strict=True):
+        for cell, w in zip(cells, num_w):
             parts += [" ", (cell.rjust(w), _MUTED if cell == fmt.NA else "")]
         lines.append(Content.assemble(*parts))
     return Content("\n").join(lines)

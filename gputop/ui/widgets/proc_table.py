@@ -30,6 +30,10 @@ from gputop.ui import format as fmt
 from gputop.ui.columns import BY_KEY, OPTIONAL, Column
 
 GUTTER = 2  # tag mark and a space
+#: where not every column fits: the flexible column (COMMAND) takes at least this share of the width
+#: left after the first column, at most FLEX_MAX cells (its own width where that is more)
+FLEX_SHARE = 0.3
+FLEX_MAX = 30
 
 #: what a row's line shows: its cells' text, tagged, exited, under the cursor
 LineKey = tuple[tuple[str, ...], bool, bool, bool]
@@ -86,9 +90,18 @@ def layout(columns: Sequence[str], width: int, sort_key: str = "", offset: int =
     fixed = cols[:1]
     rest = cols[1:]
     offset = max(0, min(offset, max(0, len(rest) - 1)))
+    avail = width - GUTTER - sum(col_width(c) for c in fixed)
+    # where the columns scroll anyway, the flexible one (COMMAND) keeps room enough to tell processes
+    # apart, as top's and htop's COMMAND takes what the fixed columns leave: FLEX_SHARE of the width,
+    # from its own width up to FLEX_MAX; more columns scroll off for it
+    scrolls = sum(col_width(c) + 1 for c in rest) > avail
+    flex_min = max(0, min(FLEX_MAX, int(avail * FLEX_SHARE))) if scrolls else 0
+
+    def cw(c: Column) -> int:
+        return max(col_width(c), flex_min) if c.flex else col_width(c)
 
     def cost(cs: Sequence[Column]) -> int:
-        return sum(col_width(c) + 1 for c in cs)
+        return sum(cw(c) + 1 for c in cs)
 
     def fit(avail: int, candidates: Sequence[Column]) -> list[Column]:
         out: list[Column] = []
@@ -98,7 +111,6 @@ def layout(columns: Sequence[str], width: int, sort_key: str = "", offset: int =
             out.append(c)
         return out
 
-    avail = width - GUTTER - sum(col_width(c) for c in fixed)
     sort_col = BY_KEY.get(sort_key)
 
     def attempt(offset: int) -> tuple[list[Column], list[Column], int]:
@@ -123,11 +135,11 @@ def layout(columns: Sequence[str], width: int, sort_key: str = "", offset: int =
         offset, pinned, window, hidden_right = offset - 1, p2, w2, h2
     shown = fixed + pinned + window
     hidden_left = sum(1 for c in rest[:offset] if c not in pinned)
-    used = sum(col_width(c) for c in shown) + len(shown) - 1 + GUTTER
+    used = sum(cw(c) for c in shown) + len(shown) - 1 + GUTTER
     used += (1 if hidden_left else 0) + (1 if hidden_right else 0)
     spare = max(0, width - used)
     flex = next((c for c in shown if c.flex), None)
-    out = tuple((c, col_width(c) + (spare if c is flex else 0)) for c in shown)
+    out = tuple((c, cw(c) + (spare if c is flex else 0)) for c in shown)
     return Layout(out, hidden_left, hidden_right, len(fixed) + len(pinned), offset)
 
 
@@ -291,7 +303,7 @@ class ProcTable(ScrollView, can_focus=True):
             prefix = self._prefixes.get(p.key) if self._prefixes else None
             if prefix:
                 cells = tuple(prefix + c if col.key == "command" else c
-                              for (col, _), c in zip(cols, cells, strict=True))
+                              for (col, _), c in zip(cols, cells))
             self._cells[index] = cells
         return (cells, p.key in self._tags, p.state == "exited", index == self._cursor)
 
@@ -492,7 +504,7 @@ class ProcTable(ScrollView, can_focus=True):
         flag = base + self._style("proc-table--flag")
         parts: list[tuple[str, Style]] = [("● " if tagged else "  ", base)]
         gap = cols.fixed if cols.hidden_left else -1
-        for i, ((col, w), cell) in enumerate(zip(cols, cells, strict=True)):
+        for i, ((col, w), cell) in enumerate(zip(cols, cells)):
             text = _cell_text(cell, w, col.align, col.cut)
             style = na if cell == fmt.NA else (flag if col.key == "launch_bound" and cell else base)
             if i == gap:

@@ -1,11 +1,12 @@
-"""The fleet view's feed: ``Snapshot``s built from Prometheus's HTTP API (``gputop --prometheus URL``).
+"""The fleet view's reading: ``Snapshot``s built from Prometheus's HTTP API (``gputop --prometheus URL``);
+the feed that sends them is ``gputop.feeds.fleet.FleetFeed``.
 
 Every node runs ``gputop exporter``; Prometheus scrapes them all; this feed reads them back with a
 fixed number of queries per refresh, one per metric family, never one per process or node:
 
 - ``gputop_build_info`` (each target's node name), ``gputop_source_up``, the GPU families (one
   query, by name) and the per-process gauges (one query, by name, with each process's Kubernetes
-  pod and namespace from kube-state-metrics folded in: ``gputop.fleet_pods``);
+  pod and namespace from kube-state-metrics folded in: ``gputop.feeds.fleet_pods``);
 - each per-process counter family twice: its current values (the snapshot's ``total``) and
   ``increase(FAMILY[window])``: the ``interval`` counts (rounded to integers) and, divided by the
   window, the rates (what ``rate()`` computes). Answers are read as they arrive and dropped, so a
@@ -16,7 +17,7 @@ fixed number of queries per refresh, one per metric family, never one per proces
 The dashboard reads less (``FleetConfig.table_only``): for every process only what its table shows
 (``TABLE_FAMILIES``' increases, the gauges, total launches with the names), and everything for the
 watched processes (their raw counters with the histograms, and the other increases in one query).
-It also reads in a child process (``FleetConfig.child``, ``gputop.fleet_worker``), so that parsing
+It also reads in a child process (``FleetConfig.child``, ``gputop.feeds.fleet_worker``), so that parsing
 tens of megabytes of JSON never holds the dashboard's interpreter lock. Batch mode and records read
 every family for every process, in this process.
 
@@ -32,18 +33,16 @@ import json
 import re
 import socket
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
-from gputop.errors import EX_ERROR, EX_USAGE, GputopError
-from gputop.feed import SnapshotCallback
-from gputop.fleet_pods import Pod, add_pod, pods_expr
+from gputop.errors import EX_ERROR, GputopError
+from gputop.feeds.fleet_pods import Pod, add_pod, pods_expr
 from gputop.model import (
     MEMCPY_DIRECTIONS,
     PREFETCH_DIRECTIONS,
@@ -717,14 +716,14 @@ class FleetConfig:
     #: gauges, total launches with the names) and everything for the watched processes (details,
     #: compare): the dashboard. False: every family for every process (batch mode, records)
     table_only: bool = False
-    #: read and parse the answers in a child process (``gputop.fleet_worker``) that hands back the
+    #: read and parse the answers in a child process (``gputop.feeds.fleet_worker``) that hands back the
     #: snapshot in chunks: the dashboard, whose keys would wait while answers are parsed here
     child: bool = False
 
 
 class FleetReader:
     """The queries of one refresh and the snapshot built from their answers: in the feed's own
-    process, or in the child process of ``gputop.fleet_worker``."""
+    process, or in the child process of ``gputop.feeds.fleet_worker``."""
 
     def __init__(self, config: FleetConfig) -> None:
         self.config = config
@@ -915,144 +914,3 @@ class FleetReader:
         instances = _regex_alt(k[0] for k in keys)
         pids = _regex_alt(str(k[1]) for k in keys)
         return f'instance=~"{instances}",pid=~"{pids}"'
-
-
-class Reader(Protocol):
-    """What the feed reads a refresh through: ``FleetReader`` or ``gputop.fleet_worker.WorkerReader``."""
-
-    @property
-    def queries(self) -> int: ...
-
-    def read(self, at: float, watched: Watched, interval_s: float) -> tuple[Snapshot, Series]: ...
-
-    def close(self) -> None: ...
-
-
-class FleetFeed:
-    """A ``Feed`` over Prometheus: a snapshot every interval, built by the feed's own thread (and,
-    with ``FleetConfig.child``, read and parsed by a child process)."""
-
-    kind = "fleet"
-
-    def __init__(self, config: FleetConfig) -> None:
-        try:
-            self.window_s = parse_duration(config.window)
-        except ValueError as e:
-            raise GputopError(str(e), "give --window as Prometheus writes durations: 30s, 2m, 1h", EX_USAGE) from None
-        if self.window_s <= 0:
-            raise GputopError(f"--window must be longer than 0: {config.window!r}", "try --window 2m", EX_USAGE)
-        self.config = config
-        self.interval_s = config.interval_s
-        self.timeout_s = config.timeout_s or max(10.0, 2 * config.interval_s)
-        self.reader: Reader
-        if config.child:
-            from gputop.fleet_worker import WorkerReader
-
-            self.reader = WorkerReader(config)
-        else:
-            self.reader = FleetReader(config)
-        #: what the header shows while Prometheus does not answer (None when it does)
-        self.error: str | None = None
-        #: seconds the last refresh took (the benchmark reads it)
-        self.last_refresh_s: float | None = None
-        #: True while a refresh is being read (the benchmark reads it)
-        self.refreshing = False
-        self._last: Snapshot | None = None
-        self._watched: Watched = ()
-        self._series: Series = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._paused = False
-        self._thread: threading.Thread | None = None
-
-    @property
-    def queries(self) -> int:
-        """Queries sent so far (tests and the benchmark count them)."""
-        return self.reader.queries
-
-    # ------------------------------------------------------------ Feed
-
-    def start(self, on_snapshot: SnapshotCallback) -> None:
-        self._thread = threading.Thread(target=self._run, args=(on_snapshot,), name="gputop-collector", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self.reader.close()         # a child reading a refresh ends: the thread's read returns at once
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.timeout_s + 1)
-
-    def set_interval(self, interval_s: float) -> None:
-        self.interval_s = interval_s
-        self._wake.set()
-
-    def set_paused(self, paused: bool) -> None:
-        self._paused = paused
-        self._wake.set()
-
-    # ------------------------------------------------------------ details and compare
-
-    def watch(self, keys: Sequence[ProcKey]) -> None:
-        """Read histograms, kernels and time series of these processes too (details, compare)."""
-        remote = tuple(dict.fromkeys(k for k in keys if isinstance(k, tuple)))
-        if remote != self._watched:
-            self._watched = remote
-            self._wake.set()        # the screen waits for them: refresh now
-
-    def series(self, key: ProcKey) -> dict[str, list[tuple[float, float]]] | None:
-        """The time series of a watched process (``SERIES_QUERIES``' names, memcpy by direction)."""
-        with self._lock:
-            return self._series.get(key)
-
-    # ------------------------------------------------------------ refreshes
-
-    def _run(self, on_snapshot: SnapshotCallback) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            if not self._paused:
-                snap = self.refresh()
-                if self._stop.is_set():
-                    break
-                on_snapshot(snap)
-            # one refresh every interval (a refresh slower than that is followed by the next at once)
-            self._wake.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
-            self._wake.clear()
-
-    def refresh(self) -> Snapshot:
-        """One refresh; never raises for Prometheus's failures (see ``collect``)."""
-        try:
-            return self.collect()
-        except FleetError as e:
-            return self._stale(e)
-
-    def _stale(self, e: FleetError) -> Snapshot:
-        last = self._last
-        reason = e.message
-        if last is not None and last.processes:
-            age = time.strftime("%H:%M:%S", time.localtime(last.time))
-            self.error = f"STALE (data of {age}): {reason}"
-        else:
-            self.error = reason
-        status = SourceStatus("unavailable", reason=reason)
-        if last is None:
-            return Snapshot(time=time.time(), interval_s=self.window_s, host=self.config.url,
-                            sources={"prometheus": status})
-        return replace(last, sources={**last.sources, "prometheus": status})
-
-    def collect(self) -> Snapshot:
-        """One refresh: every query at one instant; raises ``FleetError`` when Prometheus fails."""
-        t0 = time.monotonic()
-        at = self.config.at if self.config.at is not None else time.time()
-        self.refreshing = True
-        try:
-            snap, series = self.reader.read(at, self._watched, self.interval_s)
-        finally:
-            self.refreshing = False
-        with self._lock:
-            self._series = series
-        self._last = snap
-        self.error = None
-        self.last_refresh_s = time.monotonic() - t0
-        return snap

@@ -7,11 +7,12 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 from gputop.sources import bpf, bpfsys, catalogue, discovery, kheaders
+from gputop.sources.cudalibs import library_line
 from gputop.sources.startup import read_object
-from gputop.sources.uprobes import UprobeAttacher
+from gputop.sources.uprobes import UprobeAttacher, bcc_loads_for_links
 from gputop.textsafe import sanitize
 
 
@@ -27,14 +28,17 @@ class Check:
 
 def _privileges() -> list[Check]:
     """One line for the whole, then one per missing capability of the least set that traces fully."""
+    from gputop.modes.common import no_privileges
+
     missing = bpfsys.missing_caps()
     blockers = bpfsys.tracing_blockers()
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
     if not missing:
         return [Check("privileges", "OK", f"{who}, with every capability tracing needs: "
                       f"{', '.join(bpfsys.TRACING_CAPS)}")]
-    if blockers:
-        head = Check("privileges", "FAIL", f"{who}: tracing is off, missing {', '.join(blockers)}", bpfsys.ENABLE_HINT)
+    refusal = no_privileges() if blockers else None
+    if refusal is not None:     # the words of gputop --bpf, gputop -b's line, the banner, demo, --selftest
+        head = Check("privileges", "FAIL", f"{who}: tracing is off ({refusal[0]})", refusal[1])
     else:
         head = Check("privileges", "WARN", f"{who}: tracing works, but some processes may go untraced",
                      bpfsys.ENABLE_HINT, needed_for_bpf=False)
@@ -58,6 +62,13 @@ def _kernel() -> list[Check]:
                      "no kprobes: UVM GPU faults, migrations and thrashing (nvidia_uvm) are unavailable",
                      "" if kprobes else "a kernel with CONFIG_KPROBE_EVENTS=y enables them; the rest works",
                      needed_for_bpf=False))
+    cas = bpfsys.atomic_cmpxchg()        # None: not allowed to ask (see privileges)
+    if cas is not None:
+        out.append(Check("BPF cmpxchg", "OK" if cas else "WARN",
+                         "atomic compare-and-exchange: launch slots (a kernel's usual launch is one atomic add)" if cas
+                         else "no atomic compare-and-exchange (Linux < 5.12): every launch is counted through the "
+                         "kernels table, without launch slots: the same counts, a hash lookup per launch",
+                         "" if cas else "none needed; Linux 5.12+ makes each launch cheaper", needed_for_bpf=False))
     btf = Path("/sys/kernel/btf/vmlinux").is_file()
     out.append(Check("BTF", "OK" if btf else "WARN", "/sys/kernel/btf/vmlinux present" if btf else "no BTF",
                      "" if btf else "not needed by gputop's uprobes; CONFIG_DEBUG_INFO_BTF=y", needed_for_bpf=False))
@@ -85,13 +96,30 @@ def _tracefs() -> list[Check]:
     return out
 
 
-def _bcc() -> Check:
+def _bcc() -> list[Check]:
+    """The bcc in use, then each of its optional features gputop uses or falls back from (asked of
+    this bcc, never decided by its version)."""
     try:
         mod = bpf.load_bcc()
     except bpf.BpfUnavailable as e:
-        return Check("bcc", "FAIL", e.reason, e.hint)
+        return [Check("bcc", "FAIL", e.reason, e.hint)]
     version = getattr(mod, "__version__", "unknown version")
-    return Check("bcc", "OK", f"bcc {version} from {Path(mod.__file__ or '?').parent}")
+    features = (
+        ("batch map operations", bpf.batch_ops(mod.lib), "bpf_lookup_batch, bpf_delete_batch (bcc 0.20+)",
+         "exited processes' map entries are deleted key by key: the same entries, more system calls",
+         "none needed; with bcc 0.20+ they are deleted in batches"),
+        ("load_func attach_type", bcc_loads_for_links(mod.BPF, mod.lib), "programs loaded for uprobe_multi links "
+         "(bcc 0.21+)", "uprobes attach as a perf event each (see uprobe attach): the same counts",
+         "none needed; with bcc 0.21+ on Linux 6.6+ probes detach together at exit"),
+    )
+    used = [name for name, has, *_ in features if has]
+    missing = [name for name, has, *_ in features if not has]
+    head = Check("bcc", "OK", f"bcc {version} from {Path(mod.__file__ or '?').parent}; uses "
+                 f"{', '.join(used) or 'none of its optional features'}"
+                 + (f"; falls back from {', '.join(missing)}" if missing else ""))
+    return [head] + [Check(f"  {name}", "OK", f"used: {what}") if has else
+                     Check(f"  {name}", "WARN", f"not in this bcc, falls back: {fallback}", fix, needed_for_bpf=False)
+                     for name, has, what, fallback, fix in features]
 
 
 def _headers() -> Check:
@@ -119,7 +147,7 @@ def _compile() -> list[Check]:
         if bpf.ensure_tracefs() is not None:
             return [Check("BPF compile", "FAIL", "tracefs is not mounted",
                           "mount -t tracefs nodev /sys/kernel/tracing")]
-        prog = mod.BPF(text=b"int gputop_doctor(struct pt_regs *ctx) { return 0; }")
+        prog = mod.BPF(text=b"int gputop_doctor(struct pt_regs *ctx) { return 0; }", cflags=[bpf.QUIET])
         try:
             links = UprobeAttacher(prog, mod.lib).mode == "links"     # asks the kernel (links_supported)
             prog.load_func(b"gputop_doctor", mod.BPF.KPROBE)         # the compiled program loads
@@ -151,23 +179,42 @@ def _nvml() -> Check:
                  needed_for_bpf=False)
 
 
-def _cuda_objects() -> list[Check]:
+def _cuda_objects(dirs: tuple[str, ...] = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64",
+                                           "/usr/lib/aarch64-linux-gnu")) -> list[Check]:
     found = {}
+    libraries: dict[tuple[int, int], str] = {}
     for ref in discovery.scan():
         fd = ref.open()
         if fd is None:
             continue
         try:
             syms = read_object(fd, ref.open_path)
+            if syms and catalogue.probes_for(syms.functions):
+                found[ref.key] = ref.path
+                line = library_line(fd, ref.path, syms.functions)
+                if line is not None:
+                    libraries[ref.key] = line
         finally:
             os.close(fd)
-        if syms and catalogue.probes_for(syms.functions):
-            found[ref.key] = ref.path
     files = []
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64", "/usr/lib/aarch64-linux-gnu"):
+    for d in dirs:
         p = Path(d)
         if p.is_dir():
             files += [str(f) for f in sorted(p.glob("libcuda*.so*")) if f.is_file() and not f.is_symlink()]
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            syms = read_object(fd, f) if key not in libraries else None
+            line = library_line(fd, f, syms.functions) if syms else None
+            if line is not None:
+                libraries[key] = line
+        finally:
+            os.close(fd)
     procs = discovery.pids_mapping(set(found))
     detail = (f"{len(found)} CUDA object(s) mapped by {len(procs)} process(es); "
               f"libcudart/libcuda files on the host: {', '.join(files) or 'none in the usual places'}")
@@ -176,6 +223,8 @@ def _cuda_objects() -> list[Check]:
     level = "OK" if found or files else "WARN"
     fix = "" if found else "start a CUDA program; gputop attaches to it within one refresh"
     return [Check("CUDA objects", level, detail, fix, needed_for_bpf=False)] + [
+        Check("  library", "OK", line, needed_for_bpf=False) for line in sorted(libraries.values())[:20]
+    ] + [
         Check(f"  pid {pid}", "OK", ", ".join(paths), needed_for_bpf=False) for pid, paths in sorted(procs.items())[:20]
     ]
 
@@ -226,15 +275,10 @@ def run(out: TextIO) -> int:
 
 def main(argv: list[str], out: TextIO) -> int:
     """`gputop doctor [--selftest [-n N] [--cudart PATH]]`."""
-    import argparse
+    from gputop.modes.args import Parser
 
-    from gputop.errors import EX_USAGE, GputopError
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> NoReturn:
-            raise GputopError(message, "run: gputop doctor [--selftest [-n N] [--cudart PATH]]", EX_USAGE)
-
-    p = Parser(prog="gputop doctor", description="Check what gputop needs here and say how to fix each gap.")
+    p = Parser(prog="gputop doctor", description="Check what gputop needs here and say how to fix each gap.",
+               hint="run: gputop doctor [--selftest [-n N] [--cudart PATH]]")
     p.add_argument("--selftest", action="store_true",
                    help="on a GPU host: launch and copy known work in this process and check that gputop counts "
                         "every figure exactly (exit 0 only then)")
@@ -246,7 +290,7 @@ def main(argv: list[str], out: TextIO) -> int:
     if not 1 <= args.n <= 10_000_000:
         p.error(f"-n must be from 1 to 10000000, not {args.n}")
     if args.selftest:
-        from gputop import selftest
+        from gputop.modes import selftest
 
         return selftest.run(out, launches=args.n, cudart=args.cudart)
     return run(out)

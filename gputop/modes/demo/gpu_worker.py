@@ -1,6 +1,6 @@
 """The demo's workload on a real GPU: y = relu(a*x + b) over 4M floats, unfused or fused.
 
-Usage: python -m gputop.demo.gpu_worker cupy|torch unfused|fused STEPS_PER_S
+Usage: python -m gputop.modes.demo.gpu_worker cupy|torch unfused|fused STEPS_PER_S
 CuPy: three ElementwiseKernels against one fused ElementwiseKernel. PyTorch: three eager ops
 against the same function compiled by torch.compile (Inductor fuses it into one kernel).
 """

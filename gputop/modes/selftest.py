@@ -214,11 +214,12 @@ def run(out: TextIO, launches: int = 1000, copies: int = 8, cudart: str | None =
     except NoGpu as e:     # printed by the CLI as 'gputop: error: ...' and its hint, exit 1
         raise GputopError(f"selftest: {e}", "run the self-test on a host with an NVIDIA GPU and its driver; "
                           "'gputop doctor' (without --selftest) checks everything else here") from None
-    from gputop.sources.bpf import BpfSource, BpfUnavailable, has_privileges
+    from gputop.modes.common import no_privileges
+    from gputop.sources.bpf import BpfSource, BpfUnavailable
 
-    if not has_privileges():
-        raise GputopError("the self-test traces with BPF, which needs root (or CAP_BPF and CAP_PERFMON)",
-                          "run it with sudo: sudo gputop doctor --selftest", EX_NOPERM)
+    refusal = no_privileges()       # the words of gputop --bpf, demo and doctor
+    if refusal is not None:
+        raise GputopError(f"selftest: {refusal[0]}", refusal[1], EX_NOPERM)
     path = cudart or find_runtime()
     runtime = Runtime(path) if path else None
     out.write(f"gputop selftest: {sanitize(driver.name)}, driver API {driver.version}, "

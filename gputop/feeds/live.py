@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gputop.derive import LaunchBoundRule, is_launch_bound
-from gputop.feed import Filters, SnapshotCallback
+from gputop.feeds.base import Feed, FeedKind, Filters, SnapshotCallback
 from gputop.model import (
     MEMCPY_DIRECTIONS,
     PREFETCH_DIRECTIONS,
@@ -36,6 +38,10 @@ from gputop.sources.nvml import NvmlProc, NvmlReading, NvmlSource
 TOP_KERNELS = 20
 STOP_NOTICE_S = 1.0         # stopping longer than this is announced (see Sampler.stop)
 STOP_TIMEOUT_S = 60.0       # then the exit hook finishes the job (BpfSource.close)
+#: how long ``detach_in_child`` waits for the collector thread to end (it polls events for 0.2 s at most)
+DETACH_WAIT_S = 1.0
+#: the longest the child of ``detach_in_child`` may take
+DETACH_DEADLINE_S = 30
 UVM_UNAVAILABLE = "GPU faults, migrations and thrashing need kprobes on nvidia_uvm (not available here)"
 
 
@@ -137,10 +143,10 @@ def kernel_label(k: RawKernel) -> str:
     return f"0x{k.key:x}"
 
 
-class Sampler:
+class Sampler(Feed):
     """Builds snapshots from the sources; ``start`` runs it as the live feed's thread."""
 
-    kind = "live"
+    kind = FeedKind.LIVE
 
     def __init__(self, config: SamplerConfig, *, bpf: BpfSource | None = None,
                  nvml: NvmlSource | None = None, host: HostSource | None = None,
@@ -167,6 +173,9 @@ class Sampler:
         self.last_refresh: RefreshTiming | None = None
         #: told when stopping takes long (the CLI prints it once the dashboard has closed)
         self.notice: Callable[[str], None] | None = None
+        #: the collector thread ends without detaching: ``detach_in_child`` (the dashboard, so that
+        #: quitting does not wait for the kernel) or ``close`` does it
+        self.close_elsewhere = False
 
     # ------------------------------------------------------------ life cycle
 
@@ -233,7 +242,8 @@ class Sampler:
                 if not self._paused:
                     on_snapshot(snap)
         finally:                # a bug ending the thread still detaches the probes and closes NVML
-            self.close()
+            if not self.close_elsewhere:
+                self.close()
 
     @property
     def running(self) -> bool:
@@ -254,6 +264,59 @@ class Sampler:
                 self.notice(f"detaching {probes} probes…" if probes else "stopping the collector…")
             t.join(timeout=STOP_TIMEOUT_S)
 
+    def detach_in_child(self, wait_s: float = DETACH_WAIT_S) -> bool:
+        """Detach and unload the BPF source in a child process, so that this one can exit at once.
+
+        Closing the probes' links and perf events costs the kernel an RCU grace period each, and
+        bcc's cleanup closes the rest one by one: 0.3 to 1.2 s on the development VM, which a
+        process exiting with them open pays before its parent (the shell) sees it exit. After a
+        fork the child holds the same descriptors, so the parent's exit only drops references and
+        the child pays the detach: it leaves the terminal's session, points its standard streams
+        at /dev/null (it never prints after the shell's prompt), runs ``BpfSource.close`` (links,
+        perf events, bcc's tracefs events, BPF statistics) once the parent is gone, and exits. NVML needs nothing: the
+        kernel closes its files.
+
+        Call after ``stop``, with ``close_elsewhere`` set before the collector thread ended.
+        Returns True in the parent, which must then leave with ``os._exit`` without closing
+        anything (the child is already detaching); False when nothing was forked (no BPF source,
+        the collector thread still busy after ``wait_s``, fork refused): then call ``close``.
+        """
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=wait_s)
+            if t.is_alive():
+                return False
+        if self._bpf is None:
+            return False
+        for stream in (sys.stdout, sys.stderr):    # what the parent wrote is not written twice
+            with contextlib.suppress(Exception):
+                stream.flush()
+        parent = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError:
+            return False
+        if pid == 0:                    # the child: never returns
+            try:
+                os.setsid()             # no terminal: no SIGHUP, no SIGINT from the shell's next job
+                os.nice(10)             # the shell and the user's next command come first
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                # a lock that another thread of the parent held at the fork would never be released
+                # here: SIGALRM's default action ends the child, and the kernel closes what is left
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(DETACH_DEADLINE_S)
+                # a descriptor's last close pays its release: the parent's exit must drop its
+                # references first, else it pays for the links the child closed before it exited.
+                # The child is given to another parent once its parent has exited, files and all.
+                while os.getppid() == parent:
+                    time.sleep(0.002)
+                self._bpf.close()
+            finally:
+                os._exit(0)
+        return True
+
     def set_interval(self, interval_s: float) -> None:
         self.config.interval_s = max(0.1, float(interval_s))
 
@@ -265,6 +328,22 @@ class Sampler:
             self._bpf.close()
         if self._nvml is not None:
             self._nvml.close()
+
+    def refreshes(self, stop: threading.Event, settle: bool = True) -> Generator[Snapshot, None, None]:
+        """Batch mode, in the caller's thread (bcc's ring-buffer callbacks run there): a refresh every
+        interval; ``stop`` wakes the wait through ``stop()``. With ``settle``, a first sample is taken
+        and not given: every refresh given covers one interval after another sample, so the values
+        that need two (CPU%, the cost, NVML's SM%) are real from the first on. Closes the sources."""
+        try:
+            if settle:
+                self.collect()
+            while not stop.is_set():
+                self.wait(self.config.interval_s)
+                if stop.is_set():
+                    break
+                yield self.collect()
+        finally:
+            self.close()
 
     # ------------------------------------------------------------ snapshots
 
@@ -399,7 +478,7 @@ class Sampler:
             extra = {
                 "grid_blocks_hist": _hist(raw.grid_hist),
                 "block_threads_hist": _hist(raw.block_hist),
-                "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist, strict=False)},
+                "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist)},
             }
         elif idle is not None:
             interval = total = _zero_counts(uvm_cpu, idle.complete)

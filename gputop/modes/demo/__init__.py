@@ -23,7 +23,7 @@ from gputop import safefiles
 from gputop.errors import GputopError
 
 if TYPE_CHECKING:
-    from gputop.sampler import Sampler
+    from gputop.feeds.live import Sampler
 
 HERE = Path(__file__).resolve().parent
 STEPS_PER_S = 2000.0
@@ -57,7 +57,7 @@ def find_libcudart() -> Path | None:
     env = os.environ.get("GPUTOP_DEMO_CUDART")
     cands = [env] if env else []
     purelib = sysconfig.get_paths()["purelib"]
-    repo = HERE.parent.parent
+    repo = HERE.parents[2]
     cands += glob.glob(f"{purelib}/nvidia/cuda_runtime/lib/libcudart.so.*")
     cands += glob.glob(f"{purelib}/nvidia/cu13/lib/libcudart.so.*")     # CUDA 13 wheels (PyTorch cu130)
     cands += [str(repo / ".cache" / "testbed" / "cudart" / "libcudart.so.12")]
@@ -91,7 +91,7 @@ def build_workload() -> Path:
 def plan(rate: float) -> Plan:
     backend = _gpu_backend()
     if backend is not None:
-        cmd = [sys.executable, "-m", "gputop.demo.gpu_worker", backend]
+        cmd = [sys.executable, "-m", "gputop.modes.demo.gpu_worker", backend]
         return Plan("gpu", f"demo: y = relu(2x+1) on the GPU with {backend}, unfused (3 kernels) vs fused (1)",
                     ([*cmd, "unfused", str(rate)], [*cmd, "fused", str(rate)]))
     lib = find_libcudart()
@@ -128,9 +128,10 @@ def _rate(text: str) -> float:
 
 
 def main(argv: list[str]) -> int:
-    from gputop.cli import EX_USAGE, _count, _Parser, _positive, fail
+    from gputop.errors import EX_USAGE
+    from gputop.modes.args import Parser, count, fail, positive
 
-    ap = _Parser(prog="gputop demo", description="Run an unfused and a fused workload side by side and compare "
+    ap = Parser(prog="gputop demo", description="Run an unfused and a fused workload side by side and compare "
                  "them live: the dashboard's compare screen on their two processes (needs a GPU, or the "
                  "GPU-less test bed's libraries, and the BPF collector).",
                  epilog="example: sudo gputop demo --rate 500; in batch mode: sudo gputop demo -b -n 5")
@@ -138,9 +139,9 @@ def main(argv: list[str]) -> int:
                     help=f"steps per second of each workload (default {STEPS_PER_S:g})")
     ap.add_argument("-b", "--batch", action="store_true",
                     help="batch mode: print the two workloads' refreshes to stdout instead of the compare screen")
-    ap.add_argument("-n", "--iterations", type=_count, default=5, metavar="N",
+    ap.add_argument("-n", "--iterations", type=count, default=5, metavar="N",
                     help="batch mode: stop after N refreshes (default 5)")
-    ap.add_argument("-d", "--delay", type=_positive, default=1.0, metavar="SECONDS",
+    ap.add_argument("-d", "--delay", type=positive, default=1.0, metavar="SECONDS",
                     help="refresh interval (default 1)")
     ap.add_argument("--theme", default=None, metavar="THEME",
                     help="colour theme of the compare screen (default: the one saved in config.toml, else dark)")
@@ -154,18 +155,21 @@ def main(argv: list[str]) -> int:
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent) for c in p.commands]
     pids = (procs[0].pid, procs[1].pid)
     try:
-        from gputop.feed import Filters
-        from gputop.sampler import Sampler, SamplerConfig
+        from gputop.feeds.base import Filters
+        from gputop.feeds.live import Sampler, SamplerConfig
 
         sampler = Sampler(SamplerConfig(interval_s=args.delay, filters=Filters(frozenset(pids))))
         if args.batch:
             return _batch(sampler, args.iterations, p)
         if not sys.stdout.isatty():
             return fail("the demo's compare screen needs a terminal", "use: gputop demo -b -n 5", EX_USAGE)
+        from gputop.modes.common import no_privileges, tracing_off
         from gputop.ui.app import DashboardOptions, run_dashboard
 
+        refusal = no_privileges()       # the words of gputop's own banner
+        banner = p.banner if refusal is None else f"{p.banner}\n{tracing_off(*refusal)}"
         return run_dashboard(sampler, DashboardOptions(interval_s=args.delay, theme=args.theme,
-                                                       compare_pids=pids, banner=p.banner))
+                                                       compare_pids=pids, banner=banner))
     finally:
         for proc in procs:
             proc.kill()
@@ -173,14 +177,15 @@ def main(argv: list[str]) -> int:
 
 
 def _batch(sampler: Sampler, n: int, p: Plan) -> int:
-    from gputop import batch
+    import threading
+
+    from gputop.modes import batch
+    from gputop.modes.common import notice, tracing_off
 
     print(p.banner, flush=True)
     sampler.open_bpf()
-    try:
-        for _ in range(n):
-            sampler.wait(sampler.config.interval_s)
-            batch.emit([sampler.collect()], "table")
-    finally:
-        sampler.close()
+    if sampler.bpf_error is not None:       # the line gputop -b says: why, and how to turn it on
+        notice(tracing_off(sampler.bpf_error.reason, sampler.bpf_error.hint))
+    # every refresh from the start (no first sample set aside): the workloads start with gputop
+    batch.loop(sampler.refreshes(threading.Event(), settle=False), iterations=n)
     return 0

@@ -3,7 +3,7 @@ dashboard's interpreter lock is never held by a parse.
 
 At 64,000 processes a refresh's answers are tens of megabytes of JSON. ``json.loads`` holds the
 interpreter lock for a whole document, so in the dashboard's process keys waited seconds while a
-refresh was read. Here ``python -m gputop.fleet_worker`` runs ``gputop.fleet.FleetReader`` (HTTP,
+refresh was read. Here ``python -m gputop.feeds.fleet_worker`` runs ``gputop.feeds.prometheus.FleetReader`` (HTTP,
 JSON, building the snapshot) and hands back each refresh over its stdout as pickled frames: a
 head (the snapshot without its processes, the watched processes' series, the query count), then
 the processes in chunks of ``CHUNK``. The feed's thread unpickles one chunk at a time and lets the
@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from gputop.fleet import FleetConfig, FleetError, FleetReader, Series, Watched
+from gputop.feeds.prometheus import FleetConfig, FleetError, FleetReader, Series, Watched
 from gputop.model import Snapshot
 
 #: processes per frame: the feed's thread unpickles one frame, then yields the interpreter
@@ -98,7 +98,7 @@ def main() -> int:
 
 
 class WorkerReader:
-    """``gputop.fleet.Reader`` through the child: started at the first refresh (and again if it died)."""
+    """``gputop.feeds.fleet.Reader`` through the child: started at the first refresh (and again if it died)."""
 
     def __init__(self, config: FleetConfig) -> None:
         self.config = config
@@ -119,7 +119,7 @@ class WorkerReader:
 
         root = str(Path(gputop.__file__).resolve().parents[1])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-        proc = subprocess.Popen([sys.executable, "-m", "gputop.fleet_worker"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "gputop.feeds.fleet_worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONPATH": path})
         assert proc.stdin is not None
