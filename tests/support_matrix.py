@@ -26,6 +26,10 @@ def _libs():  # type: ignore[no-untyped-def]
 testbed_libs = _libs()
 BRANCHES: tuple[str, ...] = tuple(b.branch for b in testbed_libs.BRANCHES)
 RUNTIMES: tuple[str, ...] = tuple(r.minor for r in testbed_libs.RUNTIMES)
+#: the runtimes whose wheel ships libcudart_static.a (12.9 and every 13.x; the older 12.x wheels do not)
+STATIC_RUNTIMES: tuple[str, ...] = tuple(m for m in RUNTIMES if m == "12.9" or m.startswith("13."))
+#: the driver branches with cuGetProcAddress_v2 (how CUDA 12 runtimes and Triton reach the driver)
+PROC_BRANCHES: tuple[str, ...] = tuple(b for b in BRANCHES if b != "470")
 
 _D_NEW = ("cuMemcpyBatchAsync", "cuMemcpyWithAttributesAsync", "cuMemPrefetchBatchAsync")
 #: driver branch -> the counted families its libcuda.so.1 does not define

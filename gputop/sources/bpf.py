@@ -64,7 +64,7 @@ from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer, Resolved
 from gputop.sources.launchslots import LaunchSlots, SlotCounts
 from gputop.sources.objreads import START_WAIT_S, BoundedCalls, ObjectReads, Pending
-from gputop.sources.procid import Doomed, PidGens, gen_of, ident, pid_gen_words, pid_of
+from gputop.sources.procid import Doomed, PidGens, gen_of, ident, key_ident, pid_gen_words, pid_of
 from gputop.sources.selfcost import ProgStats, SelfCost
 from gputop.sources.startup import Prefetch, Steps, release_compiler_pages, release_heap
 from gputop.sources.uprobes import UprobeAttacher
@@ -649,6 +649,8 @@ class BpfSource:
         code = self.table("code")
         gen = self._gen_scanned(pid)
         me = ident(pid, gen)
+        # the key's owner: tgid and generation, big-endian (tgid alone in a program without generations)
+        owner = pid.to_bytes(4, "big") + (gen.to_bytes(4, "big") if len(code.Key().data) == 16 else b"")
         added = False
         for m in maps:
             key = (m.dev, m.inode)
@@ -668,8 +670,8 @@ class BpfSource:
                     continue
                 for addr, bits in aligned_blocks(m.start + lo - m.offset, m.start + hi - m.offset):
                     k = code.Key()
-                    k.prefixlen = 64 + 64 - bits
-                    for i, byte in enumerate(pid.to_bytes(4, "big") + gen.to_bytes(4, "big") + addr.to_bytes(8, "big")):
+                    k.prefixlen = 8 * len(owner) + 64 - bits
+                    for i, byte in enumerate(owner + addr.to_bytes(8, "big")):
                         k.data[i] = byte
                     try:
                         code[k] = kind
@@ -961,7 +963,7 @@ class BpfSource:
         for name in tables:
             table = self.table(name)
             if not self._delete_by_pid_batched(table, doomed):
-                for k in [k for k in table if doomed.hit_pid_gen(int(k.tgid), int(k.gen))]:
+                for k in [k for k in table if doomed.hit(key_ident(k))]:
                     table.pop(k, None)
 
     @staticmethod
@@ -973,7 +975,6 @@ class BpfSource:
         if not batch_ops(lib):
             return False
         size, at = ctypes.sizeof(table.Key), table.Key.tgid.offset
-        assert table.Key.gen.offset == at + 4
         chunk = _BATCH
         keys, values = _batch_buffers(size, ctypes.sizeof(table.Leaf))
         token, first, doomed_keys = ctypes.c_uint32(0), True, []
@@ -1009,14 +1010,14 @@ class BpfSource:
                         with contextlib.suppress(KeyError):
                             del table[table.Key.from_buffer_copy(raw)]
                 continue
+            wide = len(table.Key().data) == 16      # tgid, gen, address (a program without generations: no gen)
             for k in [k for k in table if doomed.hit_pid_gen(int.from_bytes(bytes(k.data[:4]), "big"),
-                                                             int.from_bytes(bytes(k.data[4:8]), "big"))]:
+                                                             int.from_bytes(bytes(k.data[4:8]), "big") if wide else 0)]:
                 table.pop(k, None)
 
     def _launched(self, me: int) -> list[int]:
         """Addresses of the kernels process ``me`` launched (each pair has a kernels entry from its first launch)."""
-        pid, gen = pid_of(me), gen_of(me)
-        return sorted({int(k.addr) for k in self.table("kernels") if int(k.tgid) == pid and int(k.gen) == gen})
+        return sorted({int(k.addr) for k in self.table("kernels") if key_ident(k) == me})
 
     def _keep_names_unmapped(self, pid: int, now: list[discovery.Mapping]) -> None:
         """Mappings of ``pid`` that are gone since its last scan (an exec, a library unloaded): the

@@ -29,7 +29,7 @@ from typing import Any
 
 from gputop.sources.bpfabi import CAPTURES_FORGOTTEN, KS_BLOCK, KS_GEN_SHIFT, KS_GRID, NB
 from gputop.sources.bpfabi import KS_READY as READY
-from gputop.sources.procid import Doomed, gen_of, ident, pid_of
+from gputop.sources.procid import Doomed, gen_of, ident, key_ident, pid_of
 
 # struct kslot_t: its u64 words, the offsets taken from the struct as the program declares it (the
 # table's ctypes type, from bcc): WORDS, then the word of each field used here
@@ -147,7 +147,7 @@ class LaunchSlots:
         identity (of ``idents`` only, when given)."""
         merged: dict[int, dict[int, list[int]]] = {}
         for k, v in entries:
-            me = ident(int(k.tgid), int(k.gen))
+            me = key_ident(k)
             if idents is None or me in idents:
                 merged.setdefault(me, {})[int(k.addr)] = [int(v.launches), int(v.grid_sum), int(v.block_sum)]
         out = SlotCounts()
@@ -192,7 +192,7 @@ class LaunchSlots:
             words[base + owner] = 0
         table = self._table("capturing")
         deleted = 0
-        for k in [k for k in table if doomed.hit(ident(int(k.tgid), int(k.gen)))]:
+        for k in [k for k in table if doomed.hit(key_ident(k))]:
             try:
                 del table[k]
             except KeyError:                    # its end (another thread) deleted it first

@@ -34,6 +34,12 @@ def gen_of(ident_: int) -> int:
     return (ident_ >> GEN_SHIFT) & GEN_MASK
 
 
+def key_ident(key: Any) -> int:
+    """The identity in a (process, address) key (``tkey_t``/``gkey_t``: tgid, gen, ...); gen 0 in a program
+    without generations (bench/probe_cost.py --before an older one, whose keys have ``pad``)."""
+    return ident(int(key.tgid), int(getattr(key, "gen", 0)))
+
+
 def pid_gen_words(path: str = "/proc/sys/kernel/pid_max") -> int:
     """Words of the BPF side's ``pid_gen`` array (eight generations a word) for the host's pid_max."""
     try:

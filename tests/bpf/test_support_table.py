@@ -103,6 +103,20 @@ def cudart(request: pytest.FixtureRequest) -> CudaRuntime:
     return rt
 
 
+@pytest.fixture(scope="module", params=sm.STATIC_RUNTIMES, ids=[f"cudart{m}" for m in sm.STATIC_RUNTIMES])
+def static_cudart(request: pytest.FixtureRequest) -> CudaRuntime:
+    rt = sm.cuda_runtime(request.param)
+    _need(rt.lib)
+    return rt
+
+
+@pytest.fixture(scope="module", params=sm.PROC_BRANCHES, ids=[f"driver{b}" for b in sm.PROC_BRANCHES])
+def proc_branch(request: pytest.FixtureRequest) -> DriverBranch:
+    b = sm.driver_branch(request.param)
+    _need(b.libcuda)
+    return b
+
+
 # ------------------------------------------------------------------ driver branches
 
 def driver_ops(b: DriverBranch, proc: bool = False) -> list[str]:
@@ -152,19 +166,21 @@ def test_driver_api_counted_exactly_on_each_branch(source, branch: DriverBranch,
     assert source.read().status.probes_failed == 0         # every entry point of the branch took its probe
 
 
-def test_driver_api_through_cugetprocaddress_on_each_branch(source, branch: DriverBranch, workloads: Workloads,
-                                                           tmp_path: Path) -> None:
-    """How the CUDA runtime and Triton reach the driver (cuGetProcAddress_v2: 535 and later; 470 has none,
-    and so no CUDA 12 runtime runs on it)."""
+def test_cugetprocaddress_is_on_the_branches_said(branch: DriverBranch) -> None:
+    """cuGetProcAddress_v2: 535 and later; 470 has none (and so no CUDA 12 runtime runs on it)."""
     from gputop.sources.symbols import read_symbols
 
     syms = read_symbols(str(branch.libcuda))
     assert syms is not None
-    assert ("cuGetProcAddress_v2" in syms.functions) == (branch.branch != "470")
-    if branch.branch == "470":
-        pytest.skip("driver 470 has no cuGetProcAddress_v2")
-    raw = run(source, [workloads.dlopen, "--cuda-proc", branch.libcuda, *driver_ops(branch, proc=True)], tmp_path)
-    check_driver(raw, branch, proc=True)
+    assert ("cuGetProcAddress_v2" in syms.functions) == (branch.branch in sm.PROC_BRANCHES)
+
+
+def test_driver_api_through_cugetprocaddress_on_each_branch(source, proc_branch: DriverBranch, workloads: Workloads,
+                                                           tmp_path: Path) -> None:
+    """How the CUDA runtime and Triton reach the driver (cuGetProcAddress_v2, on the branches that have it)."""
+    raw = run(source, [workloads.dlopen, "--cuda-proc", proc_branch.libcuda, *driver_ops(proc_branch, proc=True)],
+              tmp_path)
+    check_driver(raw, proc_branch, proc=True)
 
 
 def test_runtime_calling_each_branch_counts_once(source, branch: DriverBranch, workloads: Workloads,
@@ -293,13 +309,13 @@ def test_runtime_api_counted_exactly_on_each_runtime(source, cudart: CudaRuntime
     assert raw.prefetch_bytes == (4 * 4096 + 512 * v2 + 96 * bp, 300 + 8 * v2 + 224 * bp)
 
 
-def test_runtime_linked_by_each_runtime_s_static_library(source, cudart: CudaRuntime, tmp_path: Path) -> None:
+def test_runtime_linked_by_each_runtime_s_static_library(source, static_cudart: CudaRuntime, tmp_path: Path) -> None:
     """Where the wheel ships libcudart_static.a (12.9 and every 13.x): a program with it linked in."""
     from support import build_native
 
+    cudart = static_cudart
     static = cudart.dir / "libcudart_static.a"
-    if not static.exists():
-        pytest.skip(f"the {cudart.version} wheel has no libcudart_static.a")
+    assert static.exists(), f"the {cudart.version} wheel's libcudart_static.a is not in the test bed"
     exe = build_native("cuda_workload.c", f"wl_static_{cudart.minor}", "-DLINKED", "-DHAVE_INTERNAL_LAUNCH",
                        str(static), "-ldl", "-lpthread", "-lrt")
     raw = run(source, [exe, "launch:4321:9,1,1:32,1,1:0", "launch_internal:5:1,1,1:1,1,1:1", "memcpy:3:2:100"],
