@@ -156,7 +156,7 @@ class _Batch:
             main = where.split("Current thread", 1)[-1]
             # obeyed, and detaching: the kernel's detach of a tracepoint can take minutes while a
             # perf-event tracer (the session's source in perf mode) holds thousands of uprobes
-            if "in close" in main and "sampler.py" in main:
+            if "in close" in main and "feeds/live.py" in main:
                 self._reader.join(5)
                 return 0
             raise AssertionError(f"gputop did not stop within 60 s of SIGTERM; where it was:\n{where}") from None
