@@ -231,7 +231,8 @@ class UprobeAttacher:
         done = 0
         for _vaddr, offset in where:
             # bcc's own naming, so its cleanup() detaches it like one of its own
-            ev_name = b"%s_%s_0x%x" % (b"r" if ret else b"p", _EV_UNSAFE.sub(b"_", label.encode()), offset)
+            # a hostile file name may hold any bytes (surrogate-escaped in label): back to those bytes
+            ev_name = b"%s_%s_0x%x" % (b"r" if ret else b"p", _EV_UNSAFE.sub(b"_", os.fsencode(label)), offset)
             ctypes.set_errno(0)
             fd = self._attach_uprobe(prog.fd, 1 if ret else 0, ev_name, path.encode(), offset, -1, 0)
             if fd < 0:

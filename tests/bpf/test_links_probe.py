@@ -3,6 +3,7 @@ kernel's verifier refuses must not turn links off for every other handler."""
 
 from __future__ import annotations
 
+import os
 import platform
 
 import pytest
@@ -102,5 +103,26 @@ def test_an_entry_whose_return_probe_is_refused_is_not_attached(testbed) -> None
                 del b.load_func
             assert b"refused" not in loads and att.failed[2] == att.failed[0].replace("libcudart.so.12", "again")
             att.detach_all()
+    finally:
+        b.cleanup()
+
+
+def test_a_file_name_of_any_bytes_attaches_with_perf_events(testbed) -> None:  # type: ignore[no-untyped-def]
+    """A perf-event probe's tracefs name is made from the object's name, which another user chose: a name
+    that is not UTF-8 (kept surrogate-escaped, as os.fsdecode gives it) attached nothing and raised (a
+    hostile library's probes were then left behind half attached); its bytes make the name now."""
+    bcc = _bcc()
+    b = bcc.BPF(text=b"int fine(struct pt_regs *ctx) { return 0; }\n")
+    syms = symbols.read_symbols(str(testbed.libcudart))
+    assert syms is not None
+    vaddr = syms.functions["cudaFree"]
+    offset = syms.offset_of_vaddr(vaddr)
+    assert offset is not None
+    try:
+        att = UprobeAttacher(b, bcc.lib, links=False)
+        name = os.fsdecode(b"/tmp/\x1b[31mEVIL\x9b/libcudart.so.12")
+        assert att.attach(str(testbed.libcudart), [(Probe("cudaFree", "fine"), vaddr, offset)], name=name) == 1
+        assert att.failed == [] and att.probes == 1
+        att.detach_all()
     finally:
         b.cleanup()
