@@ -331,6 +331,9 @@ class BpfSource:
         #: whose maps and listing user space holds under each pid (_scan)
         self._naming_gen: dict[int, int] = {}
         self._state_gen: dict[int, int] = {}
+        #: PIDs user space still knows whose events came from a newer generation: a new process there
+        #: (a late scan of a process already gone reads its PID's next generation, and announces none)
+        self._announced: dict[int, int] = {}
         self._last_full_scan = 0.0
         self.slots = LaunchSlots(self.table)      # the launch fast path's slots (launchslots.py)
         self.gens = PidGens(self.table)           # each PID's generation (procid.py)
@@ -431,6 +434,8 @@ class BpfSource:
             kind = EV_MMAP
         if kind not in (EV_EXIT, EV_EXIT_IDLE):
             self._newest_gen[tgid] = gen
+            if tgid in self._state_gen and gen != self._state_gen[tgid]:
+                self._announced[tgid] = gen     # a new process under a PID user space still knows
         if kind == EV_EXIT:
             self._exited.add(me)
         elif kind == EV_EXIT_IDLE:       # exited without a record
@@ -1116,8 +1121,9 @@ class BpfSource:
         for pid in doomed.all_pids:
             self._naming_gen.pop(pid, None)
             gen = self._state_gen.get(pid)
-            if gen is not None and not doomed.hit(ident(pid, gen)) and os.path.exists(f"/proc/{pid}"):
-                continue        # what user space knows of this PID is a newer process's, alive: it stays
+            if gen is not None and not doomed.hit(ident(pid, gen)) and self._announced.get(pid) == gen:
+                continue        # what user space knows of this PID is a newer process's: it stays
+            self._announced.pop(pid, None)
             self._state_gen.pop(pid, None)
             self._maps.pop(pid, None)
             self._cuda_pids.discard(pid)
