@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import platform
 import resource
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 TRACEFS = Path("/sys/kernel/tracing")
 
@@ -255,3 +257,27 @@ def atomic_cmpxchg() -> bool | None:
             os.close(fd)
         _cmpxchg.append(True if fd >= 0 else None if err in (1, 13) else False)     # EPERM, EACCES
     return _cmpxchg[0]
+
+
+class MappedArray:
+    """A BPF_F_MMAPABLE array map mapped into this process: reads (and writes) are memory copies, no
+    system call each (launch slots, PID generations)."""
+
+    def __init__(self) -> None:
+        self._mem: mmap.mmap | None = None
+        self.view: memoryview | None = None
+
+    def open(self, table: Any, value_bytes: int, prot: int = mmap.PROT_READ) -> memoryview:
+        """Map ``table`` (entries of ``value_bytes``, a multiple of 8) whole, page-rounded."""
+        size = -(-int(table.max_entries) * value_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        self._mem = mmap.mmap(table.map_fd, size, mmap.MAP_SHARED, prot)
+        self.view = memoryview(self._mem)
+        return self.view
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.release()
+            self.view = None
+        if self._mem is not None:
+            self._mem.close()
+            self._mem = None

@@ -29,6 +29,7 @@ from typing import Any
 
 from gputop.sources.bpfabi import CAPTURES_FORGOTTEN, KS_BLOCK, KS_GEN_SHIFT, KS_GRID, NB
 from gputop.sources.bpfabi import KS_READY as READY
+from gputop.sources.bpfsys import MappedArray
 from gputop.sources.procid import Doomed, gen_of, ident, key_ident, pid_of
 
 # struct kslot_t: its u64 words, the offsets taken from the struct as the program declares it (the
@@ -104,7 +105,7 @@ class LaunchSlots:
 
     def __init__(self, table: Callable[[str], Any]) -> None:
         self._table = table
-        self._mem: mmap.mmap | None = None
+        self._array = MappedArray()
         self._words: memoryview | None = None
         self._layout = Layout(0, {})
         self.forgotten_captures = 0
@@ -116,9 +117,7 @@ class LaunchSlots:
         if self._words is None:
             t = self._table("kslots")
             self._layout = Layout.of(t.Leaf)
-            size = -(-int(t.max_entries) * 8 * self._layout.words // mmap.PAGESIZE) * mmap.PAGESIZE
-            self._mem = mmap.mmap(t.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            self._words = memoryview(self._mem).cast("Q")
+            self._words = self._array.open(t, 8 * self._layout.words, mmap.PROT_READ | mmap.PROT_WRITE).cast("Q")
         return self._words
 
     def _owned(self, words: memoryview, doomed: Doomed | None) -> list[int]:
@@ -207,6 +206,4 @@ class LaunchSlots:
         if self._words is not None:
             self._words.release()
             self._words = None
-        if self._mem is not None:
-            self._mem.close()
-            self._mem = None
+        self._array.close()

@@ -10,12 +10,12 @@ the tries' keys hold tgid and gen big-endian; a launch slot's owner word holds g
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputop.sources.bpfabi import GEN_MASK, GEN_SHIFT
+from gputop.sources.bpfsys import MappedArray
 
 _PID_MASK = 0xFFFFFFFF
 #: when /proc/sys/kernel/pid_max cannot be read: the largest pid_max Linux allows (2^22)
@@ -57,21 +57,18 @@ class PidGens:
 
     def __init__(self, table: Callable[[str], Any]) -> None:
         self._table = table
-        self._mem: mmap.mmap | None = None
-        self._view: memoryview | None = None
+        self._array = MappedArray()
         self._absent = False
 
     def _map(self) -> memoryview | None:
-        if self._view is None and not self._absent:
+        if self._array.view is None and not self._absent:
             try:
                 t = self._table("pid_gen")
             except KeyError:                # a program without generations (bench --before an older one)
                 self._absent = True
                 return None
-            size = -(-int(t.max_entries) * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
-            self._mem = mmap.mmap(t.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-            self._view = memoryview(self._mem)
-        return self._view
+            self._array.open(t, 8)
+        return self._array.view
 
     def gen(self, pid: int) -> int:
         """The generation the BPF side gives ``pid`` now (the process that holds it, or the next one;
@@ -86,12 +83,7 @@ class PidGens:
         return lambda pid: copy[pid] if 0 <= pid < len(copy) else 0
 
     def close(self) -> None:
-        if self._view is not None:
-            self._view.release()
-            self._view = None
-        if self._mem is not None:
-            self._mem.close()
-            self._mem = None
+        self._array.close()
 
 
 @dataclass(frozen=True)

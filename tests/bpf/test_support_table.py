@@ -89,32 +89,36 @@ def _need(path: Path) -> None:
         pytest.skip(f"{path} is not in the test bed (scripts/testbed.sh fetches it; driver branches on Debian only)")
 
 
-@pytest.fixture(scope="module", params=sm.BRANCHES, ids=[f"driver{b}" for b in sm.BRANCHES])
-def branch(request: pytest.FixtureRequest) -> DriverBranch:
-    b = sm.driver_branch(request.param)
+def _branch(name: str) -> DriverBranch:
+    b = sm.driver_branch(name)
     _need(b.libcuda)
     return b
 
 
-@pytest.fixture(scope="module", params=sm.RUNTIMES, ids=[f"cudart{m}" for m in sm.RUNTIMES])
-def cudart(request: pytest.FixtureRequest) -> CudaRuntime:
-    rt = sm.cuda_runtime(request.param)
+def _runtime(minor: str) -> CudaRuntime:
+    rt = sm.cuda_runtime(minor)
     _need(rt.lib)
     return rt
 
 
-@pytest.fixture(scope="module", params=sm.STATIC_RUNTIMES, ids=[f"cudart{m}" for m in sm.STATIC_RUNTIMES])
-def static_cudart(request: pytest.FixtureRequest) -> CudaRuntime:
-    rt = sm.cuda_runtime(request.param)
-    _need(rt.lib)
-    return rt
+@pytest.fixture(scope="module", params=sm.BRANCHES, ids=[f"driver{b}" for b in sm.BRANCHES])
+def branch(request: pytest.FixtureRequest) -> DriverBranch:
+    return _branch(request.param)
 
 
 @pytest.fixture(scope="module", params=sm.PROC_BRANCHES, ids=[f"driver{b}" for b in sm.PROC_BRANCHES])
 def proc_branch(request: pytest.FixtureRequest) -> DriverBranch:
-    b = sm.driver_branch(request.param)
-    _need(b.libcuda)
-    return b
+    return _branch(request.param)
+
+
+@pytest.fixture(scope="module", params=sm.RUNTIMES, ids=[f"cudart{m}" for m in sm.RUNTIMES])
+def cudart(request: pytest.FixtureRequest) -> CudaRuntime:
+    return _runtime(request.param)
+
+
+@pytest.fixture(scope="module", params=sm.STATIC_RUNTIMES, ids=[f"cudart{m}" for m in sm.STATIC_RUNTIMES])
+def static_cudart(request: pytest.FixtureRequest) -> CudaRuntime:
+    return _runtime(request.param)
 
 
 # ------------------------------------------------------------------ driver branches
