@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTBED = Path(os.environ.get("GPUTOP_TESTBED", ROOT / ".cache" / "testbed"))
 NATIVE = ROOT / "tests" / "native"
 BUILD = ROOT / ".cache" / "native"
+# a test's scan waits for every object's read: the collector's budget (objreads.WAIT_S, 0.25 s) would leave
+# an object read slowly on a loaded machine to a later poll, with the workload already launching
+SCAN_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)

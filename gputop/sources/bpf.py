@@ -63,7 +63,7 @@ from gputop.sources.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.graphs import GraphKernels
 from gputop.sources.kernelnames import KernelNamer, Resolved
 from gputop.sources.launchslots import LaunchSlots, SlotCounts
-from gputop.sources.objreads import START_WAIT_S, BoundedCalls, ObjectReads, Pending
+from gputop.sources.objreads import START_WAIT_S, WAIT_S, BoundedCalls, ObjectReads, Pending
 from gputop.sources.procid import Doomed, PidGens, gen_of, ident, key_ident, pid_gen_words, pid_of
 from gputop.sources.selfcost import ProgStats, SelfCost
 from gputop.sources.startup import Prefetch, Steps, release_compiler_pages, release_heap
@@ -501,9 +501,10 @@ class BpfSource:
         return changed
 
     @_open
-    def scan(self, pids: list[int] | None = None) -> int:
-        """Probe new CUDA objects mapped by ``pids`` (default: all processes); returns how many."""
-        with self._reads.budget():
+    def scan(self, pids: list[int] | None = None, *, wait_s: float = WAIT_S) -> int:
+        """Probe new CUDA objects mapped by ``pids`` (default: all processes); returns how many.
+        An object whose read outlasts ``wait_s`` is probed by a later poll, once read."""
+        with self._reads.budget(wait_s):
             return self._scan(pids)
 
     def _scan(self, pids: list[int] | None) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import SCAN_WAIT_S
 
 from gputop.sources.bpf import BpfSource, BpfUnavailable, RawProc, has_privileges, load_bcc
 
@@ -58,7 +59,7 @@ class Run:
         self.pid = int(line.split()[1])     # the process that runs the ops (inside unshare: a child)
 
     def go_and_wait(self, timeout_s: float = 60) -> RawProc:
-        self.src.scan([self.pid])           # what the collector does on the exec event
+        self.src.scan([self.pid], wait_s=SCAN_WAIT_S)           # what the collector does on the exec event
         self.go.touch()
         deadline = time.monotonic() + timeout_s
         while self.proc.poll() is None:

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import SCAN_WAIT_S
 
 from gputop.sources import catalogue, discovery, symbols, uprobes
 from gputop.sources.bpf import BpfSource, load_bcc
@@ -32,7 +33,7 @@ def test_another_tracer_can_probe_the_same_entry_points(bpf_source: BpfSource, w
     """While gputop traces cudaLaunchKernel, a second tool (here a bare uprobe_multi link, as
     bpftrace or libbpf make them) attaches at the same address. With bcc 0.26's attach_uprobe it
     would fail: the kernel got a garbage reference-counter offset and refuses any other."""
-    bpf_source.scan([waiting.pid])
+    bpf_source.scan([waiting.pid], wait_s=SCAN_WAIT_S)
     syms = symbols.read_symbols(str(testbed.libcudart))
     assert syms is not None
     off = syms.offset_of_vaddr(syms.functions["cudaLaunchKernel"])
@@ -72,7 +73,7 @@ def test_a_probe_that_cannot_attach_is_reported_and_the_rest_attach(waiting, tes
         done = src.uprobes.attach(str(testbed.libcudart), [(bad, size + 16, size + 16)])  # past the end
         assert done == 0
         assert len(src.uprobes.failed) == 1 and "rt_launch" in src.uprobes.failed[0]
-        src.scan([waiting.pid])
+        src.scan([waiting.pid], wait_s=SCAN_WAIT_S)
         status = src.read().status
         assert status.probes_failed == 1 and status.probes == src.probes > 0
         assert status.reason is not None and status.reason.startswith("1 probe(s) did not attach")
@@ -97,7 +98,7 @@ def test_close_detaches_everything(waiting, links: bool) -> None:
     before = _probe_fds()
     src = BpfSource(uprobe_links=links)
     src.start()
-    src.scan([waiting.pid])
+    src.scan([waiting.pid], wait_s=SCAN_WAIT_S)
     assert src.probes > 0 and _probe_fds() > before
     src.close()
     src.close()         # twice (the exit hook) is harmless
@@ -126,7 +127,7 @@ def test_close_from_the_exit_hook_still_detaches(waiting, monkeypatch: pytest.Mo
     before = _probe_fds()
     src = BpfSource()
     src.start()
-    src.scan([waiting.pid])
+    src.scan([waiting.pid], wait_s=SCAN_WAIT_S)
     assert _probe_fds() > before
 
     class ShuttingDown:

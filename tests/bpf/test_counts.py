@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import SCAN_WAIT_S
 
 from gputop.sources.bpf import BpfSource, RawProc
 
@@ -219,7 +220,7 @@ def test_launch_by_handle_named_through_get_kernel(run_workload, workloads, test
 def test_time_blocked_in_a_sync_that_has_not_returned(run_workload, workloads, testbed, bpf_source) -> None:
     run = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "sync:1"],
                        env={"SHIM_LIBCUDA": str(testbed.libcuda), "SHIM_SYNC_MS": "3000"})
-    bpf_source.scan([run.pid])
+    bpf_source.scan([run.pid], wait_s=SCAN_WAIT_S)
     run.go.touch()
     time.sleep(1.0)
     during = bpf_source.read().procs[run.pid].counters
@@ -231,7 +232,7 @@ def test_time_blocked_in_a_sync_that_has_not_returned(run_workload, workloads, t
 def test_forked_worker_counts_once_with_inherited_code_ranges(run_workload, workloads, testbed, bpf_source) -> None:
     run = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "--cuda", testbed.libcuda,
                         "fork:250"], env={"SHIM_LIBCUDA": str(testbed.libcuda)})
-    bpf_source.scan([run.pid])
+    bpf_source.scan([run.pid], wait_s=SCAN_WAIT_S)
     run.go.touch()
     assert run.proc.stdout is not None
     child = int(run.proc.stdout.readline().split()[1])
@@ -248,7 +249,7 @@ def test_names_of_a_process_that_never_launched_are_forgotten_at_exit(run_worklo
                                                                      bpf_source) -> None:
     run = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "register:2:_Z6unusedv"],
                        env={"SHIM_LIBCUDA": str(testbed.libcuda)})
-    bpf_source.scan([run.pid])
+    bpf_source.scan([run.pid], wait_s=SCAN_WAIT_S)
     run.go.touch()
     run.proc.wait(timeout=30)
     deadline = time.monotonic() + 10
@@ -283,7 +284,7 @@ def test_dropped_kernels_are_counted(workloads, tmp_path) -> None:
         proc = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:5:1,1,1:1,1,1:0",
                                  "launch:6:1,1,1:1,1,1:1", "launch:7:1,1,1:1,1,1:2"], stdout=subprocess.PIPE)
         assert proc.stdout is not None and proc.stdout.readline().startswith(b"ready")
-        src.scan([proc.pid])
+        src.scan([proc.pid], wait_s=SCAN_WAIT_S)
         go.touch()
         proc.wait(timeout=30)
         reading = src.read()
@@ -331,7 +332,7 @@ def test_kernel_names_at_pytorch_scale(run_workload, workloads, rt, bpf_source) 
     before = bpf_source.dropped()["names"]
     run = run_workload([workloads.dlopen, "--procs", "4", "--cudart", rt.lib, "register_many:100000:torch_kernel",
                         "launch:5:1,1,1:1,1,1:0", "launch:7:1,1,1:1,1,1:1", "launch:9:1,1,1:1,1,1:2", "sleep:60000"])
-    bpf_source.scan([run.pid])
+    bpf_source.scan([run.pid], wait_s=SCAN_WAIT_S)
     run.go.touch()
     want = {"torch_kernel_0": 5, "torch_kernel_1": 7, "torch_kernel_2": 9}
     deadline = time.monotonic() + 120

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import support
-from support import Workloads, build_native
+from support import SCAN_WAIT_S, Workloads, build_native
 
 from gputop import batch
 from gputop.feeds.base import Filters
@@ -64,10 +64,10 @@ def test_library_deleted_while_processes_use_it(bpf_source: BpfSource, workloads
     early, early_pid = start([workloads.dlopen, "--wait", go, "--cudart", libs[0], LAUNCH.format(n=1234)])
     late, late_pid = start([workloads.dlopen, "--wait", go, "--cudart", libs[1], LAUNCH.format(n=4321)])
     try:
-        bpf_source.scan([early_pid])
+        bpf_source.scan([early_pid], wait_s=SCAN_WAIT_S)
         for lib in libs:
             lib.unlink()
-        bpf_source.scan([late_pid])
+        bpf_source.scan([late_pid], wait_s=SCAN_WAIT_S)
         go.touch()
         drive(bpf_source, early, late)
         assert launches(bpf_source, early_pid) == (1234, 1234 * 8, 1234 * 64)
@@ -87,14 +87,14 @@ def test_library_replaced_by_rename_while_a_process_uses_it(bpf_source: BpfSourc
     shutil.copy(testbed.libcudart, lib)
     old, old_pid = start([workloads.dlopen, "--wait", go, "--cudart", lib, LAUNCH.format(n=1111)])
     try:
-        bpf_source.scan([old_pid])
+        bpf_source.scan([old_pid], wait_s=SCAN_WAIT_S)
         old_key = (lib.stat().st_dev, lib.stat().st_ino)
         staged = lib.with_name(".libcudart.so.12.new")
         shutil.copy(testbed.libcudart, staged)
         os.replace(staged, lib)
         new_key = (lib.stat().st_dev, lib.stat().st_ino)
         new, new_pid = start([workloads.dlopen, "--wait", go, "--cudart", lib, LAUNCH.format(n=2222)])
-        bpf_source.scan([new_pid])
+        bpf_source.scan([new_pid], wait_s=SCAN_WAIT_S)
         assert old_key != new_key and {old_key, new_key} <= set(bpf_source.objects)
         go.touch()
         drive(bpf_source, old, new)
@@ -114,7 +114,7 @@ def test_a_process_that_execs_another_program(bpf_source: BpfSource, workloads: 
     go = tmp_path / "go"
     p, pid = start([exe, testbed.libcudart, "300", go, workloads.dynamic, "launch:200:40,2,1:128,1,1:0", "sleep:300"])
     try:
-        bpf_source.scan([pid])
+        bpf_source.scan([pid], wait_s=SCAN_WAIT_S)
         go.touch()
         drive(bpf_source, p)
         raw = bpf_source.read().procs[pid]
@@ -143,7 +143,7 @@ def test_a_registered_name_survives_the_process(bpf_source: BpfSource, workloads
                     "register:1:my_registered_kernel(int)", "launch:50:1,1,1:1,1,1:1", "register:2:" + "k" * 300,
                     "launch:7:1,1,1:1,1,1:2"])
     try:
-        bpf_source.scan([pid])
+        bpf_source.scan([pid], wait_s=SCAN_WAIT_S)
         go.touch()
         drive(bpf_source, p)
         raw = bpf_source.read().procs[pid]
@@ -163,7 +163,7 @@ def test_fork_after_cuda_initialisation(bpf_source: BpfSource, workloads: Worklo
     p, pid = start([workloads.dynamic, "--wait", go, LAUNCH.format(n=100), "fork:250"])
     child = 0
     try:
-        bpf_source.scan([pid])
+        bpf_source.scan([pid], wait_s=SCAN_WAIT_S)
         go.touch()
         assert p.stdout is not None
         child = int(p.stdout.readline().split()[1])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from support import SCAN_WAIT_S
+
 from gputop.sources.bpfabi import KS_BLOCK, KS_GRID, KS_READY
 from gputop.sources.launchslots import slot_of
 
@@ -33,7 +35,7 @@ def test_more_buckets_than_a_slot_holds_stay_exact(run_workload, workloads, bpf_
     ops = [f"launch:{n}:{g},1,1:{b},1,1:0" for n, g, b in
            ((3, 1, 32), (5, 2, 64), (7, 4, 128), (11, 8, 32), (13, 16, 64), (17, 32, 128))]
     run = run_workload([workloads.dynamic, *ops, "launch:19:3,1,1:256,1,1:1", "sleep:20000"])
-    bpf_source.scan([run.pid])
+    bpf_source.scan([run.pid], wait_s=SCAN_WAIT_S)
     run.go.touch()
     deadline = time.monotonic() + 30
     while (raw := bpf_source.read().procs.get(run.pid)) is None or raw.counters["launches"] < 75:

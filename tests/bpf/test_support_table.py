@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import support
 import support_matrix as sm
-from support import Workloads
+from support import SCAN_WAIT_S, Workloads
 from support_matrix import CudaRuntime, DriverBranch
 
 from gputop.sources.bpf import BpfSource, BpfUnavailable, RawProc, has_privileges, load_bcc
@@ -64,7 +64,7 @@ def run(src: BpfSource, argv: list[str | Path], tmp: Path, env: dict[str, str] |
         line = proc.stdout.readline().decode() if proc.stdout else ""
         assert line.startswith("ready"), f"workload did not start: {line!r}"
         pid = int(line.split()[1])
-        src.scan([pid])
+        src.scan([pid], wait_s=SCAN_WAIT_S)
         go.touch()
         deadline = time.monotonic() + 60
         while proc.poll() is None:
