@@ -20,12 +20,12 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gputop import __version__
+from gputop.counters import BY_FIELD, GPU, PROC, Kind, Quantity
 from gputop.exporter.aggregate import ContainerRow, Containers, same_process
 from gputop.model import (
     LOG2_BUCKETS,
     MEMCPY_DIRECTIONS,
-    PREFETCH_DIRECTIONS,
-    UVM_DIRECTIONS,
+    CallBytes,
     GpuSample,
     ProcSample,
     Snapshot,
@@ -130,44 +130,9 @@ class _Families:
         return iter(self._by_name.values())
 
 
-# (metric name without _total, Counts field, help) of the per-process counters
-_PROC_COUNTERS: tuple[tuple[str, str, str], ...] = (
-    ("gputop_kernel_launches", "launches", "Kernel launches that ran (captured ones excluded)."),
-    ("gputop_graph_launches", "graph_launches", "CUDA graph launches (cudaGraphLaunch, cuGraphLaunch)."),
-    ("gputop_captured_launches", "captured_launches", "Launches recorded into a graph by stream capture."),
-    ("gputop_graph_kernel_launches", "graph_kernel_launches", "Kernels run inside CUDA graph launches, derived "
-     "from the graphs' structure (absent once a graph of unknown kernels ran)."),
-    ("gputop_alloc_calls", "alloc_calls", "Device, managed and pinned allocations."),
-    ("gputop_alloc_bytes", "alloc_bytes", "Bytes requested by allocations."),
-    ("gputop_free_calls", "free_calls", "Frees of tracked allocations."),
-    ("gputop_managed_alloc_calls", "managed_alloc_calls", "Managed (unified memory) allocations."),
-    ("gputop_managed_alloc_bytes", "managed_alloc_bytes", "Bytes of managed allocations."),
-    ("gputop_uvm_cpu_faults", "uvm_cpu_faults", "CPU page faults on managed memory."),
-    ("gputop_uvm_gpu_faults", "uvm_gpu_faults", "GPU page faults on managed memory (nvidia_uvm)."),
-    ("gputop_uvm_thrashing", "uvm_thrashing", "Thrashing events on managed memory (nvidia_uvm)."),
-    ("gputop_sync_calls", "sync_calls", "Stream, device, context and event synchronisations."),
-    ("gputop_sync_wait_seconds", "sync_wait_s", "Seconds blocked in synchronisation calls."),
-)
-
-# (metric name, GpuSample field, scale to base units, help) of the GPU gauges
-_GPU_GAUGES: tuple[tuple[str, str, float, str], ...] = (
-    ("gputop_gpu_utilization_ratio", "util_pct", 0.01, "Share of time a kernel ran (NVML), 0-1."),
-    ("gputop_gpu_memory_utilization_ratio", "mem_util_pct", 0.01, "Share of time memory was read or written, 0-1."),
-    ("gputop_gpu_memory_used_bytes", "mem_used_bytes", 1.0, "GPU memory in use."),
-    ("gputop_gpu_memory_total_bytes", "mem_total_bytes", 1.0, "GPU memory in total."),
-    ("gputop_gpu_temperature_celsius", "temp_c", 1.0, "GPU temperature."),
-    ("gputop_gpu_power_watts", "power_w", 1.0, "Power drawn."),
-    ("gputop_gpu_power_limit_watts", "power_limit_w", 1.0, "Power limit enforced."),
-    ("gputop_gpu_sm_clock_hertz", "sm_clock_mhz", 1e6, "SM clock."),
-    ("gputop_gpu_pcie_tx_bytes_per_second", "pcie_tx_bytes_per_s", 1.0, "PCIe bytes sent per second."),
-    ("gputop_gpu_pcie_rx_bytes_per_second", "pcie_rx_bytes_per_s", 1.0, "PCIe bytes received per second."),
-)
-_GPU_COUNTERS: tuple[tuple[str, str, str], ...] = (
-    ("gputop_gpu_xid_errors", "xid_errors", "XID errors seen since gputop started."),
-    ("gputop_gpu_ecc_volatile_errors", "ecc_volatile_errors", "Volatile (since driver load) ECC errors."),
-)
-
 _GPU_LABELS = ("gpu", "mig", "uuid", "name")
+#: the quantities whose sums the launch-shape histograms carry
+_GRID, _BLOCK = BY_FIELD["grid_blocks_sum"], BY_FIELD["block_threads_sum"]
 
 
 class SnapshotCollector(Collector):
@@ -367,14 +332,14 @@ class SnapshotCollector(Collector):
     def _gpu(self, fam: _Families, g: GpuSample) -> None:
         labels = [str(g.index), "" if g.mig_instance is None else str(g.mig_instance),
                   sanitize(g.uuid or "", 128), sanitize(g.name or "", 128)]
-        for name, attr, scale, doc in _GPU_GAUGES:
-            value = getattr(g, attr)
-            if value is not None:
-                fam.gauge(name, doc, _GPU_LABELS).add_metric(labels, float(value) * scale)
-        for name, attr, doc in _GPU_COUNTERS:
-            value = getattr(g, attr)
-            if value is not None:
-                fam.counter(name, doc, _GPU_LABELS).add_metric(labels, float(value))
+        for f in GPU:           # the gauges, then the counters
+            value = getattr(g, f.field)
+            if value is not None and not f.counter:
+                fam.gauge(f.metric, f.help, _GPU_LABELS).add_metric(labels, float(value) * f.scale)
+        for f in GPU:
+            value = getattr(g, f.field)
+            if value is not None and f.counter:
+                fam.counter(f.metric, f.help, _GPU_LABELS).add_metric(labels, float(value))
 
     def _labels(self, p: ProcSample) -> tuple[tuple[str, ...], list[str]]:
         if self.options.aggregate == "container":
@@ -390,31 +355,16 @@ class SnapshotCollector(Collector):
         names, values = self._labels(p)
         t = p.total
         if t is not None:
-            for name, attr, doc in _PROC_COUNTERS:
-                value = getattr(t, attr)
-                if value is not None:
-                    fam.counter(name, doc, names).add_metric(values, float(value))
-            if t.live_alloc_bytes is not None and p.state != "exited":
-                fam.gauge("gputop_live_alloc_bytes", "Bytes of allocations not freed yet (unknown for processes "
-                          "that allocated before gputop started).", names).add_metric(values, float(t.live_alloc_bytes))
-            for key, dirs, label, what in (
-                    ("memcpy", MEMCPY_DIRECTIONS, "direction", "Memory copies"),
-                    ("prefetch", PREFETCH_DIRECTIONS, "destination", "Managed-memory prefetches")):
-                pairs = getattr(t, key)
-                if pairs is None:
+            for q in PROC:
+                value = getattr(t, q.field)
+                if value is None or q.metric is None:
                     continue
-                calls = fam.counter(f"gputop_{key}_calls", f"{what}, by {label}.", (*names, label))
-                nbytes = fam.counter(f"gputop_{key}_bytes", f"Bytes of {what.lower()}, by {label}.", (*names, label))
-                for d in dirs:
-                    if d in pairs:
-                        calls.add_metric([*values, d], float(pairs[d].calls))
-                        nbytes.add_metric([*values, d], float(pairs[d].bytes))
-            if t.uvm_migrated is not None:
-                mig = fam.counter("gputop_uvm_migrated_bytes", "Bytes migrated by nvidia_uvm, by direction.",
-                                  (*names, "direction"))
-                for d in UVM_DIRECTIONS:
-                    if d in t.uvm_migrated:
-                        mig.add_metric([*values, d], float(t.uvm_migrated[d]))
+                if q.directions:
+                    self._directed(fam, q, value, names, values)
+                elif q.kind is Kind.COUNTER:
+                    fam.counter(q.metric, q.help, names).add_metric(values, float(value))
+                elif q.kind is Kind.GAUGE and p.state != "exited":
+                    fam.gauge(q.metric, q.help, names).add_metric(values, float(value))
             self._histograms(fam, p, names, values)
         if p.state != "exited":
             self._gpu_use(fam, p, names, values)
@@ -427,18 +377,36 @@ class SnapshotCollector(Collector):
                       "--exited-grace), else 0.", names).add_metric(values, float(p.state == "exited"))
         self._kernels(fam, p, names, values)
 
+    @staticmethod
+    def _directed(fam: _Families, q: Quantity, by_dir: Mapping[str, object],
+                  names: tuple[str, ...], values: list[str]) -> None:
+        """A directed quantity's counters, one series per direction it has."""
+        assert q.metric is not None
+        labels = (*names, q.direction_label)
+        if not q.paired:
+            one = fam.counter(q.metric, q.help, labels)
+            for d in q.directions:
+                v = by_dir.get(d)
+                if isinstance(v, (int, float)):
+                    one.add_metric([*values, d], float(v))
+            return
+        calls = fam.counter(f"{q.metric}_calls", f"{q.help}, by {q.direction_label}.", labels)
+        nbytes = fam.counter(f"{q.metric}_bytes", f"Bytes of {q.help.lower()}, by {q.direction_label}.", labels)
+        for d in q.directions:
+            cb = by_dir.get(d)
+            if isinstance(cb, CallBytes):
+                calls.add_metric([*values, d], float(cb.calls))
+                nbytes.add_metric([*values, d], float(cb.bytes))
+
     def _histograms(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
         t = p.total
         assert t is not None
         step = BUCKETS[self.options.buckets]
-        for name, hist, finite, total, doc in (
-                ("gputop_kernel_grid_blocks", p.grid_blocks_hist, GRID_FINITE, t.grid_blocks_sum,
-                 "Blocks per grid of kernel launches (log2 buckets)."),
-                ("gputop_kernel_block_threads", p.block_threads_hist, BLOCK_FINITE, t.block_threads_sum,
-                 "Threads per block of kernel launches (log2 buckets).")):
+        for q, hist, finite in ((_GRID, p.grid_blocks_hist, GRID_FINITE), (_BLOCK, p.block_threads_hist, BLOCK_FINITE)):
             buckets = cumulative(hist, finite, step)
-            if buckets is not None and total is not None:
-                fam.histogram(name, doc, names).add_metric(values, buckets, float(total))
+            total = getattr(t, q.field)
+            if buckets is not None and total is not None and q.metric is not None:
+                fam.histogram(q.metric, q.help, names).add_metric(values, buckets, float(total))
         if p.memcpy_size_hist is None or t.memcpy is None:
             return
         for d in MEMCPY_DIRECTIONS:

@@ -18,11 +18,11 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gputop.counters import PROC, Kind, Quantity
 from gputop.derive import LaunchBoundRule, is_launch_bound
 from gputop.feeds.base import Feed, FeedKind, Filters, SnapshotCallback
 from gputop.model import (
     MEMCPY_DIRECTIONS,
-    PREFETCH_DIRECTIONS,
     CallBytes,
     Counts,
     KernelStat,
@@ -74,60 +74,51 @@ def _hist(buckets: tuple[int, ...]) -> dict[str, int]:
 
 
 def _counts(raw: RawProc, base: RawProc | None, uvm_cpu: bool) -> Counts:
-    """Counts of ``raw`` minus ``base`` (None: since gputop first saw the process)."""
+    """Counts of ``raw`` minus ``base`` (None: since gputop first saw the process), one per
+    quantity of the catalogue (gputop/counters.py)."""
     c = raw.counters
     b = base.counters if base else dict.fromkeys(c, 0)
 
     def d(name: str) -> int:
         return c[name] - b[name]
 
-    def pairs(calls: tuple[int, ...], nbytes: tuple[int, ...], bcalls: tuple[int, ...] | None,
-              bbytes: tuple[int, ...] | None, names: tuple[str, ...]) -> dict[str, CallBytes]:
+    def pairs(q: Quantity) -> dict[str, CallBytes]:
+        calls, nbytes = getattr(raw, f"{q.bpf}_calls"), getattr(raw, f"{q.bpf}_bytes")
+        bcalls = getattr(base, f"{q.bpf}_calls") if base else None
+        bbytes = getattr(base, f"{q.bpf}_bytes") if base else None
         return {n: CallBytes(calls[i] - (bcalls[i] if bcalls else 0), nbytes[i] - (bbytes[i] if bbytes else 0))
-                for i, n in enumerate(names)}
+                for i, n in enumerate(q.directions)}
 
-    return Counts(
-        launches=d("launches"),
-        graph_launches=d("graph_launches"),
-        captured_launches=d("captured_launches"),
-        # a graph launched without gputop knowing its kernels: the window's count is not known
-        graph_kernel_launches=None if d("graph_unknown_launches") else d("graph_kernel_launches"),
-        grid_blocks_sum=d("grid_sum"),
-        block_threads_sum=d("block_sum"),
-        memcpy=pairs(raw.memcpy_calls, raw.memcpy_bytes, base.memcpy_calls if base else None,
-                     base.memcpy_bytes if base else None, MEMCPY_DIRECTIONS),
-        alloc_calls=d("alloc_calls"),
-        alloc_bytes=d("alloc_bytes"),
-        free_calls=d("free_calls"),
-        # allocations made before gputop attached are not known: then live bytes are unknown
-        live_alloc_bytes=c["live_bytes"] if raw.complete else None,
-        managed_alloc_calls=d("managed_alloc_calls"),
-        managed_alloc_bytes=d("managed_alloc_bytes"),
-        prefetch=pairs(raw.prefetch_calls, raw.prefetch_bytes, base.prefetch_calls if base else None,
-                       base.prefetch_bytes if base else None, PREFETCH_DIRECTIONS),
-        uvm_cpu_faults=d("uvm_cpu_faults") if uvm_cpu else None,
-        uvm_gpu_faults=None,
-        uvm_migrated=None,
-        uvm_thrashing=None,
-        sync_calls=d("sync_calls"),
-        sync_wait_s=d("sync_ns") / 1e9,
-    )
+    def value(q: Quantity) -> int | float | dict[str, CallBytes] | None:
+        if q.bpf is None or (q.needs_fault_tracepoint and not uvm_cpu):
+            return None
+        if q.directions:
+            return pairs(q)
+        if q.kind is Kind.GAUGE:
+            # allocations made before gputop attached are not known: then live bytes are unknown
+            return c[q.bpf] if raw.complete else None
+        if q.unknown_if is not None and d(q.unknown_if):
+            return None     # a graph launched without gputop knowing its kernels: the window's count
+        return d(q.bpf) if q.integral else d(q.bpf) / q.bpf_per_unit
+
+    kw: dict[str, Any] = {q.field: value(q) for q in PROC}
+    return Counts(**kw)
 
 
 def _zero_counts(uvm_cpu: bool, complete: bool) -> Counts:
     """The counts of a process with no record: no probe of it fired since gputop first saw it."""
-    none = CallBytes(0, 0)
-    return Counts(
-        launches=0, graph_launches=0, captured_launches=0, graph_kernel_launches=0, grid_blocks_sum=0,
-        block_threads_sum=0,
-        memcpy=dict.fromkeys(MEMCPY_DIRECTIONS, none),
-        alloc_calls=0, alloc_bytes=0, free_calls=0,
-        live_alloc_bytes=0 if complete else None,       # as _counts: unknown if it ran CUDA before
-        managed_alloc_calls=0, managed_alloc_bytes=0,
-        prefetch=dict.fromkeys(PREFETCH_DIRECTIONS, none),
-        uvm_cpu_faults=0 if uvm_cpu else None,
-        sync_calls=0, sync_wait_s=0.0,
-    )
+
+    def zero(q: Quantity) -> int | float | dict[str, CallBytes] | None:
+        if q.bpf is None or (q.needs_fault_tracepoint and not uvm_cpu):
+            return None
+        if q.directions:
+            return dict.fromkeys(q.directions, CallBytes(0, 0))
+        if q.kind is Kind.GAUGE and not complete:
+            return None     # as _counts: unknown if it ran CUDA before
+        return 0 if q.integral else 0.0
+
+    kw: dict[str, Any] = {q.field: zero(q) for q in PROC}
+    return Counts(**kw)
 
 
 def _avg(total: int, n: int) -> float | None:

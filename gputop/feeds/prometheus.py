@@ -41,6 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gputop.counters import GPU, PROC, SCALARS, Kind
 from gputop.errors import EX_ERROR, GputopError
 from gputop.feeds.fleet_pods import Pod, add_pod, pods_expr
 from gputop.model import (
@@ -62,53 +63,22 @@ Sample = dict[str, Any]   # one element of a Prometheus vector result: {"metric"
 
 # ---------------------------------------------------------------- names (docs/metrics.md, a contract)
 
-#: per-process counters: (metric, Counts field); their values are ``total``, their increases ``interval``
-PROC_COUNTERS: tuple[tuple[str, str], ...] = (
-    ("gputop_kernel_launches_total", "launches"),
-    ("gputop_graph_launches_total", "graph_launches"),
-    ("gputop_captured_launches_total", "captured_launches"),
-    ("gputop_graph_kernel_launches_total", "graph_kernel_launches"),
-    ("gputop_kernel_grid_blocks_sum", "grid_blocks_sum"),
-    ("gputop_kernel_block_threads_sum", "block_threads_sum"),
-    ("gputop_alloc_calls_total", "alloc_calls"),
-    ("gputop_alloc_bytes_total", "alloc_bytes"),
-    ("gputop_free_calls_total", "free_calls"),
-    ("gputop_managed_alloc_calls_total", "managed_alloc_calls"),
-    ("gputop_managed_alloc_bytes_total", "managed_alloc_bytes"),
-    ("gputop_uvm_cpu_faults_total", "uvm_cpu_faults"),
-    ("gputop_uvm_gpu_faults_total", "uvm_gpu_faults"),
-    ("gputop_uvm_thrashing_total", "uvm_thrashing"),
-    ("gputop_sync_calls_total", "sync_calls"),
-    ("gputop_sync_wait_seconds_total", "sync_wait_s"),
-)
-#: counters with a direction label: (metric, Counts field, label, "calls" | "bytes" | None)
-PROC_DIRECTED: tuple[tuple[str, str, str, str | None], ...] = (
-    ("gputop_memcpy_calls_total", "memcpy", "direction", "calls"),
-    ("gputop_memcpy_bytes_total", "memcpy", "direction", "bytes"),
-    ("gputop_prefetch_calls_total", "prefetch", "destination", "calls"),
-    ("gputop_prefetch_bytes_total", "prefetch", "destination", "bytes"),
-    ("gputop_uvm_migrated_bytes_total", "uvm_migrated", "direction", None),
-)
+#: per-process counters: (series, Counts field); their values are ``total``, their increases ``interval``
+#: (gputop/counters.py: the exporter's counters and the launch-shape histograms' sums)
+PROC_COUNTERS: tuple[tuple[str, str], ...] = tuple(
+    (q.series, q.field) for q in SCALARS if q.series is not None and q.kind in (Kind.COUNTER, Kind.SUM))
+#: counters with a direction label: (series, Counts field, label, "calls" | "bytes" | None)
+PROC_DIRECTED: tuple[tuple[str, str, str, str | None], ...] = tuple(
+    (name, q.field, q.direction_label, part) for q in PROC if q.directions for name, part in q.directed_series())
 #: launches counted by the histograms (the denominators of the grid and block averages)
 HIST_COUNTS = ("gputop_kernel_grid_blocks_count", "gputop_kernel_block_threads_count")
-PROC_GAUGES = ("gputop_live_alloc_bytes", "gputop_process_gpu_memory_bytes", "gputop_process_sm_utilization_ratio",
+#: the per-process levels (gputop/counters.py), then the process gauges of the exporter's
+_LEVELS: dict[str, str] = {q.series: q.field for q in SCALARS if q.series is not None and q.kind is Kind.GAUGE}
+PROC_GAUGES = (*_LEVELS, "gputop_process_gpu_memory_bytes", "gputop_process_sm_utilization_ratio",
                "gputop_process_launch_bound", "gputop_process_start_time_seconds", "gputop_process_exited")
-#: GPU families: (metric, GpuSample field, scale from base units back to the model's)
-GPU_FIELDS: tuple[tuple[str, str, float], ...] = (
-    ("gputop_gpu_utilization_ratio", "util_pct", 100.0),
-    ("gputop_gpu_memory_utilization_ratio", "mem_util_pct", 100.0),
-    ("gputop_gpu_memory_used_bytes", "mem_used_bytes", 1.0),
-    ("gputop_gpu_memory_total_bytes", "mem_total_bytes", 1.0),
-    ("gputop_gpu_temperature_celsius", "temp_c", 1.0),
-    ("gputop_gpu_power_watts", "power_w", 1.0),
-    ("gputop_gpu_power_limit_watts", "power_limit_w", 1.0),
-    ("gputop_gpu_sm_clock_hertz", "sm_clock_mhz", 1e-6),
-    ("gputop_gpu_pcie_tx_bytes_per_second", "pcie_tx_bytes_per_s", 1.0),
-    ("gputop_gpu_pcie_rx_bytes_per_second", "pcie_rx_bytes_per_s", 1.0),
-    ("gputop_gpu_xid_errors_total", "xid_errors", 1.0),
-    ("gputop_gpu_ecc_volatile_errors_total", "ecc_volatile_errors", 1.0),
-)
-_INT_GPU_FIELDS = {"mem_used_bytes", "mem_total_bytes", "xid_errors", "ecc_volatile_errors"}
+#: GPU families: (series, GpuSample field, scale from base units back to the model's)
+GPU_FIELDS: tuple[tuple[str, str, float], ...] = tuple((f.series, f.field, f.from_base) for f in GPU)
+_INT_GPU_FIELDS = {f.field for f in GPU if f.integral}
 #: histograms read for watched processes: (bucket metric, ProcSample field)
 HISTOGRAMS = (("gputop_kernel_grid_blocks_bucket", "grid_blocks_hist"),
               ("gputop_kernel_block_threads_bucket", "block_threads_hist"),
@@ -312,18 +282,17 @@ class _Proc:
 
 
 _COUNTER_FIELD = dict(PROC_COUNTERS)
-_COUNTER_FIELDS = frozenset([*_COUNTER_FIELD.values(), "live_alloc_bytes"])
+_COUNTER_FIELDS = frozenset([*_COUNTER_FIELD.values(), *_LEVELS.values()])
 _DIRECTED = {name: (fld, label, part) for name, fld, label, part in PROC_DIRECTED}
-_FLOAT_FIELDS = {"sync_wait_s"}
+_FLOAT_FIELDS = {q.field for q in SCALARS if not q.integral}
 #: every per-process counter family (the ``total:`` and ``inc:`` queries)
 COUNTER_FAMILIES: tuple[str, ...] = (*(n for n, _ in PROC_COUNTERS), *(n for n, *_ in PROC_DIRECTED), *HIST_COUNTS)
 _TOTAL_NAMES = frozenset(COUNTER_FAMILIES)
 #: the families whose increases the process table shows (rates, grid and block averages): what the
 #: dashboard reads for every process (``FleetConfig.table_only``)
 TABLE_FAMILIES: tuple[str, ...] = (
-    "gputop_kernel_launches_total", "gputop_graph_kernel_launches_total", "gputop_kernel_grid_blocks_sum",
-    "gputop_kernel_block_threads_sum", "gputop_memcpy_bytes_total", "gputop_uvm_cpu_faults_total",
-    "gputop_sync_wait_seconds_total", *HIST_COUNTS)
+    *(name for q in PROC if q.in_table for name, part in (q.directed_series() if q.directions else [(q.series, None)])
+      if name is not None and part != "calls"), *HIST_COUNTS)
 
 
 def _counts(c: dict[str, Any], integral: bool) -> Counts | None:
@@ -565,9 +534,10 @@ def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
 def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: float,
                  pod: Pod | None = None) -> ProcSample:
     m = p.labels
-    live = p.gauges.get("gputop_live_alloc_bytes")
-    if live is not None:
-        p.total["live_alloc_bytes"] = live
+    for series, fld in _LEVELS.items():
+        level = p.gauges.get(series)
+        if level is not None:
+            p.total[fld] = level
     total = _counts(p.total, integral=False)
     interval = _counts(p.interval, integral=True)
     inc = p.interval

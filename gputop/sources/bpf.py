@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gputop.counters import BPF_MEMBERS
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
 from gputop.sources import bpfabi, bpfcache, btf, catalogue, discovery, kheaders, symbols
@@ -232,9 +233,7 @@ class BpfReading:
 #: the programs attached at function return (uretprobes): each hit also pays the return trap
 _RETURN_FNS = frozenset(p.ret for p in catalogue.ALL if p.ret)
 
-_SCALARS = ("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_bytes", "free_calls",
-            "live_bytes", "managed_alloc_calls", "managed_alloc_bytes", "uvm_cpu_faults", "sync_calls",
-            "sync_ns", "grid_sum", "block_sum", "graph_kernel_launches", "graph_unknown_launches")
+_SCALARS = BPF_MEMBERS     # the scalar members of struct proc_t read per process (gputop/counters.py)
 
 
 class _Event(ctypes.Structure):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
+from gputop.counters import PROC, Quantity
 from gputop.model import ProcSample
 from gputop.ui import fields
 from gputop.ui import format as fmt
@@ -67,32 +68,45 @@ def _total_copied(p: ProcSample) -> Value:
     return None if m is None else float(sum(cb.bytes for cb in m.values()))
 
 
+#: the compare screen's own metrics of the quantities with more than a count (rates, averages, directions)
+_SPECIAL: dict[str, tuple[Metric, ...]] = {
+    "launches": (
+        Metric("launches/s", fields.launches_per_s, fmt.si),
+        Metric("launches total", lambda p: _f(fields.total_launches(p)), fmt.si),
+        # a fused or graph-replayed workload against an unfused one: every kernel that ran
+        Metric("kernels run/s", _kernels_per_s, fmt.si),
+        Metric("kernels run total", _kernels_total, fmt.si)),
+    "grid_blocks_sum": (
+        Metric("avg grid blocks", lambda p: p.grid_blocks_avg, fmt.num),
+        Metric("avg block threads", lambda p: p.block_threads_avg, fmt.num)),
+    "memcpy": (
+        Metric("H2D B/s", fields.h2d_per_s, fmt.bytes_),
+        Metric("D2H B/s", fields.d2h_per_s, fmt.bytes_),
+        Metric("D2D B/s", fields.d2d_per_s, fmt.bytes_),
+        Metric("H2H B/s", lambda p: fields.memcpy_per_s(p, "h2h"), fmt.bytes_),
+        Metric("no-dir copy B/s", lambda p: fields.memcpy_per_s(p, "unknown"), fmt.bytes_),
+        Metric("copied total", _total_copied, fmt.bytes_)),
+    "live_alloc_bytes": (Metric("live alloc", lambda p: _f(fields.live_alloc_bytes(p)), fmt.bytes_),),
+    "prefetch": (Metric("prefetch →GPU", lambda p: _f(fields.interval_prefetch_bytes(p, "to_device")), fmt.bytes_),),
+    "uvm_cpu_faults": (Metric("UVM faults/s", fields.uvm_faults_per_s, fmt.si),),
+    "uvm_migrated": (Metric("UVM migrated H2D", lambda p: _f(fields.interval_uvm_migrated(p, "h2d")), fmt.bytes_),),
+    "sync_wait_s": (Metric("sync wait %", fields.sync_wait_pct, lambda v: fmt.pct(v, 1)),),
+}
+
+
+def _render(q: Quantity) -> Callable[[Value], str]:
+    return fmt.bytes_ if q.unit == "bytes" else fmt.seconds if q.unit == "seconds" else fmt.si
+
+
+def _metrics(q: Quantity) -> tuple[Metric, ...]:
+    """A quantity's metrics: the screen's own, then its interval's and its total's (gputop/counters.py)."""
+    plain = ((q.compare, _count(q.field)), (q.compare_total, _total(q.field)))
+    return (*_SPECIAL.get(q.field, ()), *(Metric(label, value, _render(q)) for label, value in plain if label))
+
+
+#: every metric compared, the catalogue's quantities in its order, then the process's GPU and CPU use
 METRICS: tuple[Metric, ...] = (
-    Metric("launches/s", fields.launches_per_s, fmt.si),
-    Metric("launches total", lambda p: _f(fields.total_launches(p)), fmt.si),
-    # a fused or graph-replayed workload against an unfused one: every kernel that ran
-    Metric("kernels run/s", _kernels_per_s, fmt.si),
-    Metric("kernels run total", _kernels_total, fmt.si),
-    Metric("graph launches", _count("graph_launches"), fmt.si),
-    Metric("graph launch total", _total("graph_launches"), fmt.si),
-    Metric("avg grid blocks", lambda p: p.grid_blocks_avg, fmt.num),
-    Metric("avg block threads", lambda p: p.block_threads_avg, fmt.num),
-    Metric("H2D B/s", fields.h2d_per_s, fmt.bytes_),
-    Metric("D2H B/s", fields.d2h_per_s, fmt.bytes_),
-    Metric("D2D B/s", fields.d2d_per_s, fmt.bytes_),
-    Metric("H2H B/s", lambda p: fields.memcpy_per_s(p, "h2h"), fmt.bytes_),
-    Metric("no-dir copy B/s", lambda p: fields.memcpy_per_s(p, "unknown"), fmt.bytes_),
-    Metric("copied total", _total_copied, fmt.bytes_),
-    Metric("alloc calls", _count("alloc_calls"), fmt.si),
-    Metric("alloc calls total", _total("alloc_calls"), fmt.si),
-    Metric("live alloc", lambda p: _f(fields.live_alloc_bytes(p)), fmt.bytes_),
-    Metric("managed alloc", _count("managed_alloc_bytes"), fmt.bytes_),
-    Metric("prefetch →GPU", lambda p: _f(fields.interval_prefetch_bytes(p, "to_device")), fmt.bytes_),
-    Metric("UVM faults/s", fields.uvm_faults_per_s, fmt.si),
-    Metric("UVM migrated H2D", lambda p: _f(fields.interval_uvm_migrated(p, "h2d")), fmt.bytes_),
-    Metric("sync calls", _count("sync_calls"), fmt.si),
-    Metric("sync wait %", fields.sync_wait_pct, lambda v: fmt.pct(v, 1)),
-    Metric("sync wait total", _total("sync_wait_s"), fmt.seconds),
+    *(m for q in PROC for m in _metrics(q)),
     Metric("GPU mem", lambda p: _f(p.gpu_mem_bytes), fmt.bytes_),
     Metric("SM %", lambda p: p.gpu_util_pct, fmt.pct),
     Metric("CPU %", lambda p: p.cpu_pct, fmt.pct),

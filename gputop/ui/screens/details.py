@@ -10,6 +10,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer
 
+from gputop.counters import PROC, Quantity, Shown
 from gputop.model import Counts, ProcKey, ProcSample
 from gputop.ui import bindings, charts, fields
 from gputop.ui import format as fmt
@@ -76,63 +77,76 @@ def _avg(total: int | None, n: int | None) -> float | None:
 STATS_HEAD = ("", "last interval", "since first seen")
 
 
+def _get(c: Counts | None, name: str | None) -> int | float | None:
+    return getattr(c, name) if c is not None and name is not None else None
+
+
+def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
+    """The rows of a quantity the catalogue marks ``Shown.SPECIAL``: rates, averages, directions, levels."""
+    iv, tot = p.interval, p.total
+    label = q.label or q.field
+
+    def n(c: Counts | None, name: str) -> str:
+        return fmt.si(_get(c, name))
+
+    def copies(c: Counts | None, d: str) -> str:
+        return _calls_bytes(*_cb(c, q.field, d))
+
+    def prefetch(c: Counts | None) -> str:
+        return " ".join(f"{arrow} {fmt.bytes_(_cb(c, q.field, d)[1])}"
+                        for d, arrow in zip(q.directions, ("→GPU", "→CPU")))
+
+    def migrated(c: Counts | None) -> str:
+        m = getattr(c, q.field) if c is not None else None
+        return " ".join(f"{d.upper()} {fmt.bytes_(m.get(d) if m is not None else None)}" for d in ("h2d", "d2h"))
+
+    if q.field == "launches":
+        return [(label, _per_s(fmt.si(fields.launches_per_s(p))), n(tot, q.field))]
+    if q.field == "graph_kernel_launches":
+        return [(label, _per_s(fmt.si(fields.graph_kernels_per_s(p))), n(tot, q.field))]
+    if q.field == "grid_blocks_sum":
+        tot_grid = _avg(tot.grid_blocks_sum, tot.launches) if tot else None
+        tot_block = _avg(tot.block_threads_sum, tot.launches) if tot else None
+        return [(label, f"{fmt.num(p.grid_blocks_avg)} × {fmt.num(p.block_threads_avg)}",
+                 f"{fmt.num(tot_grid)} × {fmt.num(tot_block)}")]
+    if q.field == "memcpy":
+        return [(f"{label} {d}" if d == "unknown" else f"{label} {d.upper()}",
+                 _per_s(fmt.bytes_(fields.memcpy_per_s(p, d))), copies(tot, d)) for d in q.directions]
+    if q.field == "live_alloc_bytes":
+        return [(label, "", fmt.bytes_(fields.live_alloc_bytes(p)))]
+    if q.field == "prefetch":
+        return [(label, prefetch(iv), prefetch(tot))]
+    if q.field == "uvm_cpu_faults":
+        return [(label, _per_s(fmt.si(fields.uvm_faults_per_s(p))),
+                 f"CPU {n(tot, q.field)} GPU {n(tot, 'uvm_gpu_faults')}")]
+    if q.field == "uvm_migrated":
+        return [(label, migrated(iv), migrated(tot))]
+    if q.field == "sync_wait_s":
+        return [(label, f"{fmt.pct(fields.sync_wait_pct(p), 1)}, {_calls(_get(iv, 'sync_calls'))}",
+                 f"{fmt.seconds(_get(tot, q.field))}, {_calls(_get(tot, 'sync_calls'))}")]
+    raise ValueError(f"no details row for {q.field}")
+
+
 def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
-    """(label, this interval, since gputop first saw the process) for every metric of the process.
+    """(label, this interval, since gputop first saw the process) for every quantity of the catalogue
+    (gputop/counters.py, in its order), then the process's GPU and CPU use.
 
     The interval column shows the model's rates (``/s``) and the interval's counts; the total
     column keeps its meaning when the process goes idle or exits."""
     iv, tot = p.interval, p.total
-
-    def n(c: Counts | None, name: str) -> str:
-        return fmt.si(getattr(c, name) if c is not None else None)
-
-    def b(c: Counts | None, name: str) -> str:
-        return fmt.bytes_(getattr(c, name) if c is not None else None)
-
-    def calls_bytes(c: Counts | None, calls: str, nbytes: str) -> str:
-        return _calls_bytes(getattr(c, calls) if c is not None else None, getattr(c, nbytes) if c is not None else None)
-
-    def ncalls(c: Counts | None, calls: str) -> str:
-        return _calls(getattr(c, calls) if c is not None else None)
-
-    def copies(c: Counts | None, d: str) -> str:
-        calls, nbytes = _cb(c, "memcpy", d)
-        return _calls_bytes(calls, nbytes)
-
-    def prefetch(c: Counts | None) -> str:
-        return " ".join(f"{arrow} {fmt.bytes_(_cb(c, 'prefetch', d)[1])}"
-                        for d, arrow in (("to_device", "→GPU"), ("to_host", "→CPU")))
-
-    def migrated(c: Counts | None) -> str:
-        m = c.uvm_migrated if c is not None else None
-        return " ".join(f"{d.upper()} {fmt.bytes_(m.get(d) if m is not None else None)}" for d in ("h2d", "d2h"))
-
-    tot_grid = _avg(tot.grid_blocks_sum, tot.launches) if tot else None
-    tot_block = _avg(tot.block_threads_sum, tot.launches) if tot else None
-    rows = [
-        ("launches", _per_s(fmt.si(fields.launches_per_s(p))), n(tot, "launches")),
-        ("graph launches", n(iv, "graph_launches"), n(tot, "graph_launches")),
-        ("graph kernels", _per_s(fmt.si(fields.graph_kernels_per_s(p))), n(tot, "graph_kernel_launches")),
-        ("captured", n(iv, "captured_launches"), n(tot, "captured_launches")),
-        ("avg grid×block", f"{fmt.num(p.grid_blocks_avg)} × {fmt.num(p.block_threads_avg)}",
-         f"{fmt.num(tot_grid)} × {fmt.num(tot_block)}"),
-    ]
-    for d in ("h2d", "d2h", "d2d", "h2h", "unknown"):
-        label = "memcpy unknown" if d == "unknown" else f"memcpy {d.upper()}"
-        rows.append((label, _per_s(fmt.bytes_(fields.memcpy_per_s(p, d))), copies(tot, d)))
+    rows: list[tuple[str, str, str]] = []
+    for q in PROC:
+        label = q.label or q.field
+        if q.shown is Shown.COUNT:
+            rows.append((label, fmt.si(_get(iv, q.field)), fmt.si(_get(tot, q.field))))
+        elif q.shown is Shown.CALLS:
+            rows.append((label, _calls(_get(iv, q.field)), _calls(_get(tot, q.field))))
+        elif q.shown is Shown.CALLS_BYTES:
+            rows.append((label, _calls_bytes(_get(iv, q.field), _get(iv, q.bytes_field)),
+                         _calls_bytes(_get(tot, q.field), _get(tot, q.bytes_field))))
+        elif q.shown is Shown.SPECIAL:
+            rows += _special_rows(p, q)
     rows += [
-        ("allocations", calls_bytes(iv, "alloc_calls", "alloc_bytes"), calls_bytes(tot, "alloc_calls", "alloc_bytes")),
-        ("frees", ncalls(iv, "free_calls"), ncalls(tot, "free_calls")),
-        ("live alloc", "", fmt.bytes_(fields.live_alloc_bytes(p))),
-        ("managed alloc", calls_bytes(iv, "managed_alloc_calls", "managed_alloc_bytes"),
-         calls_bytes(tot, "managed_alloc_calls", "managed_alloc_bytes")),
-        ("prefetch", prefetch(iv), prefetch(tot)),
-        ("UVM faults", _per_s(fmt.si(fields.uvm_faults_per_s(p))), f"CPU {n(tot, 'uvm_cpu_faults')} "
-         f"GPU {n(tot, 'uvm_gpu_faults')}"),
-        ("UVM migrated", migrated(iv), migrated(tot)),
-        ("UVM thrashing", n(iv, "uvm_thrashing"), n(tot, "uvm_thrashing")),
-        ("sync blocked", f"{fmt.pct(fields.sync_wait_pct(p), 1)}, {ncalls(iv, 'sync_calls')}",
-         f"{fmt.seconds(tot.sync_wait_s if tot else None)}, {ncalls(tot, 'sync_calls')}"),
         ("GPU mem / SM", _pair(fmt.bytes_(p.gpu_mem_bytes), fmt.pct(p.gpu_util_pct)), ""),
         ("CPU / RSS", _pair(fmt.pct(p.cpu_pct), fmt.bytes_(p.rss_bytes)), ""),
     ]

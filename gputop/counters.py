@@ -1,0 +1,188 @@
+"""The catalogue of per-process quantities and GPU fields: one row each, and everything else derives.
+
+A per-process quantity is named in three places only: its member of ``struct proc_t``
+(bpf/gputop.bpf.c), its row here and its field of :class:`gputop.model.Counts`. From the rows come
+the BPF reader's members (``BPF_MEMBERS``), the sampler's counts (``gputop.feeds.live``), the
+details and compare screens' rows, the exporter's families and the fleet's queries and scales
+(``docs/metrics.md`` lists the families; ``tests/unit/test_counters.py`` holds the rows against the
+model and the C struct). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, UVM_DIRECTIONS
+
+
+class Kind(enum.Enum):
+    """How the exporter publishes a quantity (and so how the fleet reads it back)."""
+
+    COUNTER = "counter"     #: a counter family, ``<metric>_total``
+    SUM = "sum"             #: the ``_sum`` of a histogram family (``<metric>_sum``)
+    GAUGE = "gauge"         #: a level, not a count (``<metric>``)
+
+
+class Shown(enum.Enum):
+    """How the details screen shows a quantity of its own (its row ``label``)."""
+
+    COUNT = "count"         #: the interval's count, the total
+    CALLS = "calls"         #: "N calls"
+    CALLS_BYTES = "calls_bytes"     #: "N calls, B" with its ``bytes_field`` on the same line
+    SPECIAL = "special"     #: drawn by the screen itself (rates, averages, directions, levels)
+    NONE = "none"           #: no row (shown with another quantity, or not at all)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One per-process quantity: what the BPF program counts and how it is shown and exported."""
+
+    field: str                      #: its ``Counts`` field (model.py)
+    #: its member of ``struct proc_t`` (the scalar, or the prefix of ``<bpf>_calls``/``<bpf>_bytes``
+    #: arrays for directed ones); None: not counted by the BPF program (unknown until a source is)
+    bpf: str | None
+    unit: str                       #: "launches", "calls", "bytes", "seconds", "faults", "blocks", "threads"
+    help: str                       #: the exporter's HELP text
+    metric: str | None = None       #: the exporter's family (without ``_total``), None: not exported
+    kind: Kind = Kind.COUNTER
+    #: BPF units per model unit: the model's value is the BPF member's divided by this (ns → s: 1e9)
+    bpf_per_unit: int = 1
+    #: the BPF member whose increase makes this quantity's increase unknown (graphs of unknown kernels)
+    unknown_if: str | None = None
+    #: only known where the BPF program's CPU page-fault tracepoint is attached
+    needs_fault_tracepoint: bool = False
+    #: directed quantities: the direction names and the label that carries them; ``calls`` and
+    #: ``bytes`` (CallBytes) when ``paired``, else one value per direction
+    directions: tuple[str, ...] = ()
+    direction_label: str = "direction"
+    paired: bool = False
+    #: the details screen: its row's label and how it is shown
+    label: str | None = None
+    shown: Shown = Shown.NONE
+    bytes_field: str | None = None  #: Shown.CALLS_BYTES: the bytes drawn with these calls
+    #: the compare screen: labels of the interval's and the total's values (None: not compared)
+    compare: str | None = None
+    compare_total: str | None = None
+    #: the process table reads its increases in the fleet view (rates, averages)
+    in_table: bool = False
+
+    @property
+    def integral(self) -> bool:
+        """Counts of whole events (or bytes); False for seconds."""
+        return self.bpf_per_unit == 1
+
+    @property
+    def series(self) -> str | None:
+        """The name Prometheus stores its (undirected) series under, as the fleet queries it."""
+        if self.metric is None or self.directions:
+            return None
+        suffix = {Kind.COUNTER: "_total", Kind.SUM: "_sum", Kind.GAUGE: ""}[self.kind]
+        return f"{self.metric}{suffix}"
+
+    def directed_series(self) -> tuple[tuple[str, str | None], ...]:
+        """A directed quantity's counter series: (name, "calls" | "bytes" | None for a single value)."""
+        if self.metric is None:
+            return ()
+        if self.paired:
+            return ((f"{self.metric}_calls_total", "calls"), (f"{self.metric}_bytes_total", "bytes"))
+        return ((f"{self.metric}_total", None),)
+
+
+_Q = Quantity
+#: every per-process quantity, in the order the details and compare screens show them
+PROC: tuple[Quantity, ...] = (
+    _Q("launches", "launches", "launches", "Kernel launches that ran (captured ones excluded).",
+       "gputop_kernel_launches", label="launches", shown=Shown.SPECIAL, in_table=True),
+    _Q("graph_launches", "graph_launches", "launches", "CUDA graph launches (cudaGraphLaunch, cuGraphLaunch).",
+       "gputop_graph_launches", label="graph launches", shown=Shown.COUNT, compare="graph launches",
+       compare_total="graph launch total"),
+    _Q("graph_kernel_launches", "graph_kernel_launches", "launches", "Kernels run inside CUDA graph launches, "
+       "derived from the graphs' structure (absent once a graph of unknown kernels ran).",
+       "gputop_graph_kernel_launches", unknown_if="graph_unknown_launches", label="graph kernels",
+       shown=Shown.SPECIAL, in_table=True),
+    _Q("captured_launches", "captured_launches", "launches", "Launches recorded into a graph by stream capture.",
+       "gputop_captured_launches", label="captured", shown=Shown.COUNT),
+    _Q("grid_blocks_sum", "grid_sum", "blocks", "Blocks per grid of kernel launches (log2 buckets).",
+       "gputop_kernel_grid_blocks", Kind.SUM, label="avg grid×block", shown=Shown.SPECIAL, in_table=True),
+    _Q("block_threads_sum", "block_sum", "threads", "Threads per block of kernel launches (log2 buckets).",
+       "gputop_kernel_block_threads", Kind.SUM, in_table=True),
+    _Q("memcpy", "memcpy", "bytes", "Memory copies", "gputop_memcpy", directions=MEMCPY_DIRECTIONS, paired=True,
+       label="memcpy", shown=Shown.SPECIAL, in_table=True),
+    _Q("alloc_calls", "alloc_calls", "calls", "Device, managed and pinned allocations.", "gputop_alloc_calls",
+       label="allocations", shown=Shown.CALLS_BYTES, bytes_field="alloc_bytes", compare="alloc calls",
+       compare_total="alloc calls total"),
+    _Q("alloc_bytes", "alloc_bytes", "bytes", "Bytes requested by allocations.", "gputop_alloc_bytes"),
+    _Q("free_calls", "free_calls", "calls", "Frees of tracked allocations.", "gputop_free_calls", label="frees",
+       shown=Shown.CALLS),
+    _Q("live_alloc_bytes", "live_bytes", "bytes", "Bytes of allocations not freed yet (unknown for processes "
+       "that allocated before gputop started).", "gputop_live_alloc_bytes", Kind.GAUGE, label="live alloc",
+       shown=Shown.SPECIAL),
+    _Q("managed_alloc_calls", "managed_alloc_calls", "calls", "Managed (unified memory) allocations.",
+       "gputop_managed_alloc_calls", label="managed alloc", shown=Shown.CALLS_BYTES,
+       bytes_field="managed_alloc_bytes"),
+    _Q("managed_alloc_bytes", "managed_alloc_bytes", "bytes", "Bytes of managed allocations.",
+       "gputop_managed_alloc_bytes", compare="managed alloc"),
+    _Q("prefetch", "prefetch", "bytes", "Managed-memory prefetches", "gputop_prefetch",
+       directions=PREFETCH_DIRECTIONS, direction_label="destination", paired=True, label="prefetch",
+       shown=Shown.SPECIAL),
+    _Q("uvm_cpu_faults", "uvm_cpu_faults", "faults", "CPU page faults on managed memory.", "gputop_uvm_cpu_faults",
+       needs_fault_tracepoint=True, label="UVM faults", shown=Shown.SPECIAL, in_table=True),
+    _Q("uvm_gpu_faults", None, "faults", "GPU page faults on managed memory (nvidia_uvm).", "gputop_uvm_gpu_faults"),
+    _Q("uvm_migrated", None, "bytes", "Bytes migrated by nvidia_uvm, by direction.", "gputop_uvm_migrated_bytes",
+       directions=UVM_DIRECTIONS, label="UVM migrated", shown=Shown.SPECIAL),
+    _Q("uvm_thrashing", None, "events", "Thrashing events on managed memory (nvidia_uvm).", "gputop_uvm_thrashing",
+       label="UVM thrashing", shown=Shown.COUNT),
+    _Q("sync_calls", "sync_calls", "calls", "Stream, device, context and event synchronisations.",
+       "gputop_sync_calls", compare="sync calls"),
+    _Q("sync_wait_s", "sync_ns", "seconds", "Seconds blocked in synchronisation calls.", "gputop_sync_wait_seconds",
+       bpf_per_unit=1_000_000_000, label="sync blocked", shown=Shown.SPECIAL, compare_total="sync wait total",
+       in_table=True),
+)
+BY_FIELD: dict[str, Quantity] = {q.field: q for q in PROC}
+#: the undirected quantities (one number each)
+SCALARS: tuple[Quantity, ...] = tuple(q for q in PROC if not q.directions)
+#: the scalar members of ``struct proc_t`` the BPF reader reads (the quantities' and their ``unknown_if``)
+BPF_MEMBERS: tuple[str, ...] = tuple(dict.fromkeys(
+    m for q in SCALARS for m in (q.bpf, q.unknown_if) if m is not None))
+
+
+@dataclass(frozen=True)
+class GpuField:
+    """One field of ``GpuSample`` as the exporter publishes it and the fleet reads it back."""
+
+    field: str              #: its ``GpuSample`` field
+    metric: str             #: the family (a counter's without ``_total``)
+    help: str
+    #: the exported value is the model's times this (percent → ratio: 0.01; MHz → Hz: 1e6)
+    scale: float = 1.0
+    counter: bool = False   #: a counter (``_total``), else a gauge
+    integral: bool = False  #: the model holds an int
+
+    @property
+    def series(self) -> str:
+        return f"{self.metric}_total" if self.counter else self.metric
+
+    @property
+    def from_base(self) -> float:
+        """The factor back from the exported base unit to the model's (exact for these scales)."""
+        return 1.0 / self.scale
+
+
+GPU: tuple[GpuField, ...] = (
+    GpuField("util_pct", "gputop_gpu_utilization_ratio", "Share of time a kernel ran (NVML), 0-1.", 0.01),
+    GpuField("mem_util_pct", "gputop_gpu_memory_utilization_ratio",
+             "Share of time memory was read or written, 0-1.", 0.01),
+    GpuField("mem_used_bytes", "gputop_gpu_memory_used_bytes", "GPU memory in use.", integral=True),
+    GpuField("mem_total_bytes", "gputop_gpu_memory_total_bytes", "GPU memory in total.", integral=True),
+    GpuField("temp_c", "gputop_gpu_temperature_celsius", "GPU temperature."),
+    GpuField("power_w", "gputop_gpu_power_watts", "Power drawn."),
+    GpuField("power_limit_w", "gputop_gpu_power_limit_watts", "Power limit enforced."),
+    GpuField("sm_clock_mhz", "gputop_gpu_sm_clock_hertz", "SM clock.", 1e6),
+    GpuField("pcie_tx_bytes_per_s", "gputop_gpu_pcie_tx_bytes_per_second", "PCIe bytes sent per second."),
+    GpuField("pcie_rx_bytes_per_s", "gputop_gpu_pcie_rx_bytes_per_second", "PCIe bytes received per second."),
+    GpuField("xid_errors", "gputop_gpu_xid_errors", "XID errors seen since gputop started.", counter=True,
+             integral=True),
+    GpuField("ecc_volatile_errors", "gputop_gpu_ecc_volatile_errors", "Volatile (since driver load) ECC errors.",
+             counter=True, integral=True),
+)
