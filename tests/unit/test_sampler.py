@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from gputop.counters import BPF_MEMBERS
 from gputop.derive import LaunchBoundRule
 from gputop.feeds.base import Filters
 from gputop.feeds.live import Sampler, SamplerConfig
@@ -20,10 +21,7 @@ NB = 32
 
 def raw(pid: int, launches: int, *, grid: int = 0, block: int = 0, h2d: tuple[int, int] = (0, 0),
         sync_ns: int = 0, exited: bool = False, kernels: tuple[RawKernel, ...] = ()) -> RawProc:
-    counters = dict.fromkeys(("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_bytes",
-                              "free_calls", "live_bytes", "managed_alloc_calls", "managed_alloc_bytes",
-                              "uvm_cpu_faults", "sync_calls", "sync_ns", "grid_sum", "block_sum",
-                              "graph_kernel_launches", "graph_unknown_launches"), 0)
+    counters = dict.fromkeys(BPF_MEMBERS, 0)      # every member the BPF reader reads (gputop/counters.py)
     counters.update(launches=launches, grid_sum=grid, block_sum=block, sync_ns=sync_ns)
     hist = tuple([launches] + [0] * (NB - 1))
     return RawProc(pid, counters, (h2d[0], 0, 0, 0, 0), (h2d[1], 0, 0, 0, 0), (0, 0), (0, 0), hist, hist,
