@@ -156,6 +156,8 @@ def main(argv: Sequence[str]) -> int:
             print(f"gputop: exporter: the HTTP server failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     ready = False
+    stopping = False
+    told = threading.Lock()         # no WATCHDOG=1 or READY=1 after STOPPING=1 (a refresh while stopping)
 
     def on_snapshot(snap: Snapshot) -> None:
         """On the collector thread: serve the snapshot, then tell systemd of the progress (only here,
@@ -165,11 +167,14 @@ def main(argv: Sequence[str]) -> int:
         collector.update(snap, refresh)
         if refresh is None:
             return                      # the "starting" snapshot: no refresh yet
-        if ready:
-            notify.watchdog()
-        elif health(collector)[0] == 200:
-            ready = True
-            notify.ready()
+        with told:
+            if stopping:
+                return
+            if ready:
+                notify.watchdog()
+            elif health(collector)[0] == 200:
+                ready = True
+                notify.ready()
 
     http = threading.Thread(target=serve, name="gputop-http", daemon=True)
     http.start()
@@ -189,7 +194,9 @@ def main(argv: Sequence[str]) -> int:
                                   "systemd or Kubernetes restarts it", EX_ERROR)
             stale.check()
     finally:
-        notify.stopping()
+        with told:
+            stopping = True
+            notify.stopping()
         server.shutdown()
         server.server_close()
         sampler.stop()
