@@ -144,10 +144,13 @@ def _compile() -> list[Check]:
     try:
         mod = bpf.load_bcc()
         bpf.use_headers()
-        if bpf.ensure_tracefs() is not None:
-            return [Check("BPF compile", "FAIL", "tracefs is not mounted",
-                          "mount -t tracefs nodev /sys/kernel/tracing")]
-        prog = mod.BPF(text=b"int gputop_doctor(struct pt_regs *ctx) { return 0; }", cflags=[bpf.QUIET])
+        err = bpf.ensure_tracefs(bpfsys.bcc_tracefs(mod))
+        if err is not None:
+            return [Check("BPF compile", "FAIL", err, "mount -t tracefs nodev /sys/kernel/tracing (bcc before 0.20: "
+                          "mount -t debugfs nodev /sys/kernel/debug)")]
+        # a tracepoint's arguments too: bcc reads their format from tracefs where it expects it
+        prog = mod.BPF(text=b"int gputop_doctor(struct pt_regs *ctx) { return 0; }\n"
+                       b"TRACEPOINT_PROBE(sched, sched_process_exit) { return args->pid < 0; }", cflags=[bpf.QUIET])
         try:
             links = UprobeAttacher(prog, mod.lib).mode == "links"     # asks the kernel (links_supported)
             prog.load_func(b"gputop_doctor", mod.BPF.KPROBE)         # the compiled program loads
@@ -161,7 +164,13 @@ def _compile() -> list[Check]:
               Check("uprobe attach", "WARN", "a perf event per probe (no uprobe_multi links: Linux < 6.6, or a bcc "
                     "that cannot load programs for them)",
                     "none needed; on recent kernels quitting then takes about 0.1 s per probe", needed_for_bpf=False))
-    return [Check("BPF compile", "OK", "a test program compiled and loaded"), attach]
+    out = [Check("BPF compile", "OK", "a test program compiled and loaded"), attach]
+    if bpfsys.atomic_cmpxchg() and bpfsys.compiler_cmpxchg(mod) is False:
+        out.append(Check("BPF cmpxchg compile", "WARN", "the kernel takes atomic compare-and-exchange but this "
+                         "bcc's compiler (LLVM before 12) cannot emit it: every launch is counted through the kernels "
+                         "table, without launch slots: the same counts, a hash lookup per launch",
+                         "none needed; a bcc built with LLVM 12+ makes each launch cheaper", needed_for_bpf=False))
+    return out
 
 
 def _nvml() -> Check:

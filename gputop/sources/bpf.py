@@ -51,6 +51,8 @@ from gputop.sources.bpfsys import (
     TRACEFS,
     aligned_blocks,
     atomic_cmpxchg,
+    bcc_tracefs,
+    compiler_cmpxchg,
     coverage_gaps,
     ensure_tracefs,
     fd_room,
@@ -280,6 +282,8 @@ class BpfSource:
         #: seconds each start-up step took (bench/startup.py), and how the program was made (bpfcache)
         self.startup_s: dict[str, float] = {}
         self.compiled: str | None = None
+        #: False where this bcc's compiler cannot emit BPF cmpxchg though the kernel takes it (LLVM < 12)
+        self.compiler_cmpxchg: bool | None = None
         self.startup_released_bytes = 0       # the compiler's pages handed back after the compile
         self.startup_rss_bytes: dict[str, int] = {}     # resident memory after each start-up step
         self._prefetched: dict[tuple[int, int], symbols.ObjectSymbols | None] = {}
@@ -359,6 +363,13 @@ class BpfSource:
             flags += ["-DFILE_KEYS", *(f"-D{k}={v}" for k, v in self.file_offsets.items())]
         return flags
 
+    def _compilable(self, bcc: ModuleType, flags: list[str]) -> list[str]:
+        """``flags`` less what this bcc's compiler cannot emit (asked before a full compile only)."""
+        if NO_CMPXCHG not in flags and compiler_cmpxchg(bcc) is False:
+            self.compiler_cmpxchg = False
+            return [*flags, NO_CMPXCHG]
+        return flags
+
     def program_text(self) -> str:
         return program_path().read_text()
 
@@ -380,9 +391,10 @@ class BpfSource:
         try:
             bcc = load_bcc()
             steps("load_bcc")
-            err = ensure_tracefs()
+            err = ensure_tracefs(bcc_tracefs(bcc))
             if err:
-                raise BpfUnavailable(err, "mount -t tracefs nodev /sys/kernel/tracing")
+                raise BpfUnavailable(err, "mount -t tracefs nodev /sys/kernel/tracing (bcc before 0.20: "
+                                     "mount -t debugfs nodev /sys/kernel/debug)")
             self.headers = use_headers()
             if self.headers.kind == "missing":
                 raise BpfUnavailable(f"bcc needs kernel headers: {self.headers.detail}",
@@ -392,7 +404,8 @@ class BpfSource:
             steps("headers_btf")
             try:
                 self.bpf, self.compiled = bpfcache.compile_program(bcc, self.program_text().encode(), self.cflags(),
-                                                                   self.headers.path, TRACEFS)
+                                                                   self.headers.path, TRACEFS,
+                                                                   before_full=lambda f: self._compilable(bcc, f))
             except Exception as e:
                 raise BpfUnavailable(f"compiling the BPF program failed: {e}",
                                      f"check the kernel headers ({self.headers.detail}); run gputop doctor") from e

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import functools
 import hashlib
 import inspect
 import json
@@ -352,21 +353,30 @@ _AUTOLOADED = ("kprobe__", "kretprobe__", "raw_tracepoint__", "kfunc__", "kretfu
 
 
 def compile_program(bcc: ModuleType, text: bytes, cflags: list[str], headers: Path | None, tracefs: str | Path,
-                    directory: Path | None = None) -> tuple[Any, str]:
+                    directory: Path | None = None,
+                    before_full: Callable[[list[str]], list[str]] | None = None) -> tuple[Any, str]:
     """The program as a ``bcc.BPF`` object, and how it was made: "cached" (declarations compiled,
     functions from the cache), "compiled" (a full compile, now stored) or "uncached" (a full
-    compile; the cache is off or the program cannot be stored)."""
+    compile; the cache is off or the program cannot be stored). ``before_full(flags)``: the flags
+    a full compile takes instead (without what this compiler cannot do), asked only when no cached
+    program was compiled with ``cflags``; a program cached with those is used as well."""
     if not enabled():
-        return bcc.BPF(text=text, cflags=cflags), "uncached"
-    k = key(bcc, text, cflags, headers, tracefs)
-    data = read(k, directory)
-    if data is not None:
-        entry = (directory or cache_dir()) / f"{k}.json"
-        try:
-            return cached_bpf(bcc, text, cflags, data, lambda: entry.unlink(missing_ok=True)), "cached"
-        except Exception:       # damaged or stale in a way the key missed: compile for real
-            pass
-    bpf = bcc.BPF(text=text, cflags=cflags)
+        return bcc.BPF(text=text, cflags=before_full(cflags) if before_full else cflags), "uncached"
+    tries = [cflags]
+    flags = cflags
+    while tries:
+        flags = tries.pop()
+        k = key(bcc, text, flags, headers, tracefs)
+        data = read(k, directory)
+        if data is not None:
+            entry = (directory or cache_dir()) / f"{k}.json"
+            try:
+                return cached_bpf(bcc, text, flags, data, functools.partial(entry.unlink, missing_ok=True)), "cached"
+            except Exception:       # damaged or stale in a way the key missed: compile for real
+                pass
+        if before_full is not None and flags is cflags and (other := before_full(cflags)) != cflags:
+            tries.append(other)
+    bpf = bcc.BPF(text=text, cflags=flags)
     data = extract(bcc, bpf)
     if data is None or any(n.startswith(_AUTOLOADED) for n in data["funcs"]):
         return bpf, "uncached"

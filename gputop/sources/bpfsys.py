@@ -9,10 +9,12 @@ import platform
 import resource
 import struct
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 TRACEFS = Path("/sys/kernel/tracing")
+DEBUGFS = Path("/sys/kernel/debug")
 
 
 #: capability numbers (linux/capability.h)
@@ -110,18 +112,36 @@ def tracefs_mounted() -> bool | None:
     return True
 
 
-def ensure_tracefs() -> str | None:
-    """Mount tracefs if it is not mounted (bcc needs it for tracepoints); None or an error."""
+def _mount(fstype: str, where: Path) -> str | None:
+    try:
+        subprocess.run(["mount", "-t", fstype, "nodev", str(where)], check=True, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{fstype} is not mounted at {where} and mounting it failed: {e}"
+    return None
+
+
+def bcc_tracefs(bcc: Any) -> Path:
+    """Where this bcc reads tracepoints' formats: bcc before 0.2x (Debian 11's, Ubuntu 22.04's 0.18)
+    reads them under debugfs only (its module's ``TRACEFS``, and its compiler's), newer ones fall back
+    to TRACEFS."""
+    return Path(getattr(bcc, "TRACEFS", TRACEFS))
+
+
+def ensure_tracefs(bcc_path: Path | None = None) -> str | None:
+    """Mount tracefs if it is not mounted (bcc needs it for tracepoints); and where this bcc reads the
+    tracepoints elsewhere (``bcc_path``, see bcc_tracefs) and nothing is mounted there, debugfs (whose
+    ``tracing`` is tracefs, mounted by the kernel on first use) or tracefs there. None or an error."""
     mounted = tracefs_mounted()
-    if mounted:
-        return None
     if mounted is None:
         return f"{TRACEFS} is not readable: tracing needs root or CAP_DAC_READ_SEARCH"
-    try:
-        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True,
-                       timeout=10)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"tracefs is not mounted at {TRACEFS} and mounting it failed: {e}"
+    if not mounted and (err := _mount("tracefs", TRACEFS)):
+        return err
+    if bcc_path is None or bcc_path == TRACEFS or _is_dir(bcc_path / "events"):
+        return None
+    if bcc_path.parent == DEBUGFS and not _is_dir(DEBUGFS / "tracing") and (err := _mount("debugfs", DEBUGFS)):
+        return f"{err} (this bcc reads tracepoints under {bcc_path})"
+    if not _is_dir(bcc_path / "events") and (err := _mount("tracefs", bcc_path)):
+        return f"{err} (this bcc reads tracepoints there)"
     return None
 
 
@@ -233,6 +253,26 @@ _cmpxchg: list[bool | None] = []
 #: every launch is counted in its `kernels` entry, the path of a pair without a slot: the same counts,
 #: a hash lookup per launch.
 NO_CMPXCHG = "-D__sync_val_compare_and_swap(p,o,n)=((void)(p),(void)(n),(o)+1)"
+
+
+_CAS_TEST = "int gputop_cas(void *ctx) { u64 x = 0; return __sync_val_compare_and_swap(&x, 0, 1); }"
+
+
+def compiler_cmpxchg(bcc: Any, timeout_s: float = 120.0) -> bool | None:
+    """Whether bcc's compiler emits BPF's atomic compare-and-exchange. LLVM before 12 cannot, and
+    aborts the whole process (``LLVM ERROR: Cannot select: AtomicCmpSwap``) — Debian 11's bcc on a
+    5.12+ kernel (a backports kernel) — so a child process compiles a one-line program that uses it,
+    with this process's environment (the headers). None when the child cannot tell (another error,
+    or no answer in ``timeout_s``)."""
+    where = str(Path(bcc.__file__).resolve().parent.parent)
+    code = f"import sys; sys.path.insert(0, sys.argv[1]); import bcc; bcc.BPF(text={_CAS_TEST.encode()!r})"
+    try:
+        done = subprocess.run([sys.executable, "-c", code, where], capture_output=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode == 0:
+        return True
+    return False if b"AtomicCmpSwap" in done.stderr else None
 
 
 def atomic_cmpxchg() -> bool | None:

@@ -3,19 +3,25 @@
 # mounted at /mnt/matrix: set the guest up, install gputop with the README's own set-up, run the checks,
 # leave everything under /mnt/matrix/out, power off. Times are the guest's /proc/uptime (seconds since
 # its kernel started), in out/times.txt.
+# Not PID 1 (vm.py --on-host: the suite's root chroot'd on this machine's kernel, in mount and UTS
+# namespaces of its own): no network set-up (the host's), no power-off; /proc, /sys and /dev are the host's.
 M=/mnt/matrix
 O=$M/out
 mkdir -p "$O"
 exec >"$O/guest.log" 2>&1
+pid1() { [ "$$" = 1 ]; }
 stamp() { echo "$1 $(cut -d' ' -f1 /proc/uptime)" >> "$O/times.txt"; }
 finish() {
     echo "$1" > "$O/status"
     stamp end
     sync
-    umount "$M" 2>/dev/null
-    sync
-    echo o > /proc/sysrq-trigger
-    sleep 30
+    if pid1; then
+        umount "$M" 2>/dev/null
+        sync
+        echo o > /proc/sysrq-trigger
+        sleep 30
+    fi
+    exit "$1"
 }
 stamp userspace
 export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb
@@ -24,19 +30,21 @@ mount -t tmpfs tmpfs /run
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
+# tracefs only: gputop mounts what its bcc reads tracepoints from (debugfs for bcc 0.18) by itself
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
-mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
-mount -t bpf bpf /sys/fs/bpf 2>/dev/null
-mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
-hostname "$(cat /etc/hostname)"
-# QEMU's user network: the guest reaches the mirror and the package index through the host
-# (the initrd's udev names the NIC: ens3 on QEMU's default PCI slot, eth0 without it)
-nic=$(ls /sys/class/net | grep -v '^lo$' | head -n1)
-ip link set lo up
-ip link set "$nic" up
-ip addr add 10.0.2.15/24 dev "$nic"
-ip route add default via 10.0.2.2
-echo "nameserver 10.0.2.3" > /etc/resolv.conf
+if pid1; then
+    mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+    mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+    hostname "$(cat /etc/hostname)"
+    # QEMU's user network: the guest reaches the mirror and the package index through the host
+    # (the initrd's udev names the NIC: ens3 on QEMU's default PCI slot, eth0 without it)
+    nic=$(ls /sys/class/net | grep -v '^lo$' | head -n1)
+    ip link set lo up
+    ip link set "$nic" up
+    ip addr add 10.0.2.15/24 dev "$nic"
+    ip route add default via 10.0.2.2
+    echo "nameserver 10.0.2.3" > /etc/resolv.conf
+fi
 {
     echo "kernel $(uname -r)"
     echo "python $(python3 -c 'import platform; print(platform.python_version())')"

@@ -1,6 +1,6 @@
 """Boot one Debian kernel of the matrix under QEMU (TCG) with gputop's checks inside; run as root.
 
-    python3 scripts/matrix/vm.py SUITE OUTDIR [--timeout-s N]
+    python3 scripts/matrix/vm.py SUITE OUTDIR [--timeout-s N] [--on-host]
 
 1. scripts/matrix/build-root.sh SUITE: the suite's root image, kernel and initrd (cached, see there).
 2. A run disk (ext4, made with mkfs.ext4 -d, the cloud kernels have no 9p): guest-run.sh, a copy of
@@ -11,6 +11,10 @@
    never written), the run disk writable, the serial console to OUTDIR/console.log, a hard timeout
    after which QEMU is killed.
 4. out/ copied back with debugfs (no mount, no loop device) into OUTDIR/out; OUTDIR/host-times.json.
+--on-host: the suite's userland on this machine's kernel instead of its own (Debian 11's bcc 0.18 and
+LLVM 11 on a 5.12+ kernel, as with a backports kernel): the root image's files copied out with debugfs,
+the run staged in it, guest-run.sh chroot'd there in mount and UTS namespaces of its own (not PID 1: it
+sets up no network and powers nothing off), /proc, /sys and /dev bound from the host.
 Exit status: the guest's own (out/status), 124 on the timeout, 1 when no status came back.
 """
 
@@ -86,11 +90,36 @@ def boot(cache: Path, disk: Path, console: Path, timeout_s: float) -> tuple[int 
     return rc, time.monotonic() - t0
 
 
+def on_host(cache: Path, src: Path, tmp: Path, console: Path, timeout_s: float) -> tuple[int | None, float]:
+    """guest-run.sh in the suite's root on this machine's kernel; (its exit status or None, the wall time)."""
+    t0 = time.monotonic()
+    root = tmp / "root"
+    root.mkdir()
+    subprocess.run(["debugfs", "-R", f"rdump / {root}", str(cache / "root.img")], check=True, capture_output=True)
+    shutil.move(str(src), str(root / "mnt" / "matrix"))
+    shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    script = (f"for d in proc sys dev; do mount --rbind /$d {root}/$d && mount --make-rslave {root}/$d || exit 92; "
+              f"done; exec chroot {root} /bin/bash /mnt/matrix/guest-run.sh")
+    with console.open("wb") as log:
+        proc = subprocess.Popen(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+    return rc, time.monotonic() - t0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite")
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--timeout-s", type=float, default=1500.0)
+    ap.add_argument("--on-host", action="store_true", help="the suite's userland on this machine's kernel")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("gputop: error: the kernel matrix needs root (debootstrap, chroot)\nhint: run it with sudo",
@@ -112,12 +141,17 @@ def main() -> int:
         src = Path(tmp) / "run"
         src.mkdir()
         stage(src)
-        disk = Path(tmp) / "run.img"
-        make_disk(src, disk)
-        times["run_disk_s"] = time.monotonic() - t0
-        qemu_rc, times["qemu_wall_s"] = boot(cache, disk, out / "console.log", args.timeout_s)
         shutil.rmtree(out / "out", ignore_errors=True)
-        subprocess.run(["debugfs", "-R", f"rdump /out {out}", str(disk)], check=True, capture_output=True)
+        if args.on_host:
+            times["run_disk_s"] = time.monotonic() - t0
+            qemu_rc, times["qemu_wall_s"] = on_host(cache, src, Path(tmp), out / "console.log", args.timeout_s)
+            shutil.copytree(Path(tmp) / "root" / "mnt" / "matrix" / "out", out / "out")
+        else:
+            disk = Path(tmp) / "run.img"
+            make_disk(src, disk)
+            times["run_disk_s"] = time.monotonic() - t0
+            qemu_rc, times["qemu_wall_s"] = boot(cache, disk, out / "console.log", args.timeout_s)
+            subprocess.run(["debugfs", "-R", f"rdump /out {out}", str(disk)], check=True, capture_output=True)
     # what was tested: the commit, and the tracked files that differed from it in the work tree
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
