@@ -153,6 +153,7 @@ def _compile() -> list[Check]:
                        b"TRACEPOINT_PROBE(sched, sched_process_exit) { return args->pid < 0; }", cflags=[bpf.QUIET])
         try:
             links = UprobeAttacher(prog, mod.lib).mode == "links"     # asks the kernel (links_supported)
+            _ATTACH["mode"] = "links" if links else "perf"
             prog.load_func(b"gputop_doctor", mod.BPF.KPROBE)         # the compiled program loads
         finally:
             prog.cleanup()
@@ -238,15 +239,21 @@ def _cuda_objects(dirs: tuple[str, ...] = ("/usr/lib/x86_64-linux-gnu", "/usr/li
     ]
 
 
+#: how gputop's probes attach here, once _compile asked (bcc 0.18 on Linux 6.6+: perf, though the kernel has links)
+_ATTACH: dict[str, str] = {}
+
+
 def _trap_cost() -> Check:
-    """Measure this host's uprobe trap cost now and cache it (the header's cost uses it)."""
+    """Measure this host's uprobe trap cost now, as gputop attaches here, and cache it (the header's
+    cost uses it)."""
     from gputop.sources import trapcost
 
     if not bpfsys.has_privileges():
         return Check("uprobe trap cost", "WARN", "not measured: it needs the tracing privileges",
                      bpfsys.ENABLE_HINT, needed_for_bpf=False)
     errors = []
-    for mode in ("links", "perf"):      # as gputop attaches: uprobe_multi links where the kernel has them
+    # as gputop attaches (_compile asked); else uprobe_multi links where the kernel has them
+    for mode in (_ATTACH["mode"],) if "mode" in _ATTACH else ("links", "perf"):
         try:
             cost = trapcost.measure(mode)
         except (trapcost.CalibrationError, OSError) as e:
