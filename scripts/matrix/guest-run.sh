@@ -37,8 +37,17 @@ if pid1; then
     mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
     hostname "$(cat /etc/hostname)"
     # QEMU's user network: the guest reaches the mirror and the package index through the host
-    # (the initrd's udev names the NIC: ens3 on QEMU's default PCI slot, eth0 without it)
+    # (the initrd's udev names the NIC: ens3 on QEMU's default PCI slot, eth0 without it; where the
+    # initrd left its driver unloaded (sid's 7.x), it is loaded here)
     nic=$(ls /sys/class/net | grep -v '^lo$' | head -n1)
+    if [ -z "$nic" ]; then
+        modprobe virtio_net
+        for _ in 1 2 3 4 5 6 7 8 9 10; do
+            nic=$(ls /sys/class/net | grep -v '^lo$' | head -n1)
+            [ -n "$nic" ] && break
+            sleep 0.5
+        done
+    fi
     ip link set lo up
     ip link set "$nic" up
     ip addr add 10.0.2.15/24 dev "$nic"

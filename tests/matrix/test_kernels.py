@@ -5,8 +5,8 @@ Slow (a root per suite, a TCG boot, pip and a BPF compile under emulation: about
 once its root is cached): part of ./test.sh's full run (what CI runs), as root, with qemu-system-x86
 and debootstrap installed (scripts/setup.sh --test); GPUTOP_MATRIX=0 leaves it out (the inner loop,
 ./test.sh --quick, never runs it).
-GPUTOP_MATRIX_SUITES=bookworm,trixie picks suites (default: all three, and bullseye's userland on this
-machine's kernel). Each suite boots once (scripts/matrix/vm.py); every test below reads that one run.
+GPUTOP_MATRIX_SUITES=bookworm,trixie picks suites (default: the three, and bullseye's userland on this
+machine's kernel; sid on demand). Each suite boots once (scripts/matrix/vm.py); every test below reads that one run.
 """
 
 from __future__ import annotations
@@ -52,10 +52,13 @@ SUITES = {
     "trixie": Suite("trixie", "6.12.", "3.13", "0.31", "links"),
     # Debian 11 with a newer kernel (backports; Ubuntu 22.04 pairs bcc 0.18 with 5.15): bcc 0.18's LLVM 11
     # cannot emit the cmpxchg this kernel takes, and bcc 0.18 reads tracepoints under debugfs only
+    # Debian's unstable (on demand, GPUTOP_MATRIX_SUITES=sid: its archive changes daily)
+    "sid": Suite("sid", "7.", "3.14", "0.37", "links"),
     "bullseye-on-host": Suite("bullseye-on-host", os.uname().release, "3.9", "0.18", "perf", OLD_BCC,
                               root="bullseye", on_host=True, compiler_cmpxchg=False),
 }
-CHOSEN = [s for s in os.environ.get("GPUTOP_MATRIX_SUITES", ",".join(SUITES)).split(",") if s]
+DEFAULT = ("bullseye", "bookworm", "trixie", "bullseye-on-host")
+CHOSEN = [s for s in os.environ.get("GPUTOP_MATRIX_SUITES", ",".join(DEFAULT)).split(",") if s]
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("GPUTOP_MATRIX") == "0" or os.geteuid() != 0,
