@@ -529,8 +529,8 @@ def run_dashboard(feed: Feed | MinimalFeed, options: DashboardOptions) -> int:
         finally:
             if app.recorder is not None:
                 app.recorder.close()
-    if app.return_code not in (None, 0):
-        return int(app.return_code)
+    if app.return_code is not None and app.return_code != 0:
+        return app.return_code
     return int(code or 0) or app.exit_code
 
 

@@ -104,6 +104,8 @@ def test_kubernetes_scrape_config_finds_the_daemonsets_pods() -> None:
         "10.0.0.7:9464", "/metrics", "gpu-node-1")
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="grafana-foundation-sdk, the generator's SDK, needs Python "
+                    "3.11+ (pyproject.toml installs it only there): the JSON is checked where it installs")
 def test_grafana_dashboard_is_the_generators_output() -> None:
     res = subprocess.run([sys.executable, str(DEPLOY / "grafana" / "generate.py")], capture_output=True, text=True,
                          timeout=120, check=True)

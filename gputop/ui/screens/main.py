@@ -226,8 +226,9 @@ class MainScreen(LiveScreen):
             self.gapp.say(refusal, "error")
             return
         rows = {p.pid: p for p in self.table.rows}
-        pids = [t for t in app.tags if t in rows] or (
-            [self.table.selected_pid] if self.table.selected_pid is not None else []
+        selected = self.table.selected_pid
+        pids = [t for t in app.tags if isinstance(t, int) and t in rows] or (
+            [selected] if isinstance(selected, int) else []
         )
         if not pids:
             return
