@@ -22,7 +22,6 @@ import io
 import json
 import os
 import re
-import sys
 import threading
 from array import array
 from collections.abc import Callable, Generator, Iterator
@@ -168,9 +167,24 @@ def _no_constant(name: str) -> Any:
     raise _Constant(name)
 
 
+#: the most digits of an integer read: Python 3.11's own default limit, on every Python (3.9 and 3.10
+#: convert any length, in time quadratic in it)
+MAX_INT_DIGITS = 4300
+
+
+class _TooManyDigits(ValueError):
+    pass
+
+
+def _int(text: str) -> int:
+    if len(text) - text.startswith("-") > MAX_INT_DIGITS:
+        raise _TooManyDigits(text[:20])
+    return int(text)
+
+
 #: json.loads, refusing NaN and the infinities (a number too large, 1e999, reads as inf: the model
-#: refuses that where it matters)
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+#: refuses that where it matters) and integers of more than MAX_INT_DIGITS digits
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_int=_int)
 
 
 def _decode(path: Path, lineno: int, line: str) -> dict[str, Any]:
@@ -187,10 +201,10 @@ def _decode(path: Path, lineno: int, line: str) -> dict[str, Any]:
         raise RecordingError(f"{where}: not JSON ({e} is not a JSON number)", hint) from None
     except RecursionError:          # arrays or objects nested deeper than Python's recursion limit
         raise RecordingError(f"{where}: not JSON (nested too deeply)", hint) from None
-    except ValueError as e:         # an integer of more digits than Python converts
-        what = (f"a number of more than {sys.get_int_max_str_digits()} digits" if "digits" in str(e)
-                else type(e).__name__)
-        raise RecordingError(f"{where}: not JSON ({what})", hint) from None
+    except _TooManyDigits:
+        raise RecordingError(f"{where}: not JSON (a number of more than {MAX_INT_DIGITS} digits)", hint) from None
+    except ValueError as e:
+        raise RecordingError(f"{where}: not JSON ({type(e).__name__})", hint) from None
     if not isinstance(d, dict):
         raise RecordingError(f"{where}: expected a JSON object, got {type(d).__name__}")
     schema = d.get("schema")
