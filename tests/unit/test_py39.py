@@ -31,6 +31,10 @@ TYPE_NAMES = {"int", "float", "str", "bytes", "bool", "complex", "list", "dict",
               "object", "None"}
 
 
+#: match statements' node (Python 3.10+; on 3.9 ast.parse refuses one itself)
+_MATCH: tuple[type, ...] = (ast.Match,) if hasattr(ast, "Match") else ()
+
+
 def _type_like(node: ast.expr) -> bool:
     if isinstance(node, ast.Constant):
         return node.value is None
@@ -77,7 +81,7 @@ def problems(path: Path) -> Iterator[str]:
     typing_only = _type_checking_only(tree)
     for node in ast.walk(tree):
         where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Match):
+        if isinstance(node, _MATCH):
             yield f"{where}: a match statement"
         elif isinstance(node, ast.Call):
             fn = node.func
