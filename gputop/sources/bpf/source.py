@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
 from gputop.model import SourceStatus
-from gputop.sources import bpfabi, bpfcache, btf, catalogue, discovery, kheaders, symbols
-from gputop.sources.bpfabi import (
+from gputop.sources.bpf import abi, btf, catalogue, compilecache, discovery, kheaders, symbols
+from gputop.sources.bpf.abi import (
     CODE_CUDA,
     CODE_LAYER,
     EV_EXEC,
@@ -44,7 +44,11 @@ from gputop.sources.bpfabi import (
     PATH_DEPTH,
     PATH_NAME,
 )
-from gputop.sources.bpfsys import (
+from gputop.sources.bpf.graphs import TABLES as GRAPH_TABLES
+from gputop.sources.bpf.graphs import GraphKernels
+from gputop.sources.bpf.kernelnames import KernelNamer, Resolved
+from gputop.sources.bpf.launchslots import LaunchSlots, SlotCounts
+from gputop.sources.bpf.linux import (
     ENABLE_HINT,
     NO_CMPXCHG,
     TRACEFS,
@@ -59,15 +63,11 @@ from gputop.sources.bpfsys import (
     raise_fd_limit,
     tracepoint_exists,
 )
-from gputop.sources.graphs import TABLES as GRAPH_TABLES
-from gputop.sources.graphs import GraphKernels
-from gputop.sources.kernelnames import KernelNamer, Resolved
-from gputop.sources.launchslots import LaunchSlots, SlotCounts
-from gputop.sources.objreads import START_WAIT_S, WAIT_S, BoundedCalls, ObjectReads, Pending
-from gputop.sources.procid import Doomed, PidGens, gen_of, ident, key_ident, pid_gen_words, pid_of
-from gputop.sources.selfcost import ProgStats, SelfCost
-from gputop.sources.startup import Prefetch, Steps, release_compiler_pages, release_heap
-from gputop.sources.uprobes import UprobeAttacher
+from gputop.sources.bpf.objreads import START_WAIT_S, WAIT_S, BoundedCalls, ObjectReads, Pending
+from gputop.sources.bpf.procid import Doomed, PidGens, gen_of, ident, key_ident, pid_gen_words, pid_of
+from gputop.sources.bpf.selfcost import ProgStats, SelfCost
+from gputop.sources.bpf.startup import Prefetch, Steps, release_compiler_pages, release_heap
+from gputop.sources.bpf.uprobes import UprobeAttacher
 
 __all__ = ["TRACEFS", "BpfReading", "BpfSource", "BpfUnavailable", "IdleProc", "RawKernel", "RawProc", "aligned_blocks",
            "ensure_tracefs", "has_privileges", "load_bcc", "tracepoint_exists", "use_headers"]
@@ -99,7 +99,7 @@ class BpfUnavailable(GputopError):
 
 def program_path() -> Path:
     """bpf/gputop.bpf.c in a source checkout, or its copy inside the wheel."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]     # the package: gputop/
     for cand in (here / "_data" / "bpf" / "gputop.bpf.c", here.parent / "bpf" / "gputop.bpf.c"):
         if cand.is_file():
             return cand
@@ -171,7 +171,7 @@ class RawKernel:
     block_sum: int
     name: str | None         # demangled, or None when unresolved
     object: str | None       # the object holding the stub, when known
-    graph_launches: int = 0  # launches inside graph launches (gputop/sources/graphs.py)
+    graph_launches: int = 0  # launches inside graph launches (gputop/sources/bpf/graphs.py)
 
 
 @dataclass(frozen=True)
@@ -278,7 +278,7 @@ class BpfSource:
         #: kernel struct offsets (BTF) for naming the files processes map; None: not named (read at start)
         self.file_offsets: dict[str, int] | None = None
         self._offsets_read = False
-        #: seconds each start-up step took (bench/startup.py), and how the program was made (bpfcache)
+        #: seconds each start-up step took (bench/startup.py), and how the program was made (compilecache)
         self.startup_s: dict[str, float] = {}
         self.compiled: str | None = None
         self.startup_released_bytes = 0       # the compiler's pages handed back after the compile
@@ -348,9 +348,9 @@ class BpfSource:
 
     def cflags(self) -> list[str]:
         if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
-            self.file_offsets = bpfcache.file_offsets(btf.file_offsets, btf.VMLINUX)
+            self.file_offsets = compilecache.file_offsets(btf.file_offsets, btf.VMLINUX)
             self._offsets_read = True
-        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *bpfabi.cflags(), QUIET,
+        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *abi.cflags(), QUIET,
                  f"-DPID_GEN_WORDS={pid_gen_words()}"]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
@@ -392,7 +392,7 @@ class BpfSource:
             self.cflags()                       # reads the BTF offsets
             steps("headers_btf")
             try:
-                self.bpf, self.compiled = bpfcache.compile_program(bcc, self.program_text().encode(), self.cflags(),
+                self.bpf, self.compiled = compilecache.compile_program(bcc, self.program_text().encode(), self.cflags(),
                                                                    self.headers.path, TRACEFS)
             except Exception as e:
                 raise BpfUnavailable(f"compiling the BPF program failed: {e}",
