@@ -11,7 +11,8 @@ from typing import TextIO
 
 from gputop.sources import bpf
 from gputop.sources.bpf import catalogue, discovery, kheaders, linux
-from gputop.sources.bpf.source import QUIET, batch_ops
+from gputop.sources.bpf.program import QUIET
+from gputop.sources.bpf.purge import batch_ops
 from gputop.sources.bpf.startup import read_object
 from gputop.sources.bpf.uprobes import UprobeAttacher, bcc_loads_for_links
 from gputop.sources.cudalibs import library_line

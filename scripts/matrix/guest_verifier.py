@@ -14,10 +14,10 @@ from pathlib import Path
 
 
 def limits(repo: Path) -> dict[str, int]:
-    """gputop/sources/bpf/source.py's LIMITS, read from its text (that module needs more than this guest has)."""
-    text = (repo / "gputop" / "sources" / "bpf" / "source.py").read_text()
+    """gputop/sources/bpf/program.py's LIMITS, read from its text (that module needs more than this guest has)."""
+    text = (repo / "gputop" / "sources" / "bpf" / "program.py").read_text()
     m = re.search(r"^LIMITS = (\{.*?\})\n", text, re.S | re.M)
-    assert m, "LIMITS not found in gputop/sources/bpf/source.py"
+    assert m, "LIMITS not found in gputop/sources/bpf/program.py"
     value = ast.literal_eval(m.group(1))
     assert isinstance(value, dict)
     return value
@@ -30,7 +30,7 @@ def main() -> int:
 
     from gputop.sources.bpf import abi, linux
     cflags = [*(f"-D{k}={v}" for k, v in limits(repo).items()), *abi.cflags()]
-    if linux.atomic_cmpxchg() is False:        # as gputop/sources/bpf/source.py's cflags: Linux < 5.12
+    if linux.atomic_cmpxchg() is False:        # as gputop/sources/bpf/program.py's cflags: Linux < 5.12
         cflags.append(linux.NO_CMPXCHG)
     bad = 0
     for src in map(Path, sys.argv[3:]):

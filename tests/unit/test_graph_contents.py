@@ -9,7 +9,7 @@ from gputop.feeds.live import Sampler, SamplerConfig
 from gputop.model import Counts, KernelStat, ProcSample, Snapshot, snapshot_from_json, snapshot_to_json
 from gputop.sources.bpf import RawKernel, RawProc
 from gputop.sources.bpf.graphs import G_LOST, G_UNKNOWN, Content, by_function, kernels_of
-from gputop.sources.bpf.source import _SCALARS
+from gputop.sources.bpf.records import _SCALARS
 
 F, G, H = 0x1000, 0x2000, 0x3000
 

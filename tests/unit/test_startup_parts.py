@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gputop.sources.bpf import compilecache as bpfcache
 from gputop.sources.bpf import elfread, startup, symbols
-from gputop.sources.bpf.source import program_path
+from gputop.sources.bpf.program import program_path
 
 SNIPPET = r"""
 #include <uapi/linux/ptrace.h>
