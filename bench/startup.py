@@ -114,14 +114,14 @@ t = time.perf_counter(); compilecache.file_offsets(btf.file_offsets.__wrapped__,
 out["btf_cached_s"] = time.perf_counter() - t
 bcc = load_bcc(); headers = use_headers()
 def decls(limits):
-    src = BpfSource(limits=limits); src.program.uvm_cpu_faults = True
+    src = BpfSource(limits=limits); src.uvm_cpu_faults = True
     text, cflags = compilecache.declarations_only(src.program_text()).encode(), src.cflags()
     t = time.perf_counter(); b = bcc.BPF(text=text, cflags=cflags); dt = time.perf_counter() - t
     b.cleanup()
     return dt
 out["declarations_compile_s"] = decls(None)
 out["declarations_compile_tiny_tables_s"] = decls({k: 16 for k in LIMITS})
-src = BpfSource(); src.program.uvm_cpu_faults = True
+src = BpfSource(); src.uvm_cpu_faults = True
 b, how = compilecache.compile_program(bcc, src.program_text().encode(), src.cflags(), headers.path, TRACEFS)
 data = compilecache.read(compilecache.key(bcc, src.program_text().encode(), src.cflags(), headers.path, TRACEFS))
 times = {}

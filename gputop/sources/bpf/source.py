@@ -98,11 +98,21 @@ class BpfSource:
 
     @property
     def file_offsets(self) -> dict[str, int] | None:
+        """Kernel struct offsets (BTF) for naming the files processes map (read at start, or set before)."""
         return self.program.file_offsets
+
+    @file_offsets.setter
+    def file_offsets(self, offsets: dict[str, int] | None) -> None:
+        self.program.file_offsets = offsets
 
     @property
     def uvm_cpu_faults(self) -> bool:
+        """Whether CPU faults on managed memory are traced (set at start; before it, for cflags())."""
         return self.program.uvm_cpu_faults
+
+    @uvm_cpu_faults.setter
+    def uvm_cpu_faults(self, on: bool) -> None:
+        self.program.uvm_cpu_faults = on
 
     @property
     def uprobes(self) -> UprobeAttacher | None:
