@@ -8,7 +8,7 @@ A workload on the REAL libcudart.so.12 launches at a steady ``--rate`` before gp
 round runs gputop twice, side by side in alternating order:
 
 - ``cached``: as users run it; the compiled BPF program is reused across runs (gputop/sources/
-  bpfcache.py; the cache is filled once before the first round);
+  bpf/compilecache.py; the cache is filled once before the first round);
 - ``uncached``: ``GPUTOP_BPF_CACHE=off``, the full clang/LLVM compile at every start.
 
 End to end, through the real ``gputop -b -n 1 -d 0.2 -f json -p PID --no-nvml --bpf``: the first
@@ -50,7 +50,7 @@ import json, re, sys, time
 t0 = time.perf_counter()
 import gputop.cli
 from gputop.sources.bpf import BpfSource
-from gputop.sources.startup import rss_bytes
+from gputop.sources.bpf.startup import rss_bytes
 imports_s = time.perf_counter() - t0
 rss_imports = rss_bytes()
 src = BpfSource()
@@ -90,9 +90,10 @@ src.close()
 #: parts of the start-up measured apart, in a fresh interpreter (with the cache filled)
 _PARTS = r"""
 import json, mmap, os, time
-from gputop.sources import bpfcache, btf, discovery, symbols
-from gputop.sources.bpf import TRACEFS, BpfSource, load_bcc, use_headers, LIMITS
-from gputop.sources.bpfsys import BPF_TRACE_UPROBE_MULTI
+from gputop.sources.bpf import btf, compilecache, discovery, symbols
+from gputop.sources.bpf import TRACEFS, BpfSource, load_bcc, use_headers
+from gputop.sources.bpf.program import LIMITS
+from gputop.sources.bpf.linux import BPF_TRACE_UPROBE_MULTI
 out = {}
 refs = discovery.scan()
 def whole(path):
@@ -109,20 +110,20 @@ out["prefilter_objects"] = len(refs)
 out["prefilter_mapped_bytes"] = sum(os.stat(r.open_path).st_size for r in refs if os.path.exists(r.open_path))
 out["prefilter_verdicts_differ"] = sum(a != b for a, b in zip(old, new))
 t = time.perf_counter(); btf.file_offsets.__wrapped__(btf.VMLINUX); out["btf_parse_s"] = time.perf_counter() - t
-t = time.perf_counter(); bpfcache.file_offsets(btf.file_offsets.__wrapped__, btf.VMLINUX)
+t = time.perf_counter(); compilecache.file_offsets(btf.file_offsets.__wrapped__, btf.VMLINUX)
 out["btf_cached_s"] = time.perf_counter() - t
 bcc = load_bcc(); headers = use_headers()
 def decls(limits):
     src = BpfSource(limits=limits); src.uvm_cpu_faults = True
-    text, cflags = bpfcache.declarations_only(src.program_text()).encode(), src.cflags()
+    text, cflags = compilecache.declarations_only(src.program_text()).encode(), src.cflags()
     t = time.perf_counter(); b = bcc.BPF(text=text, cflags=cflags); dt = time.perf_counter() - t
     b.cleanup()
     return dt
 out["declarations_compile_s"] = decls(None)
 out["declarations_compile_tiny_tables_s"] = decls({k: 16 for k in LIMITS})
 src = BpfSource(); src.uvm_cpu_faults = True
-b, how = bpfcache.compile_program(bcc, src.program_text().encode(), src.cflags(), headers.path, TRACEFS)
-data = bpfcache.read(bpfcache.key(bcc, src.program_text().encode(), src.cflags(), headers.path, TRACEFS))
+b, how = compilecache.compile_program(bcc, src.program_text().encode(), src.cflags(), headers.path, TRACEFS)
+data = compilecache.read(compilecache.key(bcc, src.program_text().encode(), src.cflags(), headers.path, TRACEFS))
 times = {}
 for name in (data or {}).get("funcs", {}):
     if not name.startswith("tracepoint__"):

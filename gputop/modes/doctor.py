@@ -9,10 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from gputop.sources import bpf, bpfsys, catalogue, discovery, kheaders
+from gputop.sources import bpf
+from gputop.sources.bpf import catalogue, discovery, kheaders, linux
+from gputop.sources.bpf.program import QUIET
+from gputop.sources.bpf.purge import batch_ops
+from gputop.sources.bpf.startup import read_object
+from gputop.sources.bpf.uprobes import UprobeAttacher, bcc_loads_for_links
 from gputop.sources.cudalibs import library_line
-from gputop.sources.startup import read_object
-from gputop.sources.uprobes import UprobeAttacher, bcc_loads_for_links
 from gputop.textsafe import sanitize
 
 
@@ -30,21 +33,21 @@ def _privileges() -> list[Check]:
     """One line for the whole, then one per missing capability of the least set that traces fully."""
     from gputop.modes.common import no_privileges
 
-    missing = bpfsys.missing_caps()
-    blockers = bpfsys.tracing_blockers()
+    missing = linux.missing_caps()
+    blockers = linux.tracing_blockers()
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
     if not missing:
         return [Check("privileges", "OK", f"{who}, with every capability tracing needs: "
-                      f"{', '.join(bpfsys.TRACING_CAPS)}")]
+                      f"{', '.join(linux.TRACING_CAPS)}")]
     refusal = no_privileges() if blockers else None
     if refusal is not None:     # the words of gputop --bpf, gputop -b's line, the banner, demo, --selftest
         head = Check("privileges", "FAIL", f"{who}: tracing is off ({refusal[0]})", refusal[1])
     else:
         head = Check("privileges", "WARN", f"{who}: tracing works, but some processes may go untraced",
-                     bpfsys.ENABLE_HINT, needed_for_bpf=False)
+                     linux.ENABLE_HINT, needed_for_bpf=False)
     return [head] + [Check(f"  {cap}", "FAIL" if cap in blockers else "WARN", f"missing: needed to {why}",
                            needed_for_bpf=cap in blockers)
-                     for cap, why in bpfsys.TRACING_CAPS.items() if cap in missing]
+                     for cap, why in linux.TRACING_CAPS.items() if cap in missing]
 
 
 def _kernel() -> list[Check]:
@@ -62,7 +65,7 @@ def _kernel() -> list[Check]:
                      "no kprobes: UVM GPU faults, migrations and thrashing (nvidia_uvm) are unavailable",
                      "" if kprobes else "a kernel with CONFIG_KPROBE_EVENTS=y enables them; the rest works",
                      needed_for_bpf=False))
-    cas = bpfsys.atomic_cmpxchg()        # None: not allowed to ask (see privileges)
+    cas = linux.atomic_cmpxchg()        # None: not allowed to ask (see privileges)
     if cas is not None:
         out.append(Check("BPF cmpxchg", "OK" if cas else "WARN",
                          "atomic compare-and-exchange: launch slots (a kernel's usual launch is one atomic add)" if cas
@@ -76,7 +79,7 @@ def _kernel() -> list[Check]:
 
 
 def _tracefs() -> list[Check]:
-    mounted = bpfsys.tracefs_mounted()
+    mounted = linux.tracefs_mounted()
     if mounted is None:
         return [Check("tracefs", "FAIL", f"{bpf.TRACEFS} is not readable (root's only): tracepoints cannot be "
                       "checked or used", "run as root, or grant CAP_DAC_READ_SEARCH")]
@@ -105,7 +108,7 @@ def _bcc() -> list[Check]:
         return [Check("bcc", "FAIL", e.reason, e.hint)]
     version = getattr(mod, "__version__", "unknown version")
     features = (
-        ("batch map operations", bpf.batch_ops(mod.lib), "bpf_lookup_batch, bpf_delete_batch (bcc 0.20+)",
+        ("batch map operations", batch_ops(mod.lib), "bpf_lookup_batch, bpf_delete_batch (bcc 0.20+)",
          "exited processes' map entries are deleted key by key: the same entries, more system calls",
          "none needed; with bcc 0.20+ they are deleted in batches"),
         ("load_func attach_type", bcc_loads_for_links(mod.BPF, mod.lib), "programs loaded for uprobe_multi links "
@@ -140,17 +143,17 @@ def _compile() -> list[Check]:
     """Compile and load a one-line BPF program with the chosen headers: proof the chain works.
     Then ask the kernel how uprobes will attach."""
     if not bpf.has_privileges():
-        return [Check("BPF compile", "FAIL", "skipped: tracing is off (see privileges)", bpfsys.ENABLE_HINT)]
+        return [Check("BPF compile", "FAIL", "skipped: tracing is off (see privileges)", linux.ENABLE_HINT)]
     try:
         mod = bpf.load_bcc()
         bpf.use_headers()
-        err = bpf.ensure_tracefs(bpfsys.bcc_tracefs(mod))
+        err = bpf.ensure_tracefs(linux.bcc_tracefs(mod))
         if err is not None:
             return [Check("BPF compile", "FAIL", err, "mount -t tracefs nodev /sys/kernel/tracing (bcc before 0.20: "
                           "mount -t debugfs nodev /sys/kernel/debug)")]
         # a tracepoint's arguments too: bcc reads their format from tracefs where it expects it
         prog = mod.BPF(text=b"int gputop_doctor(struct pt_regs *ctx) { return 0; }\n"
-                       b"TRACEPOINT_PROBE(sched, sched_process_exit) { return args->pid < 0; }", cflags=[bpf.QUIET])
+                       b"TRACEPOINT_PROBE(sched, sched_process_exit) { return args->pid < 0; }", cflags=[QUIET])
         try:
             links = UprobeAttacher(prog, mod.lib).mode == "links"     # asks the kernel (links_supported)
             _ATTACH["mode"] = "links" if links else "perf"
@@ -166,7 +169,7 @@ def _compile() -> list[Check]:
                     "that cannot load programs for them)",
                     "none needed; on recent kernels quitting then takes about 0.1 s per probe", needed_for_bpf=False))
     out = [Check("BPF compile", "OK", "a test program compiled and loaded"), attach]
-    if bpfsys.atomic_cmpxchg() and bpfsys.compiler_cmpxchg(mod) is False:
+    if linux.atomic_cmpxchg() and linux.compiler_cmpxchg(mod) is False:
         out.append(Check("BPF cmpxchg compile", "WARN", "the kernel takes atomic compare-and-exchange but this "
                          "bcc's compiler (LLVM before 12) cannot emit it: every launch is counted through the kernels "
                          "table, without launch slots: the same counts, a hash lookup per launch",
@@ -228,7 +231,7 @@ def _cuda_objects(dirs: tuple[str, ...] = ("/usr/lib/x86_64-linux-gnu", "/usr/li
     procs = discovery.pids_mapping(set(found))
     detail = (f"{len(found)} CUDA object(s) mapped by {len(procs)} process(es); "
               f"libcudart/libcuda files on the host: {', '.join(files) or 'none in the usual places'}")
-    if "CAP_PERFMON" in bpfsys.missing_caps():
+    if "CAP_PERFMON" in linux.missing_caps():
         detail += " (only processes of this user: other users' maps need CAP_PERFMON)"
     level = "OK" if found or files else "WARN"
     fix = "" if found else "start a CUDA program; gputop attaches to it within one refresh"
@@ -246,11 +249,11 @@ _ATTACH: dict[str, str] = {}
 def _trap_cost() -> Check:
     """Measure this host's uprobe trap cost now, as gputop attaches here, and cache it (the header's
     cost uses it)."""
-    from gputop.sources import trapcost
+    from gputop.sources.bpf import trapcost
 
-    if not bpfsys.has_privileges():
+    if not linux.has_privileges():
         return Check("uprobe trap cost", "WARN", "not measured: it needs the tracing privileges",
-                     bpfsys.ENABLE_HINT, needed_for_bpf=False)
+                     linux.ENABLE_HINT, needed_for_bpf=False)
     errors = []
     # as gputop attaches (_compile asked); else uprobe_multi links where the kernel has them
     for mode in (_ATTACH["mode"],) if "mode" in _ATTACH else ("links", "perf"):

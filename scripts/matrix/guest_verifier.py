@@ -14,10 +14,10 @@ from pathlib import Path
 
 
 def limits(repo: Path) -> dict[str, int]:
-    """gputop/sources/bpf.py's LIMITS, read from its text (that module needs more than this guest has)."""
-    text = (repo / "gputop" / "sources" / "bpf.py").read_text()
+    """gputop/sources/bpf/program.py's LIMITS, read from its text (that module needs more than this guest has)."""
+    text = (repo / "gputop" / "sources" / "bpf" / "program.py").read_text()
     m = re.search(r"^LIMITS = (\{.*?\})\n", text, re.S | re.M)
-    assert m, "LIMITS not found in gputop/sources/bpf.py"
+    assert m, "LIMITS not found in gputop/sources/bpf/program.py"
     value = ast.literal_eval(m.group(1))
     assert isinstance(value, dict)
     return value
@@ -28,10 +28,10 @@ def main() -> int:
     sys.path.insert(0, str(repo))
     from bcc import BPF  # type: ignore[import-not-found]
 
-    from gputop.sources import bpfabi, bpfsys
-    cflags = [*(f"-D{k}={v}" for k, v in limits(repo).items()), *bpfabi.cflags()]
-    if bpfsys.atomic_cmpxchg() is False:        # as gputop/sources/bpf.py's cflags: Linux < 5.12
-        cflags.append(bpfsys.NO_CMPXCHG)
+    from gputop.sources.bpf import abi, linux
+    cflags = [*(f"-D{k}={v}" for k, v in limits(repo).items()), *abi.cflags()]
+    if linux.atomic_cmpxchg() is False:        # as gputop/sources/bpf/program.py's cflags: Linux < 5.12
+        cflags.append(linux.NO_CMPXCHG)
     bad = 0
     for src in map(Path, sys.argv[3:]):
         dst = out / src.stem

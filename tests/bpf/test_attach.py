@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from support import SCAN_WAIT_S
 
-from gputop.sources import catalogue, discovery, symbols, uprobes
-from gputop.sources.bpf import BpfSource, load_bcc
-from gputop.sources.bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
-from gputop.sources.uprobes import UprobeAttacher
+from gputop.sources.bpf import BpfSource, catalogue, discovery, load_bcc, symbols, uprobes
+from gputop.sources.bpf.linux import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
+from gputop.sources.bpf.uprobes import UprobeAttacher
 
 
 @pytest.fixture

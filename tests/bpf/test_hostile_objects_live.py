@@ -329,7 +329,7 @@ def test_an_object_without_descriptors_for_its_probes_counts_dropped_once(bpf_so
     """When probing one more object would leave fewer than FD_RESERVE descriptors, it is not
     probed and counts one drop ("objects"), however often it is tried; probed once descriptors
     are free again, it stays counted (counters never go down)."""
-    from gputop.sources import bpfsys
+    from gputop.sources.bpf import linux as bpfsys
 
     src = bpf_source
     copy = nobody_dir / "libcudart-starved.so.12"

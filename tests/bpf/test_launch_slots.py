@@ -1,4 +1,4 @@
-"""The launch fast path (bpf/gputop.bpf.c, gputop/sources/launchslots.py), with real probes: a
+"""The launch fast path (bpf/gputop.bpf.c, gputop/sources/bpf/launchslots.py), with real probes: a
 (process, kernel) counts in a slot of a mapped array; buckets a slot has no place for, and launches
 of a pair whose slot another pair holds, go to the process record and the kernels table; user
 space adds them up exactly, frees a process's slots when it forgets it, and counts the captures a
@@ -10,8 +10,8 @@ import time
 
 from support import SCAN_WAIT_S
 
-from gputop.sources.bpfabi import KS_BLOCK, KS_GRID, KS_READY
-from gputop.sources.launchslots import slot_of
+from gputop.sources.bpf.abi import KS_BLOCK, KS_GRID, KS_READY
+from gputop.sources.bpf.launchslots import slot_of
 
 FUSED = "fused_step(float*, float*, int)"
 UNFUSED = "unfused_step(float const*, float*, int)"

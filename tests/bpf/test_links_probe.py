@@ -8,10 +8,9 @@ import platform
 
 import pytest
 
-from gputop.sources import symbols
-from gputop.sources.bpf import BpfUnavailable, has_privileges, load_bcc, use_headers
-from gputop.sources.catalogue import Probe
-from gputop.sources.uprobes import UprobeAttacher, links_supported
+from gputop.sources.bpf import BpfUnavailable, has_privileges, load_bcc, symbols, use_headers
+from gputop.sources.bpf.catalogue import Probe
+from gputop.sources.bpf.uprobes import UprobeAttacher, links_supported
 
 #: an unbounded index into a map value: every verifier refuses it (as 6.12 refused gputop's launch
 #: handlers before 3f9d562)

@@ -13,8 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from gputop.sources import bpfcache, bpfsys
-from gputop.sources.bpf import TRACEFS, BpfSource, load_bcc, use_headers
+from gputop.sources.bpf import TRACEFS, BpfSource, compilecache, linux, load_bcc, use_headers
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -25,17 +24,17 @@ def test_a_bcc_reading_tracepoints_under_debugfs_gets_debugfs_mounted() -> None:
     code = textwrap.dedent("""
         import subprocess, sys
         from pathlib import Path
-        from gputop.sources import bpfsys
+        from gputop.sources.bpf import linux
         want = Path("/sys/kernel/debug/tracing")
         subprocess.run(["umount", "-l", "/sys/kernel/debug"], capture_output=True)
         assert not (want / "events").is_dir()
-        assert bpfsys.ensure_tracefs(want) is None
+        assert linux.ensure_tracefs(want) is None
         assert (want / "events" / "sched" / "sched_process_exit" / "format").is_file()
         mounts = Path("/proc/self/mounts").read_text()
         assert mounts.count(" /sys/kernel/debug debugfs ") == 1, mounts
-        assert bpfsys.ensure_tracefs(want) is None          # again: nothing more mounted
+        assert linux.ensure_tracefs(want) is None          # again: nothing more mounted
         assert Path("/proc/self/mounts").read_text().count(" /sys/kernel/debug") == mounts.count(" /sys/kernel/debug")
-        assert bpfsys.ensure_tracefs(bpfsys.TRACEFS) is None and bpfsys.ensure_tracefs() is None
+        assert linux.ensure_tracefs(linux.TRACEFS) is None and linux.ensure_tracefs() is None
         print("ok")
     """)
     res = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code],
@@ -46,7 +45,7 @@ def test_a_bcc_reading_tracepoints_under_debugfs_gets_debugfs_mounted() -> None:
 def test_this_machines_compiler_emits_cmpxchg() -> None:
     bcc = load_bcc()
     use_headers()
-    assert bpfsys.compiler_cmpxchg(bcc) is True
+    assert linux.compiler_cmpxchg(bcc) is True
 
 
 def test_an_aborting_compile_is_told_apart_from_other_failures(tmp_path: Path) -> None:
@@ -64,7 +63,7 @@ def test_an_aborting_compile_is_told_apart_from_other_failures(tmp_path: Path) -
         try:
             sys.modules.pop("bcc", None)
             fake = importlib.import_module("bcc")
-            assert bpfsys.compiler_cmpxchg(fake) is want, name
+            assert linux.compiler_cmpxchg(fake) is want, name
         finally:
             sys.path.remove(str(tmp_path / name))
             sys.modules.pop("bcc", None)
@@ -79,22 +78,22 @@ def test_flags_a_compiler_cannot_take_are_asked_before_a_full_compile_only(tmp_p
     headers = use_headers()
     src = BpfSource()
     text, cflags = src.program_text().encode(), src.cflags()
-    assert bpfsys.NO_CMPXCHG not in cflags
+    assert linux.NO_CMPXCHG not in cflags
     asked: list[list[str]] = []
 
     def without_cas(flags: list[str]) -> list[str]:
         asked.append(flags)
-        return [*flags, bpfsys.NO_CMPXCHG]
+        return [*flags, linux.NO_CMPXCHG]
 
     for want in ("compiled", "cached"):
-        bpf, how = bpfcache.compile_program(bcc, text, cflags, headers.path, TRACEFS, tmp_path, without_cas)
+        bpf, how = compilecache.compile_program(bcc, text, cflags, headers.path, TRACEFS, tmp_path, without_cas)
         bpf.cleanup()
         assert how == want and len(asked) == (1 if want == "compiled" else 2)
-    assert bpfcache.read(bpfcache.key(bcc, text, cflags, headers.path, TRACEFS), tmp_path) is None
-    assert bpfcache.read(bpfcache.key(bcc, text, [*cflags, bpfsys.NO_CMPXCHG], headers.path, TRACEFS),
+    assert compilecache.read(compilecache.key(bcc, text, cflags, headers.path, TRACEFS), tmp_path) is None
+    assert compilecache.read(compilecache.key(bcc, text, [*cflags, linux.NO_CMPXCHG], headers.path, TRACEFS),
                          tmp_path) is not None
-    bpf, how = bpfcache.compile_program(bcc, text, cflags, headers.path, TRACEFS, tmp_path)    # as ever
+    bpf, how = compilecache.compile_program(bcc, text, cflags, headers.path, TRACEFS, tmp_path)    # as ever
     bpf.cleanup()
-    bpf, how = bpfcache.compile_program(bcc, text, cflags, headers.path, TRACEFS, tmp_path, without_cas)
+    bpf, how = compilecache.compile_program(bcc, text, cflags, headers.path, TRACEFS, tmp_path, without_cas)
     bpf.cleanup()
     assert how == "cached" and len(asked) == 2          # the original flags' program: nothing asked

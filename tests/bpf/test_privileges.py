@@ -27,12 +27,12 @@ import test_deploy_caps
 from support import ROOT, Workloads
 from test_deploy_caps import NOBODY, as_nobody
 
-from gputop.sources.bpfsys import ENABLE_HINT, TRACING_CAPS
+from gputop.sources.bpf.linux import ENABLE_HINT, TRACING_CAPS
 
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from tmux_driver import TmuxSession, have_tmux
 
-#: why tracing is off for uid 65534 without capabilities (bpfsys.privileges_error), in every command's words
+#: why tracing is off for uid 65534 without capabilities (linux.privileges_error), in every command's words
 WHY = ("tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (root has them): missing CAP_BPF, "
        "CAP_PERFMON, CAP_DAC_READ_SEARCH")
 

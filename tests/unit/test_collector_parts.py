@@ -9,8 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gputop.sources import catalogue, kheaders, symbols
-from gputop.sources.bpf import aligned_blocks, load_bcc
+from gputop.sources.bpf import aligned_blocks, catalogue, kheaders, load_bcc, symbols
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -173,9 +172,10 @@ def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None
     uprobe hit; the hits are exact per refresh interval (``observe``); the cost is hits x the
     calibrated trap cost + hits x the run time per hit + the tracepoints' time, unknown (None) until
     the trap cost is known."""
-    from gputop.sources import bpfsys, selfcost
-    from gputop.sources.selfcost import ProgStats, SelfCost
-    from gputop.sources.trapcost import Calibration, TrapCost
+    from gputop.sources.bpf import linux as bpfsys
+    from gputop.sources.bpf import selfcost
+    from gputop.sources.bpf.selfcost import ProgStats, SelfCost
+    from gputop.sources.bpf.trapcost import Calibration, TrapCost
 
     assert selfcost.STATS_WINDOW_S / selfcost.STATS_PERIOD_S == 0.02
     opened: list[int] = []
@@ -237,8 +237,8 @@ def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None
 
 
 def test_self_cost_formula_is_exact() -> None:
-    from gputop.sources.selfcost import cost_ns_per_s
-    from gputop.sources.trapcost import TrapCost
+    from gputop.sources.bpf.selfcost import cost_ns_per_s
+    from gputop.sources.bpf.trapcost import TrapCost
 
     trap = TrapCost(750.5, 612.25, "perf", 9, 20000, 0.0)
     assert cost_ns_per_s(12_345.0, 67.0, 2_468_000.0, trap) == 12_345 * 750.5 + 67 * 612.25 + 2_468_000.0

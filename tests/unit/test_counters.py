@@ -17,7 +17,7 @@ from gputop.counters import BPF_MEMBERS, BY_FIELD, GPU, PROC, Shown
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 from gputop.feeds.prometheus import Results, build_snapshot
 from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Snapshot, SourceStatus
-from gputop.sources import bpf
+from gputop.sources.bpf import records
 from gputop.ui import compare
 from gputop.ui.screens import details
 
@@ -66,7 +66,7 @@ def test_each_quantity_the_bpf_program_counts_is_a_member_of_its_struct_and_each
     scalars = {m for m, array in members.items() if not array}
     assert scalars - used == set(NOT_QUANTITIES)
     assert set(BPF_MEMBERS) == scalars - set(NOT_QUANTITIES)
-    assert bpf._SCALARS is BPF_MEMBERS      # the reader reads what the catalogue names
+    assert records._SCALARS is BPF_MEMBERS      # the reader reads what the catalogue names
 
 
 def test_every_row_is_shown_and_exported_as_it_says() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources import btf, discovery
+from gputop.sources.bpf import btf, discovery
 
 # a bind mount of a subfolder, an escaped space, and another filesystem
 MOUNTINFO = """\

@@ -23,8 +23,9 @@ from gputop import config, safefiles
 from gputop.config import Config, load_config, save_config
 from gputop.model import Snapshot, SourceStatus, snapshot_from_json, snapshot_to_json
 from gputop.record import Recorder, RecordingError, read_recording
-from gputop.sources import bpfcache, kheaders, trapcost
-from gputop.sources.trapcost import Calibration, TrapCost
+from gputop.sources.bpf import compilecache as bpfcache
+from gputop.sources.bpf import kheaders, trapcost
+from gputop.sources.bpf.trapcost import Calibration, TrapCost
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plays attacks on root: needs root")
 

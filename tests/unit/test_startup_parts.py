@@ -7,8 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from gputop.sources import bpfcache, elfread, startup, symbols
-from gputop.sources.bpf import program_path
+from gputop.sources.bpf import compilecache as bpfcache
+from gputop.sources.bpf import elfread, startup, symbols
+from gputop.sources.bpf.program import program_path
 
 SNIPPET = r"""
 #include <uapi/linux/ptrace.h>

@@ -9,7 +9,7 @@ import re
 import threading
 import time
 
-from gputop.sources import discovery, elfread, symbols
+from gputop.sources.bpf import discovery, elfread, symbols
 
 ObjectKey = tuple[int, int]
 #: objects the start-up prefetch reads (a library of CUDA's is far smaller); the seconds it may

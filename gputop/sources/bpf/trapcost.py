@@ -40,7 +40,7 @@ from pathlib import Path
 
 from gputop import safefiles
 
-from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
+from .linux import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 
 CACHE_NAME = "trap-cost.json"
 #: the cache file is a few hundred bytes per kernel and CPU; a larger one is not read

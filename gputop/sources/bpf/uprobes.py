@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .bpfcache import func_load_takes_attach_type
-from .bpfsys import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from .catalogue import LAUNCH, Probe
+from .compilecache import func_load_takes_attach_type
+from .linux import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from .trapcost import CalibrationError, empty_prog
 
 _KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import bpfsys
+from . import linux
 from .trapcost import Calibration, TrapCost
 
 STATS_WINDOW_S = 0.1  # BPF run-time statistics are on for this long...
@@ -145,7 +145,7 @@ class SelfCost:
                 return          # statistics would add their clock reads to the calibration's probes
             if self._fd is not None or self._clock() < self._next:
                 return
-            fd = bpfsys.enable_stats()
+            fd = linux.enable_stats()
             if fd is None:      # refused: the programs' cost stays unknown
                 self._next = float("inf")
                 return

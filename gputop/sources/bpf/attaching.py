@@ -1,0 +1,133 @@
+"""The CUDA objects processes map, each read once (off the collector's path: objreads.py), then probed
+with the catalogue's probes (their code ranges first: coderanges.py) or rejected, and detached once
+no known process maps it. Objects are keyed by (device, inode)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import os
+from collections.abc import Iterator
+
+from gputop.sources.bpf import catalogue, discovery, symbols
+from gputop.sources.bpf.coderanges import CodeRanges
+from gputop.sources.bpf.generations import Generations
+from gputop.sources.bpf.linux import fd_room
+from gputop.sources.bpf.objreads import ObjectReads, Pending
+from gputop.sources.bpf.program import Program
+from gputop.sources.bpf.uprobes import UprobeAttacher
+
+ObjectKey = tuple[int, int]
+
+
+class Attacher:
+    def __init__(self, program: Program, generations: Generations) -> None:
+        self._program = program
+        self.objects: dict[ObjectKey, str] = {}           # probed objects -> path
+        self.rejected: set[ObjectKey] = set()             # objects without CUDA entry points
+        #: symbols of probed objects (and of objects read to name kernels): kept while mapped
+        self.symcache: dict[ObjectKey, symbols.ObjectSymbols | None] = {}
+        #: objects read while the program compiled (startup.Prefetch), used by the first scan
+        self.prefetched: dict[ObjectKey, symbols.ObjectSymbols | None] = {}
+        self.reads = ObjectReads()           # object reads off the collector's path (objreads.py)
+        self._pending: dict[ObjectKey, discovery.ObjectRef] = {}    # objects still being read
+        self.uprobes: UprobeAttacher | None = None          # set once the program is loaded
+        self._dropped = 0               # objects that went unprobed for want of descriptors
+        self._fd_starved: set[ObjectKey] = set()          # those mapped now
+        self.code = CodeRanges(program.table, generations, self._probed)
+
+    def _probed(self, key: ObjectKey) -> symbols.ObjectSymbols | None:
+        return self.symcache.get(key) if key in self.objects else None
+
+    def known(self, key: ObjectKey) -> bool:
+        """Whether the object ``key`` is probed or rejected already."""
+        return key in self.objects or key in self.rejected
+
+    def attach(self, ref: discovery.ObjectRef, users: dict[int, list[discovery.Mapping]] | None = None) -> bool:
+        """Probe one object; False if it has no CUDA entry points (or its process just exited:
+        then it is not marked, and the next process that maps it brings it back; or its read
+        outlasts this scan's wait: then it is attached once read, see objreads).
+
+        The object is opened once, checked on the descriptor (discovery.open_object), and read
+        and probed through that descriptor, so a process that exits meanwhile cannot leave it
+        half probed, and a file swapped for a FIFO or a symlink is never opened."""
+        fd = ref.open()
+        if fd is None:
+            # its process is gone, and its map_files with it: the same file by its path from here
+            here = discovery.same_file(ref)
+            if here is None or here == ref.open_path:
+                return self._reject(ref)
+            return self.attach(dataclasses.replace(ref, open_path=here), users)
+        try:
+            try:
+                syms = (self.prefetched.pop(ref.key) if ref.key in self.prefetched
+                        else self.reads.read(ref.key, fd, ref.open_path))
+            except Pending:
+                self._pending[ref.key] = ref
+                return False
+            self._pending.pop(ref.key, None)
+            wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
+            if syms is None or not wanted:
+                return self._reject(ref)
+            assert self.uprobes is not None
+            if not fd_room(2 * len(wanted)):     # at most an entry and a return probe each
+                self._fd_starved.add(ref.key)       # no descriptors left for its probes: see fd_room
+                return False
+            if ref.key in self._fd_starved:          # it was counted dropped: it stays counted
+                self._fd_starved.discard(ref.key)
+                self._dropped += 1
+            syms.path = ref.open_path
+            self.symcache[ref.key] = syms
+            self.objects[ref.key] = ref.path
+            for pid, pmaps in (users or {}).items():      # code ranges first, then the probes
+                self.code.add(pid, pmaps)
+            self.uprobes.attach(f"/proc/self/fd/{fd}", [(probe, addr, off) for probe, addr in wanted
+                                                        if (off := syms.offset_of_vaddr(addr)) is not None],
+                                name=ref.path, owner=ref.key)
+        finally:
+            os.close(fd)
+        self.classified(ref.key, probed=True)
+        return True
+
+    def finished(self) -> Iterator[discovery.ObjectRef]:
+        """The objects whose reads finished after their scan stopped waiting, still to be probed (each
+        read is let go once the caller is done with its object: used, or its object gone or known)."""
+        for key in self.reads.done():
+            ref = self._pending.pop(key, None)
+            if ref is not None and key not in self.objects and key not in self.rejected:
+                yield ref
+            self.reads.discard(key)
+
+    def _reject(self, ref: discovery.ObjectRef) -> bool:
+        if os.path.exists(ref.open_path):       # readable: really not a CUDA object
+            self.rejected.add(ref.key)
+            self.classified(ref.key, probed=False)
+        return False
+
+    def classified(self, key: ObjectKey, *, probed: bool) -> None:
+        """Tell the BPF side: its mappings start a rescan (probed) or no event at all."""
+        if not self._program.file_offsets:
+            return
+        table = self._program.table("known_files")
+        k = table.Key(discovery.kernel_dev(key[0]), key[1])
+        with contextlib.suppress(Exception):    # full: its mappings keep sending events, as before
+            table[k] = ctypes.c_uint8(1 if probed else 2)
+
+    def release_unmapped(self, mapped: set[ObjectKey]) -> None:
+        """Detach and forget the objects no known process maps any more (after a full scan): an
+        object comes back with the next process that maps it (its mapping starts a rescan), and
+        a user who made many crafted ones leaves neither probes nor descriptors behind."""
+        for key in [k for k in self.objects if k not in mapped and k not in self._pending]:
+            assert self.uprobes is not None
+            self.uprobes.detach(key)
+            del self.objects[key]
+        for key in [k for k in self.symcache if k not in mapped and k not in self.objects]:
+            del self.symcache[key]         # programs named from: read again if mapped again
+        self.rejected &= mapped
+        self._dropped += len(self._fd_starved - mapped)
+        self._fd_starved &= mapped
+
+    def dropped(self) -> int:
+        """Objects that went unprobed for want of descriptors since start (those mapped now included)."""
+        return self._dropped + len(self._fd_starved)

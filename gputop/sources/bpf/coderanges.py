@@ -1,0 +1,97 @@
+"""Where the CUDA runtime's and driver's code lies in each process, told to the BPF side: the ``code``
+trie (a driver call made from CUDA code is the runtime's, not counted twice), the ``tracked`` table
+(processes whose exit the kernel reports) and the ``layers`` switch (a driver-level layer is probed:
+rule 7 of docs/collector.md, "Each launch counted once"). Only user space writes the trie."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+from gputop.sources.bpf import discovery, symbols
+from gputop.sources.bpf.abi import CODE_CUDA, CODE_LAYER
+from gputop.sources.bpf.generations import Generations
+from gputop.sources.bpf.linux import aligned_blocks
+from gputop.sources.bpf.procid import Doomed, ident
+
+
+class CodeRanges:
+    def __init__(self, table: Callable[[str], Any], generations: Generations,
+                 probed: Callable[[tuple[int, int]], symbols.ObjectSymbols | None]) -> None:
+        self._table = table
+        self._generations = generations
+        self._probed = probed           # a probed object's symbols (None: not probed, or not read)
+        self.done: set[tuple[int, int, tuple[int, int]]] = set()     # (pid, mapping start, object) put in
+        self.dropped = 0
+        self._layers = False        # the BPF side told a driver-level layer is probed (rule 7)
+        #: the keys of the ``code`` trie by process: only user space writes that trie, so a
+        #: process's entries are deleted by key, without a walk through everyone's
+        self._keys: dict[int, list[bytes]] = {}
+
+    def _layers_on(self) -> None:
+        """A driver-level layer's code is in a process: the BPF side checks for its tail calls (rule 7)."""
+        if not self._layers:
+            with contextlib.suppress(KeyError):     # a program without the map (bench/probe_cost.py --before)
+                self._table("layers")[ctypes.c_int(0)] = ctypes.c_uint32(1)
+            self._layers = True
+
+    def add(self, pid: int, maps: list[discovery.Mapping]) -> None:
+        """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see code_kind)."""
+        code = self._table("code")
+        gen = self._generations.scanned(pid)
+        me = ident(pid, gen)
+        # the key's owner: tgid and generation, big-endian (tgid alone in a program without generations)
+        owner = pid.to_bytes(4, "big") + (gen.to_bytes(4, "big") if len(code.Key().data) == 16 else b"")
+        added = False
+        for m in maps:
+            key = (m.dev, m.inode)
+            syms = self._probed(key)
+            if syms is None or (pid, m.start, key) in self.done:
+                continue
+            self.done.add((pid, m.start, key))
+            kind = ctypes.c_uint32(CODE_LAYER if syms.driver_layer else CODE_CUDA)
+            if kind.value == CODE_LAYER:
+                self._layers_on()
+            for start, end in syms.cuda_code_runs():
+                lo, hi = syms.offset_of_vaddr(start), syms.offset_of_vaddr(end - 1)
+                if lo is None or hi is None:
+                    continue
+                lo, hi = max(lo, m.offset), min(hi + 1, m.offset + (m.end - m.start))
+                if lo >= hi:
+                    continue
+                for addr, bits in aligned_blocks(m.start + lo - m.offset, m.start + hi - m.offset):
+                    k = code.Key()
+                    k.prefixlen = 8 * len(owner) + 64 - bits
+                    for i, byte in enumerate(owner + addr.to_bytes(8, "big")):
+                        k.data[i] = byte
+                    try:
+                        code[k] = kind
+                        added = True
+                        self._keys.setdefault(me, []).append(bytes(k))
+                    except Exception:
+                        self.dropped += 1
+                        return
+        if added:
+            tracked = self._table("tracked")
+            try:
+                tracked[tracked.Key(me)] = ctypes.c_uint8(1)
+            except Exception:           # full: the kernel will not report this process's exit (the sweep does)
+                self.dropped += 1
+
+    def pids(self) -> set[int]:
+        """Processes whose code ranges were put in."""
+        return {p for p, _s, _k in self.done}
+
+    def delete(self, doomed: Doomed) -> None:
+        """Delete the ``code`` trie's entries of the processes ``doomed`` names, by the keys put there."""
+        table = self._table("code")
+        for me in [me for me in self._keys if doomed.hit(me)]:
+            for raw in self._keys.pop(me):
+                with contextlib.suppress(KeyError):
+                    del table[table.Key.from_buffer_copy(raw)]
+
+    def forget(self, pids: set[int]) -> None:
+        """The mappings of ``pids`` get their ranges again when next scanned (an exec, a new process)."""
+        self.done = {c for c in self.done if c[0] not in pids}

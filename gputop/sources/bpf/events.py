@@ -1,0 +1,141 @@
+"""The ring buffer's events (exec, mmap, fork, exit, and files the BPF side could not classify) and
+what they start once a poll has drained them: the last records of exited processes, an exec's old
+image forgotten, rescans of the processes named, the unknown files reached, objects whose reads
+finished probed, and every RESCAN_S a full rescan and a sweep (events can be lost)."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+from gputop.sources.bpf import discovery
+from gputop.sources.bpf.abi import EV_EXEC, EV_EXIT, EV_EXIT_IDLE, EV_FILE, EV_FORK, EV_MMAP, PATH_DEPTH, PATH_NAME
+from gputop.sources.bpf.attaching import Attacher, ObjectKey
+from gputop.sources.bpf.forgetting import Forgetting
+from gputop.sources.bpf.generations import Generations
+from gputop.sources.bpf.procid import ident, pid_of
+from gputop.sources.bpf.scanning import ProcMaps, Scanner
+
+RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
+EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon
+
+
+class _Event(ctypes.Structure):
+    """bpf/gputop.bpf.c's event_t."""
+    _fields_ = (("ts", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("type", ctypes.c_uint16),
+                ("gen", ctypes.c_uint16))
+
+
+class _FileEvent(ctypes.Structure):
+    """bpf/gputop.bpf.c's file_event_t (type EV_FILE)."""
+    _fields_ = (("h", _Event), ("dev", ctypes.c_uint64), ("ino", ctypes.c_uint64), ("depth", ctypes.c_uint32),
+                ("complete", ctypes.c_uint32), ("names", (ctypes.c_char * PATH_NAME) * PATH_DEPTH))
+
+
+class Events:
+    def __init__(self, generations: Generations, procs: ProcMaps, attacher: Attacher, scanner: Scanner,
+                 forgetting: Forgetting, clock: Callable[[], float]) -> None:
+        self._generations = generations
+        self._procs = procs
+        self._attacher = attacher
+        self._scanner = scanner
+        self._forgetting = forgetting
+        self._clock = clock
+        self.rescan: set[int] = set()
+        self._reimage: set[int] = set()           # identities (procid) whose exec replaced their image
+        self._execed: set[int] = set()            # processes that exec'd since the last take_execed()
+        self.exited: set[int] = set()             # identities (procid) whose exit event came
+        #: files the BPF side named because they were not classified: key -> (pid, names or None)
+        self.unknown_files: dict[ObjectKey, tuple[int, list[bytes] | None]] = {}
+        self.last_full_scan = 0.0
+
+    def on_event(self, _cpu: int, data: Any, size: int) -> None:
+        """bcc's ring-buffer callback: note what one event asks for (handled by ``handle``)."""
+        ev = ctypes.cast(data, ctypes.POINTER(_Event)).contents
+        tgid, kind, gen = int(ev.tgid), int(ev.type), int(ev.gen)
+        me = ident(tgid, gen)
+        if kind == EV_FILE and size >= ctypes.sizeof(_FileEvent):
+            fe = ctypes.cast(data, ctypes.POINTER(_FileEvent)).contents
+            names = [bytes(fe.names[i]).split(b"\0", 1)[0] for i in range(min(fe.depth, PATH_DEPTH))]
+            key = (discovery.user_dev(int(fe.dev)), int(fe.ino))
+            self.unknown_files.setdefault(key, (tgid, names if fe.complete else None))
+            kind = EV_MMAP
+        if kind not in (EV_EXIT, EV_EXIT_IDLE):
+            self._generations.seen(tgid, gen)
+        if kind == EV_EXIT:
+            self.exited.add(me)
+        elif kind == EV_EXIT_IDLE:       # exited without a record
+            self._forgetting.exited_idle(tgid, gen)
+        elif kind == EV_FORK:
+            if discovery.tgid_of(tgid) == tgid:     # a new process, not a thread
+                self.rescan.add(tgid)
+        else:
+            # an exec after the last scan of that process replaced its image (one before it was seen)
+            if kind == EV_EXEC:
+                self._execed.add(tgid)
+            if kind == EV_EXEC and int(ev.ts) > self._procs.scanned_ns.get(tgid, 0):
+                self._reimage.add(me)
+            self.rescan.add(tgid)
+
+    def handle(self) -> bool:
+        """What the events drained since the last call ask for; True when something happened (a rescan
+        attached probes or a process exited)."""
+        changed = bool(self.exited)
+        forgetting = self._forgetting
+        # exits of processes whose PID is a new process's already: their last records first, before a
+        # rescan reads the new process's maps under that PID
+        reused = {i for i in self.exited if self._generations.reused(i)}
+        if reused:
+            forgetting.take_final(reused)
+            self.exited -= reused
+        for me in self._reimage:        # exec: the old image's code ranges and names are gone
+            if me not in reused and pid_of(me) not in forgetting.final:
+                forgetting.forget_image(me)
+        self._reimage.clear()
+        if self.rescan:
+            pids = sorted(self.rescan)
+            self.rescan.clear()
+            changed = self._scanner.scan(pids) > 0 or changed
+        if self.exited:                # after the rescans: the newest maps name their kernels
+            forgetting.take_final(self.exited)
+            self.exited.clear()
+        if self.unknown_files:
+            changed = self._reach_unknown() > 0 or changed
+        if self._attacher.reads.running():
+            self._attacher.reads.check_stuck()
+            changed = self._scanner.attach_read() > 0 or changed
+        if self._clock() - self.last_full_scan >= RESCAN_S:
+            self.last_full_scan = self._clock()
+            changed = self._scanner.scan(None) > 0 or changed
+            forgetting.sweep()
+        self._generations.newest.clear()        # only an exit handled with these events compares with them
+        return changed
+
+    def _reach_unknown(self) -> int:
+        """Probe the files the BPF side named that the rescans did not classify: their processes
+        were gone before their maps could be read. Each is reached through the same path in
+        gputop's own mount namespace (same device and inode); otherwise another process that maps
+        it may: the full rescan comes early. Returns how many objects were probed."""
+        pending, self.unknown_files = self.unknown_files, {}
+        attacher = self._attacher
+        new = 0
+        for key, (pid, names) in pending.items():
+            if attacher.known(key):
+                continue
+            ref = discovery.reach(key[0], key[1], names, pid) if names else None
+            if ref is None:
+                self.last_full_scan = min(self.last_full_scan, self._clock() - RESCAN_S + EARLY_RESCAN_S)
+                continue
+            if attacher.known(ref.key):
+                attacher.classified(key, probed=ref.key in attacher.objects)    # the same file on a stacked fs
+            elif attacher.attach(ref):
+                new += 1
+                if ref.key != key:
+                    attacher.classified(key, probed=True)
+        return new
+
+    def take_execed(self) -> frozenset[int]:
+        """The processes that exec'd since the last call."""
+        execed, self._execed = frozenset(self._execed), set()
+        return execed

@@ -1,0 +1,161 @@
+"""Processes leaving: the last records of exited processes (kept until shown), what a process's exec
+takes away, the sweep of dead processes that left no record, and the deletion of everything the
+BPF side and user space hold about a process, by identity (tgid, generation: procid.py) so that a
+new process under the same PID keeps its own (docs/collector.md, "Bounded maps and process exit")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gputop.sources.bpf import discovery
+from gputop.sources.bpf.attaching import Attacher
+from gputop.sources.bpf.generations import Generations
+from gputop.sources.bpf.graphs import TABLES as GRAPH_TABLES
+from gputop.sources.bpf.graphs import GraphKernels
+from gputop.sources.bpf.launchslots import LaunchSlots
+from gputop.sources.bpf.naming import Naming
+from gputop.sources.bpf.procid import Doomed, ident, pid_of
+from gputop.sources.bpf.purge import delete_by_pid, delete_ranges
+from gputop.sources.bpf.readings import RawProc
+from gputop.sources.bpf.records import Records
+from gputop.sources.bpf.scanning import ProcMaps
+
+
+class Forgetting:
+    def __init__(self, table: Callable[[str], Any], generations: Generations, procs: ProcMaps, attacher: Attacher,
+                 names: Naming, records: Records, slots: LaunchSlots, graph_kernels: GraphKernels) -> None:
+        self._table = table
+        self._generations = generations
+        self._procs = procs
+        self._attacher = attacher
+        self._names = names
+        self._records = records
+        self._slots = slots
+        self._graph_kernels = graph_kernels
+        self.final: dict[int, RawProc] = {}      # last records of exited processes, until shown
+        #: the identity of the record each PID's row came from in the last read (forget() deletes that
+        #: one), and of processes that exited without a record
+        self.reported: dict[int, int] = {}
+        self._idle_gen: dict[int, int] = {}
+        #: processes with no record whose exit was seen: pid -> whether a read reported it yet
+        self.idle_exited: dict[int, bool] = {}
+
+    def take_final(self, idents: Iterable[int]) -> None:
+        """At their exit: keep the last records of the processes ``idents`` (with their kernels'
+        names) and delete everything the kernel holds about them. (A new process under one of these
+        PIDs has its own generation: its counts never reached these.) A PID whose earlier final is
+        still to be shown keeps this one in the kernel meanwhile: read() shows it next."""
+        table = self._table("procs")
+        records: dict[int, Any] = {}
+        for me in sorted(idents):
+            if pid_of(me) in self.final or any(pid_of(r) == pid_of(me) for r in records):
+                continue
+            try:
+                records[me] = table[table.Key(me)]
+            except KeyError:                    # shown and forgotten already
+                continue
+        if not records:
+            return
+        kernels = self._slots.counts(self._table("kernels").items(), set(records))
+        for me, v in records.items():           # their names are kept as read now, from their last maps
+            with self._names.named_as_gone(me, self._procs.maps.get(pid_of(me), [])), self._names.namer.own_budget():
+                self.final[pid_of(me)] = self._records.raw(me, v, kernels, 0)
+        self._forget(Doomed(frozenset(records)))
+
+    def exited_idle(self, tgid: int, gen: int) -> None:
+        """A process without a record exited (its exit event): a listed one's BPF entries go now and
+        its listing once a read reported it exited (then forget()); another's everything now."""
+        me = ident(tgid, gen)
+        if tgid in self._procs.cuda_pids:
+            self._delete_tables(Doomed(frozenset({me})))
+            self.idle_exited.setdefault(tgid, False)
+            self._idle_gen[tgid] = gen
+        else:
+            self._forget(Doomed(frozenset({me})))
+
+    def forget_image(self, me: int) -> None:
+        """After an exec of process ``me``: the code ranges and kernel names of the old program no
+        longer apply to new launches. The kernels it launched keep their names, resolved now with the
+        old image: the names the BPF side captured (at registration look-ups, at each kernel's first
+        launch) and the old program's symbols (its maps as last scanned); not from the process's
+        memory, which is the new program's now."""
+        pid, only = pid_of(me), Doomed(frozenset({me}))
+        self._delete_by_pid(only, ("name_ptrs",))
+        # names kept already (a scan saw the new image first: Naming.keep_unmapped) come first
+        named = self._names.old_names(me, self._names.launched(me), self._procs.maps.get(pid, []))
+        self._attacher.code.delete(only)
+        self._delete_by_pid(only, ("names", "aliases"))
+        self._attacher.code.forget({pid})
+        self._names.namer.forget(pid)
+        self._names.namer.keep(pid, named)
+
+    def sweep(self) -> None:
+        """Forget processes that are gone but left no record to report their exit."""
+        procs = self._table("procs")
+        alive = set(discovery.all_pids())
+        recorded = {pid_of(int(k.value)) for k in procs}
+        dead = {pid for pid in self._attacher.code.pids() | set(self._procs.maps)
+                if pid not in alive and pid not in recorded}
+        # a listed process without a record is reported exited by one read before it goes
+        for pid in dead & self._procs.cuda_pids:
+            self.idle_exited.setdefault(pid, False)
+        self._forget(Doomed(pids=frozenset(pid for pid in dead
+                                           if self.idle_exited.get(pid, True) and pid not in self.final)))
+        self._attacher.release_unmapped(self._procs.mapped())
+
+    def forget(self, pids: Iterable[int]) -> None:
+        """Remove every record of processes that are gone (after their last interval was shown): the
+        process whose row the last read showed under each PID, not a new process that has it now."""
+        idents, anyone = set(), set()
+        for pid in pids:
+            if self.final.pop(pid, None) is not None:      # taken at exit: the kernel's entries went then
+                continue
+            me = self.reported.pop(pid, None)
+            if me is None:
+                me = self._idle_gen_ident(pid)
+            if me is None:
+                anyone.add(pid)
+            else:
+                idents.add(me)
+        self._forget(Doomed(frozenset(idents), frozenset(anyone)))
+
+    def _idle_gen_ident(self, pid: int) -> int | None:
+        gen = self._idle_gen.get(pid)
+        return None if gen is None else ident(pid, gen)
+
+    def _forget(self, doomed: Doomed) -> None:
+        if not doomed:
+            return
+        self._delete_tables(doomed)
+        for pid in doomed.all_pids:
+            self._names.drop_generation(pid)
+            if not self._generations.release(pid, doomed):
+                continue        # what user space knows of this PID is a newer process's: it stays
+            self._procs.drop(pid)
+            self.idle_exited.pop(pid, None)
+            self._idle_gen.pop(pid, None)
+
+    def _delete_tables(self, doomed: Doomed) -> None:
+        """Delete what the BPF side holds about processes that are gone."""
+        gone = set(doomed.all_pids)
+        self._graph_kernels.keep(gone, self._names.namer.name)
+        for name in ("procs", "tracked"):
+            table = self._table(name)
+            for me in doomed.idents:
+                table.pop(table.Key(me), None)
+            if doomed.pids:
+                for k in [k for k in table if pid_of(int(k.value)) in doomed.pids]:
+                    table.pop(k, None)
+        self._slots.forget(doomed)           # their launch slots, and captures they left under way
+        self._delete_by_pid(doomed, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
+                                     "capture_events", *GRAPH_TABLES))
+        delete_ranges(self._table("ranges"), doomed)
+        self._attacher.code.delete(doomed)
+        self._attacher.code.forget(gone)
+        for pid in gone:
+            self._names.namer.forget(pid)
+
+    def _delete_by_pid(self, doomed: Doomed, tables: tuple[str, ...]) -> None:
+        for name in tables:
+            delete_by_pid(self._table(name), doomed)

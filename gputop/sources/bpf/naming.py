@@ -1,0 +1,109 @@
+"""Kernel names as the BPF source resolves them (kernelnames.py does the resolving): what the BPF side
+captured under the generation being named, whole names read from the process's memory while it
+still holds them, and the names a program that is gone (an exec, an unmapping, an exit) leaves."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gputop.sources.bpf import discovery
+from gputop.sources.bpf.abi import NAME_LEN
+from gputop.sources.bpf.attaching import Attacher
+from gputop.sources.bpf.generations import Generations
+from gputop.sources.bpf.kernelnames import KernelNamer, Resolved
+from gputop.sources.bpf.objreads import BoundedCalls
+from gputop.sources.bpf.procid import gen_of, ident, key_ident, pid_of
+
+MEM_READ_S = 0.5      # a read of a kernel's name from its process's memory (objreads.BoundedCalls)
+
+
+class Naming:
+    def __init__(self, table: Callable[[str], Any], generations: Generations,
+                 maps: dict[int, list[discovery.Mapping]], attacher: Attacher) -> None:
+        self._table = table
+        self._generations = generations
+        reads = attacher.reads
+        self.namer = KernelNamer(self._captured_name, self._alias, attacher.symcache, maps,
+                                 read=lambda key, fd, path: reads.read(key, fd, path, cuda_only=False))
+        #: reads of processes' memory (kernel names at their registration), bounded in time
+        self._mem_reads = BoundedCalls("gputop-mem", MEM_READ_S)
+        #: the generation whose names a pid's kernels are being resolved with (_by_key)
+        self._gen: dict[int, int] = {}
+        self._memory_stale = False  # names being resolved for an old image (named_as_gone)
+
+    def resolving(self, me: int) -> None:
+        """The kernels of the PID of ``me`` are named with its generation's captured names from now."""
+        self._gen[pid_of(me)] = gen_of(me)
+
+    def drop_generation(self, pid: int) -> None:
+        self._gen.pop(pid, None)
+
+    def _by_key(self, name: str, pid: int, addr: int) -> Any:
+        """The value at (pid, addr) of a (tgid, address)-keyed table, or None."""
+        table = self._table(name)
+        gen = self._gen.get(pid)
+        try:
+            return table[table.Key(pid, self._generations.now(pid) if gen is None else gen, addr)]
+        except KeyError:
+            return None
+
+    def _captured_name(self, pid: int, addr: int) -> bytes | None:
+        """The name the BPF side captured: at the call (driver look-ups) or at the kernel's first launch
+        (registrations, up to NAME_LEN - 1 bytes); a registered name that fills it is read whole from
+        the process's memory while the process still holds it."""
+        v = self._by_key("names", pid, addr)
+        copy = bytes(v.name) if v is not None else None
+        if copy is not None and len(copy.split(b"\0", 1)[0]) < NAME_LEN - 1:
+            return copy
+        p = self._by_key("name_ptrs", pid, addr)        # registered: read from the process itself
+        if p is None or self._memory_stale:
+            return copy
+        ptr, boot_ns = int(p.ptr), int(p.boot_ns)
+        whole = self._mem_reads.call(lambda: discovery.read_registered_name(pid, ptr, boot_ns))
+        return copy if whole is None else whole
+
+    def _alias(self, pid: int, addr: int) -> int | None:
+        v = self._by_key("aliases", pid, addr)
+        return None if v is None else int(v.value)
+
+    def launched(self, me: int) -> list[int]:
+        """Addresses of the kernels process ``me`` launched (each pair has a kernels entry from its first launch)."""
+        return sorted({int(k.addr) for k in self._table("kernels") if key_ident(k) == me})
+
+    def keep_unmapped(self, pid: int, before: list[discovery.Mapping] | None, now: list[discovery.Mapping]) -> None:
+        """Mappings of ``pid`` that are gone since its last scan (``before``: an exec, a library
+        unloaded): the kernels it launched from them keep the names their old mappings give them."""
+        if not before:
+            return
+        still = {(m.dev, m.inode, m.start) for m in now}
+        gone = [m for m in before if (m.dev, m.inode, m.start) not in still]
+        if not gone:
+            return
+        me = ident(pid, self._generations.scanned(pid))
+        addrs = [a for a in self.launched(me) if any(m.start <= a < m.end for m in gone)]
+        if addrs:
+            self.namer.keep(pid, self.old_names(me, addrs, before))
+
+    def old_names(self, me: int, addrs: list[int], maps: list[discovery.Mapping]) -> dict[int, Resolved]:
+        """Names of kernels an exec or an unmapping took away, from ``maps`` (the old ones) and what
+        the BPF side captured; never from the process's memory, which may be another program's now."""
+        with self.named_as_gone(me, maps):
+            return self.namer.names_in(pid_of(me), addrs, maps)
+
+    @contextlib.contextmanager
+    def named_as_gone(self, me: int, maps: list[discovery.Mapping]) -> Iterator[None]:
+        """Kernel names of process ``me``, whose program is gone (an exec, an exit: its PID may be a new
+        process's already): from ``maps`` (its last) and what the BPF side captured under its
+        generation, never from what the PID maps or holds in memory now."""
+        self._memory_stale = True
+        self.resolving(me)
+        try:
+            with self.namer.maps_as(pid_of(me), maps):
+                yield
+        finally:
+            self._memory_stale = False
+
+    def close(self) -> None:
+        self._mem_reads.close()

@@ -1,0 +1,91 @@
+"""One process record of the ``procs`` table → ``RawProc``: its scalar counters and histograms, plus
+its kernels' entries and launch slots (launchslots.py), the top ones named, and the launches each
+kernel made inside graph launches (graphs.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gputop.counters import BPF_MEMBERS
+from gputop.sources.bpf.abi import NB, NDIR
+from gputop.sources.bpf.graphs import GraphKernels
+from gputop.sources.bpf.launchslots import SlotCounts
+from gputop.sources.bpf.naming import Naming
+from gputop.sources.bpf.procid import pid_of
+from gputop.sources.bpf.readings import RawKernel, RawProc
+from gputop.sources.bpf.scanning import ProcMaps
+
+NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
+
+_SCALARS = BPF_MEMBERS     # the scalar members of struct proc_t read per process (gputop/counters.py)
+
+
+class Records:
+    def __init__(self, names: Naming, procs: ProcMaps, graph_kernels: GraphKernels) -> None:
+        self._names = names
+        self._procs = procs
+        self._graph_kernels = graph_kernels
+
+    def begin_refresh(self) -> None:
+        """A refresh begins: kernel names resolved anew (kernelnames.KernelNamer.begin_refresh)."""
+        self._names.namer.begin_refresh()
+
+    def raw(self, me: int, v: Any, kernels: SlotCounts, inflight_ns: int, named: bool = True) -> RawProc:
+        """The counters of one process record ``v`` (identity ``me``) and its kernels' entries and launch
+        slots."""
+        pid = pid_of(me)
+        self._names.resolving(me)
+        counters = {name: int(getattr(v, name)) for name in _SCALARS}
+        counters["sync_ns"] += inflight_ns
+        ks = sorted(kernels.kernels.get(me, ()), key=lambda kv: -int(kv[1].launches))
+        for _addr, kv in ks:            # the record holds only the kernel table's overflow
+            counters["launches"] += int(kv.launches)
+            counters["grid_sum"] += int(kv.grid_sum)
+            counters["block_sum"] += int(kv.block_sum)
+        return RawProc(
+            pid=pid,
+            counters=counters,
+            memcpy_calls=tuple(int(x) for x in v.memcpy_calls),
+            memcpy_bytes=tuple(int(x) for x in v.memcpy_bytes),
+            prefetch_calls=tuple(int(x) for x in v.prefetch_calls),
+            prefetch_bytes=tuple(int(x) for x in v.prefetch_bytes),
+            grid_hist=kernels.grid_hist(me, v.grid_hist),
+            block_hist=kernels.block_hist(me, v.block_hist),
+            copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
+            exited=bool(v.exited_ns),
+            kernels=tuple(self._kernel(pid, addr, kv, named and i < NAMED_KERNELS) for i, (addr, kv) in enumerate(ks)),
+            comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
+            complete=pid not in self._procs.partial,
+        )
+
+    def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
+        name, obj = self._names.namer.name(pid, addr) if named else (None, None)
+        return RawKernel(addr, int(v.launches), int(v.grid_sum), int(v.block_sum), name, obj)
+
+    def with_graph_kernels(self, procs: dict[int, RawProc]) -> dict[int, RawProc]:
+        """Each process's kernels with the launches they made inside graph launches."""
+        graph = self._graph_kernels.read()
+        out: dict[int, RawProc] = {}
+        for pid, raw in procs.items():
+            kept, funcs = self._graph_kernels.kept(pid) if raw.exited and pid not in graph else (False, None)
+            if pid in graph:
+                funcs = graph[pid]
+            elif not kept:
+                out[pid] = raw
+                continue
+            ks = {k.key: k for k in raw.kernels}
+            for f, n in (funcs or {}).items():
+                k = ks.get(f)
+                ks[f] = dataclasses.replace(k, graph_launches=n) if k else RawKernel(f, 0, 0, 0, None, None, n)
+            top = sorted(ks.values(), key=lambda k: (-(k.launches + k.graph_launches), k.key))
+            named = [self._named(pid, k, kept) if i < NAMED_KERNELS and k.name is None else k
+                     for i, k in enumerate(top)]
+            out[pid] = dataclasses.replace(raw, kernels=tuple(named), graph_kernels_known=funcs is not None)
+        self._graph_kernels.retain({pid for pid, raw in procs.items() if raw.exited})
+        return out
+
+    def _named(self, pid: int, k: RawKernel, kept: bool) -> RawKernel:
+        """``k`` with its name (an exited process's kept with its graph kernels: its maps are gone)."""
+        name_obj = (self._graph_kernels.kept_name(pid, k.key) if kept else None) or self._names.namer.name(pid, k.key)
+        return dataclasses.replace(k, name=name_obj[0], object=name_obj[1])

@@ -1,0 +1,284 @@
+"""``BpfSource``: the BPF source as the live feed uses it. It starts the program (program.py), then
+wires the parts that own each concern: scans and attaching (scanning.py, attaching.py), the ring
+buffer's events (events.py), readings (reader.py, records.py, naming.py), processes leaving
+(forgetting.py, generations.py); one lock keeps close() (also from the exit hook, on another
+thread) from freeing what the collector is using."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+from collections.abc import Callable
+from functools import wraps
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gputop.sources.bpf import discovery, kheaders
+from gputop.sources.bpf.attaching import Attacher
+from gputop.sources.bpf.events import Events
+from gputop.sources.bpf.forgetting import Forgetting
+from gputop.sources.bpf.generations import Generations
+from gputop.sources.bpf.graphs import GraphKernels
+from gputop.sources.bpf.launchslots import LaunchSlots
+from gputop.sources.bpf.linux import ENABLE_HINT, coverage_gaps, privileges_error, raise_fd_limit
+from gputop.sources.bpf.naming import Naming
+from gputop.sources.bpf.objreads import START_WAIT_S, WAIT_S, ObjectReads
+from gputop.sources.bpf.procid import PidGens
+from gputop.sources.bpf.program import BpfUnavailable, Program, load_bcc, program_path
+from gputop.sources.bpf.reader import Reader
+from gputop.sources.bpf.readings import BpfReading, RawProc
+from gputop.sources.bpf.records import Records
+from gputop.sources.bpf.scanning import ProcMaps, Scanner
+from gputop.sources.bpf.selfcost import ProgStats, SelfCost
+from gputop.sources.bpf.startup import Prefetch, Steps, release_compiler_pages, release_heap
+from gputop.sources.bpf.uprobes import UprobeAttacher
+
+if TYPE_CHECKING:                       # typing.ParamSpec is Python 3.10+; the annotations are never evaluated
+    from typing import Concatenate, ParamSpec
+    _P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _open(method: Callable[Concatenate[BpfSource, _P], _R]) -> Callable[Concatenate[BpfSource, _P], _R]:
+    """Run ``method`` holding the source's lock, and only while it is open: close() (also from
+    the exit hook, on another thread) never frees what the collector is using."""
+    @wraps(method)
+    def run(self: BpfSource, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            if self.bpf is None:
+                raise BpfUnavailable("the BPF source is closed", "restart gputop")
+            return method(self, *args, **kwargs)
+    return run
+
+
+class BpfSource:
+    """Owns the BPF object. Used from the collector thread; close() may come from another."""
+
+    def __init__(self, *, limits: dict[str, int] | None = None, uvm: bool = True,
+                 clock: Callable[[], float] = time.monotonic, uprobe_links: bool = True) -> None:
+        self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them
+        self._lock = threading.RLock()
+        self._clock = clock
+        #: seconds each start-up step took (bench/startup.py), resident memory after each, and the
+        #: compiler's pages handed back after the compile
+        self.startup_s: dict[str, float] = {}
+        self.startup_rss_bytes: dict[str, int] = {}
+        self.startup_released_bytes = 0
+        self.program = Program(limits, uvm)
+        table = self.program.table
+        self.cost = SelfCost(self._prog_stats, clock)
+        self.slots = LaunchSlots(table)           # the launch fast path's slots (launchslots.py)
+        self.graph_kernels = GraphKernels(table)
+        self.generations = Generations(PidGens(table))  # each PID's generation (procid.py)
+        self.procs = ProcMaps()
+        self.attacher = Attacher(self.program, self.generations)
+        self.names = Naming(table, self.generations, self.procs.maps, self.attacher)
+        self.scanner = Scanner(self.procs, self.attacher, self.generations, self.names)
+        self.records = Records(self.names, self.procs, self.graph_kernels)
+        self.forgetting = Forgetting(table, self.generations, self.procs, self.attacher, self.names, self.records,
+                                     self.slots, self.graph_kernels)
+        self.events = Events(self.generations, self.procs, self.attacher, self.scanner, self.forgetting, clock)
+        self.reader = Reader(self.program, self.procs, self.attacher, self.records, self.forgetting, self.events,
+                             self.slots, self.cost)
+
+    # ------------------------------------------------------------ what the program and its parts hold
+
+    @property
+    def bpf(self) -> Any:
+        """bcc's BPF object; None before start() and once closed."""
+        return self.program.bpf
+
+    @property
+    def headers(self) -> kheaders.HeadersChoice | None:
+        return self.program.headers
+
+    @property
+    def compiled(self) -> str | None:
+        return self.program.compiled
+
+    @property
+    def file_offsets(self) -> dict[str, int] | None:
+        """Kernel struct offsets (BTF) for naming the files processes map (read at start, or set before)."""
+        return self.program.file_offsets
+
+    @file_offsets.setter
+    def file_offsets(self, offsets: dict[str, int] | None) -> None:
+        self.program.file_offsets = offsets
+
+    @property
+    def uvm_cpu_faults(self) -> bool:
+        """Whether CPU faults on managed memory are traced (set at start; before it, for cflags())."""
+        return self.program.uvm_cpu_faults
+
+    @uvm_cpu_faults.setter
+    def uvm_cpu_faults(self, on: bool) -> None:
+        self.program.uvm_cpu_faults = on
+
+    @property
+    def uprobes(self) -> UprobeAttacher | None:
+        return self.attacher.uprobes
+
+    @property
+    def objects(self) -> dict[tuple[int, int], str]:
+        """Probed objects -> path."""
+        return self.attacher.objects
+
+    @property
+    def rejected(self) -> set[tuple[int, int]]:
+        """Objects without CUDA entry points."""
+        return self.attacher.rejected
+
+    @property
+    def probes(self) -> int:
+        return self.uprobes.probes if self.uprobes is not None else 0
+
+    # the parts' state by the names tests/bpf reach for (the events pending, object reads, known maps)
+
+    @property
+    def _rescan(self) -> set[int]:
+        return self.events.rescan
+
+    @property
+    def _exited(self) -> set[int]:
+        return self.events.exited
+
+    @property
+    def _unknown_files(self) -> dict[tuple[int, int], tuple[int, list[bytes] | None]]:
+        return self.events.unknown_files
+
+    @property
+    def _reads(self) -> ObjectReads:
+        return self.attacher.reads
+
+    @property
+    def _maps(self) -> dict[int, list[discovery.Mapping]]:
+        return self.procs.maps
+
+    def _attach_object(self, ref: discovery.ObjectRef) -> bool:
+        return self.attacher.attach(ref)
+
+    def _sweep(self) -> None:
+        self.forgetting.sweep()
+
+    # ------------------------------------------------------------ set-up
+
+    def cflags(self) -> list[str]:
+        return self.program.cflags()
+
+    def program_text(self) -> str:
+        return program_path().read_text()
+
+    def table(self, name: str) -> Any:
+        return self.program.table(name)
+
+    def start(self) -> None:
+        """Check, compile, load and attach; then probe every CUDA object already mapped.
+
+        The ELF objects processes map are read on another thread while the program compiles
+        (libbcc's compile releases the GIL). Raises BpfUnavailable with the reason and a hint.
+        """
+        steps = Steps(self.startup_s, self.startup_rss_bytes)
+        raise_fd_limit()
+        refusal = privileges_error()
+        if refusal is not None:
+            raise BpfUnavailable(refusal, ENABLE_HINT, noperm=True)
+        gaps = coverage_gaps()
+        self.reader.gaps = (f"missing {', '.join(gaps)}: processes whose CUDA library exists only in a container, "
+                            "or was deleted or replaced since they loaded it, may go untraced" if gaps else None)
+        reader = Prefetch()
+        try:
+            bcc = load_bcc()
+            steps("load_bcc")
+            self.program.load(bcc, self.program_text, steps)
+        finally:
+            self.attacher.prefetched = reader.result()
+        steps("elf_wait")
+        release_heap()
+        self.startup_released_bytes = release_compiler_pages()
+        steps("release")
+        # bcc's own exit hook would detach the probes again, racing with close() on another thread
+        atexit.unregister(self.bpf.cleanup)
+        atexit.register(self.close)
+        self.attacher.uprobes = UprobeAttacher(self.bpf, bcc.lib, links=self._uprobe_links)
+        self.cost.tick()
+        self.table("events").open_ring_buffer(self.events.on_event)
+        with self.attacher.reads.budget(START_WAIT_S):
+            self.scan()
+        self.attacher.prefetched = {}
+        self.events.last_full_scan = self._clock()
+        steps("attach")
+        self.startup_s["elf_read"] = reader.elapsed_s
+
+    # ------------------------------------------------------------ the collector's calls
+
+    @_open
+    def poll(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for exec/mmap/fork/exit events and attach to new CUDA objects.
+
+        Every RESCAN_S, also rescan every process (events can be lost) and sweep dead ones.
+        Returns True when something happened (a rescan attached probes or a process exited).
+        """
+        self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
+        with self.attacher.reads.budget():
+            # the trap cost (cached per kernel), measured on a background thread once a snapshot is out
+            self.cost.tick(self.uprobes.mode if self.uprobes else None, measure=self.reader.snapshots > 0)
+            return self.events.handle()
+
+    @_open
+    def scan(self, pids: list[int] | None = None, *, wait_s: float = WAIT_S) -> int:
+        """Probe new CUDA objects mapped by ``pids`` (default: all processes); returns how many.
+        An object whose read outlasts ``wait_s`` is probed by a later poll, once read."""
+        with self.attacher.reads.budget(wait_s):
+            return self.scanner.scan(pids)
+
+    @_open
+    def read(self) -> BpfReading:
+        with self.attacher.reads.budget():
+            return self.reader.read()
+
+    def baseline(self) -> dict[int, RawProc]:
+        """Every process record as it stands, without names and without touching what read()
+        reports once: where the first interval starts (counts made while the probes were being
+        attached belong to the totals, not to an interval of known length)."""
+        return self.reader.baseline()
+
+    @_open
+    def forget(self, *pids: int) -> None:
+        """Remove every record of processes that are gone (after their last interval was shown): the
+        process whose row the last read showed under each PID, not a new process that has it now."""
+        self.forgetting.forget(pids)
+
+    def dropped(self) -> dict[str, int]:
+        return self.reader.dropped()
+
+    def hit_totals(self) -> tuple[int, int] | None:
+        """Runs of gputop's uprobe programs since they were loaded: (at entry, at return), exact; None
+        for a program without the counters (bench/probe_cost.py --before an older one)."""
+        return self.reader.hit_totals()
+
+    def _prog_stats(self) -> ProgStats | None:
+        """Run time and runs of gputop's programs by kind (they grow only while statistics are on);
+        None once closed (a statistics window may close on its timer thread)."""
+        with self._lock:
+            if self.bpf is None:
+                return None
+            return self.program.run_stats()
+
+    def close(self) -> None:
+        """Detach and unload everything. Safe to call twice, and from the exit hook while the
+        collector thread is still busy: it waits for the collector's current call to finish."""
+        with self._lock:
+            bpf, self.program.bpf = self.program.bpf, None
+            try:
+                if bpf is not None:
+                    atexit.unregister(self.close)
+                    if self.uprobes is not None:
+                        self.uprobes.detach_all()
+            finally:
+                if bpf is not None:
+                    self.slots.close()
+                    self.generations.close()
+                    bpf.cleanup()
+                self.cost.stop()
+                self.attacher.reads.close()
+                self.names.close()
