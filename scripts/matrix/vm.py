@@ -76,16 +76,23 @@ def boot(cache: Path, disk: Path, console: Path, timeout_s: float) -> tuple[int 
            "-drive", f"file={cache / 'root.img'},format=raw,if=virtio,snapshot=on",
            "-drive", f"file={disk},format=raw,if=virtio",
            "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"]
+    return run_logged(cmd, console, timeout_s)
+
+
+def run_logged(cmd: list[str], console: Path, timeout_s: float) -> tuple[int | None, float]:
+    """``cmd`` in a session of its own, its output to ``console``, until it exits (its status) or the
+    timeout (None: the whole session is killed); and the wall time."""
     t0 = time.monotonic()
     with console.open("wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             rc: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             rc = None
         finally:
             if proc.poll() is None:
-                proc.kill()
+                os.killpg(proc.pid, 9)
                 proc.wait()
     return rc, time.monotonic() - t0
 
@@ -100,18 +107,9 @@ def on_host(cache: Path, src: Path, tmp: Path, console: Path, timeout_s: float) 
     shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
     script = (f"for d in proc sys dev; do mount --rbind /$d {root}/$d && mount --make-rslave {root}/$d || exit 92; "
               f"done; exec chroot {root} /bin/bash /mnt/matrix/guest-run.sh")
-    with console.open("wb") as log:
-        proc = subprocess.Popen(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-    return rc, time.monotonic() - t0
+    rc, _ = run_logged(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script],
+                       console, timeout_s)
+    return rc, time.monotonic() - t0        # the root's copy included
 
 
 def main() -> int:
