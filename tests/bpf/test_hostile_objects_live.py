@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import BpfSource
+from gputop.sources.bpf import BpfSource, attaching
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 NOBODY = 65534
@@ -188,11 +188,14 @@ def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: 
 
 
 def test_objects_no_process_maps_leave_no_probes_or_descriptors(bpf_source: BpfSource, testbed,  # type: ignore[no-untyped-def]
-                                                                nobody_dir: Path) -> None:
+                                                                nobody_dir: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The review's exhaustion: crafted objects holding CUDA entry points stayed probed (and
     their descriptors open) after their process exited. Copies of the real libcudart mapped
     by a nobody process (six here): probed while it runs; detached and forgotten once it is gone, leaving
-    the probe count, the objects and the descriptors as they were."""
+    the probe count, the objects and the descriptors as they were. (Nothing is kept a while here: at most
+    KEEP_UNMAPPED_MAX objects are kept, test_short_lived.py.)"""
+    monkeypatch.setattr(attaching, "KEEP_UNMAPPED_S", 0.0)
     src = bpf_source
     assert src.uprobes is not None
     # a perf event per probe attaches slowly (about 15 ms each here): one copy is enough there

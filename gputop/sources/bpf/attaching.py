@@ -1,6 +1,8 @@
 """The CUDA objects processes map, each read once (off the collector's path: objreads.py), then probed
-with the catalogue's probes (their code ranges first: coderanges.py) or rejected, and detached once
-no known process maps it. Objects are keyed by (device, inode)."""
+with the catalogue's probes (their code ranges first: coderanges.py) or rejected, and detached a while
+after no known process maps it (KEEP_UNMAPPED_S, at most KEEP_UNMAPPED_MAX of them: the next process
+that maps one is counted from its first call, however short its life). Objects are keyed by (device,
+inode)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import contextlib
 import ctypes
 import dataclasses
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 from gputop.sources.bpf import catalogue, discovery, symbols
 from gputop.sources.bpf.coderanges import CodeRanges
@@ -20,10 +23,21 @@ from gputop.sources.bpf.uprobes import UprobeAttacher
 
 ObjectKey = tuple[int, int]
 
+#: a probed object no known process maps stays probed this long (a job that runs again, a short-lived
+#: process after its parent exited: counted from its first call, before any scan could see it) ...
+KEEP_UNMAPPED_S = 300.0
+#: ... and at most this many such objects, the latest unmapped kept (a tenant who maps crafted copies
+#: holds no more probes and descriptors than these once its processes are gone)
+KEEP_UNMAPPED_MAX = 8
+
 
 class Attacher:
-    def __init__(self, program: Program, generations: Generations) -> None:
+    def __init__(self, program: Program, generations: Generations,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._program = program
+        self._clock = clock
+        #: probed objects no known process mapped at the last sweep -> since when (clock)
+        self.unmapped_since: dict[ObjectKey, float] = {}
         self.objects: dict[ObjectKey, str] = {}           # probed objects -> path
         self.rejected: set[ObjectKey] = set()             # objects without CUDA entry points
         #: symbols of probed objects (and of objects read to name kernels): kept while mapped
@@ -115,18 +129,40 @@ class Attacher:
             table[k] = ctypes.c_uint8(1 if probed else 2)
 
     def release_unmapped(self, mapped: set[ObjectKey]) -> None:
-        """Detach and forget the objects no known process maps any more (after a full scan): an
-        object comes back with the next process that maps it (its mapping starts a rescan), and
-        a user who made many crafted ones leaves neither probes nor descriptors behind."""
-        for key in [k for k in self.objects if k not in mapped and k not in self._pending]:
+        """After a full scan: detach and forget the objects no known process has mapped for
+        KEEP_UNMAPPED_S, and the oldest unmapped beyond KEEP_UNMAPPED_MAX. A released object comes
+        back with the next process that maps it (its mapping is named to user space again), and a
+        user who made many crafted ones leaves no more than KEEP_UNMAPPED_MAX behind, for a while."""
+        now = self._clock()
+        since = self.unmapped_since
+        for key in [k for k in since if k in mapped or k not in self.objects]:
+            del since[key]
+        for key in self.objects:
+            if key not in mapped and key not in self._pending:
+                since.setdefault(key, now)
+        by_age = sorted(since, key=lambda k: since[k])
+        expired = [k for k in by_age if now - since[k] >= KEEP_UNMAPPED_S]
+        over = [k for k in by_age if k not in expired][:max(0, len(by_age) - len(expired) - KEEP_UNMAPPED_MAX)]
+        for key in expired + over:
             assert self.uprobes is not None
             self.uprobes.detach(key)
             del self.objects[key]
+            del since[key]
+            self._unclassify(key)
         for key in [k for k in self.symcache if k not in mapped and k not in self.objects]:
             del self.symcache[key]         # programs named from: read again if mapped again
         self.rejected &= mapped
         self._dropped += len(self._fd_starved - mapped)
         self._fd_starved &= mapped
+
+    def _unclassify(self, key: ObjectKey) -> None:
+        """The BPF side names the object's next mapping again (as one never seen): a process that maps
+        it and exits before a scan reads its maps still gets it probed (events.Events._reach_unknown)."""
+        if not self._program.file_offsets:
+            return
+        table = self._program.table("known_files")
+        with contextlib.suppress(Exception):
+            table.pop(table.Key(discovery.kernel_dev(key[0]), key[1]), None)
 
     def dropped(self) -> int:
         """Objects that went unprobed for want of descriptors since start (those mapped now included)."""

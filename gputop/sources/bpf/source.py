@@ -71,7 +71,7 @@ class BpfSource:
         self.graph_kernels = GraphKernels(table)
         self.generations = Generations(PidGens(table))  # each PID's generation (procid.py)
         self.procs = ProcMaps()
-        self.attacher = Attacher(self.program, self.generations)
+        self.attacher = Attacher(self.program, self.generations, clock)
         self.names = Naming(table, self.generations, self.procs.maps, self.attacher)
         self.scanner = Scanner(self.procs, self.attacher, self.generations, self.names)
         self.records = Records(self.names, self.procs, self.graph_kernels)
