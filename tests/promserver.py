@@ -169,6 +169,37 @@ def _need_prometheus() -> None:
         pytest.skip("Debian's prometheus package is not installed (scripts/setup.sh --test installs it)")
 
 
+#: what the fleet view's queries need of PromQL (docs/fleet.md, "Which Prometheus")
+FLEET_PROMQL = ("last_over_time(up[1m])",)
+#: what the Grafana dashboard's queries need besides
+GRAFANA_PROMQL = (*FLEET_PROMQL, "up @ end()")
+_PARSED: dict[str, str | None] = {}
+
+
+def need_promql(exprs: Sequence[str], tmp: Path) -> None:
+    """Skip unless this host's Prometheus parses every one of ``exprs`` (feature detection by its own
+    promtool: Debian 11's Prometheus 2.24 has neither last_over_time nor the @ modifier)."""
+    for expr in exprs:
+        if expr not in _PARSED:
+            rules = tmp / "promql-feature.yml"
+            rules.write_text(json.dumps({"groups": [{"name": "feature", "rules": [{"record": "feature",
+                                                                                    "expr": expr}]}]}))
+            res = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True,
+                                 timeout=60)
+            _PARSED[expr] = None if res.returncode == 0 else (res.stdout + res.stderr).strip().splitlines()[-1]
+        why = _PARSED[expr]
+        if why is not None:
+            pytest.skip(f"this host's Prometheus cannot parse {expr!r}, which gputop's queries use "
+                        f"(docs/fleet.md, \"Which Prometheus\"): {why}")
+
+
+def _need_rules_backfill() -> None:
+    res = subprocess.run(["promtool", "tsdb", "create-blocks-from", "rules", "--help"], capture_output=True,
+                         timeout=60)
+    if res.returncode != 0:
+        pytest.skip("this host's promtool cannot backfill recording rules (tsdb create-blocks-from rules)")
+
+
 def _serve_tsdb(data: Path, config: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}",
@@ -194,7 +225,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def tsdb_prometheus(openmetrics: Path, data: Path, *, rules: Sequence[Path] = (), start: int | None = None,
-                    end: int | None = None, eval_interval_s: int = 15) -> Iterator[str]:
+                    end: int | None = None, eval_interval_s: int = 15,
+                    promql: Sequence[str] = FLEET_PROMQL) -> Iterator[str]:
     """Prometheus's URL, serving the series of ``openmetrics`` (OpenMetrics text with timestamps, ending
     ``# EOF``) from a TSDB at ``data`` that ``promtool tsdb create-blocks-from openmetrics`` builds.
 
@@ -202,8 +234,12 @@ def tsdb_prometheus(openmetrics: Path, data: Path, *, rules: Sequence[Path] = ()
     seconds) every ``eval_interval_s`` by ``promtool tsdb create-blocks-from rules``, which evaluates them
     with this Prometheus's own query engine; one file after another, Prometheus restarted on the blocks
     after each, so a file's rules read what the files before it recorded (promtool's backfill cannot
-    read a rule recorded in the same run). Skips the test without Debian's prometheus package."""
+    read a rule recorded in the same run). Skips the test without Debian's prometheus package, or
+    where it cannot parse ``promql`` (what the queries under test need) or backfill ``rules``."""
     _need_prometheus()
+    need_promql(promql, data.parent)
+    if rules:
+        _need_rules_backfill()
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
                    check=True, capture_output=True)
     config = data.parent / f"{data.name}-prometheus.yml"

@@ -160,6 +160,20 @@ class FleetError(GputopError):
         self.kind = kind
 
 
+#: a PromQL feature this Prometheus lacks, as its parser says so
+_MISSING_PROMQL = re.compile(r'unknown function with name "(\w+)"')
+
+
+def _refusal_hint(detail: str) -> str:
+    """What to do about a refused query: an older Prometheus than the fleet view needs, said as such
+    (its parser names what it lacks); otherwise the user's own matchers and window."""
+    m = _MISSING_PROMQL.search(detail)
+    if m:
+        return (f"this Prometheus lacks the PromQL function {m.group(1)}: the fleet view needs Prometheus "
+                "2.26 or newer (docs/fleet.md, \"Which Prometheus\")")
+    return "check --match (label matchers such as job=\"gputop\") and --window"
+
+
 class PromClient:
     """Instant and range queries through Prometheus's HTTP API (POST, so long selectors fit)."""
 
@@ -188,7 +202,7 @@ class PromClient:
                 detail = body[:200].decode("utf-8", "replace")
             if e.code in (400, 422):
                 raise FleetError("refused", f"{where} refused the query {params.get('query', '')!r}: {detail}",
-                                 "check --match (label matchers such as job=\"gputop\") and --window") from None
+                                 _refusal_hint(str(detail))) from None
             raise FleetError("unreachable", f"{where} answered HTTP {e.code} {e.reason}: {detail}",
                              "check the URL (it is Prometheus's, e.g. http://prometheus:9090) and any proxy "
                              "in front of it") from None

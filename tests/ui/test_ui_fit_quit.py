@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from gputop.ui.app import DashboardOptions, GputopApp, run_dashboard
 
@@ -52,10 +53,13 @@ def test_run_dashboard_returns_only_once_the_feed_has_stopped(monkeypatch) -> No
     feed = SlowStopFeed(box, stop_s=0.3)
     orig_run = GputopApp.run
 
+    async def quit_at_once(pilot: Any) -> None:
+        pilot.app.action_quit()
+
     def run(self: GputopApp, *args: object, **kw: object) -> int | None:
         box.append(self)
-        self.call_later(self.action_quit)
-        return orig_run(self, headless=True, size=(100, 30))
+        # quit from inside the app's loop (a call_later before run() needs an event loop on Python 3.9)
+        return orig_run(self, headless=True, size=(100, 30), auto_pilot=quit_at_once)
 
     monkeypatch.setattr(GputopApp, "run", run)
     assert run_dashboard(feed, DashboardOptions()) == 0

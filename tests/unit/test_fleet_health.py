@@ -20,7 +20,7 @@ import pytest
 from promserver import tsdb_prometheus
 from support import ROOT
 
-from gputop.feeds.prometheus import FleetConfig, FleetReader
+from gputop.feeds.prometheus import FleetConfig, FleetError, FleetReader, PromClient
 from gputop.model import ProcSample, Snapshot
 from gputop.ui.columns import BY_KEY
 from gputop.ui.widgets.header import HeaderState, header_content
@@ -194,3 +194,18 @@ def test_a_node_exporting_per_container_is_said_not_dropped_silently(tmp_path: P
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["sources"]["prometheus"]["reason"] == "node-c exports per container (no process rows)"
+
+
+def test_a_prometheus_without_a_function_the_fleet_needs_is_named(fleet: tuple[str, int, int, int]) -> None:
+    """Debian 11's Prometheus 2.24 has no last_over_time (2.26): its refusal said "check --match", which
+    sent users to their matchers. A function this Prometheus lacks is named with what the fleet needs
+    (the real server's refusal of a function it does not know, as 2.24 refuses last_over_time)."""
+    url = fleet[0]
+    with pytest.raises(FleetError) as e:
+        PromClient(url, 5.0).query("no_such_function(up)", time.time())
+    assert e.value.kind == "refused" and 'unknown function with name "no_such_function"' in str(e.value)
+    assert e.value.hint == ("this Prometheus lacks the PromQL function no_such_function: the fleet view needs "
+                            "Prometheus 2.26 or newer (docs/fleet.md, \"Which Prometheus\")")
+    with pytest.raises(FleetError) as e:
+        PromClient(url, 5.0).query("up{", time.time())
+    assert e.value.hint == "check --match (label matchers such as job=\"gputop\") and --window"

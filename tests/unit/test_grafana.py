@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from promserver import http_get, tsdb_prometheus
+from promserver import GRAFANA_PROMQL, http_get, tsdb_prometheus
 from support import ROOT
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "gputop.json"
@@ -184,7 +184,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
         passes.append(tmp / f"rules-{n}.yml")
         passes[-1].write_text(yaml.safe_dump({"groups": [{"name": f"gputop-pods-{n}", "rules": part}]}))
     with tsdb_prometheus(om, data, rules=passes, start=t_end - STEP_S * (SAMPLES - 1), end=t_end,
-                         eval_interval_s=STEP_S) as url:
+                         eval_interval_s=STEP_S, promql=GRAFANA_PROMQL) as url:
         yield Prom(url, t_end)
 
 
