@@ -176,18 +176,25 @@ GRAFANA_PROMQL = (*FLEET_PROMQL, "up @ end()")
 _PARSED: dict[str, str | None] = {}
 
 
+def promql_parses(expr: str, tmp: Path) -> bool:
+    """Whether this host's Prometheus parses ``expr`` (its own promtool; feature detection: Debian 11's
+    Prometheus 2.24 has neither last_over_time nor the @ modifier)."""
+    return _parse_error(expr, tmp) is None
+
+
+def _parse_error(expr: str, tmp: Path) -> str | None:
+    if expr not in _PARSED:
+        rules = tmp / "promql-feature.yml"
+        rules.write_text(json.dumps({"groups": [{"name": "feature", "rules": [{"record": "feature", "expr": expr}]}]}))
+        res = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+        _PARSED[expr] = None if res.returncode == 0 else (res.stdout + res.stderr).strip().splitlines()[-1]
+    return _PARSED[expr]
+
+
 def need_promql(exprs: Sequence[str], tmp: Path) -> None:
-    """Skip unless this host's Prometheus parses every one of ``exprs`` (feature detection by its own
-    promtool: Debian 11's Prometheus 2.24 has neither last_over_time nor the @ modifier)."""
+    """Skip unless this host's Prometheus parses every one of ``exprs``."""
     for expr in exprs:
-        if expr not in _PARSED:
-            rules = tmp / "promql-feature.yml"
-            rules.write_text(json.dumps({"groups": [{"name": "feature", "rules": [{"record": "feature",
-                                                                                    "expr": expr}]}]}))
-            res = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True,
-                                 timeout=60)
-            _PARSED[expr] = None if res.returncode == 0 else (res.stdout + res.stderr).strip().splitlines()[-1]
-        why = _PARSED[expr]
+        why = _parse_error(expr, tmp)
         if why is not None:
             pytest.skip(f"this host's Prometheus cannot parse {expr!r}, which gputop's queries use "
                         f"(docs/fleet.md, \"Which Prometheus\"): {why}")

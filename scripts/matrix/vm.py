@@ -103,6 +103,8 @@ def on_host(cache: Path, src: Path, tmp: Path, console: Path, timeout_s: float) 
     root = tmp / "root"
     root.mkdir()
     subprocess.run(["debugfs", "-R", f"rdump / {root}", str(cache / "root.img")], check=True, capture_output=True)
+    for tmpdir in ("tmp", "var/tmp"):        # rdump keeps the permission bits, not the sticky bit
+        (root / tmpdir).chmod(0o1777)
     shutil.move(str(src), str(root / "mnt" / "matrix"))
     shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
     script = (f"for d in proc sys dev; do mount --rbind /$d {root}/$d && mount --make-rslave {root}/$d || exit 92; "

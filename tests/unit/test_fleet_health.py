@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from promserver import tsdb_prometheus
+from promserver import FLEET_PROMQL, promql_parses, tsdb_prometheus
 from support import ROOT
 
 from gputop.feeds.prometheus import FleetConfig, FleetError, FleetReader, PromClient
@@ -196,16 +196,30 @@ def test_a_node_exporting_per_container_is_said_not_dropped_silently(tmp_path: P
     assert json.loads(res.stdout)["sources"]["prometheus"]["reason"] == "node-c exports per container (no process rows)"
 
 
-def test_a_prometheus_without_a_function_the_fleet_needs_is_named(fleet: tuple[str, int, int, int]) -> None:
+def test_a_prometheus_without_a_function_the_fleet_needs_is_named(tmp_path: Path) -> None:
     """Debian 11's Prometheus 2.24 has no last_over_time (2.26): its refusal said "check --match", which
-    sent users to their matchers. A function this Prometheus lacks is named with what the fleet needs
-    (the real server's refusal of a function it does not know, as 2.24 refuses last_over_time)."""
-    url = fleet[0]
-    with pytest.raises(FleetError) as e:
-        PromClient(url, 5.0).query("no_such_function(up)", time.time())
-    assert e.value.kind == "refused" and 'unknown function with name "no_such_function"' in str(e.value)
-    assert e.value.hint == ("this Prometheus lacks the PromQL function no_such_function: the fleet view needs "
-                            "Prometheus 2.26 or newer (docs/fleet.md, \"Which Prometheus\")")
-    with pytest.raises(FleetError) as e:
-        PromClient(url, 5.0).query("up{", time.time())
-    assert e.value.hint == "check --match (label matchers such as job=\"gputop\") and --window"
+    sent users to their matchers. A function the server lacks is named with what the fleet needs: a
+    function no Prometheus has, on any; and where this host's own Prometheus lacks one the fleet view
+    uses (Debian 11), `gputop --prometheus -b` itself exits 1 saying so."""
+    om = tmp_path / "fleet.om"
+    t = int(time.time()) // STEP_S * STEP_S
+    om.write_text("# TYPE gputop_build_info gauge\n"
+                  f'gputop_build_info{{instance="a:9464",job="gputop",node="node-a",version="0.1.0"}} 1 {t}\n# EOF\n')
+    with tsdb_prometheus(om, tmp_path / "data", promql=()) as url:
+        with pytest.raises(FleetError) as e:
+            PromClient(url, 5.0).query("no_such_function(up)", time.time())
+        assert e.value.kind == "refused" and 'unknown function with name "no_such_function"' in str(e.value)
+        assert e.value.hint == ("this Prometheus lacks the PromQL function no_such_function: the fleet view "
+                                "needs Prometheus 2.26 or newer (docs/fleet.md, \"Which Prometheus\")")
+        with pytest.raises(FleetError) as e:
+            PromClient(url, 5.0).query("up{", time.time())
+        assert e.value.hint == "check --match (label matchers such as job=\"gputop\") and --window"
+        res = subprocess.run([sys.executable, "-m", "gputop.cli", "--prometheus", url, "-b", "-n", "1"],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if promql_parses(FLEET_PROMQL[0], tmp_path):
+        assert res.returncode == 0, res.stderr
+    else:
+        assert res.returncode == 1 and res.stderr.splitlines()[-1] == (
+            "hint: this Prometheus lacks the PromQL function last_over_time: the fleet view needs Prometheus "
+            "2.26 or newer (docs/fleet.md, \"Which Prometheus\")"), res.stderr
