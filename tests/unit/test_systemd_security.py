@@ -54,6 +54,9 @@ def exposure(unit: Path, tmp: Path) -> tuple[float, str, int]:
     local = local_copy(unit, tmp)
     res = subprocess.run([analyze(), "verify", str(local)], capture_output=True, text=True, timeout=120)
     assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
+    help_text = subprocess.run([analyze(), "--help"], capture_output=True, text=True, timeout=60).stdout
+    if "--offline" not in help_text:     # systemd 250+: Debian 11's 247 rates only units it has loaded
+        pytest.skip("this systemd-analyze cannot rate a unit file offline (security --offline: systemd 250+)")
     res = subprocess.run([analyze(), "security", "--offline=yes", "--threshold=30", str(local)],
                          capture_output=True, text=True, timeout=120)
     m = re.search(r"Overall exposure level for \S+: (\d+\.\d) (\w+)", res.stdout)
@@ -274,6 +277,10 @@ def test_the_exporter_traces_exactly_under_the_units_seccomp_filters(tmp_path: P
     except Exception as e:
         pytest.skip(f"bcc is not usable here: {e}")
     workload = support.runtime(testbed, 12).dynamic
+    # what a booted host has mounted (systemd's sys-kernel-debug.mount): bcc 0.18 reads tracepoints under
+    # debugfs, and the unit's filters refuse mount(2) (a chroot on a host without debugfs lacks it)
+    from gputop.sources.bpf import linux
+    assert linux.ensure_tracefs(linux.bcc_tracefs(load_bcc())) is None
     load = seccomp_like_systemd(EXPORTER)
     port = free_port()
     cache = tmp_path / "cache"
