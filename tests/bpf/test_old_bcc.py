@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from gputop.sources.bpf import TRACEFS, BpfSource, compilecache, linux, load_bcc, use_headers
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -76,6 +78,9 @@ def test_flags_a_compiler_cannot_take_are_asked_before_a_full_compile_only(tmp_p
     it under those after asking again; a program cached with the original flags is used without asking."""
     bcc = load_bcc()
     headers = use_headers()
+    if linux.atomic_cmpxchg() and linux.compiler_cmpxchg(bcc) is False:
+        # the original flags' compile would abort this process, as it would gputop without the fallback
+        pytest.skip("this bcc's compiler cannot emit the cmpxchg this kernel takes (LLVM before 12)")
     src = BpfSource()
     text, cflags = src.program_text().encode(), src.cflags()
     assert linux.NO_CMPXCHG not in cflags
