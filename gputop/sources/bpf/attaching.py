@@ -12,6 +12,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from gputop.sources.bpf import catalogue, discovery, symbols
 from gputop.sources.bpf.coderanges import CodeRanges
@@ -121,12 +122,11 @@ class Attacher:
 
     def classified(self, key: ObjectKey, *, probed: bool) -> None:
         """Tell the BPF side: its mappings start a rescan (probed) or no event at all."""
-        if not self._program.file_offsets:
-            return
-        table = self._program.table("known_files")
-        k = table.Key(discovery.kernel_dev(key[0]), key[1])
-        with contextlib.suppress(Exception):    # full: its mappings keep sending events, as before
-            table[k] = ctypes.c_uint8(1 if probed else 2)
+        known = self._known_file(key)
+        if known is not None:
+            table, k = known
+            with contextlib.suppress(Exception):    # full: its mappings keep sending events, as before
+                table[k] = ctypes.c_uint8(1 if probed else 2)
 
     def release_unmapped(self, mapped: set[ObjectKey]) -> None:
         """After a full scan: detach and forget the objects no known process has mapped for
@@ -140,10 +140,9 @@ class Attacher:
         for key in self.objects:
             if key not in mapped and key not in self._pending:
                 since.setdefault(key, now)
-        by_age = sorted(since, key=lambda k: since[k])
-        expired = [k for k in by_age if now - since[k] >= KEEP_UNMAPPED_S]
-        over = [k for k in by_age if k not in expired][:max(0, len(by_age) - len(expired) - KEEP_UNMAPPED_MAX)]
-        for key in expired + over:
+        by_age = sorted(since, key=lambda k: since[k])      # the expired ones first
+        expired = sum(1 for k in by_age if now - since[k] >= KEEP_UNMAPPED_S)
+        for key in by_age[:max(expired, len(by_age) - KEEP_UNMAPPED_MAX)]:
             assert self.uprobes is not None
             self.uprobes.detach(key)
             del self.objects[key]
@@ -158,11 +157,19 @@ class Attacher:
     def _unclassify(self, key: ObjectKey) -> None:
         """The BPF side names the object's next mapping again (as one never seen): a process that maps
         it and exits before a scan reads its maps still gets it probed (events.Events._reach_unknown)."""
+        known = self._known_file(key)
+        if known is not None:
+            table, k = known
+            with contextlib.suppress(Exception):
+                table.pop(k, None)
+
+    def _known_file(self, key: ObjectKey) -> tuple[Any, Any] | None:
+        """The BPF side's ``known_files`` and the object's key there; None where files are not named
+        (no BTF offsets)."""
         if not self._program.file_offsets:
-            return
+            return None
         table = self._program.table("known_files")
-        with contextlib.suppress(Exception):
-            table.pop(table.Key(discovery.kernel_dev(key[0]), key[1]), None)
+        return table, table.Key(discovery.kernel_dev(key[0]), key[1])
 
     def dropped(self) -> int:
         """Objects that went unprobed for want of descriptors since start (those mapped now included)."""
