@@ -160,6 +160,32 @@ def test_at_most_keep_unmapped_max_objects_are_kept(bpf_source: BpfSource, workl
     assert not any(k in bpf_source.objects for k in keys)
 
 
+def test_an_object_mapped_during_a_release_is_probed_without_waiting_for_it(
+        bpf_source: BpfSource, workloads, testbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With perf events the kernel removes a released object's probes one at a time, each holding
+    the mutex every perf-event attach needs while it waits for grace periods (~12 s for a
+    libcudart here). An object mapped meanwhile is probed at once: the release's closes wait for
+    the attach (it used to be probed only after all of them, and short-lived processes were lost)."""
+    if not bpf_source.file_offsets:
+        pytest.skip("the kernel has no BTF (/sys/kernel/btf/vmlinux): mapped files are not named")
+    assert bpf_source.uprobes is not None
+    if bpf_source.uprobes.mode != "perf":
+        pytest.skip("links are closed together, in about 0.1 s: a release has nothing to wait behind")
+    old = _probed_by_a_short_one(bpf_source, workloads, _fresh_copy(testbed, tmp_path))
+    monkeypatch.setattr(attaching, "KEEP_UNMAPPED_S", 0.0)
+    bpf_source.scan()
+    bpf_source._sweep()
+    assert old not in bpf_source.objects
+    monkeypatch.undo()
+    t0 = time.monotonic()
+    _probed_by_a_short_one(bpf_source, workloads, _fresh_copy(testbed, tmp_path))
+    attach_s = time.monotonic() - t0
+    t1 = time.monotonic()
+    bpf_source.uprobes.wait_detached()
+    release_left_s = time.monotonic() - t1
+    assert attach_s * 4 < release_left_s, (attach_s, release_left_s)
+
+
 @pytest.mark.skipif(not has_privileges(), reason="BPF tests need root (or CAP_BPF + CAP_PERFMON)")
 def test_a_stream_of_3ms_processes_with_gputop_running(workloads, testbed, tmp_path: Path) -> None:
     """The real `gputop -b`: ten processes of a few milliseconds each, through a libcudart at a new

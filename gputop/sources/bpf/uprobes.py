@@ -89,6 +89,9 @@ class UprobeAttacher:
         self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
         self._lib = lib
         self._closing: list[threading.Thread] = []
+        #: set while no attach() runs: a release's closes wait for it (see _close)
+        self._not_attaching = threading.Event()
+        self._not_attaching.set()
         self._multi = links and bcc_loads_for_links(bpf, lib) and links_supported()
         self._links: list[int] = []
         #: each object's links or perf events (by the ``name`` it was attached under) and probes
@@ -116,6 +119,15 @@ class UprobeAttacher:
         probes: an entry seen without its return would leave a stale depth. A probe that cannot
         attach (an odd symbol, a program the verifier refuses) does not stop the others.
         """
+        self._not_attaching.clear()
+        try:
+            return self._attach(path, wanted, name, owner)
+        finally:
+            self._not_attaching.set()
+
+    def _attach(self, path: str, wanted: Sequence[tuple[Probe, int, int]], name: str | None,
+                owner: object) -> int:
+        """attach() itself; releases' closes wait meanwhile."""
         groups: dict[tuple[str, bool], list[tuple[int, int]]] = {}
         #: an entry probe's return probe at the same address: without it the entry is not attached
         returns = {(probe.entry, offset): probe.ret for probe, _v, offset in wanted if probe.ret}
@@ -178,16 +190,22 @@ class UprobeAttacher:
         return probes
 
     def _close(self, links: list[int], perf: list[tuple[bytes, int]]) -> None:
-        """Close on up to 32 daemon threads at once (their grace periods overlap); daemon threads,
-        not an executor's, so that quitting never waits for them (the kernel closes what is left)."""
+        """Close links on up to 32 daemon threads at once (their grace periods overlap), perf events on
+        one: the kernel closes those one at a time anyway, each holding the tracing ``event_mutex``
+        while it waits for grace periods (perf_uprobe_destroy), and every perf-event attach needs that
+        mutex too. Before each close, a running attach() is waited for: an object mapped while
+        another is released is probed after at most one close, not after the release's ~12 s
+        (tests/bpf/test_short_lived.py). Daemon threads, not an executor's, so that quitting never
+        waits for them (the kernel closes what is left)."""
         def some(items: list[int | tuple[bytes, int]]) -> None:
             for item in items:
+                self._not_attaching.wait()
                 with contextlib.suppress(OSError):
                     os.close(item if isinstance(item, int) else item[1])
                 if not isinstance(item, int):
                     self._lib.bpf_detach_uprobe(item[0])     # the tracefs event, where bcc made one
         items: list[int | tuple[bytes, int]] = [*links, *perf]
-        n = min(32, len(items))
+        n = min(1 if perf else 32, len(items))
         threads = [threading.Thread(target=some, args=(items[i::n],), name="gputop-detach", daemon=True)
                    for i in range(n)]
         for t in threads:
