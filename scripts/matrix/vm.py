@@ -15,7 +15,8 @@
 LLVM 11 on a 5.12+ kernel, as with a backports kernel): the root image's files copied out with debugfs,
 the run staged in it, guest-run.sh chroot'd there in mount and UTS namespaces of its own (not PID 1: it
 sets up no network and powers nothing off), /proc, /sys and /dev bound from the host.
-Exit status: the guest's own (out/status), 124 on the timeout, 1 when no status came back.
+Exit status: the guest's own (out/status), 124 on the timeout, 125 when the guest's kernel locked up
+(LOCKUP_REPORTS soft-lockup reports on its console), 1 when no status came back.
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def make_disk(src: Path, img: Path) -> None:
                    check=True)
 
 
-def boot(cache: Path, disk: Path, console: Path, timeout_s: float) -> tuple[int | None, float]:
-    """QEMU until the guest powers off (its exit status) or the timeout (None); the wall time."""
-    cmd = ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "2G", "-smp", "2", "-nographic",
+def boot(cache: Path, disk: Path, console: Path, timeout_s: float) -> tuple[int | str, float]:
+    """QEMU until the guest powers off (its exit status), the timeout or a lockup (run_logged);
+    the wall time."""
+    cmd = ["qemu-system-x86_64", "-accel", "tcg,thread=single", "-cpu", "max", "-m", "2G", "-smp", "2", "-nographic",
            "-no-reboot", "-kernel", str(cache / "vmlinuz"), "-initrd", str(cache / "initrd.img"),
            "-append", "root=/dev/vda rw console=ttyS0 init=/usr/local/sbin/matrix-init",
            "-drive", f"file={cache / 'root.img'},format=raw,if=virtio,snapshot=on",
@@ -79,26 +81,39 @@ def boot(cache: Path, disk: Path, console: Path, timeout_s: float) -> tuple[int 
     return run_logged(cmd, console, timeout_s)
 
 
-def run_logged(cmd: list[str], console: Path, timeout_s: float) -> tuple[int | None, float]:
-    """``cmd`` in a session of its own, its output to ``console``, until it exits (its status) or the
-    timeout (None: the whole session is killed); and the wall time."""
+#: soft-lockup reports on the console after which the guest is taken as locked up (the kernel
+#: reports a CPU stuck for 22 s, then again while it stays stuck): about 90 s stuck
+LOCKUP_REPORTS = 4
+_LOCKUP = b"soft lockup - CPU#"
+
+
+def run_logged(cmd: list[str], console: Path, timeout_s: float) -> tuple[int | str, float]:
+    """``cmd`` in a session of its own, its output to ``console``, until it exits (its status), the
+    timeout ("timed out") or LOCKUP_REPORTS soft-lockup reports on the console ("locked up"); the
+    whole session is killed in the last two cases. And the wall time."""
     t0 = time.monotonic()
+    ended: int | str = "timed out"
     with console.open("wb") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            rc: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
+            while time.monotonic() - t0 < timeout_s:
+                try:
+                    ended = proc.wait(timeout=min(5.0, max(0.0, timeout_s - (time.monotonic() - t0))))
+                    break
+                except subprocess.TimeoutExpired:
+                    if console.read_bytes().count(_LOCKUP) >= LOCKUP_REPORTS:
+                        ended = "locked up"
+                        break
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, 9)
                 proc.wait()
-    return rc, time.monotonic() - t0
+    return ended, time.monotonic() - t0
 
 
-def on_host(cache: Path, src: Path, tmp: Path, console: Path, timeout_s: float) -> tuple[int | None, float]:
-    """guest-run.sh in the suite's root on this machine's kernel; (its exit status or None, the wall time)."""
+def on_host(cache: Path, src: Path, tmp: Path, console: Path, timeout_s: float) -> tuple[int | str, float]:
+    """guest-run.sh in the suite's root on this machine's kernel; (run_logged's end, the wall time)."""
     t0 = time.monotonic()
     root = tmp / "root"
     root.mkdir()
@@ -133,6 +148,7 @@ def main() -> int:
     out: Path = args.outdir
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float | None] = {}
+    qemu_rc: int | str
     t0 = time.monotonic()
     cache = build_root(args.suite)
     times["root_s"] = time.monotonic() - t0
@@ -159,9 +175,13 @@ def main() -> int:
     (out / "host-times.json").write_text(json.dumps({**times, "qemu_rc": qemu_rc, "cache": str(cache),
                                                      "head": head, "modified": [d[3:] for d in dirty if d]},
                                                     indent=1))
-    if qemu_rc is None:
+    if qemu_rc == "timed out":
         print(f"matrix: {args.suite}: timed out after {args.timeout_s:.0f} s", file=sys.stderr)
         return 124
+    if qemu_rc == "locked up":
+        print(f"matrix: {args.suite}: the guest's kernel locked up ({LOCKUP_REPORTS} soft-lockup reports in "
+              f"{out / 'console.log'}); killed after {times['qemu_wall_s']:.0f} s", file=sys.stderr)
+        return 125
     status = out / "out" / "status"
     if not status.is_file():
         print(f"matrix: {args.suite}: the guest left no status (see {out / 'console.log'})", file=sys.stderr)
