@@ -75,7 +75,24 @@ def _kernel() -> list[Check]:
     btf = Path("/sys/kernel/btf/vmlinux").is_file()
     out.append(Check("BTF", "OK" if btf else "WARN", "/sys/kernel/btf/vmlinux present" if btf else "no BTF",
                      "" if btf else "not needed by gputop's uprobes; CONFIG_DEBUG_INFO_BTF=y", needed_for_bpf=False))
-    return out
+    return out + _warning_at_load()
+
+
+def _warning_at_load() -> list[Check]:
+    """Before Linux 6.1 gputop's first load logs a kernel WARNING; with panic_on_warn that is a panic."""
+    if not linux.warns_at_load():
+        return []
+    refusal = linux.load_refusal()
+    if refusal is not None:
+        return [Check("kernel WARNING at load", "FAIL", refusal + ": gputop will not load its program",
+                      linux.PANIC_HINT)]
+    return [Check("kernel WARNING at load", "WARN",
+                  "no bpf_mem_alloc (Linux before 6.1): gputop's first load each boot logs \"WARNING … trace type BPF "
+                  "program uses run-time allocation\" and taints the kernel W; harmless here: gputop's programs "
+                  "run only on traps from user space and at exec, fork, exit, mmap and user page faults, never "
+                  "inside the kernel's allocator, which the warning is about",
+                  "none needed; Linux 6.1+ does not warn (docs/collector.md, \"Kernels before 6.1\")",
+                  needed_for_bpf=False)]
 
 
 def _tracefs() -> list[Check]:

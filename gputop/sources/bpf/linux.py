@@ -299,6 +299,56 @@ def atomic_cmpxchg() -> bool | None:
     return _cmpxchg[0]
 
 
+#: the allocator BPF maps got in Linux 6.1 (``struct bpf_mem_alloc``); the same series dropped the
+#: verifier's warning about tracing programs whose hash maps allocate at run time
+_MEM_ALLOC = b"bpf_mem_alloc"
+VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+KALLSYMS = Path("/proc/kallsyms")
+PANIC_ON_WARN = Path("/proc/sys/kernel/panic_on_warn")
+_KERNEL_FILE_MAX = 256 << 20     # bytes read of the kernel's own BTF or symbol list, at most
+
+
+def warns_at_load(btf: Path | None = None, kallsyms: Path | None = None) -> bool | None:
+    """Whether loading gputop's program makes this kernel log a WARNING (once per boot, and the kernel is
+    tainted "W"): before Linux 6.1 the verifier warns ("trace type BPF program uses run-time allocation")
+    about a tracing program using a hash map that allocates at run time (``BPF_F_NO_PREALLOC``: gputop's
+    name, graph and graph-node tables, which preallocated would take 114 MiB of kernel memory).
+    Asked of the kernel's own BTF, else its symbols: a kernel that has ``bpf_mem_alloc`` does not warn.
+    None when neither can be read."""
+    for path, needle in ((btf or VMLINUX_BTF, b"\0" + _MEM_ALLOC + b"\0"),
+                         (kallsyms or KALLSYMS, b" " + _MEM_ALLOC + b"\n")):
+        try:
+            with path.open("rb") as f:
+                data = f.read(_KERNEL_FILE_MAX)
+        except OSError:
+            continue
+        if data:
+            return needle not in data
+    return None
+
+
+def panic_on_warn(path: Path | None = None) -> bool:
+    """Whether a kernel WARNING panics this host (``kernel.panic_on_warn``, set on some hardened fleets)."""
+    try:
+        return (path or PANIC_ON_WARN).read_text().strip() not in ("", "0")
+    except OSError:
+        return False
+
+
+def load_refusal() -> str | None:
+    """Why gputop's program must not be loaded here: the warning it causes before Linux 6.1 would panic
+    the host. None where loading is safe (docs/collector.md, "Kernels before 6.1")."""
+    if warns_at_load() and panic_on_warn():
+        return ("this kernel logs a WARNING when a tracing program's hash maps allocate at run time (no "
+                "bpf_mem_alloc: Linux before 6.1), as gputop's do, and kernel.panic_on_warn=1 makes any "
+                "WARNING a panic")
+    return None
+
+
+PANIC_HINT = ("set kernel.panic_on_warn=0 while gputop runs (sysctl), or run a Linux 6.1+ kernel; "
+              "docs/collector.md, \"Kernels before 6.1\"")
+
+
 class MappedArray:
     """A BPF_F_MMAPABLE array map mapped into this process: reads (and writes) are memory copies, no
     system call each (launch slots, PID generations)."""

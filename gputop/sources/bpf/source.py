@@ -20,7 +20,14 @@ from gputop.sources.bpf.forgetting import Forgetting
 from gputop.sources.bpf.generations import Generations
 from gputop.sources.bpf.graphs import GraphKernels
 from gputop.sources.bpf.launchslots import LaunchSlots
-from gputop.sources.bpf.linux import ENABLE_HINT, coverage_gaps, privileges_error, raise_fd_limit
+from gputop.sources.bpf.linux import (
+    ENABLE_HINT,
+    PANIC_HINT,
+    coverage_gaps,
+    load_refusal,
+    privileges_error,
+    raise_fd_limit,
+)
 from gputop.sources.bpf.naming import Naming
 from gputop.sources.bpf.objreads import START_WAIT_S, WAIT_S, ObjectReads
 from gputop.sources.bpf.procid import PidGens
@@ -182,6 +189,9 @@ class BpfSource:
         refusal = privileges_error()
         if refusal is not None:
             raise BpfUnavailable(refusal, ENABLE_HINT, noperm=True)
+        refusal = load_refusal()
+        if refusal is not None:
+            raise BpfUnavailable(refusal, PANIC_HINT)
         gaps = coverage_gaps()
         self.reader.gaps = (f"missing {', '.join(gaps)}: processes whose CUDA library exists only in a container, "
                             "or was deleted or replaced since they loaded it, may go untraced" if gaps else None)
