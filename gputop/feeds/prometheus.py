@@ -33,6 +33,7 @@ import json
 import re
 import socket
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -174,6 +175,35 @@ def _refusal_hint(detail: str) -> str:
     return "check --match (label matchers such as job=\"gputop\") and --window"
 
 
+#: the most one answer may hold: a 64,000-process fleet's largest is tens of MiB (docs/fleet.md, "At scale")
+MAX_ANSWER_BYTES = 256 << 20
+#: the most of an error answer read (its message is shown cut to 200 characters)
+MAX_ERROR_BYTES = 64 << 10
+_CHUNK_BYTES = 1 << 16
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _read_bounded(r: Any, limit: int, deadline: float, *, cut: bool = False) -> bytes:
+    """``r``'s body, one receive at a time: TimeoutError past ``deadline`` (a server that sends a byte
+    now and then holds every socket timeout off); beyond ``limit`` bytes, _TooLarge, or with ``cut``
+    the first ``limit`` bytes."""
+    body = bytearray()
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        chunk = r.read1(_CHUNK_BYTES)
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if len(body) > limit:
+            if cut:
+                return bytes(body[:limit])
+            raise _TooLarge
+
+
 class PromClient:
     """Instant and range queries through Prometheus's HTTP API (POST, so long selectors fit)."""
 
@@ -191,11 +221,15 @@ class PromClient:
         req = urllib.request.Request(self.url + path, data=data, method="POST",
                                      headers={"Content-Type": "application/x-www-form-urlencoded"})
         where = f"Prometheus at {self.url}"
+        deadline = time.monotonic() + self.timeout_s     # for the whole answer, not each receive
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                body = r.read()
+                body = _read_bounded(r, MAX_ANSWER_BYTES, deadline)
         except urllib.error.HTTPError as e:
-            body = e.read()
+            try:
+                body = _read_bounded(e, MAX_ERROR_BYTES, deadline, cut=True)
+            except (TimeoutError, OSError):
+                body = b""
             try:
                 detail = json.loads(body).get("error") or ""
             except ValueError:
@@ -206,6 +240,10 @@ class PromClient:
             raise FleetError("unreachable", f"{where} answered HTTP {e.code} {e.reason}: {detail}",
                              "check the URL (it is Prometheus's, e.g. http://prometheus:9090) and any proxy "
                              "in front of it") from None
+        except _TooLarge:
+            raise FleetError("unreachable", f"{where} answered more than {MAX_ANSWER_BYTES >> 20} MiB to one "
+                             f"query: not read", "give the URL of Prometheus itself (http://HOST:9090), and narrow "
+                             "--match / --node") from None
         except TimeoutError:
             raise FleetError("slow", f"{where} did not answer within {self.timeout_s:g} s",
                              "check Prometheus's load (its /metrics, the query log) or narrow --match / --node"
