@@ -241,9 +241,11 @@ class GputopApp(App[int]):
         self.refresh_views()
 
     def refresh_views(self) -> None:
-        """Redraw the visible live screens: the top one and those under a modal dialog."""
+        """Redraw the visible live screens: the top one and those under a modal dialog. A screen pushed
+        but not composed yet (the first snapshot of a fast replay can come first) is skipped: it draws
+        the app's state itself once it is laid out (LiveScreen.on_resize)."""
         for screen in reversed(self.screen_stack):
-            if isinstance(screen, LiveScreen):
+            if isinstance(screen, LiveScreen) and screen.is_mounted:
                 screen.update_view()
             if not isinstance(screen, ModalScreen):
                 break

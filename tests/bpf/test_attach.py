@@ -3,7 +3,6 @@ reported, everything gone after close (both with links and with perf events)."""
 
 from __future__ import annotations
 
-import errno
 import os
 import subprocess
 from pathlib import Path
@@ -11,9 +10,10 @@ from pathlib import Path
 import pytest
 from support import SCAN_WAIT_S
 
-from gputop.sources.bpf import BpfSource, catalogue, discovery, load_bcc, symbols, uprobes
-from gputop.sources.bpf.linux import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
-from gputop.sources.bpf.uprobes import UprobeAttacher
+from gputop.sources.bpf import BpfSource, catalogue, discovery, symbols, uprobes
+from gputop.sources.bpf.linux import uprobe_multi_link
+from gputop.sources.bpf.trapcost import empty_prog
+from gputop.sources.bpf.uprobes import links_supported
 
 
 @pytest.fixture
@@ -37,28 +37,13 @@ def test_another_tracer_can_probe_the_same_entry_points(bpf_source: BpfSource, w
     assert syms is not None
     off = syms.offset_of_vaddr(syms.functions["cudaLaunchKernel"])
     assert off is not None
-    bcc = load_bcc()
-    other = bcc.BPF(text=b"int other(struct pt_regs *ctx) { return 0; }")
+    if not links_supported():
+        pytest.skip("the kernel has no uprobe_multi links (Linux < 6.6)")
+    prog = empty_prog(links=True)       # loaded without bcc, as bpftrace and libbpf do (bcc 0.18 cannot)
     try:
-        prog = other.load_func(b"other", bcc.BPF.KPROBE, None, BPF_TRACE_UPROBE_MULTI)
-        try:
-            fd = uprobe_multi_link(prog.fd, str(testbed.libcudart), [off], retprobe=False)
-        except OSError as e:
-            if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS) or not _kernel_has_links():
-                pytest.skip("the kernel has no uprobe_multi links (Linux < 6.6)")
-            raise
-        os.close(fd)
+        os.close(uprobe_multi_link(prog, str(testbed.libcudart), [off], retprobe=False))
     finally:
-        other.cleanup()
-
-
-def _kernel_has_links() -> bool:
-    bcc = load_bcc()
-    b = bcc.BPF(text=b"int probe(struct pt_regs *ctx) { return 0; }")
-    try:
-        return UprobeAttacher(b, bcc.lib).mode == "links"
-    finally:
-        b.cleanup()
+        os.close(prog)
 
 
 @pytest.mark.parametrize("links", [True, False], ids=["links", "perf"])
