@@ -243,7 +243,11 @@ class GputopApp(App[int]):
     def refresh_views(self) -> None:
         """Redraw the visible live screens: the top one and those under a modal dialog. A screen pushed
         but not composed yet (the first snapshot of a fast replay can come first) is skipped: it draws
-        the app's state itself once it is laid out (LiveScreen.on_resize)."""
+        the app's state itself once it is laid out (LiveScreen.on_resize). Nothing is drawn once the
+        app shuts down: its screens' widgets are being removed (Textual's test harness shuts down while
+        the message loop still delivers snapshots)."""
+        if not self.is_running:
+            return
         for screen in reversed(self.screen_stack):
             if isinstance(screen, LiveScreen) and screen.is_mounted:
                 screen.update_view()
