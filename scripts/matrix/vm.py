@@ -122,7 +122,10 @@ def on_host(cache: Path, src: Path, tmp: Path, console: Path, timeout_s: float) 
         (root / tmpdir).chmod(0o1777)
     shutil.move(str(src), str(root / "mnt" / "matrix"))
     shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
-    script = (f"for d in proc sys dev; do mount --rbind /$d {root}/$d && mount --make-rslave {root}/$d || exit 92; "
+    # the root a mount point of its own, as a booted system's is: unshare --propagation (tests, gputop's
+    # own debugfs mount) refuses a root that is not one ("cannot change root filesystem propagation")
+    script = (f"mount --bind {root} {root} || exit 92; "
+              f"for d in proc sys dev; do mount --rbind /$d {root}/$d && mount --make-rslave {root}/$d || exit 92; "
               f"done; exec chroot {root} /bin/bash /mnt/matrix/guest-run.sh")
     rc, _ = run_logged(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script],
                        console, timeout_s)
