@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from promserver import GPUTOP, Exporter, Prometheus, http_get, wait_until
+from promserver import GPUTOP, GRAFANA_PROMQL, Exporter, Prometheus, http_get, need_promql, wait_until
 from support import NVML_H100, ROOT, Workloads, build_native
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "gputop.json"
@@ -48,6 +48,7 @@ def write_nvml_script(path: Path, pid: int | None) -> None:
 
 
 def test_prometheus_gets_exact_counts_and_every_panel_has_data(workloads: Workloads, tmp_path: Path) -> None:
+    need_promql(GRAFANA_PROMQL, tmp_path)   # every panel's query (Debian 11's 2.24 lacks some)
     script = tmp_path / "nvml.txt"
     write_nvml_script(script, None)
     env = {"GPUTOP_NVML_LIBRARY": str(build_native("fake_nvml.c", "fake_nvml/libnvidia-ml.so.1", "-shared", "-fPIC")),

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from promserver import GPUTOP, Exporter, Prometheus, wait_until
+from promserver import FLEET_PROMQL, GPUTOP, Exporter, Prometheus, need_promql, wait_until
 from support import NVML_H100, ROOT, Workloads, build_native, table_rows
 
 from gputop.feeds.fleet import FleetFeed
@@ -41,6 +41,7 @@ def mine(snap: Snapshot, pid: int) -> dict[str | None, ProcSample]:
 
 
 def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_path: Path) -> None:
+    need_promql(FLEET_PROMQL, tmp_path)     # Debian 11's 2.24 lacks last_over_time
     script = tmp_path / "nvml.txt"
     script.write_text(NVML_H100)
     env = {"GPUTOP_NVML_LIBRARY": str(build_native("fake_nvml.c", "fake_nvml/libnvidia-ml.so.1", "-shared", "-fPIC")),
@@ -226,6 +227,7 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
 
 
 def test_prometheus_without_gputop_metrics(tmp_path: Path) -> None:
+    need_promql(FLEET_PROMQL, tmp_path)     # Debian 11's 2.24 lacks last_over_time
     prom = Prometheus(tmp_path, [])
     try:
         wait_until("Prometheus to answer", lambda: prom.query("up") == [])
