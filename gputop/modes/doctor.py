@@ -11,6 +11,7 @@ from typing import TextIO
 
 from gputop.sources import bpf
 from gputop.sources.bpf import catalogue, discovery, kheaders, linux
+from gputop.sources.bpf.btf import VMLINUX
 from gputop.sources.bpf.program import QUIET
 from gputop.sources.bpf.purge import batch_ops
 from gputop.sources.bpf.startup import read_object
@@ -72,7 +73,7 @@ def _kernel() -> list[Check]:
                          else "no atomic compare-and-exchange (Linux < 5.12): every launch is counted through the "
                          "kernels table, without launch slots: the same counts, a hash lookup per launch",
                          "" if cas else "none needed; Linux 5.12+ makes each launch cheaper", needed_for_bpf=False))
-    btf = Path("/sys/kernel/btf/vmlinux").is_file()
+    btf = VMLINUX.is_file()
     out.append(Check("BTF", "OK" if btf else "WARN", "/sys/kernel/btf/vmlinux present" if btf else "no BTF",
                      "" if btf else "not needed by gputop's uprobes; CONFIG_DEBUG_INFO_BTF=y", needed_for_bpf=False))
     return out + _warning_at_load()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import has_privileges, linux
+from gputop.sources.bpf import btf, has_privileges, linux
 
 ROOT = Path(__file__).resolve().parents[2]
 WARNS = ("this kernel logs a WARNING when a tracing program's hash maps allocate at run time (no bpf_mem_alloc: "
@@ -25,7 +25,7 @@ WARNS = ("this kernel logs a WARNING when a tracing program's hash maps allocate
 
 def _old_btf(tmp_path: Path) -> Path:
     """This kernel's BTF with ``bpf_mem_alloc`` renamed (same length: still valid BTF)."""
-    data = linux.VMLINUX_BTF.read_bytes()
+    data = btf.VMLINUX.read_bytes()
     assert data.count(b"\0bpf_mem_alloc\0") == 1
     path = tmp_path / "vmlinux"
     path.write_bytes(data.replace(b"\0bpf_mem_alloc\0", b"\0bpf_mem_allod\0"))
@@ -65,7 +65,7 @@ def _as_on_an_old_kernel(tmp_path: Path, panic: str, *args: str) -> subprocess.C
     """``gputop ARGS`` with an older kernel's BTF and ``panic_on_warn`` = ``panic`` at the real paths."""
     if not has_privileges():
         pytest.skip("needs root (mount namespaces, tracing)")
-    binds = {_old_btf(tmp_path): linux.VMLINUX_BTF, _file(tmp_path, "panic_on_warn", panic + "\n"): linux.PANIC_ON_WARN}
+    binds = {_old_btf(tmp_path): btf.VMLINUX, _file(tmp_path, "panic_on_warn", panic + "\n"): linux.PANIC_ON_WARN}
     mounts = " && ".join(f"mount --bind {src} {dst}" for src, dst in binds.items())
     return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                            f'{mounts} && exec "$@"', "sh", sys.executable, "-m", "gputop.cli", *args],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import platform
@@ -12,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from .btf import VMLINUX
 
 TRACEFS = Path("/sys/kernel/tracing")
 DEBUGFS = Path("/sys/kernel/debug")
@@ -302,20 +305,20 @@ def atomic_cmpxchg() -> bool | None:
 #: the allocator BPF maps got in Linux 6.1 (``struct bpf_mem_alloc``); the same series dropped the
 #: verifier's warning about tracing programs whose hash maps allocate at run time
 _MEM_ALLOC = b"bpf_mem_alloc"
-VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 KALLSYMS = Path("/proc/kallsyms")
 PANIC_ON_WARN = Path("/proc/sys/kernel/panic_on_warn")
 _KERNEL_FILE_MAX = 256 << 20     # bytes read of the kernel's own BTF or symbol list, at most
 
 
+@functools.cache
 def warns_at_load(btf: Path | None = None, kallsyms: Path | None = None) -> bool | None:
     """Whether loading gputop's program makes this kernel log a WARNING (once per boot, and the kernel is
     tainted "W"): before Linux 6.1 the verifier warns ("trace type BPF program uses run-time allocation")
     about a tracing program using a hash map that allocates at run time (``BPF_F_NO_PREALLOC``: gputop's
     name, graph and graph-node tables, which preallocated would take 114 MiB of kernel memory).
     Asked of the kernel's own BTF, else its symbols: a kernel that has ``bpf_mem_alloc`` does not warn.
-    None when neither can be read."""
-    for path, needle in ((btf or VMLINUX_BTF, b"\0" + _MEM_ALLOC + b"\0"),
+    None when neither can be read. Asked once per process (doctor asks it, and load_refusal again)."""
+    for path, needle in ((btf or VMLINUX, b"\0" + _MEM_ALLOC + b"\0"),
                          (kallsyms or KALLSYMS, b" " + _MEM_ALLOC + b"\n")):
         try:
             with path.open("rb") as f:
