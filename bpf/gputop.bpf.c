@@ -4,16 +4,16 @@
 //
 // Compile-time parameters (set by gputop/sources/bpf.py): MAX_PROCS, MAX_KERNELS, MAX_ALLOCS,
 // MAX_NAMES, MAX_THREADS, MAX_CODE (MAX_GRAPHS, MAX_GRAPH_NODES have defaults here); and the constants
-// user space shares with this program, defined once in gputop/sources/bpfabi.py: NDIR, NPREFETCH, NB,
-// NAME_LEN, PATH_DEPTH, PATH_NAME, KS_*, CAPTURES_*, HIT_*, CODE_*, EV_*.
+// user space shares with this program, defined once in gputop/sources/bpf/abi.py: NDIR, NPREFETCH, NB,
+// NAME_LEN, PATH_DEPTH, PATH_NAME, KS_*, CAPTURES_*, HIT_*, CODE_*, EV_*, FILE_*, CTIME_NSEC_MASK.
 #include <uapi/linux/ptrace.h>
 #ifndef EEXIST
 #define EEXIST 17
 #endif
 #if !defined(NDIR) || !defined(NPREFETCH) || !defined(NB) || !defined(PATH_DEPTH) || !defined(PATH_NAME) || \
     !defined(KS_GRID) || !defined(KS_BLOCK) || !defined(KS_CLAIMED) || !defined(CAPTURES_FORGOTTEN) || !defined(HIT_RETURN) || \
-    !defined(CODE_LAYER) || !defined(EV_FILE) || !defined(NAME_LEN)
-#error "compile with gputop/sources/bpfabi.py's cflags(): the constants shared with user space are defined there"
+    !defined(CODE_LAYER) || !defined(EV_FILE) || !defined(NAME_LEN) || !defined(FILE_NOT_CUDA) || !defined(CTIME_NSEC_MASK)
+#error "compile with gputop/sources/bpf/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 
 // memcpy directions, in the order of gputop.model.MEMCPY_DIRECTIONS (NDIR of them)
@@ -122,9 +122,18 @@ struct file_key_t {
     u64 dev;                    // the kernel's dev_t (major << 20 | minor) of the file's filesystem
     u64 ino;
 };
+// What user space knows of a file: FILE_PROBED or FILE_NOT_CUDA, for the inode whose change time
+// (ns) is ctime. A deleted file's inode number is a new file's soon after (ext4 hands out the lowest
+// free one), and the new file has its own change time, which no user can set: its mappings are named
+// again instead of being taken for the old file's.
+struct known_file_t {
+    u64 ctime;
+    u64 state;
+};
 struct file_event_t {
     struct event_t h;           // type EV_FILE
     struct file_key_t key;
+    u64 ctime;                  // the inode's change time (ns), as fstat gives it
     u32 depth;                  // names[0] is the file's, names[depth - 1] its filesystem root's
     u32 complete;               // 1 when the walk reached that root
     char names[PATH_DEPTH][PATH_NAME];
@@ -219,9 +228,9 @@ struct pend_cap_t {             // a cudaStreamBeginCapture(ToGraph) under way
 BPF_TABLE("lru_hash", u64, struct pend_cap_t, pend_capture, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, u64, exec_mmap, 1024);  // thread -> the struct file being mapped (or 1)
 #ifdef FILE_KEYS
-// files user space has classified: 1 probed (its mappings still start a rescan: code ranges),
-// 2 not a CUDA object (no event at all)
-BPF_HASH(known_files, struct file_key_t, u8, 16384);
+// files user space has classified (struct known_file_t): FILE_PROBED (its mappings still start a
+// rescan: code ranges), FILE_NOT_CUDA (no event at all); least recently used ones make room
+BPF_TABLE("lru_hash", struct file_key_t, struct known_file_t, known_files, 16384);
 #endif
 // driver or kernel handle -> the host stub or kernel it stands for (names resolved through it)
 BPF_HASH(aliases, struct tkey_t, u64, MAX_NAMES);
@@ -1855,8 +1864,19 @@ static __always_inline u64 file_of_fd(u64 fd) {
     return fds ? read_ptr(fds + fd * 8) : 0;
 }
 
-// an exec mapping of a file user space has not classified yet: its key and name, so that it
-// can be probed even when the process exits before user space reads its maps
+// an inode's change time in ns (OFF_INODE_CTIME_*: split in two members since 6.11, a timespec64
+// before; the nanoseconds read as their low 32 bits, a little-endian kernel's: btf.py reads no other)
+static __always_inline u64 inode_ctime(u64 inode) {
+    s64 sec = 0;
+    u32 nsec = 0;
+    bpf_probe_read_kernel(&sec, sizeof(sec), (void *)(inode + OFF_INODE_CTIME_SEC));
+    bpf_probe_read_kernel(&nsec, sizeof(nsec), (void *)(inode + OFF_INODE_CTIME_NSEC));
+    return (u64)sec * 1000000000ULL + (nsec & CTIME_NSEC_MASK);
+}
+
+// an exec mapping of a file user space has not classified yet (or classified under another change
+// time: another file under the same inode number): its key and name, so that it can be probed even
+// when the process exits before user space reads its maps
 static __always_inline void emit_file(u32 tgid, u64 file) {
     struct file_key_t key = {};
     u64 inode = read_ptr(file + OFF_FILE_INODE);
@@ -1866,11 +1886,15 @@ static __always_inline void emit_file(u32 tgid, u64 file) {
         bpf_probe_read_kernel(&dev, sizeof(dev), (void *)(sb + OFF_SB_DEV));
     key.dev = dev;
     key.ino = inode ? read_ptr(inode + OFF_INODE_INO) : 0;
-    u8 *known = known_files.lookup(&key);
+    u64 ctime = inode ? inode_ctime(inode) : 0;
+    struct known_file_t *known = known_files.lookup(&key);
     if (known) {
-        if (*known == 1)
-            emit(tgid, EV_MMAP);
-        return;
+        if (known->ctime == ctime) {
+            if (known->state == FILE_PROBED)
+                emit(tgid, EV_MMAP);
+            return;
+        }
+        known_files.delete(&key);
     }
     struct file_event_t *e = events.ringbuf_reserve(sizeof(struct file_event_t));
     if (!e) {
@@ -1882,6 +1906,7 @@ static __always_inline void emit_file(u32 tgid, u64 file) {
     e->h.gen = gen_of(tgid);
     e->h.type = EV_FILE;
     e->key = key;
+    e->ctime = ctime;
     e->depth = 0;
     e->complete = 0;
     u64 d = read_ptr(file + OFF_FILE_DENTRY);

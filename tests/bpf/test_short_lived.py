@@ -12,12 +12,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gputop.sources.bpf import BpfSource, attaching, has_privileges
+from gputop.sources.bpf import BpfSource, abi, attaching, has_privileges
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LAUNCHES = 7
@@ -80,6 +81,104 @@ def test_a_file_already_classified_sends_no_named_event(bpf_source: BpfSource, w
     pid = _short(workloads, lib)
     bpf_source.bpf.ring_buffer_poll(200)
     assert (lib.stat().st_dev, lib.stat().st_ino) not in bpf_source._unknown_files
+    bpf_source.poll(0.05)
+    assert bpf_source.read().procs[pid].counters["launches"] == LAUNCHES
+    bpf_source.forget(pid)
+
+
+#: maps the file named on the command line executable, says so, and waits for stdin to close
+_MAPPER = ("import mmap, os, sys\n"
+           "m = mmap.mmap(os.open(sys.argv[1], os.O_RDONLY), 0, prot=mmap.PROT_READ | mmap.PROT_EXEC)\n"
+           "print(os.getpid(), flush=True)\n"
+           "sys.stdin.read()\n")
+
+
+@pytest.fixture
+def reusing_fs(tmp_path: Path) -> Iterator[Path]:
+    """A fresh ext2 filesystem (loop-mounted): a deleted file's inode number is the next file's at
+    once (ext4 waits a while before it hands one out again, then does the same)."""
+    img, mnt = tmp_path / "fs.img", tmp_path / "mnt"
+    mnt.mkdir()
+    with img.open("wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext2", "-q", "-F", str(img)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_file_given_a_rejected_files_inode_number_is_probed(bpf_source: BpfSource, workloads, testbed,
+                                                               reusing_fs: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """CI's flake: a file that is not a CUDA object is mapped and rejected (the BPF side told to send
+    nothing for its mappings), then deleted; a copy of libcudart gets its inode number. Keyed by
+    (device, inode) alone, the new file was taken for the old one: a short-lived process's mapping sent
+    nothing, the runtime was never probed and the next process was lost. The BPF side keeps each
+    file's change time too: the new file is named, probed, and the next process is exact."""
+    if not bpf_source.file_offsets:
+        pytest.skip("the kernel has no BTF (/sys/kernel/btf/vmlinux): mapped files are not named")
+    other = reusing_fs / "libother.so"
+    shutil.copyfile(Path("/bin/true").resolve(), other)
+    old = (other.stat().st_dev, other.stat().st_ino)
+    mapper = subprocess.Popen([sys.executable, "-c", _MAPPER, str(other)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert mapper.stdout is not None
+        int(mapper.stdout.readline())
+        deadline = time.monotonic() + 10
+        while old not in bpf_source.rejected:
+            bpf_source.poll(0.05)
+            assert time.monotonic() < deadline, "the mapped file was not looked at"
+        known = bpf_source.attacher._known_file(old)
+        assert known is not None and known[0][known[1]].state == abi.FILE_NOT_CUDA
+    finally:
+        assert mapper.stdin is not None
+        mapper.stdin.close()
+        mapper.wait(10)
+    other.unlink()
+    lib = reusing_fs / "libcudart.so.12"
+    shutil.copyfile(testbed.libcudart, lib)
+    assert (lib.stat().st_dev, lib.stat().st_ino) == old        # the number is the new file's
+    assert _probed_by_a_short_one(bpf_source, workloads, lib) == old
+    pid = _short(workloads, lib)
+    bpf_source.poll(0.05)
+    assert bpf_source.read().procs[pid].counters["launches"] == LAUNCHES
+    bpf_source.forget(pid)
+    known = bpf_source.attacher._known_file(old)
+    assert known is not None
+    assert (known[0][known[1]].state, known[0][known[1]].ctime) == (abi.FILE_PROBED, lib.stat().st_ctime_ns)
+    monkeypatch.setattr(attaching, "KEEP_UNMAPPED_S", 0.0)
+    bpf_source.scan()
+    bpf_source._sweep()                       # released: its probes hold the filesystem
+    assert old not in bpf_source.objects
+    assert bpf_source.uprobes is not None
+    bpf_source.uprobes.wait_detached()
+
+
+def test_a_probed_file_whose_metadata_changed_is_classified_again(bpf_source: BpfSource, workloads, testbed,
+                                                                   tmp_path: Path) -> None:
+    """chmod changes a probed library's change time: its next mapping is named again, found probed
+    (its probes hold the inode: the same file), and classified under the new time; the process is
+    exact, and the one after it sends no named event."""
+    if not bpf_source.file_offsets:
+        pytest.skip("the kernel has no BTF (/sys/kernel/btf/vmlinux): mapped files are not named")
+    lib = _fresh_copy(testbed, tmp_path)
+    key = _probed_by_a_short_one(bpf_source, workloads, lib)
+    bpf_source.poll(0.05)
+    lib.chmod(0o700)
+    pid = _short(workloads, lib)
+    bpf_source.bpf.ring_buffer_poll(200)
+    assert key in bpf_source._unknown_files
+    bpf_source.poll(0.05)
+    assert bpf_source.read().procs[pid].counters["launches"] == LAUNCHES
+    bpf_source.forget(pid)
+    known = bpf_source.attacher._known_file(key)
+    assert known is not None and known[0][known[1]].ctime == lib.stat().st_ctime_ns
+    pid = _short(workloads, lib)
+    bpf_source.bpf.ring_buffer_poll(200)
+    assert key not in bpf_source._unknown_files
     bpf_source.poll(0.05)
     assert bpf_source.read().procs[pid].counters["launches"] == LAUNCHES
     bpf_source.forget(pid)

@@ -84,11 +84,41 @@ def test_member_offsets_through_anonymous_unions_typedefs_and_bitfield_encoding(
     assert b.offset("outer", "nope") is None and b.offset("nope", "x") is None
 
 
+@pytest.mark.parametrize(("members", "expected"), [
+    (None, (16, 28)),                   # 6.11+: i_ctime_sec ... i_ctime_nsec
+    ("__i_ctime", (16, 24)),            # 6.6 to 6.10
+    ("i_ctime", (16, 24)),              # before 6.6
+], ids=["split", "__i_ctime", "i_ctime"])
+def test_the_change_time_as_each_kernel_spells_it(members: str | None, expected: tuple[int, int]) -> None:
+    """struct inode { u64 i_ino; u64 i_size; <change time> }, as 6.11+, 6.6 to 6.10 and older kernels
+    declare it; a struct without one has none."""
+    strs = b"\0u64\0u32\0timespec64\0tv_sec\0tv_nsec\0inode\0i_ino\0i_size\0i_ctime_sec\0i_ctime_nsec\0" \
+           b"__i_ctime\0i_ctime\0"
+    s = {n: strs.index(b"\0" + n.encode() + b"\0") + 1 for n in (
+        "u64", "u32", "timespec64", "tv_sec", "tv_nsec", "inode", "i_ino", "i_size", "i_ctime_sec", "i_ctime_nsec",
+        "__i_ctime", "i_ctime")}
+    types = [
+        struct.pack("<IIII", s["u64"], 1 << 24, 8, 64),                                      # 1 u64
+        struct.pack("<IIII", s["u32"], 1 << 24, 4, 32),                                      # 2 u32
+        struct.pack("<III", s["timespec64"], (4 << 24) | 2, 16)                             # 3 timespec64
+        + struct.pack("<III", s["tv_sec"], 1, 0) + struct.pack("<III", s["tv_nsec"], 1, 64),
+    ]
+    head = struct.pack("<III", s["i_ino"], 1, 0) + struct.pack("<III", s["i_size"], 1, 64)
+    if members is None:
+        inode = struct.pack("<III", s["inode"], (4 << 24) | 4, 32) + head \
+            + struct.pack("<III", s["i_ctime_sec"], 1, 128) + struct.pack("<III", s["i_ctime_nsec"], 2, 224)
+    else:
+        inode = struct.pack("<III", s["inode"], (4 << 24) | 3, 32) + head + struct.pack("<III", s[members], 3, 128)
+    assert btf.ctime_offsets(btf.Btf(_btf([*types, inode], strs))) == expected
+    bare = struct.pack("<III", s["inode"], (4 << 24) | 2, 16) + head
+    assert btf.ctime_offsets(btf.Btf(_btf([*types, bare], strs))) is None
+
+
 def test_the_running_kernels_offsets() -> None:
     offs = btf.file_offsets()
     if offs is None:
         pytest.skip("no /sys/kernel/btf/vmlinux here")
-    assert set(offs) == set(btf.FILE_MEMBERS)
+    assert set(offs) == set(btf.OFFSET_NAMES)
     # members whose place has not moved in a decade: struct fdtable { unsigned int max_fds; struct
     # file __rcu **fd; ...}, struct super_block { struct list_head s_list; dev_t s_dev; ...}
     assert offs["OFF_FDT_FD"] == 8 and offs["OFF_SB_DEV"] == 16

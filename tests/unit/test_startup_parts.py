@@ -92,6 +92,19 @@ def test_off_turns_the_cache_off(monkeypatch) -> None:  # type: ignore[no-untype
     assert bpfcache.enabled()
 
 
+def test_stored_offsets_without_a_member_now_read_are_computed_again(tmp_path: Path) -> None:
+    """An older gputop stored fewer members (before OFF_INODE_CTIME_*): read again, and stored."""
+    vmlinux = tmp_path / "vmlinux"
+    vmlinux.write_bytes(b"btf")
+    calls: list[int] = []
+    assert bpfcache.file_offsets(lambda: calls.append(1) or {"A": 1}, vmlinux, tmp_path) == {"A": 1}
+    assert bpfcache.file_offsets(lambda: calls.append(2) or {"A": 1}, vmlinux, tmp_path, names=("A",)) == {"A": 1}
+    assert bpfcache.file_offsets(lambda: calls.append(3) or {"A": 1, "B": 2}, vmlinux, tmp_path,
+                                 names=("A", "B")) == {"A": 1, "B": 2}
+    assert bpfcache.file_offsets(lambda: calls.append(4) or {}, vmlinux, tmp_path, names=("A", "B")) == {"A": 1, "B": 2}
+    assert calls == [1, 3]
+
+
 def test_the_cuda_prefilter_reads_the_symbol_string_tables(testbed) -> None:  # type: ignore[no-untyped-def]
     """The string tables it searches are the ones the symbol tables name; the verdicts are the
     whole-file search's for the test bed's runtime and driver and for a library without CUDA."""

@@ -43,6 +43,13 @@ CODE_CUDA, CODE_LAYER = 1, 2
 #: exit without one, a fork, a mapped file gputop could not name (file_event_t)
 EV_EXEC, EV_MMAP, EV_EXIT, EV_EXIT_IDLE, EV_FORK, EV_FILE = 1, 2, 3, 4, 5, 6
 
+#: known_files' states: a file user space probed (its mappings still start a rescan: code ranges), and
+#: one that is not a CUDA object (its mappings send nothing)
+FILE_PROBED, FILE_NOT_CUDA = 1, 2
+#: the bits of struct inode's change-time nanoseconds that are nanoseconds (all below 10^9 < 2^30; Linux
+#: 6.13 keeps a flag in bit 31)
+CTIME_NSEC_MASK = (1 << 30) - 1
+
 #: every constant above, by name: what cflags passes
 SHARED: dict[str, int] = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}
 

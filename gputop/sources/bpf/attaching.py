@@ -2,12 +2,12 @@
 with the catalogue's probes (their code ranges first: coderanges.py) or rejected, and detached a while
 after no known process maps it (KEEP_UNMAPPED_S, at most KEEP_UNMAPPED_MAX of them: the next process
 that maps one is counted from its first call, however short its life). Objects are keyed by (device,
-inode)."""
+inode); the BPF side tells them from newer files under the same inode number by their change time
+(known_files)."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import os
 import time
@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gputop.sources.bpf import catalogue, discovery, symbols
+from gputop.sources.bpf.abi import FILE_NOT_CUDA, FILE_PROBED
 from gputop.sources.bpf.coderanges import CodeRanges
 from gputop.sources.bpf.generations import Generations
 from gputop.sources.bpf.linux import fd_room
@@ -40,7 +41,8 @@ class Attacher:
         #: probed objects no known process mapped at the last sweep -> since when (clock)
         self.unmapped_since: dict[ObjectKey, float] = {}
         self.objects: dict[ObjectKey, str] = {}           # probed objects -> path
-        self.rejected: set[ObjectKey] = set()             # objects without CUDA entry points
+        #: objects without CUDA entry points -> their change time (ns; None: not known, never taken as matching)
+        self.rejected: dict[ObjectKey, int | None] = {}
         #: symbols of probed objects (and of objects read to name kernels): kept while mapped
         self.symcache: dict[ObjectKey, symbols.ObjectSymbols | None] = {}
         #: objects read while the program compiled (startup.Prefetch), used by the first scan
@@ -59,6 +61,21 @@ class Attacher:
         """Whether the object ``key`` is probed or rejected already."""
         return key in self.objects or key in self.rejected
 
+    def known_as(self, key: ObjectKey, ctime_ns: int) -> bool:
+        """Whether the file the BPF side named, ``key`` with change time ``ctime_ns``, is known: probed
+        (its probes hold its inode, so its number is no other file's: its metadata changed, and it is
+        classified again under the new change time), or rejected with that very change time. A
+        rejected key under another change time is another file given the deleted one's inode number
+        (or the same file changed): forgotten, to be looked at again."""
+        if key in self.objects:
+            self.classified(key, probed=True, ctime_ns=ctime_ns)
+            return True
+        if key in self.rejected:
+            if self.rejected[key] == ctime_ns:
+                return True
+            del self.rejected[key]
+        return False
+
     def attach(self, ref: discovery.ObjectRef, users: dict[int, list[discovery.Mapping]] | None = None) -> bool:
         """Probe one object; False if it has no CUDA entry points (or its process just exited:
         then it is not marked, and the next process that maps it brings it back; or its read
@@ -72,9 +89,10 @@ class Attacher:
             # its process is gone, and its map_files with it: the same file by its path from here
             here = discovery.same_file(ref)
             if here is None or here == ref.open_path:
-                return self._reject(ref)
+                return self._reject(ref, None)
             return self.attach(dataclasses.replace(ref, open_path=here), users)
         try:
+            ctime_ns = change_time(os.fstat(fd))
             try:
                 syms = (self.prefetched.pop(ref.key) if ref.key in self.prefetched
                         else self.reads.read(ref.key, fd, ref.open_path))
@@ -84,7 +102,7 @@ class Attacher:
             self._pending.pop(ref.key, None)
             wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
             if syms is None or not wanted:
-                return self._reject(ref)
+                return self._reject(ref, ctime_ns)
             assert self.uprobes is not None
             if not fd_room(2 * len(wanted)):     # at most an entry and a return probe each
                 self._fd_starved.add(ref.key)       # no descriptors left for its probes: see fd_room
@@ -102,7 +120,7 @@ class Attacher:
                                 name=ref.path, owner=ref.key)
         finally:
             os.close(fd)
-        self.classified(ref.key, probed=True)
+        self.classified(ref.key, probed=True, ctime_ns=ctime_ns)
         return True
 
     def finished(self) -> Iterator[discovery.ObjectRef]:
@@ -114,19 +132,24 @@ class Attacher:
                 yield ref
             self.reads.discard(key)
 
-    def _reject(self, ref: discovery.ObjectRef) -> bool:
+    def _reject(self, ref: discovery.ObjectRef, ctime_ns: int | None) -> bool:
         if os.path.exists(ref.open_path):       # readable: really not a CUDA object
-            self.rejected.add(ref.key)
-            self.classified(ref.key, probed=False)
+            self.rejected[ref.key] = ctime_ns
+            self.classified(ref.key, probed=False, ctime_ns=ctime_ns)
         return False
 
-    def classified(self, key: ObjectKey, *, probed: bool) -> None:
-        """Tell the BPF side: its mappings start a rescan (probed) or no event at all."""
+    def classified(self, key: ObjectKey, *, probed: bool, ctime_ns: int | None) -> None:
+        """Tell the BPF side, for the file ``key`` whose change time is ``ctime_ns``: its mappings start
+        a rescan (probed) or no event at all. Without a change time nothing is told (its mappings
+        keep naming it: a newer file under its inode number is never taken for it)."""
         known = self._known_file(key)
         if known is not None:
             table, k = known
-            with contextlib.suppress(Exception):    # full: its mappings keep sending events, as before
-                table[k] = ctypes.c_uint8(1 if probed else 2)
+            with contextlib.suppress(Exception):
+                if ctime_ns is None:
+                    table.pop(k, None)
+                else:
+                    table[k] = table.Leaf(ctime_ns, FILE_PROBED if probed else FILE_NOT_CUDA)
 
     def release_unmapped(self, mapped: set[ObjectKey]) -> None:
         """After a full scan: detach and forget the objects no known process has mapped for
@@ -150,7 +173,7 @@ class Attacher:
             self._unclassify(key)
         for key in [k for k in self.symcache if k not in mapped and k not in self.objects]:
             del self.symcache[key]         # programs named from: read again if mapped again
-        self.rejected &= mapped
+        self.rejected = {k: t for k, t in self.rejected.items() if k in mapped}
         self._dropped += len(self._fd_starved - mapped)
         self._fd_starved &= mapped
 
@@ -174,3 +197,8 @@ class Attacher:
     def dropped(self) -> int:
         """Objects that went unprobed for want of descriptors since start (those mapped now included)."""
         return self._dropped + len(self._fd_starved)
+
+
+def change_time(st: os.stat_result) -> int:
+    """A file's change time in ns as the BPF side reads it from the inode (an unsigned 64-bit sum)."""
+    return st.st_ctime_ns & ((1 << 64) - 1)

@@ -104,11 +104,19 @@ FILE_MEMBERS = {
     "OFF_DENTRY_PARENT": ("dentry", "d_parent"),
     "OFF_DENTRY_NAME": ("dentry", "d_name.name"),
 }
+#: struct inode's change time as each kernel spells it, (seconds, nanoseconds), newest first: split
+#: since 6.11 (the nanoseconds' top bits hold flags since 6.13: the BPF side keeps CTIME_NSEC_MASK),
+#: ``__i_ctime`` in 6.6 to 6.10, ``i_ctime`` before. The BPF side reads it to tell a file from a newer
+#: one given the same inode number (known_files)
+CTIME_MEMBERS = (("i_ctime_sec", "i_ctime_nsec"), ("__i_ctime.tv_sec", "__i_ctime.tv_nsec"),
+                 ("i_ctime.tv_sec", "i_ctime.tv_nsec"))
+#: every offset file_offsets gives
+OFFSET_NAMES = (*FILE_MEMBERS, "OFF_INODE_CTIME_SEC", "OFF_INODE_CTIME_NSEC")
 
 
 @cache
 def file_offsets(path: Path = VMLINUX) -> dict[str, int] | None:
-    """FILE_MEMBERS' byte offsets in the running kernel; None without BTF or with any missing."""
+    """OFFSET_NAMES' byte offsets in the running kernel; None without BTF or with any missing."""
     try:
         btf = Btf(path.read_bytes())
     except (OSError, ValueError, struct.error, IndexError):
@@ -119,4 +127,17 @@ def file_offsets(path: Path = VMLINUX) -> dict[str, int] | None:
         if off is None:
             return None
         out[macro] = off
+    ctime = ctime_offsets(btf)
+    if ctime is None:
+        return None
+    out["OFF_INODE_CTIME_SEC"], out["OFF_INODE_CTIME_NSEC"] = ctime
     return out
+
+
+def ctime_offsets(btf: Btf) -> tuple[int, int] | None:
+    """Where struct inode keeps its change time's seconds and nanoseconds (CTIME_MEMBERS), or None."""
+    for sec, nsec in CTIME_MEMBERS:
+        sec_at, nsec_at = btf.offset("inode", sec), btf.offset("inode", nsec)
+        if sec_at is not None and nsec_at is not None:
+            return sec_at, nsec_at
+    return None

@@ -31,7 +31,7 @@ import os
 import platform
 import re
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -231,9 +231,10 @@ def extract(bcc: ModuleType, bpf: Any) -> dict[str, Any] | None:
 
 
 def file_offsets(compute: Callable[[], dict[str, int] | None], vmlinux: Path,
-             directory: Path | None = None) -> dict[str, int] | None:
+             directory: Path | None = None, names: Collection[str] = ()) -> dict[str, int] | None:
     """``compute()`` (btf.file_offsets: parsing the kernel's BTF takes 0.2 s), kept in the cache
-    per kernel build and BTF blob."""
+    per kernel build and BTF blob; a stored answer without each of ``names`` (a gputop that read
+    fewer members) is computed again."""
     if not enabled():
         return compute()
     h = hashlib.sha256(f"btf {FORMAT} {platform.release()} {platform.version()} {_stat(vmlinux)}".encode())
@@ -241,7 +242,8 @@ def file_offsets(compute: Callable[[], dict[str, int] | None], vmlinux: Path,
     data = read(k, directory)
     if data is not None and isinstance(data.get("funcs"), dict):
         offsets = data["funcs"].get("offsets")
-        if offsets is None or (isinstance(offsets, dict) and all(isinstance(v, int) for v in offsets.values())):
+        if offsets is None or (isinstance(offsets, dict) and all(isinstance(v, int) for v in offsets.values())
+                               and set(names) <= set(offsets)):
             return offsets
     offsets = compute()
     write(k, {"funcs": {"offsets": offsets}}, directory)

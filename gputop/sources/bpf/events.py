@@ -29,7 +29,8 @@ class _Event(ctypes.Structure):
 
 class _FileEvent(ctypes.Structure):
     """bpf/gputop.bpf.c's file_event_t (type EV_FILE)."""
-    _fields_ = (("h", _Event), ("dev", ctypes.c_uint64), ("ino", ctypes.c_uint64), ("depth", ctypes.c_uint32),
+    _fields_ = (("h", _Event), ("dev", ctypes.c_uint64), ("ino", ctypes.c_uint64), ("ctime", ctypes.c_uint64),
+                ("depth", ctypes.c_uint32),
                 ("complete", ctypes.c_uint32), ("names", (ctypes.c_char * PATH_NAME) * PATH_DEPTH))
 
 
@@ -46,8 +47,9 @@ class Events:
         self._reimage: set[int] = set()           # identities (procid) whose exec replaced their image
         self._execed: set[int] = set()            # processes that exec'd since the last take_execed()
         self.exited: set[int] = set()             # identities (procid) whose exit event came
-        #: files the BPF side named because they were not classified: key -> (pid, names or None)
-        self.unknown_files: dict[ObjectKey, tuple[int, list[bytes] | None]] = {}
+        #: files the BPF side named because they were not classified (under their change time): key ->
+        #: (pid, names or None, change time in ns)
+        self.unknown_files: dict[ObjectKey, tuple[int, list[bytes] | None, int]] = {}
         self.last_full_scan = 0.0
 
     def on_event(self, _cpu: int, data: Any, size: int) -> None:
@@ -59,7 +61,7 @@ class Events:
             fe = ctypes.cast(data, ctypes.POINTER(_FileEvent)).contents
             names = [bytes(fe.names[i]).split(b"\0", 1)[0] for i in range(min(fe.depth, PATH_DEPTH))]
             key = (discovery.user_dev(int(fe.dev)), int(fe.ino))
-            self.unknown_files.setdefault(key, (tgid, names if fe.complete else None))
+            self.unknown_files.setdefault(key, (tgid, names if fe.complete else None, int(fe.ctime)))
             kind = EV_MMAP
         if kind not in (EV_EXIT, EV_EXIT_IDLE):
             self._generations.seen(tgid, gen)
@@ -120,19 +122,19 @@ class Events:
         pending, self.unknown_files = self.unknown_files, {}
         attacher = self._attacher
         new = 0
-        for key, (pid, names) in pending.items():
-            if attacher.known(key):
+        for key, (pid, names, ctime) in pending.items():
+            if attacher.known_as(key, ctime):
                 continue
             ref = discovery.reach(key[0], key[1], names, pid) if names else None
             if ref is None:
                 self.last_full_scan = min(self.last_full_scan, self._clock() - RESCAN_S + EARLY_RESCAN_S)
                 continue
-            if attacher.known(ref.key):
-                attacher.classified(key, probed=ref.key in attacher.objects)    # the same file on a stacked fs
+            if attacher.known_as(ref.key, ctime):       # the same file on a stacked fs
+                attacher.classified(key, probed=ref.key in attacher.objects, ctime_ns=ctime)
             elif attacher.attach(ref):
                 new += 1
                 if ref.key != key:
-                    attacher.classified(key, probed=True)
+                    attacher.classified(key, probed=True, ctime_ns=ctime)
         return new
 
     def take_execed(self) -> frozenset[int]:

@@ -116,7 +116,7 @@ class Program:
 
     def cflags(self) -> list[str]:
         if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
-            self.file_offsets = compilecache.file_offsets(btf.file_offsets, btf.VMLINUX)
+            self.file_offsets = compilecache.file_offsets(btf.file_offsets, btf.VMLINUX, names=btf.OFFSET_NAMES)
             self._offsets_read = True
         flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *abi.cflags(), QUIET,
                  f"-DPID_GEN_WORDS={pid_gen_words()}"]

@@ -51,7 +51,7 @@ class Scanner:
 
     def _scan_maps(self, pids: list[int] | None) -> int:
         procs, attacher = self._procs, self._attacher
-        known = set(attacher.objects) | attacher.rejected
+        known = set(attacher.objects) | set(attacher.rejected)
         new = 0
         maps: dict[int, list[discovery.Mapping]] = {}
         before_ns = time.monotonic_ns()

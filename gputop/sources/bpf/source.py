@@ -133,7 +133,7 @@ class BpfSource:
     @property
     def rejected(self) -> set[tuple[int, int]]:
         """Objects without CUDA entry points."""
-        return self.attacher.rejected
+        return set(self.attacher.rejected)
 
     @property
     def probes(self) -> int:
@@ -150,7 +150,7 @@ class BpfSource:
         return self.events.exited
 
     @property
-    def _unknown_files(self) -> dict[tuple[int, int], tuple[int, list[bytes] | None]]:
+    def _unknown_files(self) -> dict[tuple[int, int], tuple[int, list[bytes] | None, int]]:
         return self.events.unknown_files
 
     @property
