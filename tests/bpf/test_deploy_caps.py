@@ -30,8 +30,14 @@ def unit_caps() -> list[str]:
     return [c.removeprefix("CAP_").lower() for c in line.split("=", 1)[1].split()]
 
 
+#: linux/capability.h's numbers (ABI) of the capabilities the deployment names: setpriv takes ``cap_N``,
+#: while its names come from libcap-ng (Debian 11's knows neither ``bpf`` nor ``perfmon``)
+CAP_NUMBERS = {"dac_read_search": 2, "sys_ptrace": 19, "perfmon": 38, "bpf": 39,
+               "checkpoint_restore": 40}
+
+
 def as_nobody(caps: list[str]) -> tuple[str, ...]:
-    spec = ",".join(["-all", *(f"+{c}" for c in caps)])
+    spec = ",".join(["-all", *(f"+cap_{CAP_NUMBERS[c]}" for c in caps)])
     return ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", f"--inh-caps={spec}",
             f"--ambient-caps={spec}", f"--bounding-set={spec}")
 

@@ -226,8 +226,15 @@ def _map_and_release(src: BpfSource, copies: list[str], cwd: Path
         src.uprobes.wait_detached()
         return len(src.objects), src.probes, len(os.listdir("/proc/self/fd"))
 
-    src.scan()
-    src._sweep()
+    def settle() -> None:
+        for _ in range(2):                 # a listed process is reported exited once, then forgotten
+            src.scan()
+            src._sweep()
+            src.read()
+        src.scan()
+        src._sweep()
+
+    settle()                               # what earlier tests' exited processes held goes first
     before = state()
     mapper = subprocess.Popen([USER_PYTHON, "-c", _MAPPER, *copies], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               preexec_fn=_as_nobody, text=True, cwd=cwd)
@@ -240,12 +247,7 @@ def _map_and_release(src: BpfSource, copies: list[str], cwd: Path
         assert mapper.stdin is not None
         mapper.stdin.close()
         mapper.wait(10)
-    for _ in range(2):                     # a listed process is reported exited once, then forgotten
-        src.scan()
-        src._sweep()
-        src.read()
-    src.scan()
-    src._sweep()
+    settle()
     return during, before, (during[1] - before[1]) // len(copies), state()
 
 
