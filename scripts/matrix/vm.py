@@ -122,11 +122,16 @@ def on_host(cache: Path, src: Path, tmp: Path, console: Path, timeout_s: float) 
         (root / tmpdir).chmod(0o1777)
     shutil.move(str(src), str(root / "mnt" / "matrix"))
     shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
-    # the root a mount point of its own, as a booted system's is: unshare --propagation (tests, gputop's
-    # own debugfs mount) refuses a root that is not one ("cannot change root filesystem propagation")
+    # the root a mount point of its own and its mount namespace's root, as a booted system's is:
+    # unshare --propagation (tests, gputop's own debugfs mount) refuses a root that is not a mount point
+    # ("cannot change root filesystem propagation"), and under a plain chroot the kernel writes the
+    # maps of a process in a mount namespace of its own from the namespace's root (/proc/PID/maps:
+    # /tmp/.../root/opt/...), which no path from the chroot reaches once the process is gone
+    (root / ".host").mkdir(exist_ok=True)
     script = (f"mount --bind {root} {root} || exit 92; "
               f"for d in proc sys dev; do mount --rbind /$d {root}/$d && mount --make-rslave {root}/$d || exit 92; "
-              f"done; exec chroot {root} /bin/bash /mnt/matrix/guest-run.sh")
+              f"done; cd {root} && pivot_root . .host && umount -l /.host || exit 93; "
+              f"exec chroot . /bin/bash /mnt/matrix/guest-run.sh")
     rc, _ = run_logged(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script],
                        console, timeout_s)
     return rc, time.monotonic() - t0        # the root's copy included
