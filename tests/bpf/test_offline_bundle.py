@@ -45,6 +45,20 @@ def installed(pkg: str) -> bool:
     return res.returncode == 0 and res.stdout.startswith("ii")
 
 
+def _bcc_features(prefix: Path, bcc_dir: Path) -> tuple[list[str], list[str]]:
+    """The optional bcc features doctor names, (used, missing), read from the bundle's own files: its
+    libbcc's dynamic symbols (the batch operations, bcc 0.20+) and its BPF.load_func's signature
+    (attach_type, 0.21+). Debian 12's bcc has both, Debian 11's neither."""
+    lib = next(p for p in prefix.rglob("libbcc.so*") if p.is_file() and not p.is_symlink())
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
+    names = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
+    source = (bcc_dir / "__init__.py").read_text()
+    signature = source[source.index("def load_func("):].split(")", 1)[0]
+    has = {"batch map operations": {"bpf_lookup_batch", "bpf_delete_batch"} <= names,
+           "load_func attach_type": "attach_type" in signature}
+    return [k for k, v in has.items() if v], [k for k, v in has.items() if not v]
+
+
 def version_of(manifest: dict[str, Any], pkg: str) -> str:
     """Upstream version of a bundled package (0.26.0+ds-1 -> 0.26.0)."""
     return next(p["version"] for p in manifest["packages"] if p["name"] == pkg).split("+")[0].split("-")[0]
@@ -144,9 +158,11 @@ def test_installed_prefix_traces_with_its_own_bcc_python_and_headers(bundle: dic
     env = {k: v for k, v in os.environ.items() if k not in ("BCC_KERNEL_SOURCE", "PYTHONPATH", "LD_LIBRARY_PATH")}
     doctor = subprocess.run([gputop, "doctor"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     bcc_dir = prefix / "usr/lib/python3/dist-packages/bcc"
-    # the bundle's own bcc, then the features of it gputop uses (this host's bcc has them all)
+    # the bundle's own bcc, then the features of it gputop uses, read here from its files
+    used, missing = _bcc_features(prefix, bcc_dir)
     assert (f"OK    bcc: bcc {version_of(bundle, 'python3-bpfcc')} from {bcc_dir}; "
-            "uses batch map operations, load_func attach_type\n") in doctor.stdout, doctor.stdout
+            f"uses {', '.join(used) or 'none of its optional features'}"
+            + (f"; falls back from {', '.join(missing)}" if missing else "") + "\n") in doctor.stdout, doctor.stdout
     headers = prefix / "lib/gputop/kernel-headers" / (prefix / "lib/gputop/kernel-headers/default").read_text().strip()
     assert "OK    BPF compile: a test program compiled and loaded" in doctor.stdout
     release = os.uname().release
