@@ -13,8 +13,9 @@
 4. out/ copied back with debugfs (no mount, no loop device) into OUTDIR/out; OUTDIR/host-times.json.
 --on-host: the suite's userland on this machine's kernel instead of its own (Debian 11's bcc 0.18 and
 LLVM 11 on a 5.12+ kernel, as with a backports kernel): the root image's files copied out with debugfs,
-the run staged in it, guest-run.sh chroot'd there in mount and UTS namespaces of its own (not PID 1: it
-sets up no network and powers nothing off), /proc, /sys and /dev bound from the host.
+the run staged in it, guest-run.sh run there in mount and UTS namespaces of its own, the root pivoted
+to (pivot_root; not PID 1: it sets up no network and powers nothing off), /proc, /sys and /dev bound
+from the host.
 Exit status: the guest's own (out/status), 124 on the timeout, 125 when the guest's kernel locked up
 (LOCKUP_REPORTS soft-lockup reports on its console), 1 when no status came back.
 """
