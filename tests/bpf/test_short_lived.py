@@ -184,6 +184,49 @@ def test_a_probed_file_whose_metadata_changed_is_classified_again(bpf_source: Bp
     bpf_source.forget(pid)
 
 
+def test_a_rejected_file_pushed_out_of_the_table_is_told_again(bpf_source: BpfSource, tmp_path: Path) -> None:
+    """known_files is a least-recently-used table: once full, a rejected file's entry goes, and its
+    next mapping is named again. gputop knows it (same change time) and tells the BPF side again, so
+    the mapping after that sends nothing (left out, every mapping of a library all processes map would
+    have sent an event)."""
+    if not bpf_source.file_offsets:
+        pytest.skip("the kernel has no BTF (/sys/kernel/btf/vmlinux): mapped files are not named")
+    other = tmp_path / "libother.so"
+    shutil.copyfile(Path("/bin/true").resolve(), other)
+    key = (other.stat().st_dev, other.stat().st_ino)
+
+    def mapped_once() -> None:
+        subprocess.run([sys.executable, "-c", _MAPPER, str(other)], input="", capture_output=True, check=True)
+        bpf_source.bpf.ring_buffer_poll(200)
+
+    mapped_once()
+    deadline = time.monotonic() + 10
+    while key not in bpf_source.rejected:
+        bpf_source.poll(0.05)
+        assert time.monotonic() < deadline, "the mapped file was not looked at"
+    table, k = bpf_source.attacher._known_file(key) or (None, None)
+    assert table is not None and table[k].state == abi.FILE_NOT_CUDA
+    # other files' entries push it out (keys no file has: device 0)
+    junk = []
+    try:
+        for i in range(1, 4 * 16384):
+            junk.append(table.Key(0, i))
+            table[junk[-1]] = table.Leaf(1, abi.FILE_NOT_CUDA)
+            if k not in table:
+                break
+        assert k not in table
+        mapped_once()
+        assert key in bpf_source._unknown_files                 # named again
+        bpf_source.poll(0.05)
+        assert (table[k].state, table[k].ctime) == (abi.FILE_NOT_CUDA, other.stat().st_ctime_ns)
+        mapped_once()
+        assert key not in bpf_source._unknown_files             # and silent again
+    finally:
+        for j in junk:
+            table.pop(j, None)
+    bpf_source.poll(0.05)
+
+
 def _probed_by_a_short_one(src: BpfSource, workloads: Any, lib: Path) -> tuple[int, int]:
     """A short-lived process maps ``lib``, gone before its maps are read: the object is probed
     anyway (the BPF side names the file); its key."""

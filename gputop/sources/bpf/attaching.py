@@ -64,14 +64,16 @@ class Attacher:
     def known_as(self, key: ObjectKey, ctime_ns: int) -> bool:
         """Whether the file the BPF side named, ``key`` with change time ``ctime_ns``, is known: probed
         (its probes hold its inode, so its number is no other file's: its metadata changed, and it is
-        classified again under the new change time), or rejected with that very change time. A
-        rejected key under another change time is another file given the deleted one's inode number
-        (or the same file changed): forgotten, to be looked at again."""
+        classified again under the new change time), or rejected with that very change time (told
+        again: its entry was pushed out of the table). A rejected key under another change time is
+        another file given the deleted one's inode number (or the same file changed): forgotten, to
+        be looked at again."""
         if key in self.objects:
             self.classified(key, probed=True, ctime_ns=ctime_ns)
             return True
         if key in self.rejected:
             if self.rejected[key] == ctime_ns:
+                self.classified(key, probed=False, ctime_ns=ctime_ns)
                 return True
             del self.rejected[key]
         return False
