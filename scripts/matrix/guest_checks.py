@@ -95,9 +95,10 @@ def _ready(proc: subprocess.Popen[bytes]) -> int:
     return int(line.split()[1])
 
 
-def failed_probes(dlopen: Path, lib: Path, libcuda: Path, out: Path) -> None:
+def failed_probes(dlopen: Path, lib: Path, libcuda: Path, out: Path) -> bool:
     """Every probe the kernel refused on the real libcudart and libcuda, one per line, in
-    probes_failed.txt (the snapshots carry only their count and the first)."""
+    probes_failed.txt (the snapshots carry only their count and the first); then whether a probed
+    file's next mapping is named again (_named_again)."""
     from gputop.sources.bpf import BpfSource
 
     go = Path(tempfile.mkdtemp(prefix="matrix-probes-")) / "go"
@@ -115,8 +116,22 @@ def failed_probes(dlopen: Path, lib: Path, libcuda: Path, out: Path) -> None:
         proc.wait(timeout=DEADLINE_S)
         assert src.uprobes is not None
         (out / "probes_failed.txt").write_text("".join(f"{line}\n" for line in src.uprobes.failed))
+        return _named_again(src, dlopen, lib)
     finally:
         src.close()
+
+
+def _named_again(src: Any, dlopen: Path, lib: Path) -> bool:
+    """Whether a mapping of ``lib``, probed and classified (known_files, under the change time fstat
+    gave), is named to user space again: the BPF side's change time, read from the inode at the BTF's
+    offsets, is not fstat's on this kernel."""
+    key = (lib.stat().st_dev, lib.stat().st_ino)
+    for _ in range(3):
+        src.poll(0.05)                      # whatever came before
+    subprocess.run([str(dlopen), "--cudart", str(lib), *SHORT], capture_output=True, check=True,
+                   timeout=DEADLINE_S)
+    src.bpf.ring_buffer_poll(200)
+    return key in src.events.unknown_files
 
 
 def main() -> int:
@@ -184,10 +199,10 @@ def main() -> int:
                                                      "gputop_rc": gt.returncode},
                                                     indent=1))
     t0 = time.monotonic()
-    failed_probes(dlopen, r12.lib, tb.libcuda, out)
+    named_again = failed_probes(dlopen, r12.lib, tb.libcuda, out)
     times["probe_listing_s"] = time.monotonic() - t0
     (out / "result.json").write_text(json.dumps({"pids": pids, "returncodes": returncodes, "times": times,
-                                                     "gputop_rc": gt.returncode},
+                                                 "gputop_rc": gt.returncode, "probed_file_named_again": named_again},
                                                 indent=1))
     return 0
 

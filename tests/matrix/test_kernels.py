@@ -236,6 +236,12 @@ def test_driver_launches(run: Run) -> None:
         ("0xabc0", 30, 4.0, 32.0), ("0xdef0", 42, 4.0, 128.0)]
 
 
+def test_a_classified_files_mappings_are_not_named_again(run: Run) -> None:
+    """The change time the BPF side reads from the inode (at the offsets of this kernel's BTF) is
+    fstat's: a probed library's next mapping asks for a rescan only, it is not named again."""
+    assert run.result["probed_file_named_again"] is False
+
+
 def test_a_short_lived_process_is_counted(run: Run) -> None:
     p = run.last("short")
     assert (p["state"], p["comm"]) == ("exited", "wl_dlopen")
