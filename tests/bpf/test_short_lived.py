@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hostile_objects_live import _MAPPER  # maps the files named, says so, waits for stdin to close
 
 from gputop.sources.bpf import BpfSource, abi, attaching, has_privileges
 
@@ -86,11 +87,12 @@ def test_a_file_already_classified_sends_no_named_event(bpf_source: BpfSource, w
     bpf_source.forget(pid)
 
 
-#: maps the file named on the command line executable, says so, and waits for stdin to close
-_MAPPER = ("import mmap, os, sys\n"
-           "m = mmap.mmap(os.open(sys.argv[1], os.O_RDONLY), 0, prot=mmap.PROT_READ | mmap.PROT_EXEC)\n"
-           "print(os.getpid(), flush=True)\n"
-           "sys.stdin.read()\n")
+def _rejected(src: BpfSource, key: tuple[int, int]) -> None:
+    """Poll until the file ``key`` (mapped by a process) is looked at and rejected."""
+    deadline = time.monotonic() + 10
+    while key not in src.rejected:
+        src.poll(0.05)
+        assert time.monotonic() < deadline, "the mapped file was not looked at"
 
 
 @pytest.fixture
@@ -125,12 +127,8 @@ def test_a_file_given_a_rejected_files_inode_number_is_probed(bpf_source: BpfSou
     mapper = subprocess.Popen([sys.executable, "-c", _MAPPER, str(other)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
-        assert mapper.stdout is not None
-        int(mapper.stdout.readline())
-        deadline = time.monotonic() + 10
-        while old not in bpf_source.rejected:
-            bpf_source.poll(0.05)
-            assert time.monotonic() < deadline, "the mapped file was not looked at"
+        assert mapper.stdout is not None and mapper.stdout.readline().startswith("mapped")
+        _rejected(bpf_source, old)
         known = bpf_source.attacher._known_file(old)
         assert known is not None and known[0][known[1]].state == abi.FILE_NOT_CUDA
     finally:
@@ -200,10 +198,7 @@ def test_a_rejected_file_pushed_out_of_the_table_is_told_again(bpf_source: BpfSo
         bpf_source.bpf.ring_buffer_poll(200)
 
     mapped_once()
-    deadline = time.monotonic() + 10
-    while key not in bpf_source.rejected:
-        bpf_source.poll(0.05)
-        assert time.monotonic() < deadline, "the mapped file was not looked at"
+    _rejected(bpf_source, key)
     table, k = bpf_source.attacher._known_file(key) or (None, None)
     assert table is not None and table[k].state == abi.FILE_NOT_CUDA
     # other files' entries push it out (keys no file has: device 0)
