@@ -57,8 +57,16 @@ if ! debootstrap --variant=minbase --include="$PACKAGES" --cache-dir="$CACHE/deb
 fi
 t1=$(date +%s.%N)
 
-# apt inside points at the same mirror; the machine's CA bundle and pip configuration go in
+# apt inside points at the same mirror, with the machine's way of reaching it (its apt configuration
+# files that set a proxy, a CA, or switch off the validity checks of a frozen mirror's Release files:
+# without them sid's and experimental's, which expire within a week, are refused); the machine's CA
+# bundle and pip configuration go in
 printf 'deb %s %s main\n' "$mirror" "$SUITE" > "$WORK/etc/apt/sources.list"
+for conf in /etc/apt/apt.conf /etc/apt/apt.conf.d/*; do
+    if [ -f "$conf" ] && grep -q -E 'Acquire::(Check-Valid-Until|Check-Date|https?::(Proxy|CAInfo|Verify-Peer))' "$conf"; then
+        cp "$conf" "$WORK$conf"
+    fi
+done
 if [ -d /usr/local/share/ca-certificates ]; then
     cp -a /usr/local/share/ca-certificates/. "$WORK/usr/local/share/ca-certificates/"
 fi
