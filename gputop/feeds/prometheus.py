@@ -29,6 +29,7 @@ end the feed: the last good snapshot is sent again with the ``prometheus`` sourc
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import socket
@@ -44,6 +45,7 @@ from typing import Any
 
 from gputop.counters import GPU, PROC, SCALARS, Kind
 from gputop.errors import EX_ERROR, GputopError
+from gputop.feeds import bounded_http
 from gputop.feeds.fleet_pods import Pod, add_pod, pods_expr
 from gputop.model import (
     MEMCPY_DIRECTIONS,
@@ -179,29 +181,6 @@ def _refusal_hint(detail: str) -> str:
 MAX_ANSWER_BYTES = 256 << 20
 #: the most of an error answer read (its message is shown cut to 200 characters)
 MAX_ERROR_BYTES = 64 << 10
-_CHUNK_BYTES = 1 << 16
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _read_bounded(r: Any, limit: int, deadline: float, *, cut: bool = False) -> bytes:
-    """``r``'s body, one receive at a time: TimeoutError past ``deadline`` (a server that sends a byte
-    now and then holds every socket timeout off); beyond ``limit`` bytes, _TooLarge, or with ``cut``
-    the first ``limit`` bytes."""
-    body = bytearray()
-    while True:
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        chunk = r.read1(_CHUNK_BYTES)
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        if len(body) > limit:
-            if cut:
-                return bytes(body[:limit])
-            raise _TooLarge
 
 
 class PromClient:
@@ -221,18 +200,27 @@ class PromClient:
         req = urllib.request.Request(self.url + path, data=data, method="POST",
                                      headers={"Content-Type": "application/x-www-form-urlencoded"})
         where = f"Prometheus at {self.url}"
+        slow = FleetError("slow", f"{where} did not answer within {self.timeout_s:g} s",
+                          "check Prometheus's load (its /metrics, the query log) or narrow --match / --node")
+        unreachable_hint = "check the URL and that Prometheus runs (curl URL/-/ready)"
         deadline = time.monotonic() + self.timeout_s     # for the whole answer, not each receive
+        watchdog = bounded_http.Watchdog(deadline)       # the status line and headers too
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                body = _read_bounded(r, MAX_ANSWER_BYTES, deadline)
+            try:
+                with bounded_http.opener(watchdog).open(req, timeout=self.timeout_s) as r:
+                    body = bounded_http.read(r, MAX_ANSWER_BYTES, deadline)
+            finally:
+                watchdog.cancel()
+            if watchdog.fired:                  # cut off: what was read is not the whole answer
+                raise TimeoutError
         except urllib.error.HTTPError as e:
             try:
-                body = _read_bounded(e, MAX_ERROR_BYTES, deadline, cut=True)
-            except (TimeoutError, OSError):
+                body = bounded_http.read(e, MAX_ERROR_BYTES, deadline, cut=True)
+            except (TimeoutError, OSError, http.client.HTTPException):
                 body = b""
             try:
                 detail = json.loads(body).get("error") or ""
-            except ValueError:
+            except (ValueError, AttributeError):
                 detail = body[:200].decode("utf-8", "replace")
             if e.code in (400, 422):
                 raise FleetError("refused", f"{where} refused the query {params.get('query', '')!r}: {detail}",
@@ -240,26 +228,27 @@ class PromClient:
             raise FleetError("unreachable", f"{where} answered HTTP {e.code} {e.reason}: {detail}",
                              "check the URL (it is Prometheus's, e.g. http://prometheus:9090) and any proxy "
                              "in front of it") from None
-        except _TooLarge:
+        except bounded_http.TooLarge:
             raise FleetError("unreachable", f"{where} answered more than {MAX_ANSWER_BYTES >> 20} MiB to one "
                              f"query: not read", "give the URL of Prometheus itself (http://HOST:9090), and narrow "
                              "--match / --node") from None
         except TimeoutError:
-            raise FleetError("slow", f"{where} did not answer within {self.timeout_s:g} s",
-                             "check Prometheus's load (its /metrics, the query log) or narrow --match / --node"
-                             ) from None
+            raise slow from None
         except urllib.error.URLError as e:
             reason = e.reason
-            if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise FleetError("slow", f"{where} did not answer within {self.timeout_s:g} s",
-                                 "check Prometheus's load (its /metrics, the query log) or narrow --match / --node"
-                                 ) from None
+            if watchdog.fired or isinstance(reason, (TimeoutError, socket.timeout)):
+                raise slow from None
             text = getattr(reason, "strerror", None) or str(reason)
-            raise FleetError("unreachable", f"{where} is unreachable: {text}",
-                             "check the URL and that Prometheus runs (curl URL/-/ready)") from None
+            raise FleetError("unreachable", f"{where} is unreachable: {text}", unreachable_hint) from None
+        except http.client.HTTPException as e:   # not HTTP: a status line or header http.client refuses
+            if watchdog.fired:
+                raise slow from None
+            raise FleetError("unreachable", f"{where} did not answer in HTTP: {type(e).__name__}",
+                             "give the URL of Prometheus itself (http://HOST:9090)") from None
         except OSError as e:
-            raise FleetError("unreachable", f"{where} is unreachable: {e.strerror or e}",
-                             "check the URL and that Prometheus runs (curl URL/-/ready)") from None
+            if watchdog.fired:
+                raise slow from None
+            raise FleetError("unreachable", f"{where} is unreachable: {e.strerror or e}", unreachable_hint) from None
         try:
             doc = json.loads(body)
             assert doc["status"] == "success"

@@ -1,5 +1,6 @@
 """The fleet client reads an answer within its timeout in all and up to MAX_ANSWER_BYTES: a server
-that sends a byte now and then, or without end, cannot hold the fleet's reader or fill its memory
+that sends a byte now and then (in its body, status line or headers), or without end, cannot hold the
+fleet's reader or fill its memory, and one that does not answer in HTTP is reported, never a traceback
 (docs/fleet.md, "When Prometheus fails"). The servers here are real HTTP servers on a local port that
 answer as such a server would; a real Prometheus answers in tests/unit/test_fleet*.py."""
 
@@ -64,16 +65,17 @@ def test_a_whole_answer_is_read(serve: Callable[..., str]) -> None:
 
     result = PromClient(serve(answer), 5.0).query("up", time.time())
     assert result == json.loads(ANSWER)["data"]["result"]
+    deadline = time.monotonic() + 5.0       # the request's watchdog is gone with it
+    while any(isinstance(t, threading.Timer) for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
 
 
 def test_an_answer_dripped_a_byte_at_a_time_ends_at_the_timeout(serve: Callable[..., str]) -> None:
     """Each byte comes well within the socket's timeout, so only a deadline for the whole ends it."""
     def answer(h: BaseHTTPRequestHandler) -> None:
         _head(h, length=len(ANSWER))
-        for byte in ANSWER:
-            h.wfile.write(bytes([byte]))
-            h.wfile.flush()
-            time.sleep(0.2)
+        _drip(h, ANSWER)
 
     t0 = time.monotonic()
     with pytest.raises(FleetError) as e:
@@ -82,6 +84,64 @@ def test_an_answer_dripped_a_byte_at_a_time_ends_at_the_timeout(serve: Callable[
     assert (e.value.kind, str(e.value).split(" at ")[0]) == ("slow", "Prometheus")
     assert str(e.value).endswith("did not answer within 1 s")
     assert 1.0 <= took_s < 2.0          # the deadline, checked after each receive (0.2 s apart)
+
+
+def _drip(h: BaseHTTPRequestHandler, data: bytes, every_s: float = 0.2) -> None:
+    for byte in data:
+        h.wfile.write(bytes([byte]))
+        h.wfile.flush()
+        time.sleep(every_s)
+
+
+@pytest.mark.parametrize("where", ["status line", "headers"])
+def test_a_status_line_or_headers_dripped_a_byte_at_a_time_end_at_the_timeout(serve: Callable[..., str],
+                                                                              where: str) -> None:
+    """http.client reads them itself, under the socket's per-receive timeout: the request's watchdog
+    shuts the socket down at the deadline."""
+    def answer(h: BaseHTTPRequestHandler) -> None:
+        head = b"HTTP/1.1 200 OK\r\n"
+        if where == "status line":
+            _drip(h, head + b"Content-Type: application/json\r\n\r\n")
+        else:
+            h.wfile.write(head)
+            _drip(h, b"Content-Type: application/json\r\nX-Slow: " + b"x" * 40 + b"\r\n\r\n")
+
+    t0 = time.monotonic()
+    with pytest.raises(FleetError) as e:
+        PromClient(serve(answer), 1.0).query("up", time.time())
+    took_s = time.monotonic() - t0
+    assert (e.value.kind, str(e.value).split(" at ")[0]) == ("slow", "Prometheus")
+    assert str(e.value).endswith("did not answer within 1 s")
+    assert 1.0 <= took_s < 2.0          # the deadline, not a byte's 0.2 s nor the 8 s it takes to send
+
+
+@pytest.mark.parametrize(("sent", "what"), [(b"SSH-2.0-OpenSSH_9.2\r\n", "BadStatusLine"),
+                                            (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 70000 + b"\r\n\r\n",
+                                             "LineTooLong")], ids=["ssh", "header over 64 KiB"])
+def test_an_answer_that_is_not_http_is_reported(serve: Callable[..., str], sent: bytes, what: str) -> None:
+    def answer(h: BaseHTTPRequestHandler) -> None:
+        h.wfile.write(sent)
+        h.wfile.flush()
+
+    url = serve(answer)
+    with pytest.raises(FleetError) as e:
+        PromClient(url, 5.0).query("up", time.time())
+    assert e.value.kind == "unreachable"
+    assert str(e.value) == f"Prometheus at {url} did not answer in HTTP: {what}"
+    assert e.value.hint == "give the URL of Prometheus itself (http://HOST:9090)"
+
+
+def test_an_error_answer_whose_json_is_not_an_object_is_reported(serve: Callable[..., str]) -> None:
+    body = b'["not", "an", "object"]'
+
+    def answer(h: BaseHTTPRequestHandler) -> None:
+        _head(h, code=400, length=len(body))
+        h.wfile.write(body)
+
+    with pytest.raises(FleetError) as e:
+        PromClient(serve(answer), 5.0).query("up", time.time())
+    assert e.value.kind == "refused"
+    assert str(e.value).endswith("refused the query 'up': " + body.decode())
 
 
 def test_an_answer_without_end_is_not_read_past_the_bound(serve: Callable[..., str],
