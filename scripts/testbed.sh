@@ -2,8 +2,8 @@
 # Fetch the GPU-less test bed into .cache/testbed (idempotent, cached):
 #   cudart/   libcudart.so.12 + libcudart_static.a  (wheel nvidia-cuda-runtime-cu12)
 #   cudart13/ libcudart.so.13 + libcudart_static.a  (wheel nvidia-cuda-runtime 13.x, what PyTorch's cu130 wheels load)
-#   nvidia/   libcuda.so.1 + libnvidia-ml.so.1      (Debian libcuda1 + libnvidia-ml1 from non-free; on
-#             Ubuntu the newest libnvidia-compute-NNN from restricted)
+#   nvidia/   libcuda.so.1 + libnvidia-ml.so.1      (Debian: the 535 branch's libcuda1 + libnvidia-ml1 from
+#             non-free, drivers/535, on every release; Ubuntu: the newest libnvidia-compute-NNN from restricted)
 #   drivers/BRANCH/   libcuda.so.1 + libnvidia-ml.so.1 of each driver branch Debian holds (470, 535, 550, 555)
 #   runtimes/X.Y/     libcudart.so.N of every CUDA runtime minor 12.0 ... 13.x (scripts/testbed_libs.py;
 #                     the support matrix, docs/support.md)
@@ -48,14 +48,21 @@ PYEOF
 fetch_runtime cudart nvidia-cuda-runtime-cu12==12.9.79 libcudart.so.12
 fetch_runtime cudart13 nvidia-cuda-runtime==13.0.96 libcudart.so.13
 
-# --- driver + NVML from the distro: Debian's libcuda1 + libnvidia-ml1 (non-free), Ubuntu's
-# libnvidia-compute-NNN (restricted), from the mirrors of the machine's own apt sources (scripts/privapt.py)
-NV="$TB/nvidia"
-if [ ! -e "$NV/libcuda.so.1" ] || [ ! -e "$NV/libnvidia-ml.so.1" ]; then
-    echo "testbed: fetching libcuda.so.1 and libnvidia-ml.so.1 with a private apt state"
-    python3 "$ROOT/scripts/privapt.py" nvidia-libs "$TB/apt" "$NV"
-fi
 # --- the support matrix: every driver branch and every runtime minor (scripts/testbed_libs.py, cached)
 python3 "$ROOT/scripts/testbed_libs.py" drivers "$TB/apt-branches" "$TB/drivers"
+# --- the everyday driver + NVML: on Debian the 535 branch's libcuda1 + libnvidia-ml1 (non-free) whatever
+# the release (testbed_libs.py EVERYDAY_BRANCH: Debian 11's own is 470), elsewhere the distro's own
+# (Ubuntu's libnvidia-compute-NNN, restricted), from the mirrors of the machine's apt sources (scripts/privapt.py)
+NV="$TB/nvidia"
+if [ ! -e "$NV/libcuda.so.1" ] || [ ! -e "$NV/libnvidia-ml.so.1" ]; then
+    rc=0
+    python3 "$ROOT/scripts/testbed_libs.py" everyday "$TB/drivers" "$NV" || rc=$?
+    if [ $rc -eq 3 ]; then
+        echo "testbed: fetching libcuda.so.1 and libnvidia-ml.so.1 with a private apt state"
+        python3 "$ROOT/scripts/privapt.py" nvidia-libs "$TB/apt" "$NV"
+    elif [ $rc -ne 0 ]; then
+        exit $rc
+    fi
+fi
 python3 "$ROOT/scripts/testbed_libs.py" runtimes "$PY" "$TB/runtimes"
 echo "testbed: ready in $TB"

@@ -20,6 +20,7 @@ warning (the support tests skip, saying so); a mirror that cannot be reached at 
 
 Commands:
   testbed_libs.py drivers STATE DEST     the driver branches into DEST/<BRANCH>
+  testbed_libs.py everyday DRIVERS DEST  EVERYDAY_BRANCH's two libraries from DRIVERS into DEST (exit 3: absent)
   testbed_libs.py runtimes PYTHON DEST   the runtimes into DEST/<MAJOR.MINOR> (PYTHON runs pip)
   testbed_libs.py list                   the matrix as JSON (tests read it)
 """
@@ -87,6 +88,11 @@ RUNTIMES = (
 
 DRIVER_FILES = ("libcuda.so.1", "libnvidia-ml.so.1")
 
+#: the everyday tests' driver (.cache/testbed/nvidia) on every Debian release: the branch whose entry
+#: points they call (470, Debian 11's own libcuda1, has no cuLaunchKernelEx: a workload calling it
+#: fails); each branch's own tests run on drivers/<BRANCH>
+EVERYDAY_BRANCH = "535"
+
 
 def branch_sources(release: privapt.Release, etc: Path = privapt.ETC_APT) -> list[privapt.Source]:
     """The machine's own Debian mirrors (the entries of its own release), one entry per suite a branch
@@ -141,6 +147,19 @@ def fetch_drivers(state: Path, dest: Path) -> int:
     return 0
 
 
+def everyday(drivers: Path, dest: Path) -> int:
+    """EVERYDAY_BRANCH's libraries into ``dest``; 3 when that branch was not fetched (not Debian)."""
+    src = drivers / EVERYDAY_BRANCH
+    if not all((src / f).is_file() for f in DRIVER_FILES):
+        return 3
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in DRIVER_FILES:
+        (dest / f).write_bytes((src / f).read_bytes())
+    print(f"testbed: libcuda.so.1 and libnvidia-ml.so.1: driver {EVERYDAY_BRANCH}'s "
+          f"({(src / 'VERSION').read_text().strip()})")
+    return 0
+
+
 def fetch_runtimes(python: str, dest: Path) -> int:
     for rt in RUNTIMES:
         out = dest / rt.minor
@@ -174,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("drivers", help="every driver branch's libcuda.so.1 and libnvidia-ml.so.1 into DEST/BRANCH")
     p.add_argument("state", type=Path)
     p.add_argument("dest", type=Path)
+    p = sub.add_parser("everyday", help="the everyday tests' driver branch (fetched by drivers) into DEST; "
+                                        "exit 3 when it is not there")
+    p.add_argument("drivers", type=Path)
+    p.add_argument("dest", type=Path)
     p = sub.add_parser("runtimes", help="every CUDA runtime minor's libcudart into DEST/MAJOR.MINOR")
     p.add_argument("python")
     p.add_argument("dest", type=Path)
@@ -182,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "drivers":
             return fetch_drivers(args.state.resolve(), args.dest.resolve())
+        if args.cmd == "everyday":
+            return everyday(args.drivers.resolve(), args.dest.resolve())
         if args.cmd == "runtimes":
             return fetch_runtimes(args.python, args.dest.resolve())
         print(json.dumps({"branches": [asdict(b) for b in BRANCHES], "runtimes": [asdict(r) for r in RUNTIMES]}))
