@@ -128,8 +128,9 @@ class Program:
             flags += ["-DFILE_KEYS", *(f"-D{k}={v}" for k, v in self.file_offsets.items())]
         return flags
 
-    def _compilable(self, bcc: ModuleType, flags: list[str]) -> list[str]:
-        """``flags`` less what this bcc's compiler cannot emit (asked before a full compile only)."""
+    def compilable(self, bcc: ModuleType, flags: list[str]) -> list[str]:
+        """``flags`` less what this bcc's compiler cannot emit (asked before a full compile only: an
+        LLVM before 12 aborts the process on a cmpxchg)."""
         if NO_CMPXCHG not in flags and compiler_cmpxchg(bcc) is False:
             return [*flags, NO_CMPXCHG]
         return flags
@@ -151,7 +152,7 @@ class Program:
         try:
             self.bpf, self.compiled = compilecache.compile_program(bcc, text().encode(), self.cflags(),
                                                                    headers.path, TRACEFS,
-                                                                   before_full=lambda f: self._compilable(bcc, f))
+                                                                   before_full=lambda f: self.compilable(bcc, f))
         except Exception as e:
             raise BpfUnavailable(f"compiling the BPF program failed: {e}",
                                  f"check the kernel headers ({headers.detail}); run gputop doctor") from e
