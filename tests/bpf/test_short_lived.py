@@ -99,7 +99,7 @@ def _rejected(src: BpfSource, key: tuple[int, int]) -> None:
 def reusing_fs(tmp_path: Path) -> Iterator[Path]:
     """A fresh ext2 filesystem (loop-mounted): a deleted file's inode number is the next file's at
     once (ext4 waits a while before it hands one out again, then does the same). 256-byte inodes, whose
-    timestamps have nanoseconds: e2fsprogs before 1.46.4 (Debian 11) gives a filesystem this small
+    timestamps have nanoseconds: Debian 11's e2fsprogs (1.46.2) gives a filesystem this small
     128-byte ones, with whole seconds (docs/collector.md: what the change time cannot tell apart)."""
     img, mnt = tmp_path / "fs.img", tmp_path / "mnt"
     mnt.mkdir()
