@@ -26,7 +26,7 @@ has_candidate() {
 }
 
 want=(bpfcc-tools python3-bpfcc binutils gcc libc6-dev)
-[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux prometheus systemd podman runc debootstrap qemu-system-x86)
+[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86)
 python3 -c 'import venv, ensurepip' 2>/dev/null || want+=(python3-venv)
 missing=()
 for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done

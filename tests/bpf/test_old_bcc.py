@@ -46,9 +46,10 @@ def test_a_bcc_reading_tracepoints_under_debugfs_gets_debugfs_mounted() -> None:
 
 
 def _llvm_major() -> int:
-    """The major version of the LLVM this process's bcc loaded (libLLVM-N.so mapped with libbcc)."""
-    majors = {int(m.group(1)) for line in Path("/proc/self/maps").read_text().splitlines()
-              for m in [re.search(r"/libLLVM-(\d+)\.so", line)] if m}
+    """The major version of the LLVM this process's bcc loaded, mapped with libbcc: libLLVM-N.so
+    (Debian 12's LLVM 14) or libLLVM.so.N.M (Debian 13's LLVM 19)."""
+    majors = {int(m.group(1) or m.group(2)) for line in Path("/proc/self/maps").read_text().splitlines()
+              for m in [re.search(r"/libLLVM(?:-(\d+)[.\d]*\.so|\.so\.(\d+))", line)] if m}
     assert len(majors) == 1, majors
     return majors.pop()
 
