@@ -109,8 +109,13 @@ def branch_sources(release: privapt.Release, etc: Path = privapt.ETC_APT) -> lis
     return out
 
 
+def _fetched(branch_dir: Path) -> bool:
+    """Whether a branch's folder holds its libraries and VERSION (what fetch_drivers writes)."""
+    return all((branch_dir / f).is_file() for f in (*DRIVER_FILES, "VERSION"))
+
+
 def fetch_drivers(state: Path, dest: Path) -> int:
-    todo = [b for b in BRANCHES if not all((dest / b.branch / f).is_file() for f in (*DRIVER_FILES, "VERSION"))]
+    todo = [b for b in BRANCHES if not _fetched(dest / b.branch)]
     if not todo:
         return 0
     release = privapt.parse_os_release(privapt.OS_RELEASE.read_text())
@@ -150,7 +155,7 @@ def fetch_drivers(state: Path, dest: Path) -> int:
 def everyday(drivers: Path, dest: Path) -> int:
     """EVERYDAY_BRANCH's libraries into ``dest``; 3 when that branch was not fetched (not Debian)."""
     src = drivers / EVERYDAY_BRANCH
-    if not all((src / f).is_file() for f in DRIVER_FILES):
+    if not _fetched(src):
         return 3
     dest.mkdir(parents=True, exist_ok=True)
     for f in DRIVER_FILES:

@@ -16,10 +16,6 @@ import pytest
 from gputop.sources.bpf import TRACEFS, BpfSource, btf, load_bcc, use_headers
 from gputop.sources.bpf import compilecache as bpfcache
 
-#: the program type gputop's uprobe programs load as; without an attach type (perf-event attach), which
-#: every bcc takes (0.18 has no attach_type argument): the kernel's tag is the instructions' either way
-KPROBE = 2
-
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -52,7 +48,9 @@ def _tags(bpf: object, names: list[str]) -> dict[str, str]:
     given, map descriptors left out."""
     out = {}
     for name in names:
-        fn = bpf.load_func(name.encode(), KPROBE)  # type: ignore[attr-defined]
+        # the uprobe programs' type, without an attach type (perf-event attach), which every bcc takes
+        # (0.18 has no attach_type argument): the kernel's tag is the instructions' either way
+        fn = bpf.load_func(name.encode(), bpf.KPROBE)  # type: ignore[attr-defined]
         info = Path(f"/proc/self/fdinfo/{fn.fd}").read_text()
         out[name] = next(line.split()[1] for line in info.splitlines() if line.startswith("prog_tag:"))
     return out
@@ -126,9 +124,9 @@ def test_a_stored_function_the_kernel_refuses_drops_the_entry(tmp_path: Path) ->
     try:
         assert how == "cached"
         with pytest.raises(Exception, match="rt_launch"):
-            bpf.load_func(b"rt_launch", KPROBE)
+            bpf.load_func(b"rt_launch", bpf.KPROBE)
         assert not (tmp_path / f"{k}.json").exists()
-        assert bpf.load_func(b"rt_memcpy", KPROBE).fd >= 0
+        assert bpf.load_func(b"rt_memcpy", bpf.KPROBE).fd >= 0
     finally:
         bpf.cleanup()
 
