@@ -31,12 +31,11 @@ def tracing_off(reason: str, hint: str) -> str:
 
 def no_privileges() -> tuple[str, str] | None:
     """(why, hint) when this process lacks the privileges to trace, else None: the words of the BPF
-    source's own refusal (``linux.privileges_error``, ``linux.ENABLE_HINT``), which ``gputop --bpf``,
+    source's own refusal (``privileges.privileges_error``), which ``gputop --bpf``,
     ``gputop -b``, the dashboard, ``gputop demo``, ``gputop doctor`` and its ``--selftest`` all say."""
-    from gputop.sources.bpf.linux import ENABLE_HINT, privileges_error
+    from gputop.sources.bpf.privileges import privileges_error
 
-    refusal = privileges_error()
-    return None if refusal is None else (refusal, ENABLE_HINT)
+    return privileges_error()
 
 
 def stop_on_signals(request_stop: Callable[[], None] | None = None) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gputop.sources import bpf
-from gputop.sources.bpf import catalogue, discovery, kheaders, linux
+from gputop.sources.bpf import catalogue, discovery, kheaders, linux, privileges
 from gputop.sources.bpf.btf import VMLINUX
 from gputop.sources.bpf.program import QUIET
 from gputop.sources.bpf.purge import batch_ops
@@ -31,24 +31,31 @@ class Check:
 
 
 def _privileges() -> list[Check]:
-    """One line for the whole, then one per missing capability of the least set that traces fully."""
+    """One line for the whole, then one per missing capability of the least set that traces fully
+    (CAP_SYS_ADMIN too where uprobes attach as perf events and this process may not open one)."""
     from gputop.modes.common import no_privileges
 
-    missing = linux.missing_caps()
-    blockers = linux.tracing_blockers()
+    missing = privileges.missing_caps()
+    blockers = privileges.tracing_blockers()
+    admin = None if blockers else privileges.perf_admin_refusal()
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
-    if not missing:
-        return [Check("privileges", "OK", f"{who}, with every capability tracing needs: "
-                      f"{', '.join(linux.TRACING_CAPS)}")]
-    refusal = no_privileges() if blockers else None
+    if not missing and admin is None:
+        needed = ", ".join(privileges.TRACING_CAPS)
+        if privileges.why_perf() is not None:
+            needed += " and CAP_SYS_ADMIN (uprobes attach as perf events here)"
+        return [Check("privileges", "OK", f"{who}, with every capability tracing needs: {needed}")]
+    refusal = no_privileges() if blockers or admin else None
     if refusal is not None:     # the words of gputop --bpf, gputop -b's line, the banner, demo, --selftest
         head = Check("privileges", "FAIL", f"{who}: tracing is off ({refusal[0]})", refusal[1])
     else:
         head = Check("privileges", "WARN", f"{who}: tracing works, but some processes may go untraced",
-                     linux.ENABLE_HINT, needed_for_bpf=False)
-    return [head] + [Check(f"  {cap}", "FAIL" if cap in blockers else "WARN", f"missing: needed to {why}",
-                           needed_for_bpf=cap in blockers)
-                     for cap, why in linux.TRACING_CAPS.items() if cap in missing]
+                     privileges.ENABLE_HINT, needed_for_bpf=False)
+    caps = [Check(f"  {cap}", "FAIL" if cap in blockers else "WARN", f"missing: needed to {why}",
+                  needed_for_bpf=cap in blockers)
+            for cap, why in privileges.TRACING_CAPS.items() if cap in missing]
+    if admin is not None:
+        caps.append(Check("  CAP_SYS_ADMIN", "FAIL", f"missing: needed to {privileges.PERF_ADMIN_WHY}"))
+    return [head, *caps]
 
 
 def _kernel() -> list[Check]:
@@ -160,8 +167,8 @@ def _headers() -> Check:
 def _compile() -> list[Check]:
     """Compile and load a one-line BPF program with the chosen headers: proof the chain works.
     Then ask the kernel how uprobes will attach."""
-    if not bpf.has_privileges():
-        return [Check("BPF compile", "FAIL", "skipped: tracing is off (see privileges)", linux.ENABLE_HINT)]
+    if privileges.tracing_blockers():   # CAP_SYS_ADMIN, where the perf-event path lacks it, is not needed here
+        return [Check("BPF compile", "FAIL", "skipped: tracing is off (see privileges)", privileges.ENABLE_HINT)]
     try:
         mod = bpf.load_bcc()
         bpf.use_headers()
@@ -183,9 +190,10 @@ def _compile() -> list[Check]:
                       "run gputop doctor again after fixing the lines above")]
     attach = (Check("uprobe attach", "OK", "uprobe_multi links: probes detach together at exit", needed_for_bpf=False)
               if links else
-              Check("uprobe attach", "WARN", "a perf event per probe (no uprobe_multi links: Linux < 6.6, or a bcc "
-                    "that cannot load programs for them)",
-                    "none needed; on recent kernels quitting then takes about 0.1 s per probe", needed_for_bpf=False))
+              Check("uprobe attach", "WARN", f"a perf event per probe ({privileges.why_perf()}): each needs "
+                    "CAP_SYS_ADMIN",
+                    "none needed as root (quitting then takes about 0.1 s per probe); without root, grant "
+                    "CAP_SYS_ADMIN too (systemd: deploy/systemd/perf-event-uprobes.conf)", needed_for_bpf=False))
     out = [Check("BPF compile", "OK", "a test program compiled and loaded"), attach]
     if linux.atomic_cmpxchg() and linux.compiler_cmpxchg(mod) is False:
         out.append(Check("BPF cmpxchg compile", "WARN", "the kernel takes atomic compare-and-exchange but this "
@@ -249,7 +257,7 @@ def _cuda_objects(dirs: tuple[str, ...] = ("/usr/lib/x86_64-linux-gnu", "/usr/li
     procs = discovery.pids_mapping(set(found))
     detail = (f"{len(found)} CUDA object(s) mapped by {len(procs)} process(es); "
               f"libcudart/libcuda files on the host: {', '.join(files) or 'none in the usual places'}")
-    if "CAP_PERFMON" in linux.missing_caps():
+    if "CAP_PERFMON" in privileges.missing_caps():
         detail += " (only processes of this user: other users' maps need CAP_PERFMON)"
     level = "OK" if found or files else "WARN"
     fix = "" if found else "start a CUDA program; gputop attaches to it within one refresh"
@@ -269,9 +277,9 @@ def _trap_cost() -> Check:
     cost uses it)."""
     from gputop.sources.bpf import trapcost
 
-    if not linux.has_privileges():
+    if not privileges.has_privileges():
         return Check("uprobe trap cost", "WARN", "not measured: it needs the tracing privileges",
-                     linux.ENABLE_HINT, needed_for_bpf=False)
+                     privileges.ENABLE_HINT, needed_for_bpf=False)
     errors = []
     # as gputop attaches (_compile asked); else uprobe_multi links where the kernel has them
     for mode in (_ATTACH["mode"],) if "mode" in _ATTACH else ("links", "perf"):

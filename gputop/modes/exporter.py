@@ -30,7 +30,7 @@ from gputop.feeds.base import Filters
 from gputop.feeds.live import TOP_KERNELS, Sampler, SamplerConfig
 from gputop.model import Snapshot
 from gputop.modes.args import Parser
-from gputop.sources.bpf.linux import privileges_error
+from gputop.sources.bpf.privileges import PERF_ADMIN_HINT, privileges_error
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 15.0     # Prometheus's default scrape interval: one refresh, one rendering per scrape
@@ -115,10 +115,10 @@ def main(argv: Sequence[str]) -> int:
                           f"drop {flag}, or export per process", EX_USAGE)
     refusal = privileges_error() if args.bpf else None
     if refusal is not None:
-        raise GputopError(refusal,
-                          "run the exporter as root, or with the capabilities of "
-                          "deploy/systemd/gputop-exporter.service",
-                          EX_NOPERM)
+        unit = "deploy/systemd/gputop-exporter.service"
+        if refusal[1] == PERF_ADMIN_HINT:
+            unit += " and its drop-in deploy/systemd/perf-event-uprobes.conf (CAP_SYS_ADMIN)"
+        raise GputopError(refusal[0], f"run the exporter as root, or with the capabilities of {unit}", EX_NOPERM)
     options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
                             max_processes=args.max_processes, cmdline_label=args.cmdline_label, node=args.node,
                             interval_s=args.delay, aggregate=args.aggregate, buckets=args.buckets)

@@ -25,15 +25,21 @@ NOBODY = 65534
 SITE = next((ROOT / ".venv" / "lib").glob("python3*/site-packages"), None)
 
 
-def unit_caps() -> list[str]:
-    line = next(ln for ln in UNIT.read_text().splitlines() if ln.startswith("AmbientCapabilities="))
+def unit_caps(unit: Path = UNIT) -> list[str]:
+    line = next(ln for ln in unit.read_text().splitlines() if ln.startswith("AmbientCapabilities="))
     return [c.removeprefix("CAP_").lower() for c in line.split("=", 1)[1].split()]
 
 
 #: linux/capability.h's numbers (ABI) of the capabilities the deployment names: setpriv takes ``cap_N``,
 #: while its names come from libcap-ng (Debian 11's knows neither ``bpf`` nor ``perfmon``)
-CAP_NUMBERS = {"dac_read_search": 2, "sys_ptrace": 19, "perfmon": 38, "bpf": 39,
+CAP_NUMBERS = {"dac_read_search": 2, "sys_ptrace": 19, "sys_admin": 21, "perfmon": 38, "bpf": 39,
                "checkpoint_restore": 40}
+DROP_IN = ROOT / "deploy" / "systemd" / "perf-event-uprobes.conf"
+#: uprobes attach as perf events, as on Linux before 6.6 or with bcc before 0.21 (gputop's uprobes.links_wanted)
+PERF_PATH = {"GPUTOP_UPROBE_LINKS": "off"}
+#: why tracing is off there without CAP_SYS_ADMIN (privileges.perf_admin_refusal)
+PERF_WHY = ("uprobes attach here as perf events (uprobe_multi links are turned off: GPUTOP_UPROBE_LINKS=off), "
+            "which the kernel opens only with CAP_SYS_ADMIN: missing CAP_SYS_ADMIN")
 
 
 def as_nobody(caps: list[str]) -> tuple[str, ...]:
@@ -73,9 +79,10 @@ def cache(tmp_path: Path) -> Iterator[Path]:
     yield d
 
 
-def exporter_as_nobody(caps: list[str], command: tuple[str, ...], cache: Path, cwd: Path) -> Exporter:
+def exporter_as_nobody(caps: list[str], command: tuple[str, ...], cache: Path, cwd: Path,
+                       env: dict[str, str] | None = None) -> Exporter:
     return Exporter("--no-nvml", "--bpf", "-d", "0.5", prefix=as_nobody(caps), command=command,
-                    env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent"}, cwd=cwd)
+                    env={"XDG_CACHE_HOME": str(cache), "HOME": "/nonexistent", **(env or {})}, cwd=cwd)
 
 
 def launches(exp: Exporter) -> dict[int, float]:
@@ -155,3 +162,39 @@ def test_without_dac_read_search_tracing_fails(gputop_as_nobody: tuple[str, ...]
     assert err.splitlines()[0] == ("gputop: error: tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH "
                                    "(root has them): missing CAP_DAC_READ_SEARCH")
     assert "Traceback" not in err
+
+
+def test_on_the_perf_event_path_the_unit_without_its_drop_in_exits_77_naming_cap_sys_admin(
+        gputop_as_nobody: tuple[str, ...], cache: Path, tmp_path: Path) -> None:
+    """Where uprobes attach as perf events (Linux before 6.6, bcc before 0.21: forced here), the kernel
+    opens them only for CAP_SYS_ADMIN: the unit's five capabilities alone counted nothing before (docs/matrix.md)."""
+    exp = exporter_as_nobody(unit_caps(), gputop_as_nobody, cache, tmp_path, PERF_PATH)
+    try:
+        rc = exp.proc.wait(timeout=90)
+    finally:
+        _, err = exp.stop()
+    assert rc == 77
+    assert err.splitlines() == [
+        f"gputop: error: {PERF_WHY}",
+        "hint: run the exporter as root, or with the capabilities of deploy/systemd/gputop-exporter.service and "
+        "its drop-in deploy/systemd/perf-event-uprobes.conf (CAP_SYS_ADMIN)"]
+
+
+def test_on_the_perf_event_path_the_unit_with_its_drop_in_counts_exactly(
+        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed,
+        tmp_path: Path) -> None:
+    caps = unit_caps() + unit_caps(DROP_IN)
+    assert caps[5:] == ["sys_admin"]
+    exp = exporter_as_nobody(caps, gputop_as_nobody, cache, tmp_path, PERF_PATH)
+    try:
+        assert exp.healthy(90)["sources"]["bpf"] == {"status": "ok", "reason": None}
+        host, ctr = run_two_workloads(workloads, testbed, tmp_path)
+        time.sleep(1.0)
+        seen = launches(exp)
+        assert (seen.get(host), seen.get(ctr)) == (6000, 999)
+        failed = [s.value for fam in text_string_to_metric_families(exp.metrics()) for s in fam.samples
+                  if s.name == "gputop_probes_failed"]
+        assert failed == [0]
+    finally:
+        rc, err = exp.stop()
+    assert rc == 0, err

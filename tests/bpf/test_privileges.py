@@ -25,14 +25,14 @@ import pytest
 import support
 import test_deploy_caps
 from support import ROOT, Workloads
-from test_deploy_caps import NOBODY, as_nobody
+from test_deploy_caps import NOBODY, PERF_PATH, PERF_WHY, as_nobody
 
-from gputop.sources.bpf.linux import ENABLE_HINT, TRACING_CAPS
+from gputop.sources.bpf.privileges import ENABLE_HINT, PERF_ADMIN_HINT, TRACING_CAPS
 
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from tmux_driver import TmuxSession, have_tmux
 
-#: why tracing is off for uid 65534 without capabilities (linux.privileges_error), in every command's words
+#: why tracing is off for uid 65534 without capabilities (privileges.privileges_error), in every command's words
 WHY = ("tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (root has them): missing CAP_BPF, "
        "CAP_PERFMON, CAP_DAC_READ_SEARCH")
 
@@ -45,14 +45,15 @@ LEAST = [c.removeprefix("CAP_").lower() for c in TRACING_CAPS]
 EXPECTED = {"host": 6000, "container": 999, "deleted": 777}
 
 
-def env_for(cache_dir: Path) -> dict[str, str]:
-    return {**os.environ, "XDG_CACHE_HOME": str(cache_dir), "HOME": "/nonexistent"}
+def env_for(cache_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "XDG_CACHE_HOME": str(cache_dir), "HOME": "/nonexistent", **(extra or {})}
 
 
 def traced(command: tuple[str, ...], caps: list[str], workloads: Workloads, testbed: support.Testbed,
-           tmp: Path, cache_dir: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, int | None]]:
-    """Batch mode as uid 65534 with ``caps`` while the three workloads run (started before gputop,
-    released once its first snapshot is out); their total launches as gputop reported them."""
+           tmp: Path, cache_dir: Path, env: dict[str, str] | None = None,
+           ) -> tuple[subprocess.CompletedProcess[str], dict[str, int | None]]:
+    """Batch mode as uid 65534 with ``caps`` (and ``env``) while the three workloads run (started before
+    gputop, released once its first snapshot is out); their total launches as gputop reported them."""
     tmp.chmod(0o755)
     go = tmp / "go"
     lib = tmp / "libcudart.so.12"
@@ -78,7 +79,7 @@ def traced(command: tuple[str, ...], caps: list[str], workloads: Workloads, test
     try:
         g = subprocess.Popen([*as_nobody(caps), *command, "-b", "-f", "json", "-d", "1", "-n", "5", "--no-nvml"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,
-                             env=env_for(cache_dir))
+                             env=env_for(cache_dir, env))
         assert g.stdout is not None
         first = g.stdout.readline()
         go.touch()
@@ -199,3 +200,58 @@ def test_doctor_with_the_least_set_passes(gputop_as_nobody: tuple[str, ...], cac
     assert re.search(r"^OK    uprobe trap cost: \d+ ns per probe hit at function entry, \+\d+ ns with a return probe "
                      r"\((links|perf); medians of 9 rounds of 20000 calls\)", res.stdout, re.M), res.stdout
     assert time.monotonic() - started < 180
+
+
+# --- where uprobes attach as perf events (Linux before 6.6, bcc before 0.21; forced here: PERF_PATH) ---------
+# the kernel opens a uprobe's perf event only for CAP_SYS_ADMIN (bench/uprobe_pmu_open.py): the least set
+# above counted nothing there and said nothing (docs/matrix.md, Debian 11's root)
+
+@pytest.mark.parametrize("bpf", [True, False], ids=["--bpf", "batch"])
+def test_on_the_perf_event_path_the_least_set_names_cap_sys_admin(gputop_as_nobody: tuple[str, ...], cache: Path,
+                                                                   tmp_path: Path, bpf: bool) -> None:
+    res = subprocess.run([*as_nobody(LEAST), *gputop_as_nobody, "-b", "-n", "1", "-f", "json", "--no-nvml",
+                          *(["--bpf"] if bpf else [])], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env=env_for(cache, PERF_PATH))
+    if bpf:
+        assert (res.returncode, res.stderr.splitlines()) == (77, [f"gputop: error: {PERF_WHY}",
+                                                                  f"hint: {PERF_ADMIN_HINT}"])
+        return
+    assert res.returncode == 0
+    assert res.stderr == (f"gputop: tracing is off ({PERF_WHY}): NVML and host data only. To trace: "
+                          f"{PERF_ADMIN_HINT}\n")
+    assert bpf_status(res)["status"] == "unavailable" and bpf_status(res)["reason"] == PERF_WHY
+
+
+def test_on_the_perf_event_path_cap_sys_admin_traces_every_process_exactly(
+        gputop_as_nobody: tuple[str, ...], cache: Path, workloads: Workloads, testbed: support.Testbed,
+        tmp_path: Path) -> None:
+    res, seen = traced(gputop_as_nobody, [*LEAST, "sys_admin"], workloads, testbed, tmp_path, cache, PERF_PATH)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert seen == EXPECTED
+    st = bpf_status(res)
+    assert (st["status"], st["reason"], st["attach"], st["probes_failed"]) == ("ok", None, "perf", 0)
+
+
+def test_doctor_on_the_perf_event_path_names_cap_sys_admin(gputop_as_nobody: tuple[str, ...], cache: Path,
+                                                           tmp_path: Path) -> None:
+    res = subprocess.run([*as_nobody(LEAST), *gputop_as_nobody, "doctor"], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path, env=env_for(cache, PERF_PATH))
+    assert (res.returncode, res.stderr) == (1, "")
+    lines = res.stdout.splitlines()
+    assert lines[:3] == [f"FAIL  privileges: uid {NOBODY}: tracing is off ({PERF_WHY})",
+                         f"      fix: {PERF_ADMIN_HINT}",
+                         "FAIL    CAP_SYS_ADMIN: missing: needed to open uprobes as perf events (the kernel's uprobe "
+                         "PMU is CAP_SYS_ADMIN's only)"]
+    # the compile needs no CAP_SYS_ADMIN: it is checked, and says how probes attach here
+    assert "OK    BPF compile: a test program compiled and loaded" in lines
+    assert ("WARN  uprobe attach: a perf event per probe (uprobe_multi links are turned off: GPUTOP_UPROBE_LINKS=off): "
+            "each needs CAP_SYS_ADMIN") in lines
+    assert lines[-1] == "gputop cannot trace with BPF here (see FAIL)"
+    with_admin = subprocess.run([*as_nobody([*LEAST, "sys_admin"]), *gputop_as_nobody, "doctor"], capture_output=True,
+                                text=True, timeout=180, cwd=tmp_path, env=env_for(cache, PERF_PATH))
+    assert (with_admin.returncode, with_admin.stderr) == (0, ""), with_admin.stdout
+    assert with_admin.stdout.splitlines()[0] == (
+        f"OK    privileges: uid {NOBODY}, with every capability tracing needs: {', '.join(TRACING_CAPS)} and "
+        "CAP_SYS_ADMIN (uprobes attach as perf events here)")
+    assert re.search(r"^OK    uprobe trap cost: \d+ ns per probe hit at function entry, .* \(perf; ", with_admin.stdout,
+                     re.M), with_admin.stdout

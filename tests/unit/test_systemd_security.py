@@ -28,6 +28,7 @@ from support import ROOT, TESTBED
 UNITS = ROOT / "deploy" / "systemd"
 EXPORTER = UNITS / "gputop-exporter.service"
 RECORD = UNITS / "gputop-record.service"
+DROP_IN = UNITS / "perf-event-uprobes.conf"
 CAPS = "CAP_BPF CAP_PERFMON CAP_DAC_READ_SEARCH CAP_SYS_PTRACE CAP_CHECKPOINT_RESTORE"
 
 
@@ -49,9 +50,13 @@ def local_copy(unit: Path, tmp: Path) -> Path:
     return out
 
 
-def exposure(unit: Path, tmp: Path) -> tuple[float, str, int]:
-    """(overall exposure, its word, the exit status under --threshold=30, i.e. 3.0)."""
+def exposure(unit: Path, tmp: Path, drop_in: Path | None = None) -> tuple[float, str, int]:
+    """(overall exposure, its word, the exit status under --threshold=30, i.e. 3.0); with ``drop_in`` in
+    the unit's ``.d`` folder beside it, as /etc/systemd/system/UNIT.d/ holds it."""
     local = local_copy(unit, tmp)
+    if drop_in is not None:
+        (tmp / f"{unit.name}.d").mkdir()
+        (tmp / f"{unit.name}.d" / drop_in.name).write_text(drop_in.read_text())
     res = subprocess.run([analyze(), "verify", str(local)], capture_output=True, text=True, timeout=120)
     assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
     help_text = subprocess.run([analyze(), "--help"], capture_output=True, text=True, timeout=60).stdout
@@ -59,9 +64,35 @@ def exposure(unit: Path, tmp: Path) -> tuple[float, str, int]:
         pytest.skip("this systemd-analyze cannot rate a unit file offline (security --offline: systemd 250+)")
     res = subprocess.run([analyze(), "security", "--offline=yes", "--threshold=30", str(local)],
                          capture_output=True, text=True, timeout=120)
+    LAST_RATING[:] = res.stdout.splitlines()
     m = re.search(r"Overall exposure level for \S+: (\d+\.\d) (\w+)", res.stdout)
     assert m is not None, res.stdout + res.stderr
     return float(m.group(1)), m.group(2), res.returncode
+
+
+#: the lines of the last rating exposure() read
+LAST_RATING: list[str] = []
+
+
+def admin_line() -> str:
+    return next(ln for ln in LAST_RATING if "CapabilityBoundingSet=~CAP_SYS_ADMIN" in ln)
+
+
+@pytest.mark.parametrize("unit", [EXPORTER, RECORD], ids=lambda p: p.name)
+def test_the_perf_event_drop_in_adds_cap_sys_admin_and_nothing_else(unit: Path, tmp_path: Path) -> None:
+    """deploy/systemd/perf-event-uprobes.conf, where uprobes attach as perf events (docs/deploy.md): systemd
+    merges it into either unit (verify is clean, the rating sees CAP_SYS_ADMIN granted) and the unit keeps
+    an OK rating; the drop-in sets those two lists and nothing else."""
+    assert [ln for ln in DROP_IN.read_text().splitlines() if ln and not ln.startswith("#")] == [
+        "[Service]", "AmbientCapabilities=CAP_SYS_ADMIN", "CapabilityBoundingSet=CAP_SYS_ADMIN"]
+    for d in ("bare", "drop-in"):
+        (tmp_path / d).mkdir()
+    bare, _, _ = exposure(unit, tmp_path / "bare")
+    assert admin_line().startswith("✓ ")
+    level, word, rc = exposure(unit, tmp_path / "drop-in", DROP_IN)
+    assert admin_line().startswith("✗ "), admin_line()
+    assert level > bare and word == "OK" and rc == 0, (bare, level, word)
+    assert f"with it, {level} OK" in DROP_IN.read_text()
 
 
 def test_the_exporters_unit_is_rated_3_or_better(tmp_path: Path) -> None:

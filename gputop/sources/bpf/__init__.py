@@ -2,7 +2,8 @@
 (docs/architecture.md, "The BPF source"). Its public face, re-exported from the modules that own
 each name."""
 
-from gputop.sources.bpf.linux import TRACEFS, aligned_blocks, ensure_tracefs, has_privileges, tracepoint_exists
+from gputop.sources.bpf.linux import TRACEFS, aligned_blocks, ensure_tracefs, tracepoint_exists
+from gputop.sources.bpf.privileges import has_privileges
 from gputop.sources.bpf.program import BpfUnavailable, load_bcc, use_headers
 from gputop.sources.bpf.readings import BpfReading, IdleProc, RawKernel, RawProc
 from gputop.sources.bpf.source import BpfSource

@@ -1,4 +1,5 @@
-"""Kernel-facing helpers of the BPF source that need no bcc: privileges, tracefs, BPF statistics."""
+"""Kernel-facing helpers of the BPF source that need no bcc: tracefs, BPF statistics, uprobe_multi links,
+BPF cmpxchg, warnings at load, descriptor limits (privileges: ``privileges.py``)."""
 
 from __future__ import annotations
 
@@ -18,82 +19,6 @@ from .btf import VMLINUX
 
 TRACEFS = Path("/sys/kernel/tracing")
 DEBUGFS = Path("/sys/kernel/debug")
-
-
-#: capability numbers (linux/capability.h)
-CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38,
-               "CAP_BPF": 39, "CAP_CHECKPOINT_RESTORE": 40}
-
-#: the least capability set that traces every process fully, and what each one is for; measured
-#: with setpriv as uid 65534 in tests/bpf/test_privileges.py (root has them all). Other users'
-#: /proc/PID/maps need only CAP_PERFMON.
-TRACING_CAPS: dict[str, str] = {
-    "CAP_BPF": "load the BPF program and its maps",
-    "CAP_PERFMON": "attach uprobes and tracepoints",
-    "CAP_DAC_READ_SEARCH": "read tracefs (/sys/kernel/tracing is root's only) for the tracepoints",
-    "CAP_SYS_PTRACE": "open other users' libraries through /proc/PID/root: those that exist only in a container",
-    "CAP_CHECKPOINT_RESTORE": "open /proc/PID/map_files (with CAP_SYS_PTRACE): libraries deleted or replaced "
-                              "since a process loaded them",
-}
-#: without these, nothing is traced (the others only narrow what is)
-_REQUIRED = ("CAP_BPF", "CAP_PERFMON", "CAP_DAC_READ_SEARCH")
-#: what CAP_SYS_ADMIN also grants (older kernels know only it)
-_ADMIN_COVERS = ("CAP_BPF", "CAP_PERFMON", "CAP_CHECKPOINT_RESTORE")
-ENABLE_HINT = ("run gputop as root (sudo gputop), or grant it " + ",".join(TRACING_CAPS)
-               + " (setcap, systemd AmbientCapabilities=, or a container's capabilities)")
-
-
-def effective_caps() -> int:
-    """The effective capability set of this process as a bit mask (0 when unreadable)."""
-    try:
-        text = Path("/proc/self/status").read_text()
-        return int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("CapEff:")), 16)
-    except (OSError, StopIteration, ValueError):
-        return 0
-
-
-def missing_caps(eff: int | None = None) -> list[str]:
-    """The capabilities of TRACING_CAPS this process lacks, in that order."""
-    eff = effective_caps() if eff is None else eff
-
-    def has(name: str) -> bool:
-        return bool(eff & (1 << CAP_NUMBERS[name]))
-
-    admin = has("CAP_SYS_ADMIN")
-    return [c for c in TRACING_CAPS if not has(c) and not (admin and c in _ADMIN_COVERS)]
-
-
-def _tracefs_readable() -> bool:
-    try:
-        return os.access(TRACEFS, os.R_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids)
-    except OSError:
-        return False
-
-
-def tracing_blockers(eff: int | None = None) -> list[str]:
-    """The missing capabilities without which nothing can be traced ([]: tracing can start).
-    CAP_DAC_READ_SEARCH counts only where tracefs is not readable without it."""
-    missing = missing_caps(eff)
-    return [c for c in _REQUIRED if c in missing and (c != "CAP_DAC_READ_SEARCH" or not _tracefs_readable())]
-
-
-def privileges_error() -> str | None:
-    """Why tracing cannot start for lack of privileges, naming each missing capability; None if it can."""
-    blockers = tracing_blockers()
-    if not blockers:
-        return None
-    return f"tracing needs CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH (root has them): missing {', '.join(blockers)}"
-
-
-def coverage_gaps() -> list[str]:
-    """The missing capabilities that leave some processes untraced while tracing works."""
-    return [c for c in missing_caps() if c not in _REQUIRED]
-
-
-def has_privileges() -> bool:
-    """Whether tracing can start: CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) in the effective set,
-    and tracefs readable (root, or CAP_DAC_READ_SEARCH)."""
-    return not tracing_blockers()
 
 
 def _is_dir(path: Path) -> bool:

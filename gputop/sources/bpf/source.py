@@ -20,16 +20,10 @@ from gputop.sources.bpf.forgetting import Forgetting
 from gputop.sources.bpf.generations import Generations
 from gputop.sources.bpf.graphs import GraphKernels
 from gputop.sources.bpf.launchslots import LaunchSlots
-from gputop.sources.bpf.linux import (
-    ENABLE_HINT,
-    PANIC_HINT,
-    coverage_gaps,
-    load_refusal,
-    privileges_error,
-    raise_fd_limit,
-)
+from gputop.sources.bpf.linux import PANIC_HINT, load_refusal, raise_fd_limit
 from gputop.sources.bpf.naming import Naming
 from gputop.sources.bpf.objreads import START_WAIT_S, WAIT_S, ObjectReads
+from gputop.sources.bpf.privileges import coverage_gaps, privileges_error
 from gputop.sources.bpf.procid import PidGens
 from gputop.sources.bpf.program import BpfUnavailable, Program, load_bcc, program_path
 from gputop.sources.bpf.reader import Reader
@@ -62,8 +56,9 @@ class BpfSource:
     """Owns the BPF object. Used from the collector thread; close() may come from another."""
 
     def __init__(self, *, limits: dict[str, int] | None = None, uvm: bool = True,
-                 clock: Callable[[], float] = time.monotonic, uprobe_links: bool = True) -> None:
-        self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them
+                 clock: Callable[[], float] = time.monotonic, uprobe_links: bool | None = None) -> None:
+        self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them (None: unless
+        #                                         GPUTOP_UPROBE_LINKS=off)
         self._lock = threading.RLock()
         self._clock = clock
         #: seconds each start-up step took (bench/startup.py), resident memory after each, and the
@@ -186,9 +181,9 @@ class BpfSource:
         """
         steps = Steps(self.startup_s, self.startup_rss_bytes)
         raise_fd_limit()
-        refusal = privileges_error()
-        if refusal is not None:
-            raise BpfUnavailable(refusal, ENABLE_HINT, noperm=True)
+        noperm = privileges_error(self._uprobe_links)
+        if noperm is not None:
+            raise BpfUnavailable(*noperm, noperm=True)
         refusal = load_refusal()
         if refusal is not None:
             raise BpfUnavailable(refusal, PANIC_HINT)

@@ -46,6 +46,13 @@ _ATTACH_UPROBE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctyp
                                   ctypes.c_uint64, ctypes.c_int, ctypes.c_uint32, use_errno=True)
 
 
+def links_wanted() -> bool:
+    """Whether gputop may attach through uprobe_multi links where the kernel and bcc have them: yes
+    unless ``GPUTOP_UPROBE_LINKS=off`` (then a perf event per probe, as on Linux before 6.6: a way
+    around a kernel whose links misbehave, and how the tests take the older kernels' path here)."""
+    return os.environ.get("GPUTOP_UPROBE_LINKS", "").lower() not in ("0", "off", "no", "false")
+
+
 def links_supported() -> bool:
     """Whether the kernel has uprobe_multi links: libbpf's probe, a link on "/" fails with EBADF
     exactly when it has them. Asked with an empty program of the uprobes' type loaded for links
@@ -81,10 +88,11 @@ def bcc_loads_for_links(bpf: Any, lib: Any) -> bool:
 class UprobeAttacher:
     """Owns gputop's uprobes on one ``bcc.BPF`` object."""
 
-    def __init__(self, bpf: Any, lib: Any, *, links: bool = True) -> None:
+    def __init__(self, bpf: Any, lib: Any, *, links: bool | None = None) -> None:
         """``bpf``: a ``bcc.BPF``; ``lib``: bcc's ``libbcc.so`` (``bcc.lib``); ``links``: use uprobe_multi
         links where the kernel has them (asked with a program of this module's own: ``links_supported``;
-        False: perf events always)."""
+        False: perf events always; None: ``links_wanted()``)."""
+        links = links_wanted() if links is None else links
         self._bpf = bpf
         self._attach_uprobe = _ATTACH_UPROBE(("bpf_attach_uprobe", lib))
         self._lib = lib
