@@ -9,8 +9,11 @@ libcuda.so.1), then, with gputop running:
   copies   the real libcudart and libcuda loaded with dlopen: copies in every direction
   driver   the real libcuda alone: cuLaunchKernel and cuLaunchKernelEx
   short    a process that lives a few milliseconds, started once its library is probed
-Writes snapshots.jsonl (every snapshot, as printed), result.json (the pids, the times) and nothing
-else; the host asserts (tests/matrix/test_kernels.py). Kept to Python 3.9: bullseye's.
+and, before gputop starts, what this kernel lets the least capability set do (``privileges``: as uid
+65534 under setpriv, the uprobe PMU and gputop's own privileges check, with the five capabilities of
+the systemd unit and with CAP_SYS_ADMIN added). Writes snapshots.jsonl (every snapshot, as printed),
+result.json (the pids, the times, the privileges) and nothing else; the host asserts
+(tests/matrix/test_kernels.py). Kept to Python 3.9: bullseye's.
 """
 
 from __future__ import annotations
@@ -39,6 +42,25 @@ COPIES = ["memcpy:3:1:1000", "memcpy:4:2:10", "memcpy:5:3:7", "memcpy:6:0:1", "c
 # real libcuda returns an error without reading the handle; after the runtime's initialisation it reads it)
 DRIVER = ["cu_launch:30:2,2,1:32,1,1:abc0", "cu_launch_ex:42:4,1,1:32,4,1:def0", "sleep:1500"]
 SHORT = ["launch:7:2,1,1:32,1,1:0"]
+
+
+#: the systemd unit's five capabilities as setpriv's numbers (Debian 11's setpriv knows no bpf, perfmon names)
+LEAST = "-all,+cap_39,+cap_38,+cap_2,+cap_19,+cap_40"
+_ASK = ("import json; from gputop.sources.bpf.privileges import privileges_error, uprobe_pmu_allowed; "
+        "print(json.dumps({'pmu': uprobe_pmu_allowed(), 'refusal': privileges_error()}))")
+
+
+def privileges() -> dict[str, Any]:
+    """As uid 65534 with the least set, and with CAP_SYS_ADMIN added: whether the kernel's uprobe PMU
+    opens, and gputop's refusal ([why, hint] or None), as gputop --bpf would say it."""
+    out: dict[str, Any] = {}
+    for name, caps in (("least", LEAST), ("least+sys_admin", LEAST + ",+cap_21")):
+        res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps={caps}",
+                              f"--ambient-caps={caps}", f"--bounding-set={caps}", sys.executable, "-c", _ASK],
+                             capture_output=True, text=True, cwd="/", timeout=DEADLINE_S,
+                             env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "PYTHONPATH": str(ROOT)})
+        out[name] = json.loads(res.stdout) if res.returncode == 0 else {"error": res.stderr[-2000:]}
+    return out
 
 
 class Snapshots:
@@ -142,6 +164,9 @@ def main() -> int:
     r12 = runtime(tb, 12)
     dlopen = build_native("cuda_workload.c", "wl_dlopen", "-ldl", "-lpthread")
     times["build_workloads_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    privs = privileges()
+    times["privileges_s"] = time.monotonic() - t0
 
     go = Path(tempfile.mkdtemp(prefix="matrix-go-"))
     before = subprocess.Popen([str(r12.dynamic), "--wait", str(go / "before"), *BEFORE], stdout=subprocess.PIPE)
@@ -196,14 +221,14 @@ def main() -> int:
         gt.terminate()
         gt.wait(timeout=60)
         (out / "result.json").write_text(json.dumps({"pids": pids, "returncodes": returncodes, "times": times,
-                                                     "gputop_rc": gt.returncode},
+                                                     "gputop_rc": gt.returncode, "privileges": privs},
                                                     indent=1))
     t0 = time.monotonic()
     named_again = failed_probes(dlopen, r12.lib, tb.libcuda, out)
     times["probe_listing_s"] = time.monotonic() - t0
     (out / "result.json").write_text(json.dumps({"pids": pids, "returncodes": returncodes, "times": times,
-                                                 "gputop_rc": gt.returncode, "probed_file_named_again": named_again},
-                                                indent=1))
+                                                 "gputop_rc": gt.returncode, "probed_file_named_again": named_again,
+                                                 "privileges": privs}, indent=1))
     return 0
 
 

@@ -1,6 +1,8 @@
 """The image of deploy/Containerfile, built here with podman from a Debian base made with debootstrap
 (no image registry is reachable), run as the DaemonSet runs it — the host's PID namespace, tracefs
-read-only, every capability dropped but the five tracing needs — against a workload on the host.
+read-only, every capability dropped but the six of its manifest — against a workload on the host, with
+uprobes attached as perf events (GPUTOP_UPROBE_LINKS=off), as on nodes before Linux 6.6, the path that
+needs the manifest's SYS_ADMIN.
 
 Workarounds this VM needs, none of them in the image or the manifests: ``--runtime runc`` (crun
 refuses hybrid cgroup hierarchies), ulimits no higher than the caller's hard limits (crun and runc
@@ -117,6 +119,7 @@ def test_the_image_traces_a_host_workload_as_the_daemonset_runs_it(image: str, w
                  "--cap-drop=ALL", *(f"--cap-add={c}" for c in daemonset_caps()),
                  "--security-opt=seccomp=unconfined", "--read-only", "--tmpfs=/tmp", "--tmpfs=/var/cache",
                  "-e", "XDG_CACHE_HOME=/var/cache", "-e", "GPUTOP_NODE=node-under-test",
+                 "-e", "GPUTOP_UPROBE_LINKS=off",
                  "-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro",
                  image, "--listen", f"127.0.0.1:{port}", "--bpf", "--no-nvml", "-d", "0.5", check=False)
     assert run.returncode == 0, run.stderr

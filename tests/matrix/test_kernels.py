@@ -46,6 +46,13 @@ class Suite:
     #: the kernel logs a WARNING when gputop's program loads (no bpf_mem_alloc: before Linux 6.1)
     warns_at_load: bool = False
 
+    @property
+    def why_perf(self) -> str:
+        """Why uprobes attach as perf events there (privileges.why_perf): the kernel, else bcc."""
+        if not self.on_host and self.attach == "perf":
+            return "the kernel has no uprobe_multi links: Linux 6.6+ has them"
+        return "this bcc cannot load programs for uprobe_multi links: bcc 0.21+ can"
+
 
 OLD_BCC = ("batch map operations", "load_func attach_type")
 SUITES = {
@@ -173,8 +180,25 @@ def test_readme_set_up_and_doctor(run: Run) -> None:
     attach = [line for line in lines if line.startswith(("OK    uprobe attach", "WARN  uprobe attach"))]
     assert attach == (["OK    uprobe attach: uprobe_multi links: probes detach together at exit"]
                       if run.suite.attach == "links" else
-                      ["WARN  uprobe attach: a perf event per probe (no uprobe_multi links: Linux < 6.6, or a bcc "
-                       "that cannot load programs for them)"])
+                      [f"WARN  uprobe attach: a perf event per probe ({run.suite.why_perf}): each needs CAP_SYS_ADMIN"])
+    # as root: the capabilities, and CAP_SYS_ADMIN named where uprobes attach as perf events
+    assert lines[0] == ("OK    privileges: root, with every capability tracing needs: CAP_BPF, CAP_PERFMON, "
+                        "CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_CHECKPOINT_RESTORE" + (
+                            " and CAP_SYS_ADMIN (uprobes attach as perf events here)"
+                            if run.suite.attach == "perf" else "")), doctor
+
+
+def test_the_least_capability_set_on_this_kernel(run: Run) -> None:
+    """As uid 65534 with the systemd unit's five capabilities: this kernel's uprobe PMU refuses them and
+    opens with CAP_SYS_ADMIN added; gputop's privileges check (what --bpf exits 77 with) names
+    CAP_SYS_ADMIN exactly where uprobes attach as perf events (docs/deploy.md)."""
+    from gputop.sources.bpf.privileges import PERF_ADMIN_HINT
+
+    privs = run.result["privileges"]
+    refusal = None if run.suite.attach == "links" else [
+        f"uprobes attach here as perf events ({run.suite.why_perf}), which the kernel opens only with "
+        "CAP_SYS_ADMIN: missing CAP_SYS_ADMIN", PERF_ADMIN_HINT]
+    assert privs == {"least": {"pmu": False, "refusal": refusal}, "least+sys_admin": {"pmu": True, "refusal": None}}
 
 
 def test_bpf_source_attach_mode_and_statistics(run: Run) -> None:

@@ -45,7 +45,7 @@ def test_exporter_unit_runs_unprivileged_with_exactly_the_tracing_capabilities()
     assert "DynamicUser=yes" in unit.read_text().splitlines()
 
 
-def test_daemonset_validates_and_adds_the_units_capabilities() -> None:
+def test_daemonset_validates_and_adds_the_units_capabilities_and_its_drop_ins() -> None:
     manifest = DEPLOY / "kubernetes" / "gputop-exporter.yaml"
     res = subprocess.run([str(VENV_BIN / "kubernetes-validate"), "--strict", "--quiet", str(manifest)],
                          capture_output=True, text=True, timeout=120)
@@ -55,8 +55,10 @@ def test_daemonset_validates_and_adds_the_units_capabilities() -> None:
     assert spec["hostPID"] is True
     sc = spec["containers"][0]["securityContext"]
     assert sc["privileged"] is False and sc["capabilities"]["drop"] == ["ALL"]
-    unit = DEPLOY / "systemd" / "gputop-exporter.service"
-    assert ["CAP_" + c for c in sc["capabilities"]["add"]] == unit_caps(unit, "AmbientCapabilities")
+    # the unit's capabilities and its perf-event drop-in's: a DaemonSet spans nodes before and after Linux 6.6
+    unit, drop_in = DEPLOY / "systemd" / "gputop-exporter.service", DEPLOY / "systemd" / "perf-event-uprobes.conf"
+    assert ["CAP_" + c for c in sc["capabilities"]["add"]] == (unit_caps(unit, "AmbientCapabilities")
+                                                               + unit_caps(drop_in, "AmbientCapabilities"))
     assert ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9464"
 
 

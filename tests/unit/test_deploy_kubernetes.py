@@ -129,6 +129,7 @@ def test_namespace_enforces_privileged_pod_security_because_baseline_refuses_the
     refused += [f"{k} Unconfined" for k in ("seccompProfile", "appArmorProfile") if sc[k]["type"] == "Unconfined"]
     assert refused == ["host namespaces", "hostPath /sys/kernel/tracing", "capability BPF", "capability PERFMON",
                        "capability DAC_READ_SEARCH", "capability SYS_PTRACE", "capability CHECKPOINT_RESTORE",
+                       "capability SYS_ADMIN",
                        "seccompProfile Unconfined", "appArmorProfile Unconfined"]
 
 
