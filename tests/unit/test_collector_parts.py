@@ -10,18 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gputop.sources.bpf import aligned_blocks, catalogue, kheaders, load_bcc, symbols
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def _headers_tree(base: Path, name: str, common: bool) -> None:
+def _headers_tree(base: Path, name: str, common: bool, flavour: str = "amd64") -> None:
     d = base / "usr_src" / name
     (d / "include" / "generated").mkdir(parents=True)
     (d / "Makefile").write_text("include ../common/Makefile\n")
     (d / "include" / "generated" / "autoconf.h").write_text("#define X 1\n")
     if common:
-        c = base / "usr_src" / name.replace("-amd64", "-common")
+        c = base / "usr_src" / name.replace(f"-{flavour}", "-common")
         (c / "include" / "linux").mkdir(parents=True)
         (c / "include" / "linux" / "kconfig.h").write_text("/* kconfig */\n")
 
@@ -46,6 +48,25 @@ def test_fallback_merges_newest_debian_split_headers(tmp_path: Path, monkeypatch
     assert (c.path / "include" / "linux" / "kconfig.h").read_text() == "/* kconfig */\n"
     assert (c.path / "include" / "generated" / "autoconf.h").read_text() == "#define X 1\n"
     assert "6.18.44-custom" in c.detail and "linux-headers-6.1.0-56-amd64" in c.detail
+
+
+@pytest.mark.parametrize(("name", "flavour"), [
+    ("linux-headers-6.12.117+deb13-amd64", "amd64"),              # Debian 13: no ABI number, a +debN suffix
+    ("linux-headers-6.12.117+deb13-cloud-amd64", "cloud-amd64"),  # a flavour of two parts
+    ("linux-headers-7.2.13+deb14-cloud-amd64", "cloud-amd64"),    # sid
+    ("linux-headers-6.1.0-56-cloud-amd64", "cloud-amd64")])       # Debian 12
+def test_fallback_finds_the_common_half_of_each_debian_naming(tmp_path: Path, monkeypatch, name: str,
+                                                              flavour: str) -> None:
+    """The common half is found whatever the version looks like: Debian 13's names have no ABI number, and
+    the offline bundle built there merged the arch half alone (kconfig.h missing: its compile failed)."""
+    monkeypatch.delenv("BCC_KERNEL_SOURCE", raising=False)
+    _headers_tree(tmp_path, name, common=True, flavour=flavour)
+    c = kheaders.choose("6.18.44-custom", usr_src=tmp_path / "usr_src", modules=tmp_path / "none",
+                        cache=tmp_path / "cache")
+    assert (c.kind, c.path) == ("fallback", tmp_path / "cache" / name)
+    assert c.path is not None
+    assert (c.path / "include" / "linux" / "kconfig.h").read_text() == "/* kconfig */\n"
+    assert (c.path / "include" / "generated" / "autoconf.h").read_text() == "#define X 1\n"
 
 
 def test_no_headers_at_all(tmp_path: Path, monkeypatch) -> None:

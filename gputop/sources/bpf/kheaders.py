@@ -69,16 +69,28 @@ def _candidates(usr_src: Path, modules: Path) -> list[tuple[Path, Path | None]]:
         for d in usr_src.glob("linux-headers-*"):
             if d.name.endswith("-common") or d.resolve() in seen or not (d / "Makefile").is_file():
                 continue
-            common = None
-            m = re.match(r"(linux-headers-\d+\.\d+\.\d+-\d+)-", d.name)
-            if m and (usr_src / (m.group(1) + "-common")).is_dir():
-                common = usr_src / (m.group(1) + "-common")
-            out.append((d.resolve(), common))
+            out.append((d.resolve(), _common_half(usr_src, d.name)))
     # prefer the machine's architecture flavour, then newest version
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
     out.sort(key=lambda bs: (arch in bs[0].name, "-rt-" not in bs[0].name, _version_key(bs[0].name)),
              reverse=True)
     return out
+
+
+def _common_half(usr_src: Path, name: str) -> Path | None:
+    """The ``-common`` half of Debian's split headers ``name``: the name with its flavour (the parts
+    after the version: ``amd64``, ``cloud-amd64``, ``rt-amd64``) replaced by ``common``, whatever the
+    version looks like (Debian 12: ``linux-headers-6.1.0-56-amd64``; Debian 13 and later:
+    ``linux-headers-6.12.117+deb13-cloud-amd64``). None where there is none (Ubuntu's, or one tree)."""
+    m = re.match(r"linux-headers-\d+\.\d+", name)
+    if m is None:
+        return None
+    cut = len(name)
+    while (cut := name.rfind("-", m.end(), cut)) != -1:
+        common = usr_src / (name[:cut] + "-common")
+        if common.is_dir():
+            return common
+    return None
 
 
 def _merge(build: Path, source: Path | None, dest: Path) -> Path:
