@@ -47,7 +47,13 @@ def stage(dst: Path) -> None:
     """The run disk's content: guest-run.sh, repo/ and out/."""
     shutil.copy(HERE / "guest-run.sh", dst / "guest-run.sh")
     (dst / "out").mkdir()
-    repo = dst / "repo"
+    copy_repo(dst / "repo")
+    for part in TESTBED_PARTS:
+        shutil.copytree(ROOT / ".cache" / "testbed" / part, dst / "repo" / ".cache" / "testbed" / part, symlinks=True)
+
+
+def copy_repo(repo: Path) -> None:
+    """This repository's tracked and unignored files, as they are in the work tree, into ``repo``."""
     names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            stdout=subprocess.PIPE, check=True).stdout.split(b"\0")
     for raw in names:
@@ -59,8 +65,6 @@ def stage(dst: Path) -> None:
             continue
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, repo / rel)
-    for part in TESTBED_PARTS:
-        shutil.copytree(ROOT / ".cache" / "testbed" / part, repo / ".cache" / "testbed" / part, symlinks=True)
 
 
 def make_disk(src: Path, img: Path) -> None:
@@ -117,25 +121,36 @@ def on_host(cache: Path, src: Path, tmp: Path, console: Path, timeout_s: float) 
     """guest-run.sh in the suite's root on this machine's kernel; (run_logged's end, the wall time)."""
     t0 = time.monotonic()
     root = tmp / "root"
+    copy_root(cache, root)
+    shutil.move(str(src), str(root / "mnt" / "matrix"))
+    rc, _ = run_logged(pivoted(root, "/bin/bash /mnt/matrix/guest-run.sh"), console, timeout_s)
+    return rc, time.monotonic() - t0        # the root's copy included
+
+
+def copy_root(cache: Path, root: Path) -> None:
+    """The files of the suite's cached root image, into ``root`` (made), with this machine's resolver."""
     root.mkdir()
     subprocess.run(["debugfs", "-R", f"rdump / {root}", str(cache / "root.img")], check=True, capture_output=True)
     for tmpdir in ("tmp", "var/tmp"):        # rdump keeps the permission bits, not the sticky bit
         (root / tmpdir).chmod(0o1777)
-    shutil.move(str(src), str(root / "mnt" / "matrix"))
     shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
-    # the root a mount point of its own and its mount namespace's root, as a booted system's is:
-    # unshare --propagation (tests, gputop's own debugfs mount) refuses a root that is not a mount point
-    # ("cannot change root filesystem propagation"), and under a plain chroot the kernel writes the
-    # maps of a process in a mount namespace of its own from the namespace's root (/proc/PID/maps:
-    # /tmp/.../root/opt/...), which no path from the chroot reaches once the process is gone
+
+
+def pivoted(root: Path, command: str) -> list[str]:
+    """The command line that runs ``command`` (a shell command) in ``root`` on this machine's kernel, in
+    mount and UTS namespaces of their own, /proc, /sys and /dev bound from the host.
+
+    The root a mount point of its own and its mount namespace's root, as a booted system's is:
+    unshare --propagation (tests, gputop's own debugfs mount) refuses a root that is not a mount point
+    ("cannot change root filesystem propagation"), and under a plain chroot the kernel writes the
+    maps of a process in a mount namespace of its own from the namespace's root (/proc/PID/maps:
+    /tmp/.../root/opt/...), which no path from the chroot reaches once the process is gone."""
     (root / ".host").mkdir(exist_ok=True)
     script = (f"mount --bind {root} {root} || exit 92; "
               f"for d in proc sys dev; do mount --rbind /$d {root}/$d && mount --make-rslave {root}/$d || exit 92; "
               f"done; cd {root} && pivot_root . .host && umount -l /.host || exit 93; "
-              f"exec chroot . /bin/bash /mnt/matrix/guest-run.sh")
-    rc, _ = run_logged(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script],
-                       console, timeout_s)
-    return rc, time.monotonic() - t0        # the root's copy included
+              f"exec chroot . {command}")
+    return ["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script]
 
 
 def main() -> int:
