@@ -194,6 +194,40 @@ def test_doctor_reports_the_real_nvml_without_a_driver(testbed) -> None:
     assert line == "WARN  NVML: off: Driver Not Loaded"
 
 
+def test_statistics_windows_close_on_one_thread_kept() -> None:
+    """Each window's close runs after its delay, in order, on one thread that stays: 40 windows make no
+    thread each (a thread made and ended every 5 s read as one thread more in the soak's count), and a
+    close that raises does not end it."""
+    import threading
+    import time
+
+    from gputop.sources.bpf.selfcost import _Closer
+
+    closer = _Closer()
+    ran: list[tuple[int, str]] = []
+    done = threading.Event()
+
+    def close(i: int) -> None:
+        ran.append((i, threading.current_thread().name))
+        if i == 3:
+            raise RuntimeError("a window's read failed")
+        if len(ran) == 40:
+            done.set()
+
+    before = threading.active_count()
+    t0 = time.monotonic()
+    for i in range(40):
+        closer(0.05 if i % 2 else 0.01, lambda i=i: close(i))
+        assert threading.active_count() <= before + 1
+    assert done.wait(10)
+    assert time.monotonic() - t0 >= 0.05
+    assert sorted(ran) == [(i, "gputop-stats-window") for i in range(40)]
+    order = [i for i, _ in ran]             # each delay's closes in the order they were scheduled
+    assert [i for i in order if i % 2 == 0] == list(range(0, 40, 2))
+    assert [i for i in order if i % 2] == list(range(1, 40, 2))
+    assert threading.active_count() == before + 1
+
+
 def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None:
     """Statistics are on for 0.1 s in every 5 s (2 %), closed by a timer; they give the run time per
     uprobe hit; the hits are exact per refresh interval (``observe``); the cost is hits x the

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,11 +53,39 @@ def cost_ns_per_s(entry_hits_per_s: float | None, return_hits_per_s: float | Non
     return entry_hits_per_s * trap.trap_ns + return_hits_per_s * trap.return_ns + programs_ns_per_s
 
 
-def _default_schedule(delay_s: float, fn: Callable[[], None]) -> None:
-    t = threading.Timer(delay_s, fn)
-    t.name = "gputop-stats-window"
-    t.daemon = True
-    t.start()
+class _Closer:
+    """Calls each scheduled function once its delay has passed, on one daemon thread kept for the
+    process's life (``gputop-stats-window``), not a thread per window: a thread made and ended every
+    STATS_PERIOD_S changed the thread count gputop shows to ``top -H`` and to the soak's checks
+    (docs/matrix.md, "The soak's extra thread"). A forked child that schedules gets a thread of its own."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._due: list[tuple[float, Callable[[], None]]] = []
+        self._pid = 0
+
+    def __call__(self, delay_s: float, fn: Callable[[], None]) -> None:
+        with self._cv:
+            self._due.append((time.monotonic() + delay_s, fn))
+            self._due.sort(key=lambda d: d[0])
+            if self._pid != os.getpid():        # not started, or started by the parent of a fork
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="gputop-stats-window", daemon=True).start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._cv.wait(None if not self._due else self._due[0][0] - time.monotonic())
+                _at, fn = self._due.pop(0)
+            try:
+                fn()
+            except Exception:       # the next windows are closed all the same
+                continue
+
+
+_default_schedule = _Closer()
 
 
 class SelfCost:
@@ -157,7 +186,10 @@ class SelfCost:
         self._schedule(STATS_WINDOW_S, self.close_window)
 
     def close_window(self) -> None:
-        end = self._read()          # outside _mu: reading takes the source's lock
+        try:
+            end = self._read()      # outside _mu: reading takes the source's lock
+        except Exception:           # the window closes all the same: statistics never stay on
+            end = None
         with self._mu:
             if self._fd is None:
                 return
