@@ -314,6 +314,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
     ops = [op for _ in range(bursts) for op in (burst_op, f"sleep:{int(args.period_s * 1000)}")][:-1]
 
     long_totals: dict[int, int] = {}
+    long_exited: set[int] = set()       # shown exited: their last rows, with their final totals
     #: pid -> when its last row is surely out: a refresh taken after this (unix time, the snapshots'
     #: clock: a collector slowed down by a busy host is waited for)
     short_pending: dict[int, float] = {}
@@ -333,6 +334,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
                     if total < long_totals[pid] or total > res.long_expected:
                         res.long_regressions += 1
                     long_totals[pid] = total
+                    if p["state"] == "exited":
+                        long_exited.add(pid)
                 elif pid in short_pending and total is not None:
                     short_seen.setdefault(pid, []).append(total)
             snap_time[0] = snap["time"]
@@ -416,11 +419,12 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Result:
             res.after = take("after")
             for p in longs:
                 p.wait()
-            # their last rows: a few refreshes, longer when a loaded host makes refreshes late
-            deadline = time.monotonic() + max(3 * args.interval_s + 1, 30.0)
+            # their last rows (shown exited, with their final totals): a few refreshes, as many more as a
+            # loaded host makes them late (a fixed 30 s once ended a run before the last burst was shown)
+            deadline = time.monotonic() + max(10 * args.interval_s + 1, 120.0)
             while time.monotonic() < deadline:
                 with lock:
-                    if all(t == res.long_expected for t in long_totals.values()):
+                    if long_exited >= set(long_totals) or all(t == res.long_expected for t in long_totals.values()):
                         break
                 time.sleep(0.2)
             settle_short(final=True)
