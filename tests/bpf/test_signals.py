@@ -100,7 +100,7 @@ def test_dashboard(sig: str, attach: str, cuda_process: int, tmp_path: Path) -> 
         took_s = time.monotonic() - started
         screen = t.capture()
         modes = pane_modes(t)
-    assert_nothing_left(pid, held, 10 if attach == "links" else 90)
+    assert_nothing_left(pid, held, 90)     # the child detaching perf events (any param where links are not had)
     if sig == "SIGKILL":
         assert rc == 128 + 9
         return
