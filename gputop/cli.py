@@ -4,6 +4,8 @@ into an exit status: ``gputop: error:`` + ``hint:`` for a ``GputopError``, 0 for
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -50,9 +52,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EX_OK
     except BrokenPipeError:
+        _settle_stdout()
         return EX_OK
     except OSError as e:
+        _settle_stdout()
         return fail(str(e), "check the path and permissions", EX_ERROR)
+
+
+def _settle_stdout() -> None:
+    """Where what stdout still buffers cannot be written (a closed pipe, a full disk, a file-size cap:
+    the recorder's unit), point it at /dev/null: else the interpreter's exit tries again, prints
+    "Exception ignored" and exits 120 instead of the status returned (Python 3.9 did so)."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
                             filters=Filters(args.pid, args.user) if args.replay else Filters(),
                             theme=args.theme, readonly=args.readonly, baseline=args.baseline,
                             baseline_pid=args.baseline_pid, record=args.record,
-                            banner=tracing_off(*refusal) if refusal else None)
+                            banner=tracing_off(*refusal) if refusal else None, quit_on_signals=True)
     live: Sampler | None = None
     feed: Feed
     if args.replay:
@@ -35,11 +35,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         feed = live = live_sampler(args)
         live.close_elsewhere = True     # the probes detach once the terminal is back (below)
-    stop_on_signals()      # as SIGINT: the app closes, the terminal is restored, the probes detach
+    # SIGINT, SIGTERM, SIGHUP: the app quits as q does (quit_on_signals); before and after it, they raise
+    stop_on_signals()
     try:
         code = run_dashboard(feed, opts)
-    except KeyboardInterrupt:       # SIGINT, SIGTERM, SIGHUP: a quit like q's; the feed was stopped, and the
-        code = 0                    # probes detach in a child below (perf events: 0.1 s each, 15 s in all here)
+    except KeyboardInterrupt:       # a signal before the app handled them: a quit all the same; the probes
+        code = 0                    # detach in a child below (perf events: 0.1 s each, 15 s in all here)
     except ValueError as e:
         if live is not None:
             live.close()
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         if live is not None:
             live.close()
         raise
+    stop_on_signals()               # the app's event loop left them at their defaults
     if live is not None:
         if live.detach_in_child():      # a child detaches the probes: this process exits at once
             exit_now(code)

@@ -277,9 +277,10 @@ def _trap_cost() -> Check:
     cost uses it)."""
     from gputop.sources.bpf import trapcost
 
-    if not privileges.has_privileges():
-        return Check("uprobe trap cost", "WARN", "not measured: it needs the tracing privileges",
-                     privileges.ENABLE_HINT, needed_for_bpf=False)
+    refusal = privileges.privileges_error()
+    if refusal is not None:
+        return Check("uprobe trap cost", "WARN", "not measured: it needs the tracing privileges", refusal[1],
+                     needed_for_bpf=False)
     errors = []
     # as gputop attaches (_compile asked); else uprobe_multi links where the kernel has them
     for mode in (_ATTACH["mode"],) if "mode" in _ATTACH else ("links", "perf"):

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
                           f"use batch mode: gputop --prometheus {args.prometheus} -b -n 1 [-f json]", EX_USAGE)
     opts = DashboardOptions(interval_s=config.interval_s, sort=args.sort, filters=filters, theme=args.theme,
                             readonly=args.readonly, baseline=args.baseline, baseline_pid=args.baseline_pid,
-                            record=args.record)
+                            record=args.record, quit_on_signals=True)
     # the dashboard reads what its table shows (everything when recording) in a child process
     feed = FleetFeed(replace(config, table_only=not args.record, child=True))
     try:

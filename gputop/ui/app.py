@@ -8,6 +8,7 @@ adjacent in the queue): the UI always draws the newest snapshot and never waits 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -65,6 +66,9 @@ class DashboardOptions:
     reverse: bool | None = None
     #: visible columns in order (see SORT_KEYS); None: from config.toml, else all
     columns: tuple[str, ...] | None = None
+    #: SIGINT, SIGTERM and SIGHUP quit as ``q`` does (the terminal restored, the feed stopped): the
+    #: program's own dashboards; off under tests (the test runner's signals stay its own)
+    quit_on_signals: bool = False
 
 
 @dataclass
@@ -193,6 +197,12 @@ class GputopApp(App[int]):
     def on_mount(self) -> None:
         from gputop.ui.screens.main import MainScreen
 
+        if self.options.quit_on_signals:
+            # handled by the event loop, between its callbacks: a KeyboardInterrupt raised inside the app
+            # instead left Python 3.9's terminal in the alternate screen with mouse reporting on
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(sig, self.action_quit)
         self.push_screen(MainScreen())
         for w in [*self.startup_warnings, *self.feed.notices]:   # config; a replay's cut line
             self.say(w, "warning", timeout=8)

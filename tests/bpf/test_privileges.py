@@ -255,6 +255,8 @@ def test_doctor_on_the_perf_event_path_names_cap_sys_admin(gputop_as_nobody: tup
     assert ("WARN  uprobe attach: a perf event per probe (uprobe_multi links are turned off: GPUTOP_UPROBE_LINKS=off): "
             "each needs CAP_SYS_ADMIN") in lines
     assert lines[-1] == "gputop cannot trace with BPF here (see FAIL)"
+    trap = lines.index("WARN  uprobe trap cost: not measured: it needs the tracing privileges")
+    assert lines[trap + 1] == f"      fix: {PERF_ADMIN_HINT}"        # the hint of what is missing here
     with_admin = subprocess.run([*as_nobody([*LEAST, "sys_admin"]), *gputop_as_nobody, "doctor"], capture_output=True,
                                 text=True, timeout=180, cwd=tmp_path, env=env_for(cache, PERF_PATH))
     assert (with_admin.returncode, with_admin.stderr) == (0, ""), with_admin.stdout

@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
         refusal = no_privileges()       # the words of gputop's own banner
         banner = p.banner if refusal is None else f"{p.banner}\n{tracing_off(*refusal)}"
         return run_dashboard(sampler, DashboardOptions(interval_s=args.delay, theme=args.theme,
-                                                       compare_pids=pids, banner=banner))
+                                                       compare_pids=pids, banner=banner, quit_on_signals=True))
     finally:
         for proc in procs:
             proc.kill()
