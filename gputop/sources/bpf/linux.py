@@ -21,6 +21,25 @@ TRACEFS = Path("/sys/kernel/tracing")
 DEBUGFS = Path("/sys/kernel/debug")
 
 
+UPROBE_PMU = Path("/sys/bus/event_source/devices/uprobe")
+_SYS_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}.get(platform.machine(), 298)
+
+
+def open_uprobe(path: str, offset: int, *, retprobe: bool = False) -> int:
+    """perf_event_open(2) of the kernel's uprobe PMU at ``path`` + ``offset``, in every process (CPU 0),
+    opened disabled: the descriptor, or -errno. Raises OSError, ValueError or IndexError where the
+    kernel has no uprobe PMU (its type or retprobe format unreadable)."""
+    ptype = int((UPROBE_PMU / "type").read_text())
+    bit = int((UPROBE_PMU / "format" / "retprobe").read_text().strip().split(":")[1]) if retprobe else 0
+    name = ctypes.create_string_buffer(os.fsencode(path))
+    attr = ctypes.create_string_buffer(128)
+    struct.pack_into("IIQ", attr, 0, ptype, 128, (1 << bit) if retprobe else 0)
+    struct.pack_into("QQ", attr, 56, ctypes.addressof(name), offset)     # config1: the path, config2: the offset
+    struct.pack_into("Q", attr, 40, 1 << 0)                                 # disabled (enabled by its user)
+    fd = int(_libc.syscall(_SYS_PERF_EVENT_OPEN, attr, -1, 0, -1, 8))       # pid -1, cpu 0, FD_CLOEXEC
+    return fd if fd >= 0 else -ctypes.get_errno()
+
+
 def _is_dir(path: Path) -> bool:
     """Path.is_dir, False where a directory on the way cannot be searched (tracefs without privileges)."""
     try:

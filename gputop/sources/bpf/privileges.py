@@ -9,14 +9,12 @@ for CAP_SYS_ADMIN: CAP_PERFMON is not enough there (measured: ``bench/uprobe_pmu
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import functools
 import os
-import struct
 from pathlib import Path
 
-from .linux import TRACEFS
+from .linux import TRACEFS, open_uprobe
 
 #: capability numbers (linux/capability.h)
 CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38,
@@ -47,10 +45,6 @@ PERF_ADMIN_HINT = ("run gputop as root (sudo gputop), or grant it CAP_SYS_ADMIN 
                    "deploy/systemd/perf-event-uprobes.conf; Kubernetes: SYS_ADMIN in the container's "
                    "capabilities; docs/deploy.md)")
 
-_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}.get(os.uname().machine, 298)
-_PERF_FLAG_FD_CLOEXEC = 8
-_ATTR_SIZE = 128        # PERF_ATTR_SIZE_VER7: every field the probe below sets lies in the first 88 bytes
-_UPROBE_TYPE = Path("/sys/bus/event_source/devices/uprobe/type")
 
 
 def effective_caps() -> int:
@@ -87,32 +81,12 @@ def tracing_blockers(eff: int | None = None) -> list[str]:
     return [c for c in _REQUIRED if c in missing and (c != "CAP_DAC_READ_SEARCH" or not _tracefs_readable())]
 
 
-def open_uprobe(path: str, offset: int) -> int:
-    """perf_event_open(2) of the uprobe PMU on ``path`` + ``offset`` (system-wide, CPU 0): the
-    descriptor, or -errno (-ENOENT where the kernel has no uprobe PMU)."""
-    try:
-        pmu = int(_UPROBE_TYPE.read_text())
-    except (OSError, ValueError):
-        return -errno.ENOENT
-    name = ctypes.create_string_buffer(os.fsencode(path))
-    attr = bytearray(_ATTR_SIZE)
-    # type, size, config, sample_period, sample_type, read_format, flags, wakeup_events, bp_type,
-    # config1 (the path's address), config2 (the offset)
-    struct.pack_into("<IIQQQQQIIQQ", attr, 0, pmu, _ATTR_SIZE, 0, 1, 0, 0, 0, 1, 0, ctypes.addressof(name), offset)
-    buf = (ctypes.c_char * _ATTR_SIZE).from_buffer(attr)
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = int(libc.syscall(_PERF_EVENT_OPEN, buf, -1, 0, -1, _PERF_FLAG_FD_CLOEXEC))
-    return fd if fd >= 0 else -ctypes.get_errno()
-
-
 @functools.lru_cache(maxsize=1)
 def uprobe_pmu_allowed() -> bool | None:
     """Whether this process may open a uprobe as a perf event: asked of the kernel with a probe on a
     memfd of this process's own (nothing maps it, so the probe is never hit), opened and closed at once.
     Refused (EACCES, EPERM): False. Any other outcome means the permission checks passed: True. None:
     the kernel has no uprobe PMU (gputop doctor says so) or no memfd could be made."""
-    if not _UPROBE_TYPE.exists():
-        return None
     try:
         mem = os.memfd_create("gputop-uprobe-pmu", os.MFD_CLOEXEC)
     except (OSError, AttributeError):
@@ -120,6 +94,8 @@ def uprobe_pmu_allowed() -> bool | None:
     try:
         os.ftruncate(mem, 8192)
         fd = open_uprobe(f"/proc/self/fd/{mem}", 0)
+    except (OSError, ValueError, IndexError):
+        return None         # no uprobe PMU
     finally:
         os.close(mem)
     if fd >= 0:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from gputop import safefiles
 
-from .linux import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
+from .linux import BPF_TRACE_UPROBE_MULTI, open_uprobe, uprobe_multi_link
 
 CACHE_NAME = "trap-cost.json"
 #: the cache file is a few hundred bytes per kernel and CPU; a larger one is not read
@@ -59,7 +59,6 @@ _FUNC = bytes.fromhex("554889e55dc3")
 _OFFSETS = {"none": 0x40, "entry": 0x80, "return": 0xC0}
 
 _SYS_BPF = 321
-_SYS_PERF_EVENT_OPEN = 298
 _BPF_PROG_LOAD = 5
 _PROG_TYPE_KPROBE = 2
 _PERF_EVENT_IOC_ENABLE = 0x2400
@@ -178,20 +177,12 @@ def empty_prog(links: bool) -> int:
 
 def _perf_uprobe(prog: int, path: str, offset: int, retprobe: bool) -> int:
     """A perf-event uprobe running ``prog`` at ``path``+``offset`` in every process."""
-    pmu = Path("/sys/bus/event_source/devices/uprobe")
     try:
-        ptype = int((pmu / "type").read_text())
-        bit = int((pmu / "format" / "retprobe").read_text().strip().split(":")[1]) if retprobe else 0
+        fd = open_uprobe(path, offset, retprobe=retprobe)
     except (OSError, ValueError, IndexError) as e:
         raise CalibrationError(f"no uprobe PMU: {e}") from e
-    name = ctypes.create_string_buffer(path.encode())
-    attr = ctypes.create_string_buffer(128)
-    struct.pack_into("IIQ", attr, 0, ptype, 128, (1 << bit) if retprobe else 0)
-    struct.pack_into("QQ", attr, 56, ctypes.addressof(name), offset)
-    struct.pack_into("Q", attr, 40, 1 << 0)         # disabled until SET_BPF
-    fd = int(_libc.syscall(_SYS_PERF_EVENT_OPEN, attr, -1, 0, -1, 8))   # pid -1, cpu 0: every process
     if fd < 0:
-        raise CalibrationError(f"perf_event_open(uprobe) failed: {os.strerror(ctypes.get_errno())}")
+        raise CalibrationError(f"perf_event_open(uprobe) failed: {os.strerror(-fd)}")
     import fcntl
 
     fcntl.ioctl(fd, _PERF_EVENT_IOC_SET_BPF, prog)
