@@ -213,6 +213,34 @@ def untrusted_reason(path: str | os.PathLike[str], *, missing_ok: bool = False) 
     return None
 
 
+def untrusted_program(path: str | os.PathLike[str]) -> str | None:
+    """None when the program at the absolute ``path`` may be run by this user, else why not: the
+    directory holding the name, the file it resolves to and that file's directory are each root's
+    or ours and writable by no other user (``untrusted_reason``). The name itself may be a link
+    (a virtual environment's ``bin/python3``): run it by this name, not the resolved one."""
+    name = Path(path)
+    if not name.is_absolute():
+        return f"{name} is not an absolute path"
+    reason = untrusted_reason(name.parent)
+    if reason:
+        return reason
+    real = Path(os.path.realpath(name))
+    reason = untrusted_reason(real.parent)
+    if reason:
+        return reason
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        return f"{real}: {e.strerror or e}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{real} is not a regular file"
+    if not _ours(st.st_uid):
+        return f"{real} is owned by uid {st.st_uid}"
+    if st.st_mode & _GROUP_OTHER_WRITE:
+        return f"{real} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def _file_problem(st: os.stat_result, shown: str, max_bytes: int) -> str | None:
     if not stat.S_ISREG(st.st_mode):
         return f"{shown} is not a regular file"

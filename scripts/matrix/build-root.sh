@@ -20,6 +20,11 @@ PACKAGES=linux-image-cloud-amd64,linux-headers-cloud-amd64,bpfcc-tools,python3-b
 # the recipe: this script and the suite (the mirror is this machine's, not part of the key)
 KEY=$( (cat "$0"; echo "$SUITE") | sha256sum | cut -c1-16)
 OUT="$CACHE/$SUITE/$KEY"
+# one build of a suite at a time (the tier boots suites at once; two runs can share a root): a second
+# waits here, then finds the first one's cache
+mkdir -p "$CACHE"
+exec 9>"$CACHE/$SUITE.lock"
+flock 9
 if [ -s "$OUT/root.img" ] && [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initrd.img" ] && [ -s "$OUT/kernel-release" ]; then
     echo "$OUT"
     exit 0

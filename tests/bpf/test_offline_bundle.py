@@ -224,3 +224,49 @@ def test_bare_debian_container_installs_and_traces_a_host_workload(bundle: dict[
     assert f"install.sh: {n} packages unpacked into /opt/gputop, 0 already installed on this host" in err, err
     assert "for /opt/gputop/usr/bin/python3 (Python" in err
     assert "Traceback" not in err, err
+
+
+@needs_bpf
+def test_the_gpu_session_on_a_host_without_a_gpu(bundle: dict[str, Any], tmp_path: Path) -> None:
+    """bench/gpu_session.sh, the GPU host's one prepared run (docs/GPU-VALIDATION.md), as far as a host
+    without a GPU takes it: the bundle in parts (bench/gpu_kit.sh) put together, installed, doctor,
+    the self-test and every GPU workload saying why they did not run, the demo on its traced-only path."""
+    kits = tmp_path / "kits"
+    env = {**os.environ, "GPUTOP_KIT_DIR": str(kits), "GPUTOP_KIT_PART_MIB": "40", "OUT": str(tmp_path / "out"),
+           "GPUTOP_PREFIX": str(tmp_path / "prefix"), "GPUTOP_WORK": str(tmp_path / "work")}
+    res = subprocess.run([str(ROOT / "bench" / "gpu_kit.sh"), str(BUNDLE)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    parts = sorted(kits.glob(".kit*/bundle.tar.*"))
+    total = sum(p.stat().st_size for p in parts)
+    assert len(parts) == -(-total // (40 << 20)) >= 2 and all(p.stat().st_size <= 40 << 20 for p in parts)
+    assert {(p.parent / "PARTS").read_text() for p in parts} == {f"{len(parts)}\n"}
+
+    # a part missing (a carry that did not arrive): said, and nothing installed
+    hidden = parts[-1].rename(tmp_path / "hidden")
+    res = subprocess.run([str(ROOT / "bench" / "gpu_session.sh"), "all"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert f"bundle: {len(parts) - 1} of {len(parts)} parts here" in res.stderr and "stopping: no bundle" in res.stderr
+    assert not (tmp_path / "prefix").exists()
+    hidden.rename(parts[-1])
+
+    res = subprocess.run([str(ROOT / "bench" / "gpu_session.sh"), "all"], env=env, capture_output=True, text=True,
+                         timeout=900, cwd=tmp_path)
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["facts.txt", "install.txt", "doctor.txt", "selftest.txt", "validate.txt", "results.json", "demo.txt",
+         "session.txt"])          # the eight files a device's $OUT brings back
+    steps = {line.split("] ", 1)[1].split(":")[0]: line.split(": ", 1)[1]
+             for line in (out / "session.txt").read_text().splitlines() if ": exit " in line}
+    assert list(steps) == ["install.txt", "doctor.txt", "selftest.txt", "validate.txt", "demo.txt"]
+    assert [v.split(" in ")[0] for v in steps.values()] == ["exit 0", "exit 0", "exit 1", "exit 1", "exit 0"]
+    facts = (out / "facts.txt").read_text()
+    assert f"release {os.uname().release}" in facts and "nvidia_uvm: not loaded" in facts
+    assert any(line.startswith("kprobes: ") for line in facts.splitlines())
+    assert "install.sh: done" in (out / "install.txt").read_text()
+    assert (out / "doctor.txt").read_text().splitlines()[-1] == "gputop can trace with BPF"
+    assert (out / "selftest.txt").read_text().startswith("gputop: error: selftest: no NVIDIA driver here")
+    validate = (out / "validate.txt").read_text().splitlines()
+    assert validate[-1] == "gpu validation: 0/13 exact"
+    assert any(line.startswith("before: not measured: ") for line in validate)     # no torch, or no GPU for it
+    assert (out / "demo.txt").read_text().startswith("demo without a GPU: launches through ")

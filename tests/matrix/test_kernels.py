@@ -6,7 +6,8 @@ once its root is cached): part of ./test.sh's full run (what CI runs), as root, 
 and debootstrap installed (scripts/setup.sh --test); GPUTOP_MATRIX=0 leaves it out (the inner loop,
 ./test.sh --quick, never runs it).
 GPUTOP_MATRIX_SUITES=bookworm,trixie picks suites (default: the three, and bullseye's userland on this
-machine's kernel; sid on demand). Each suite boots once (scripts/matrix/vm.py); every test below reads that one run.
+machine's kernel; sid on demand). Each suite boots once (scripts/matrix/vm.py), one a CPU at a time
+(GPUTOP_MATRIX_JOBS lowers that); every test below reads that one run.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -67,7 +70,8 @@ SUITES = {
     "bullseye-on-host": Suite("bullseye-on-host", os.uname().release, "3.9", "0.18", "perf", OLD_BCC,
                               root="bullseye", on_host=True, compiler_cmpxchg=False),
 }
-DEFAULT = ("bullseye", "bookworm", "trixie", "bullseye-on-host")
+#: the longest boots first (docs/matrix.md): they start first when suites run at once
+DEFAULT = ("bookworm", "bullseye", "trixie", "bullseye-on-host")
 CHOSEN = [s for s in os.environ.get("GPUTOP_MATRIX_SUITES", ",".join(DEFAULT)).split(",") if s]
 
 pytestmark = pytest.mark.skipif(
@@ -108,15 +112,37 @@ class Run:
         return sum(int(p["interval"][key]) for s in self.snapshots for p in s["processes"] if p["pid"] == pid)
 
 
-@pytest.fixture(scope="module", params=CHOSEN)
-def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    suite = SUITES[request.param]
-    out = tmp_path_factory.mktemp(f"matrix-{suite.name}")
+def boot(suite: Suite, out: Path) -> Run:
+    """One suite's run (scripts/matrix/vm.py), its stderr passed on."""
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "matrix" / "vm.py"), suite.root or suite.name,
                           str(out), *(["--on-host"] if suite.on_host else [])],
                          capture_output=True, text=True, timeout=1800)
     sys.stderr.write(res.stderr)
     return Run(suite, out, res.returncode)
+
+
+def jobs() -> int:
+    """Suites run at once: one a CPU (each guest runs on one host thread, defect 15), at most GPUTOP_MATRIX_JOBS."""
+    cpus = len(os.sched_getaffinity(0))
+    return max(1, min(cpus, int(os.environ.get("GPUTOP_MATRIX_JOBS", cpus))))
+
+
+@pytest.fixture(scope="session")
+def boots(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Run]]]:
+    """The run of every suite a selected test reads, all started on the first test that asks for one,
+    `jobs()` at a time in CHOSEN's order (the longest boots first): the tier takes its longest chain of
+    boots, not their sum."""
+    params = (getattr(getattr(item, "callspec", None), "params", {}) for item in request.session.items)
+    wanted = {p["run"] for p in params if "run" in p}
+    with ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="matrix") as pool:
+        yield {name: pool.submit(boot, SUITES[name], tmp_path_factory.mktemp(f"matrix-{name}"))
+               for name in CHOSEN if name in wanted}
+
+
+@pytest.fixture(scope="module", params=CHOSEN)
+def run(request: pytest.FixtureRequest, boots: dict[str, Future[Run]]) -> Run:
+    return boots[request.param].result()
 
 
 #: guest-run.sh's own exit statuses

@@ -497,3 +497,33 @@ def test_demo_builds_its_workload_outside_a_users_cache(tmp_path: Path, alice: P
     exe = demo.build_workload()
     assert exe == root_cache / "gputop" / "demo" / "gputop-demo-workload" and exe.is_file()
     assert not (planted / "gputop").exists()
+
+
+def test_demo_runs_only_a_python_no_other_user_can_change(tmp_path: Path, alice: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gputop demo` looks for PyTorch or CuPy beyond its own environment (a GPU host's python3 on PATH,
+    a venv's `bin/python3` link): as root, never a python3 in, or resolving into, a directory another
+    user controls; root's own venv link is used by its name (so that its venv is the one that loads)."""
+    from gputop.modes import demo
+
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python3").symlink_to(sys.executable)
+    user_bin = user_dirs(alice, "bin")
+    (user_bin / "python3").symlink_to(sys.executable)
+    as_nobody(user_bin / "python3")
+    user_python = root_file(user_dirs(alice, "py") / "python3", b"#!/bin/sh\n", 0o755)   # root's file, their dir
+    (tmp_path / "root-bin").mkdir()
+    (tmp_path / "root-bin" / "python3").symlink_to(user_python)
+    monkeypatch.delenv("GPUTOP_DEMO_PYTHON", raising=False)
+    for path, expected in ((str(venv), [sys.executable, str(venv / "python3")]),
+                           (str(user_bin), [sys.executable]),
+                           (str(tmp_path / "root-bin"), [sys.executable])):
+        monkeypatch.setenv("PATH", path)
+        assert demo.interpreters() == expected, path
+    assert safefiles.untrusted_program(user_bin / "python3") == f"{alice} is owned by uid {NOBODY}"
+    assert safefiles.untrusted_program(tmp_path / "root-bin" / "python3") == f"{alice} is owned by uid {NOBODY}"
+    assert safefiles.untrusted_program("python3") == "python3 is not an absolute path"
+    monkeypatch.setenv("GPUTOP_DEMO_PYTHON", str(venv / "python3"))
+    monkeypatch.setenv("PATH", str(user_bin))
+    assert demo.interpreters() == [str(venv / "python3"), sys.executable]

@@ -40,15 +40,29 @@ class Plan:
     commands: tuple[list[str], list[str]]   # unfused, fused
 
 
-def _gpu_backend() -> str | None:
-    for backend, probe in (("cupy", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"),
-                           ("torch", "import torch; assert torch.cuda.is_available()")):
-        try:
-            ok = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            ok = False
-        if ok:
-            return backend
+def interpreters() -> list[str]:
+    """The Pythons that may run the GPU workload, in order: $GPUTOP_DEMO_PYTHON, gputop's own, the first
+    python3 on PATH (a GPU host's PyTorch or CuPy is seldom in gputop's own environment: its venv, the
+    offline bundle's prefix). Only those no other user can change (safefiles.untrusted_program): the
+    demo runs them as whoever runs gputop, root included."""
+    out: list[str] = []
+    for cand in (os.environ.get("GPUTOP_DEMO_PYTHON"), sys.executable, shutil.which("python3")):
+        if cand and os.path.abspath(cand) not in out and safefiles.untrusted_program(os.path.abspath(cand)) is None:
+            out.append(os.path.abspath(cand))
+    return out
+
+
+def _gpu_backend() -> tuple[str, str] | None:
+    """The first backend that sees a GPU, and the Python it runs in."""
+    for python in interpreters():
+        for backend, probe in (("cupy", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"),
+                               ("torch", "import torch; assert torch.cuda.is_available()")):
+            try:
+                ok = subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                ok = False
+            if ok:
+                return backend, python
     return None
 
 
@@ -89,9 +103,10 @@ def build_workload() -> Path:
 
 
 def plan(rate: float) -> Plan:
-    backend = _gpu_backend()
-    if backend is not None:
-        cmd = [sys.executable, "-m", "gputop.modes.demo.gpu_worker", backend]
+    found = _gpu_backend()
+    if found is not None:
+        backend, python = found
+        cmd = [python, str(HERE / "gpu_worker.py"), backend]      # by its path: stdlib and the backend only
         return Plan("gpu", f"demo: y = relu(2x+1) on the GPU with {backend}, unfused (3 kernels) vs fused (1)",
                     ([*cmd, "unfused", str(rate)], [*cmd, "fused", str(rate)]))
     lib = find_libcudart()

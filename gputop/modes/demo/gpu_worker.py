@@ -1,6 +1,7 @@
 """The demo's workload on a real GPU: y = relu(a*x + b) over 4M floats, unfused or fused.
 
-Usage: python -m gputop.modes.demo.gpu_worker cupy|torch unfused|fused STEPS_PER_S
+Usage: PYTHON gpu_worker.py cupy|torch unfused|fused STEPS_PER_S   (any Python with CuPy or PyTorch: it needs
+nothing of gputop's; gputop demo picks the Python, demo.interpreters())
 CuPy: three ElementwiseKernels against one fused ElementwiseKernel. PyTorch: three eager ops
 against the same function compiled by torch.compile (Inductor fuses it into one kernel).
 """

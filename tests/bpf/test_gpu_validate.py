@@ -1,0 +1,49 @@
+"""bench/gpu_validate.py, the GPU validation's harness, on the test bed (no GPU): its phase
+accounting (a process's totals in the idle time after its phase, less those before), a process
+started before gputop, its table and verdict, against the real gputop and the real libcudart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from support import ROOT, TESTBED
+
+HARNESS = [sys.executable, str(ROOT / "bench" / "gpu_validate.py"), "--testbed",
+           "--cudart", str(TESTBED / "cudart" / "libcudart.so.12")]
+OWN = {"launches": 3000, "grid_blocks_sum": 240000, "block_threads_sum": 384000, "memcpy.h2d.calls": 300,
+       "memcpy.h2d.bytes": 300000, "memcpy.d2h.calls": 300, "memcpy.d2h.bytes": 150000, "sync_calls": 300}
+
+
+def test_the_harness_counts_each_phase_exactly(tmp_path: Path) -> None:
+    res = subprocess.run([*HARNESS, "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.splitlines()[-1] == "gpu validation: 16/16 exact"
+    results = json.loads((tmp_path / "results.json").read_text())
+    for workload in ("testbed_before", "testbed"):
+        mine = {r["metric"]: r for r in results if r["workload"] == workload}
+        assert {m: r["gputop"] for m, r in mine.items() if r["source"] == "own"} == OWN
+        assert mine["uvm_gpu_faults"] == {"workload": workload, "metric": "uvm_gpu_faults", "oracle": None,
+                                          "source": "info", "gputop": None, "exact": False}    # unknown: N/A
+    # the first was running before gputop: its warm-up (its library loaded) came before gputop's first snapshot
+    first = json.loads((tmp_path / "snapshots.jsonl").read_text().splitlines()[0])
+    pid = json.loads((tmp_path / "testbed_before.report.json").read_text())["pid"]
+    assert pid in {p["pid"] for p in first["processes"]}
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("testbed  launches"))
+    assert line.split() == ["testbed", "launches", "3000", "(own)", "3000", "exact"]
+
+
+def test_what_gputop_did_not_see_fails_the_validation(tmp_path: Path) -> None:
+    # gputop shown only PID 1: it has no row of either workload, and the harness says so
+    res = subprocess.run([*HARNESS, "--out", str(tmp_path), "--gputop", f"{sys.executable} -m gputop.cli -p 1"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert [ln.split() for ln in res.stdout.splitlines()] == [
+        ["testbed_before", "seen", "in", "both", "idle", "times", "1", "(own)", "0", "DIFF"],
+        ["testbed", "seen", "in", "both", "idle", "times", "1", "(own)", "0", "DIFF"],
+        ["gpu", "validation:", "0/2", "exact"]]
+    assert res.stderr.splitlines() == [
+        f"{w}: no gputop snapshot of the process in the idle time before its phase (0 rows in all)"
+        for w in ("testbed_before", "testbed")]
