@@ -222,10 +222,13 @@ def compare(name: str, report: dict[str, Any], counts: dict[str, int | None],
         oracle |= profiler_counts(json.loads(Path(report["trace"]).read_text()))
     oracle |= {OWN.get(k, k): (v, "own") for k, v in report.get("own", {}).items()}
     got = {_key(k): v for k, v in counts.items()}
+    for metric in report.get("no_oracle", ()):
+        oracle.pop(metric, None)
     lines = [Line(name, metric, value, source, got.get(metric, 0 if metric.startswith(("kernel ", "graph kernel "))
                                                          else None))
              for metric, (value, source) in oracle.items()]
-    lines += [Line(name, metric, None, "info", got.get(metric)) for metric in INFO if metric not in oracle]
+    lines += [Line(name, metric, None, "info", got.get(metric))
+              for metric in (*INFO, *report.get("no_oracle", ())) if metric not in oracle]
     if smi_mib is not None or report.get("trace"):
         lines.append(Line(name, "gpu_mem_mib", smi_mib, "nvidia-smi",
                           None if gputop_mem is None else round(gputop_mem / (1 << 20))))
@@ -265,7 +268,7 @@ class Harness:
         cmd = [self.args.python, str(HERE / "gpu_workloads.py"), name, str(report),
                "--trace", str(self.out / f"{name}.trace.json")]
         if go is not None:
-            cmd += ["--go", str(go)]
+            cmd += ["--go", str(go), "--ready", str(self.out / f"{name}.ready")]
         if name.startswith("testbed"):
             cmd += ["--cudart", self.args.cudart]
         env = dict(os.environ)
@@ -309,6 +312,11 @@ class Harness:
     def run(self, names: list[str]) -> list[Line]:
         first = next((n for n in names if n.endswith("before")), None)
         before = self.start(first, go=self.out / "go") if first else None
+        if before is not None:          # warmed up (CUDA going) before gputop starts
+            deadline = time.monotonic() + self.args.timeout_s
+            while not (self.out / f"{before.name}.ready").exists() and before.proc.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
         gt = self.gputop()
         done: list[Started] = []
         try:
