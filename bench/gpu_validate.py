@@ -372,7 +372,7 @@ def main() -> int:
                     help="the command that runs gputop (default: this Python's gputop)")
     ap.add_argument("--python", default=sys.executable, help="the Python the workloads run in (PyTorch's)")
     ap.add_argument("--only", help="comma-separated workloads (default: all)")
-    ap.add_argument("--jobs", type=int, default=4, help="workloads at a time after `before` (default 4)")
+    ap.add_argument("--jobs", type=int, default=8, help="workloads at a time after `before` (default 8)")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per workload")
     ap.add_argument("--out", type=Path, help="keep the snapshots, traces, reports and results.json here")
     ap.add_argument("--testbed", action="store_true", help="no GPU: the test bed's workload only (CI)")

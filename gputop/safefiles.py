@@ -241,6 +241,19 @@ def untrusted_program(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def which(name: str) -> str | None:
+    """``shutil.which(name)``, passing over every match another user could change (``untrusted_program``):
+    as root with another user's PATH (``sudo -E``, a shell that read their profile), a program planted
+    in their directory would run as root."""
+    for d in (os.environ.get("PATH") or os.defpath).split(os.pathsep):
+        if not d:
+            continue
+        cand = os.path.join(os.path.abspath(d), name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK) and untrusted_program(cand) is None:
+            return cand
+    return None
+
+
 def _file_problem(st: os.stat_result, shown: str, max_bytes: int) -> str | None:
     if not stat.S_ISREG(st.st_mode):
         return f"{shown} is not a regular file"

@@ -527,3 +527,28 @@ def test_demo_runs_only_a_python_no_other_user_can_change(tmp_path: Path, alice:
     monkeypatch.setenv("GPUTOP_DEMO_PYTHON", str(venv / "python3"))
     monkeypatch.setenv("PATH", str(user_bin))
     assert demo.interpreters() == [str(venv / "python3"), sys.executable]
+
+
+def test_a_program_planted_on_path_is_passed_over(tmp_path: Path, alice: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sudo -E gputop` with a PATH that starts in a user's directory: the c++filt (and the demo's gcc)
+    planted there is not run as root; root's own, later on PATH, is."""
+    import shutil
+
+    from gputop.sources.bpf import symbols
+
+    planted = user_dirs(alice, "bin") / "c++filt"
+    planted.write_text("#!/bin/sh\ntouch /tmp/gputop-pwned\n")
+    planted.chmod(0o755)
+    as_nobody(planted)
+    real = shutil.which("c++filt")
+    assert real is not None
+    monkeypatch.setenv("PATH", f"{planted.parent}:{Path(real).parent}")
+    symbols._cxxfilt_path.cache_clear()
+    try:
+        assert shutil.which("c++filt") == str(planted)          # what a plain lookup would have run
+        assert safefiles.which("c++filt") == real
+        assert symbols._cxxfilt("_Z3fooi") == "foo(int)"
+    finally:
+        symbols._cxxfilt_path.cache_clear()
+    monkeypatch.setenv("PATH", str(planted.parent))
+    assert safefiles.which("c++filt") is None

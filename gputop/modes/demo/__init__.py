@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -46,7 +45,7 @@ def interpreters() -> list[str]:
     offline bundle's prefix). Only those no other user can change (safefiles.untrusted_program): the
     demo runs them as whoever runs gputop, root included."""
     out: list[str] = []
-    for cand in (os.environ.get("GPUTOP_DEMO_PYTHON"), sys.executable, shutil.which("python3")):
+    for cand in (os.environ.get("GPUTOP_DEMO_PYTHON"), sys.executable, safefiles.which("python3")):
         if cand and os.path.abspath(cand) not in out and safefiles.untrusted_program(os.path.abspath(cand)) is None:
             out.append(os.path.abspath(cand))
     return out
@@ -84,7 +83,7 @@ def find_libcudart() -> Path | None:
 
 
 def build_workload() -> Path:
-    cc = shutil.which("gcc") or shutil.which("cc")
+    cc = safefiles.which("gcc") or safefiles.which("cc")
     if cc is None:
         raise DemoError("the demo workload needs a C compiler", "apt-get install gcc")
     # as root, never a directory another user controls (sudo -E keeps their XDG_CACHE_HOME): a

@@ -12,7 +12,6 @@ import os
 import re
 import resource
 import select
-import shutil
 import stat
 import subprocess
 import time
@@ -21,6 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from gputop import safefiles
 from gputop.sources.bpf import elfread
 from gputop.sources.bpf.catalogue import is_driver_layer, is_runtime_wrapper
 
@@ -251,7 +251,7 @@ class Demangler:
 
 @lru_cache(maxsize=1)
 def _cxxfilt_path() -> str | None:
-    return shutil.which("c++filt")
+    return safefiles.which("c++filt")
 
 
 def _cxxfilt(name: str) -> str | None:
