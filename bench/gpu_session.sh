@@ -12,7 +12,8 @@
 # ($GPUTOP_KIT_DIR/.kit*/bundle.tar.*, default this checkout: a channel that carries a limited size at a
 # time takes them one by one).
 # Everything goes to $OUT (default /tmp/gputop-gpu-session), at most eight files:
-#   facts.txt install.txt doctor.txt selftest.txt validate.txt results.json demo.txt session.txt
+#   facts.txt install.txt doctor.txt (doctor, then the self-test) validate.txt results.json launch.txt
+#   demo.txt session.txt
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/gputop-gpu-session}
@@ -20,13 +21,14 @@ PREFIX=${GPUTOP_PREFIX:-/opt/gputop}
 WORK=${GPUTOP_WORK:-/var/tmp/gputop-gpu-session}
 mkdir -p "$OUT" "$WORK"
 cd "$ROOT" || exit 1
+rm -f "$OUT"/*.txt "$OUT"/results.json
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/session.txt" >&2; }
 # one step: its output to $OUT/NAME, its status and time to session.txt; a step never stops the run
 step() {
     local name=$1 limit=$2
     shift 2
     local t0=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name" 2>&1
+    timeout --kill-after=10 "$limit" "$@" >>"$OUT/$name" 2>&1
     local rc=$?
     log "$name: exit $rc in $((SECONDS - t0)) s"
     return $rc
@@ -115,10 +117,13 @@ all() {
     step doctor.txt 240 "$gputop" doctor
     local cudart
     cudart=$(python3 -c 'import glob, os, torch; d = os.path.dirname(torch.__file__); c = sorted(glob.glob(d + "/../nvidia/*/lib/libcudart.so.1[0-9]*")); print(os.path.realpath(c[-1]) if c else "")' 2>/dev/null)
-    step selftest.txt 240 "$gputop" doctor --selftest ${cudart:+--cudart "$cudart"}
-    step validate.txt 420 python3 bench/gpu_validate.py --gputop "$gputop" --out "$WORK/validate"
+    echo "## gputop doctor --selftest" >>"$OUT/doctor.txt"
+    step doctor.txt 240 "$gputop" doctor --selftest ${cudart:+--cudart "$cudart"}
+    step validate.txt 360 python3 bench/gpu_validate.py --gputop "$gputop" --out "$WORK/validate"
     cp "$WORK/validate/results.json" "$OUT/results.json" 2>/dev/null
-    step demo.txt 120 "$gputop" demo -b -n 6
+    step launch.txt 150 python3 bench/gpu_launch_cost.py --gputop "$gputop" --rounds 4 --seconds 6 \
+        ${cudart:+--cudart "$cudart"}
+    step demo.txt 90 "$gputop" demo -b -n 6
     log "done"
 }
 

@@ -47,3 +47,22 @@ def test_what_gputop_did_not_see_fails_the_validation(tmp_path: Path) -> None:
     assert res.stderr.splitlines() == [
         f"{w}: no gputop snapshot of the process in the idle time before its phase (0 rows in all)"
         for w in ("testbed_before", "testbed")]
+
+
+def test_launch_cost_and_probe_hits_per_launch(tmp_path: Path) -> None:
+    """bench/gpu_launch_cost.py on the test bed: rounds without and with gputop, and one probe hit per
+    runtime launch (only cudaLaunchKernel's probe fires here; on a GPU host the figure says whether the
+    runtime's own driver call is probed too). Hits are sampled in gputop's statistics windows: a ratio
+    of rates, hence two decimals and a percent either way."""
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_launch_cost.py"), "--testbed",
+                          "--cudart", str(TESTBED / "cudart" / "libcudart.so.12"),
+                          "--gputop", f"{sys.executable} -m gputop.cli", "--rounds", "1", "--seconds", "6"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("round 1: ") and " ns per launch without gputop, " in lines[0]
+    assert lines[1].startswith("cudaLaunchKernel (")
+    assert lines[1].endswith("batches of 500, medians of 1 rounds A B A B:")
+    assert lines[2].startswith("  without gputop ") and " ns per launch (" in lines[2]
+    assert lines[3].split(" (")[0] in {"  probe hits per launch: 0.99", "  probe hits per launch: 1.00",
+                                       "  probe hits per launch: 1.01"}, lines[3]

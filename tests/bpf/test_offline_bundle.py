@@ -254,18 +254,21 @@ def test_the_gpu_session_on_a_host_without_a_gpu(bundle: dict[str, Any], tmp_pat
                          timeout=900, cwd=tmp_path)
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["facts.txt", "install.txt", "doctor.txt", "selftest.txt", "validate.txt", "results.json", "demo.txt",
+        ["facts.txt", "install.txt", "doctor.txt", "validate.txt", "results.json", "launch.txt", "demo.txt",
          "session.txt"])          # the eight files a device's $OUT brings back
-    steps = {line.split("] ", 1)[1].split(":")[0]: line.split(": ", 1)[1]
-             for line in (out / "session.txt").read_text().splitlines() if ": exit " in line}
-    assert list(steps) == ["install.txt", "doctor.txt", "selftest.txt", "validate.txt", "demo.txt"]
-    assert [v.split(" in ")[0] for v in steps.values()] == ["exit 0", "exit 0", "exit 1", "exit 1", "exit 0"]
+    done = [(line.split("] ", 1)[1].split(":")[0], line.split(": ", 1)[1].split(" in ")[0])
+            for line in (out / "session.txt").read_text().splitlines() if ": exit " in line]
+    assert done == [("install.txt", "exit 0"), ("doctor.txt", "exit 0"), ("doctor.txt", "exit 1"),
+                    ("validate.txt", "exit 1"), ("launch.txt", "exit 1"), ("demo.txt", "exit 0")]
     facts = (out / "facts.txt").read_text()
     assert f"release {os.uname().release}" in facts and "nvidia_uvm: not loaded" in facts
     assert any(line.startswith("kprobes: ") for line in facts.splitlines())
     assert "install.sh: done" in (out / "install.txt").read_text()
-    assert (out / "doctor.txt").read_text().splitlines()[-1] == "gputop can trace with BPF"
-    assert (out / "selftest.txt").read_text().startswith("gputop: error: selftest: no NVIDIA driver here")
+    doctor = (out / "doctor.txt").read_text().split("## gputop doctor --selftest\n")
+    assert doctor[0].splitlines()[-1] == "gputop can trace with BPF"
+    assert doctor[1].startswith("gputop: error: selftest: no NVIDIA driver here")
+    # no PyTorch (or no GPU for it) here: the launch cost says it has no runtime to launch through
+    assert (out / "launch.txt").read_text().startswith("gputop: error: ")
     validate = (out / "validate.txt").read_text().splitlines()
     assert validate[-1] == "gpu validation: 0/13 exact"
     assert any(line.startswith("before: not measured: ") for line in validate)     # no torch, or no GPU for it
