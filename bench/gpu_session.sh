@@ -43,6 +43,9 @@ facts() {
         echo "nproc $(nproc)"
         command -v dpkg-deb dpkg-query sha256sum python3 gcc c++filt 2>&1
         python3 -c 'import sys; print("python3", sys.version.split()[0], sys.executable)' 2>&1
+        # Triton and Inductor build their launchers with a C compiler and Python.h at first use
+        python3 -c 'import os, sysconfig; h = os.path.join(sysconfig.get_paths()["include"], "Python.h");
+print("Python.h", h if os.path.exists(h) else "absent")' 2>&1
         echo "## GPU"
         nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1
         nvidia-smi 2>&1 | sed -n '1,4p'
@@ -119,7 +122,8 @@ all() {
     cudart=$(python3 -c 'import glob, os, torch; d = os.path.dirname(torch.__file__); c = sorted(glob.glob(d + "/../nvidia/*/lib/libcudart.so.1[0-9]*")); print(os.path.realpath(c[-1]) if c else "")' 2>/dev/null)
     echo "## gputop doctor --selftest" >>"$OUT/doctor.txt"
     step doctor.txt 240 "$gputop" doctor --selftest ${cudart:+--cudart "$cudart"}
-    step validate.txt 360 python3 bench/gpu_validate.py --gputop "$gputop" --out "$WORK/validate"
+    # a workload that hangs is stopped at 150 s; at the step's limit the lines compared so far are kept
+    step validate.txt 360 python3 bench/gpu_validate.py --gputop "$gputop" --timeout-s 150 --out "$WORK/validate"
     cp "$WORK/validate/results.json" "$OUT/results.json" 2>/dev/null
     step launch.txt 150 python3 bench/gpu_launch_cost.py --gputop "$gputop" --rounds 4 --seconds 6 \
         ${cudart:+--cudart "$cudart"}

@@ -14,10 +14,10 @@ Run it with the Python that has PyTorch (on a GPU host, the host's own; gputop r
    While it is idle after its phase, nvidia-smi is asked for its GPU memory.
 3. gputop's count of a phase: the process's totals in its last snapshot inside the idle time after the
    phase, less those in its last snapshot inside the idle time before. The profiler's: its trace.
-4. Prints one line per workload and metric: the oracle's figure and where it comes from, gputop's,
-   and whether they are equal; lines marked `info` have no oracle and are not counted; then
-   `gpu validation: K/N exact`. --out DIR keeps the snapshots, the traces, the reports and
-   results.json.
+4. Prints one line per workload and metric as each workload is compared: the oracle's figure and
+   where it comes from, gputop's, and whether they are equal; lines marked `info` have no oracle and
+   are not counted; then `gpu validation: K/N exact` (at SIGTERM: what was compared, "(stopped
+   early)"). --out DIR keeps the snapshots, the traces, the reports and results.json.
 
 Oracles (see docs/GPU-VALIDATION.md for what each is worth):
   kernels        kernel activities not run by a graph launch        -> launches, grid/block sums, per name
@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -75,7 +76,7 @@ ALLOC_API = {"cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaMallo
 #: the workloads in the order they start (the longest warm-ups first); `before` (a name ending so) is
 #: started first of all, before gputop
 ORDER = ("compiled", "reduce_overhead", "triton", "gemm", "cudagraph", "ptds_capture", "copies", "malloc_async",
-         "expandable", "managed", "managed_prefetch", "eager")
+         "expandable", "managed", "managed_prefetch", "eager", "idle")
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,19 @@ def flatten(row: dict[str, Any]) -> dict[str, int | None]:
             for what in ("calls", "bytes"):
                 out[f"{group}.{direction}.{what}"] = None if figures is None else figures.get(what)
     for k in row.get("kernels") or ():
-        out[f"kernel {k['name']}"] = k.get("launches")
-        out[f"graph kernel {k['name']}"] = k.get("graph_launches")
+        for key, value in ((_key(f"kernel {k['name']}"), k.get("launches")),
+                           (_key(f"graph kernel {k['name']}"), k.get("graph_launches"))):
+            _add(out, key, value)
     return out
+
+
+def _add(out: dict[str, int | None], key: str, value: int | None) -> None:
+    """Adds ``value`` under ``key`` (names that differ only in white space are one name); None wins."""
+    if key in out:
+        prev = out[key]
+        out[key] = None if prev is None or value is None else prev + value
+    else:
+        out[key] = value
 
 
 def rows_of(snapshots: Iterable[dict[str, Any]], pid: int) -> list[tuple[float, dict[str, Any]]]:
@@ -172,6 +183,18 @@ def profiler_counts(trace: dict[str, Any]) -> dict[str, tuple[int, str]]:
         return api_by_corr.get(args.get("correlation")) in GRAPH_API or bool(args.get("graph node id"))
     direct = [k for k in kernels if not in_graph(k)]
     ran = {k.get("args", {}).get("correlation") for k in kernels}
+    # captures: from a Begin to an End call of the same thread; a launch in one is recorded, not run
+    windows: list[tuple[Any, float, float]] = []
+    for e in api:
+        if e["name"].startswith(("cudaStreamBeginCapture", "cuStreamBeginCapture")):
+            end = next((f["ts"] for f in api if f.get("tid") == e.get("tid") and f["ts"] > e["ts"]
+                        and f["name"].startswith(("cudaStreamEndCapture", "cuStreamEndCapture"))), float("inf"))
+            windows.append((e.get("tid"), e["ts"], end))
+
+    def captured(e: dict[str, Any]) -> bool:
+        return any(tid == e.get("tid") and lo < e["ts"] < hi for tid, lo, hi in windows)
+    launch_calls = [e for e in api if e["name"] in LAUNCH_API]
+    lost = [e for e in launch_calls if not captured(e) and e.get("args", {}).get("correlation") not in ran]
 
     def volume(dims: Any) -> int:
         x, y, z = [*dims, 1, 1, 1][:3] if dims else (0, 0, 0)
@@ -182,14 +205,18 @@ def profiler_counts(trace: dict[str, Any]) -> dict[str, tuple[int, str]]:
         "block_threads_sum": (sum(volume(k.get("args", {}).get("block")) for k in direct), "kernels"),
         "graph_kernel_launches": (len(kernels) - len(direct), "graph kernels"),
         "graph_launches": (sum(e["name"] in GRAPH_API for e in api), "graph API"),
-        "captured_launches": (sum(e["name"] in LAUNCH_API and e.get("args", {}).get("correlation") not in ran
-                                  for e in api), "capture API"),
+        "captured_launches": (sum(captured(e) for e in launch_calls), "capture API"),
+        # launch calls outside captures whose kernel the trace lacks (lost by the profiler): info only
+        "profiler: kernels missing": (len(lost), "info"),
         "sync_calls": (sum(e["name"] in SYNC_API for e in api), "sync API"),
         "alloc_calls": (sum(e["name"] in ALLOC_API for e in api), "alloc API"),
     }
     copies: Counter[str] = Counter()
     for e in events:
-        if e.get("cat") != "gpu_memcpy" or in_graph(e):
+        # the copies the application asked for: a memcpy call's correlation (not the driver's own
+        # migrations, not a graph's copy nodes)
+        if e.get("cat") != "gpu_memcpy" or not str(api_by_corr.get(e.get("args", {}).get("correlation"), "")
+                                                  ).startswith(("cudaMemcpy", "cuMemcpy")):
             continue
         words = e["name"].split()
         direction = DIRECTIONS.get(words[1] if len(words) > 1 else "", "unknown")
@@ -221,16 +248,18 @@ def compare(name: str, report: dict[str, Any], counts: dict[str, int | None],
     if report.get("trace"):
         oracle |= profiler_counts(json.loads(Path(report["trace"]).read_text()))
     oracle |= {OWN.get(k, k): (v, "own") for k, v in report.get("own", {}).items()}
-    got = {_key(k): v for k, v in counts.items()}
+    got: dict[str, int | None] = {}
+    for k, v in counts.items():
+        _add(got, _key(k), v)
     for metric in report.get("no_oracle", ()):
         oracle.pop(metric, None)
-    lines = [Line(name, metric, value, source, got.get(metric, 0 if metric.startswith(("kernel ", "graph kernel "))
-                                                         else None))
+    lines = [Line(name, metric, value, source, None if source == "info" else
+                  got.get(metric, 0 if metric.startswith(("kernel ", "graph kernel ")) else None))
              for metric, (value, source) in oracle.items()]
     lines += [Line(name, metric, None, "info", got.get(metric))
               for metric in (*INFO, *report.get("no_oracle", ())) if metric not in oracle]
-    if smi_mib is not None or report.get("trace"):
-        lines.append(Line(name, "gpu_mem_mib", smi_mib, "nvidia-smi",
+    if smi_mib is not None or report.get("trace"):     # no row in nvidia-smi (a PID namespace): shown, not counted
+        lines.append(Line(name, "gpu_mem_mib", smi_mib, "nvidia-smi" if smi_mib is not None else "info",
                           None if gputop_mem is None else round(gputop_mem / (1 << 20))))
     return lines
 
@@ -258,10 +287,36 @@ class Started:
     smi_time: float | None = None
 
 
+class Stopped(Exception):
+    """SIGTERM (the caller's time limit): what was compared so far is kept."""
+
+
+#: the width of a line's first column (workload and metric)
+NAME_WIDTH = 56
+
+
+def render_line(ln: Line) -> str:
+    verdict = "info" if ln.source == "info" else "exact" if ln.exact else "DIFF"
+    na = "N/A"
+    name = f"{ln.workload}  {ln.metric}"
+    name = name if len(name) <= NAME_WIDTH else name[:NAME_WIDTH - 1] + "…"
+    return (f"{name:<{NAME_WIDTH}}  {na if ln.oracle is None else ln.oracle:>12} {'(' + ln.source + ')':<16} "
+            f"{na if ln.gputop is None else ln.gputop:>12}  {verdict}")
+
+
+def summary(lines: list[Line]) -> str:
+    counted = [ln for ln in lines if ln.source != "info"]
+    return f"gpu validation: {sum(ln.exact for ln in counted)}/{len(counted)} exact"
+
+
 class Harness:
     def __init__(self, args: argparse.Namespace, out: Path) -> None:
         self.args, self.out = args, out
         self.snapshots = out / "snapshots.jsonl"
+        self.lines: list[Line] = []
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.lock = threading.Lock()
+        self.closed = False             # stopped: no more lines (a workload killed by the stop is not one)
 
     def start(self, name: str, go: Path | None = None) -> Started:
         report = self.out / f"{name}.report.json"
@@ -271,15 +326,17 @@ class Harness:
             cmd += ["--go", str(go), "--ready", str(self.out / f"{name}.ready")]
         if name.startswith("testbed"):
             cmd += ["--cudart", self.args.cudart]
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
         if name in ALLOC_CONF:
             env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONF[name]
         log = (self.out / f"{name}.log").open("wb")
-        return Started(name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), report)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.children.append(proc)
+        return Started(name, proc, report)
 
-    def finish(self, s: Started, timeout_s: float) -> Started:
+    def finish(self, s: Started) -> Started:
         """Waits for the report; asks nvidia-smi while the workload is idle after its phase; waits for the exit."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + self.args.timeout_s
         while not s.report.exists() and s.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         if s.report.exists() and self.args.nvidia_smi:
@@ -296,6 +353,7 @@ class Harness:
         if not self.args.nvidia_smi:
             cmd.append("--no-nvml")
         proc = subprocess.Popen(cmd, stdout=self.snapshots.open("wb"), stderr=(self.out / "gputop.err").open("wb"))
+        self.children.append(proc)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
             if any(s["sources"]["bpf"]["status"] == "ok" for s in self.read()):
@@ -306,10 +364,42 @@ class Harness:
                          "\nhint: run `gputop doctor` on this host")
 
     def read(self) -> list[dict[str, Any]]:
-        lines = self.snapshots.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.endswith("}")]
+        """gputop's snapshots so far: whole lines only (a long one is written in pieces)."""
+        out = []
+        for line in self.snapshots.read_text().split("\n")[:-1]:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
 
-    def run(self, names: list[str]) -> list[Line]:
+    def evaluate(self, s: Started) -> None:
+        """One finished workload's lines, printed at once (a time limit that stops the run keeps them)."""
+        report: dict[str, Any] = json.loads(s.report.read_text()) if s.report.exists() else {
+            "error": f"no report: exit status {s.proc.returncode} (see {self.out / (s.name + '.log')})"}
+        lines: list[Line] = []
+        if report.get("error") or not report.get("phase"):
+            print(f"{s.name}: not measured: {report.get('error')}", file=sys.stderr)
+            lines.append(Line(s.name, "ran", 1, "own", 0))
+        else:
+            t1 = report["phase"][1]
+            deadline = time.monotonic() + 10        # a snapshot past the idle time after the phase
+            while time.monotonic() < deadline and not any(x["time"] > t1 + GAP_S for x in self.read()[-3:]):
+                time.sleep(INTERVAL_S)
+            rows = rows_of(self.read(), s.proc.pid)
+            counts = phase_counts(rows, tuple(report["phase"]))
+            if isinstance(counts, str):
+                print(f"{s.name}: {counts}", file=sys.stderr)
+                lines.append(Line(s.name, "seen in both idle times", 1, "own", 0))
+            else:
+                near = row_in(rows, t1, t1 + GAP_S) if s.smi_time is not None else None
+                lines = compare(s.name, report, counts, s.smi_mib, None if near is None else near.get("gpu_mem_bytes"))
+        with self.lock:
+            if not self.closed:
+                self.lines += lines
+                print("\n".join(render_line(ln) for ln in lines), flush=True)
+
+    def run(self, names: list[str]) -> None:
         first = next((n for n in names if n.endswith("before")), None)
         before = self.start(first, go=self.out / "go") if first else None
         if before is not None:          # warmed up (CUDA going) before gputop starts
@@ -317,53 +407,37 @@ class Harness:
             while not (self.out / f"{before.name}.ready").exists() and before.proc.poll() is None \
                     and time.monotonic() < deadline:
                 time.sleep(0.05)
-        gt = self.gputop()
-        done: list[Started] = []
+        self.gputop()
+        if before is not None:
+            (self.out / "go").touch()
+            self.evaluate(self.finish(before))
+        rest = [n for n in names if n != first]
+        pool = ThreadPoolExecutor(max_workers=self.args.jobs)
         try:
-            if before is not None:
-                (self.out / "go").touch()
-                done.append(self.finish(before, self.args.timeout_s))
-            rest = [n for n in names if n != first]
-            with ThreadPoolExecutor(max_workers=self.args.jobs) as pool:
-                done += pool.map(lambda n: self.finish(self.start(n), self.args.timeout_s), rest)
-            time.sleep(2 * INTERVAL_S)
+            for future in [pool.submit(lambda n: self.evaluate(self.finish(self.start(n))), n) for n in rest]:
+                future.result()
         finally:
-            gt.send_signal(signal.SIGTERM)
-            gt.wait(timeout=120)
-        snaps = self.read()
-        lines: list[Line] = []
-        for s in done:
-            report: dict[str, Any] = json.loads(s.report.read_text()) if s.report.exists() else {
-                "error": f"no report: exit status {s.proc.returncode} (see {self.out / (s.name + '.log')})"}
-            if report.get("error") or not report.get("phase"):
-                print(f"{s.name}: not measured: {report.get('error')}", file=sys.stderr)
-                lines.append(Line(s.name, "ran", 1, "own", 0))
-                continue
-            rows = rows_of(snaps, s.proc.pid)
-            counts = phase_counts(rows, tuple(report["phase"]))
-            if isinstance(counts, str):
-                print(f"{s.name}: {counts}", file=sys.stderr)
-                lines.append(Line(s.name, "seen in both idle times", 1, "own", 0))
-                continue
-            mem = None
-            if s.smi_time is not None:
-                near = row_in(rows, report["phase"][1], report["phase"][1] + GAP_S)
-                mem = None if near is None else near.get("gpu_mem_bytes")
-            lines += compare(s.name, report, counts, s.smi_mib, mem)
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def stop(self) -> list[Line]:
+        """Every child gone (gputop with SIGTERM: it exits cleanly, detaching its probes); the lines so far."""
+        with self.lock:
+            self.closed = True
+            lines = list(self.lines)
+        for proc in self.children:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.children:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         return lines
 
 
-def render(lines: list[Line]) -> str:
-    width = max([len(f"{ln.workload}  {ln.metric[:70]}") for ln in lines] + [20])
-    out = []
-    for ln in lines:
-        verdict = "info" if ln.source == "info" else "exact" if ln.exact else "DIFF"
-        na = "N/A"
-        out.append(f"{ln.workload + '  ' + ln.metric[:70]:<{width}}  {na if ln.oracle is None else ln.oracle:>12} "
-                   f"{'(' + ln.source + ')':<16} {na if ln.gputop is None else ln.gputop:>12}  {verdict}")
-    counted = [ln for ln in lines if ln.source != "info"]
-    out.append(f"gpu validation: {sum(ln.exact for ln in counted)}/{len(counted)} exact")
-    return "\n".join(out)
+def _stopped(signum: int, frame: object) -> None:
+    raise Stopped
 
 
 def main() -> int:
@@ -391,12 +465,21 @@ def main() -> int:
     args.nvidia_smi = not args.testbed
     out = args.out or Path(tempfile.mkdtemp(prefix="gputop-gpu-validate-"))
     out.mkdir(parents=True, exist_ok=True)
-    lines = Harness(args, out).run(names)
-    text = render(lines)
-    print(text)
-    (out / "results.json").write_text(json.dumps([ln.__dict__ | {"exact": ln.exact} for ln in lines], indent=1))
+    harness = Harness(args, out)
+    signal.signal(signal.SIGTERM, _stopped)
+    complete = False
+    try:
+        harness.run(names)
+        complete = True
+    except Stopped:
+        print("stopped (SIGTERM): the workloads not yet compared are left out", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        lines = harness.stop()
+        print(summary(lines) + ("" if complete else " (stopped early)"), flush=True)
+        (out / "results.json").write_text(json.dumps([ln.__dict__ | {"exact": ln.exact} for ln in lines], indent=1))
     counted = [ln for ln in lines if ln.source != "info"]
-    return 0 if counted and all(ln.exact for ln in counted) else 1
+    return 0 if complete and counted and all(ln.exact for ln in counted) else 1
 
 
 if __name__ == "__main__":

@@ -59,6 +59,13 @@ def _chain(t: Any) -> Any:
     return (t * 2.0 + 1.0).relu().sin()
 
 
+def idle() -> Workload:
+    """Nothing in the phase but the profiler's own start and stop: every figure 0 on both sides (a
+    CUDA call the profiler makes itself and does not record would show here)."""
+    _torch()
+    return Workload(lambda: None, 1)
+
+
 def eager() -> Workload:
     """An eager elementwise chain: four kernels a step."""
     torch = _torch()
@@ -305,7 +312,7 @@ def testbed(cudart: str) -> Workload:
 
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
-    "eager": eager, "before": eager, "compiled": compiled, "gemm": gemm, "triton": triton_kernel,
+    "idle": idle, "eager": eager, "before": eager, "compiled": compiled, "gemm": gemm, "triton": triton_kernel,
     "cudagraph": cudagraph, "reduce_overhead": reduce_overhead, "copies": copies, "malloc_async": malloc_async,
     "expandable": expandable, "managed": lambda: managed(False), "managed_prefetch": lambda: managed(True),
     "ptds_capture": ptds_capture,
@@ -321,12 +328,18 @@ def _wait_for(go: Path) -> None:
         time.sleep(0.05)
 
 
+#: the workload, kept until the process exits: what it holds (a CUDA graph, its memory pool) must not be
+#: destroyed in the idle time after the phase, where gputop's second reading is taken
+_KEEP: list[Workload] = []
+
+
 def run(name: str, go: Path | None, ready: Path | None, cudart: str | None, trace: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {"pid": os.getpid(), "name": name, "phase": None, "trace": None, "own": {},
                            "env": {"alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}, "error": None}
     gpu = name not in TESTBED
     wl = testbed(cudart or "libcudart.so") if not gpu else WORKLOADS[name]()
     out["own"], out["no_oracle"] = wl.own, list(wl.no_oracle)
+    _KEEP.append(wl)
     if gpu:
         import torch
 

@@ -5,6 +5,7 @@ started before gputop, its table and verdict, against the real gputop and the re
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,21 @@ def test_launch_cost_and_probe_hits_per_launch(tmp_path: Path) -> None:
     assert lines[2].startswith("  without gputop ") and " ns per launch (" in lines[2]
     assert lines[3].split(" (")[0] in {"  probe hits per launch: 0.99", "  probe hits per launch: 1.00",
                                        "  probe hits per launch: 1.01"}, lines[3]
+
+
+def test_a_time_limit_keeps_what_was_compared(tmp_path: Path) -> None:
+    """The GPU host's run gives the validation a time limit (bench/gpu_session.sh): at SIGTERM the harness
+    keeps the lines of the workloads it compared, says it stopped early, and leaves no gputop behind."""
+    proc = subprocess.Popen([*HARNESS, "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    first = [proc.stdout.readline() for _ in range(12)]        # testbed_before's 12 lines, printed when compared
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert [ln.split()[0] for ln in first] == ["testbed_before"] * 12
+    assert out.splitlines()[-1] == "gpu validation: 8/8 exact (stopped early)"
+    assert "stopped (SIGTERM): the workloads not yet compared are left out" in err
+    assert len(json.loads((tmp_path / "results.json").read_text())) == 12
+    gputop = subprocess.run(["pgrep", "-f", "gputop.cli -b -f json -d 0.25"], capture_output=True, text=True)
+    assert gputop.stdout == ""
