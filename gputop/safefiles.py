@@ -221,18 +221,21 @@ def untrusted_program(path: str | os.PathLike[str]) -> str | None:
     name = Path(path)
     if not name.is_absolute():
         return f"{name} is not an absolute path"
-    reason = untrusted_reason(name.parent)
-    if reason:
-        return reason
-    real = Path(os.path.realpath(name))
-    reason = untrusted_reason(real.parent)
-    if reason:
-        return reason
+    hop = name
+    for _ in range(MAX_LINKS):          # every link on the way sits in a directory no one else can change
+        reason = untrusted_reason(hop.parent)
+        if reason:
+            return reason
+        if not hop.is_symlink():
+            break
+        hop = Path(os.path.normpath(hop.parent / os.readlink(hop)))
+    else:
+        return f"{name}: more than {MAX_LINKS} symbolic links"
     try:
-        st = os.stat(real)
+        st = os.stat(hop)
     except OSError as e:
-        return f"{real}: {e.strerror or e}"
-    return _file_problem(st, str(real), max_bytes=1 << 62)       # a program's size is no concern here
+        return f"{hop}: {e.strerror or e}"
+    return _file_problem(st, str(hop), max_bytes=1 << 62)        # a program's size is no concern here
 
 
 def which(name: str) -> str | None:

@@ -552,3 +552,15 @@ def test_a_program_planted_on_path_is_passed_over(tmp_path: Path, alice: Path, m
         symbols._cxxfilt_path.cache_clear()
     monkeypatch.setenv("PATH", str(planted.parent))
     assert safefiles.which("c++filt") is None
+
+
+def test_a_root_link_into_a_users_directory_is_not_run(tmp_path: Path, alice: Path) -> None:
+    """Each link on the way counts: root's link to a link in another user's directory is theirs to
+    repoint, even when it points at root's program today."""
+    hop = user_dirs(alice, "hop") / "python3"
+    hop.symlink_to(sys.executable)
+    as_nobody(hop)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").symlink_to(hop)
+    assert safefiles.untrusted_program(tmp_path / "bin" / "python3") == f"{alice} is owned by uid {NOBODY}"
+    assert safefiles.untrusted_program(sys.executable) is None
