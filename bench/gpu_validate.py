@@ -349,14 +349,15 @@ class Harness:
         return s
 
     def gputop(self) -> subprocess.Popen[bytes]:
-        cmd = [*self.args.gputop.split(), "-b", "-f", "json", "-d", str(INTERVAL_S), "--bpf"]
+        cmd = [*self.args.gputop.split(), "-b", "-f", "json", "-d", str(INTERVAL_S),
+               "--no-bpf" if self.args.no_bpf else "--bpf"]
         if not self.args.nvidia_smi:
             cmd.append("--no-nvml")
         proc = subprocess.Popen(cmd, stdout=self.snapshots.open("wb"), stderr=(self.out / "gputop.err").open("wb"))
         self.children.append(proc)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
-            if any(s["sources"]["bpf"]["status"] == "ok" for s in self.read()):
+            if any(self.args.no_bpf or s["sources"]["bpf"]["status"] == "ok" for s in self.read()):
                 return proc
             time.sleep(0.2)
         proc.kill()
@@ -388,7 +389,12 @@ class Harness:
                 time.sleep(INTERVAL_S)
             rows = rows_of(self.read(), s.proc.pid)
             counts = phase_counts(rows, tuple(report["phase"]))
-            if isinstance(counts, str):
+            if self.args.no_bpf:        # NVML's view only: the process's GPU memory against nvidia-smi's
+                near = row_in(rows, t1, t1 + GAP_S)
+                lines = [Line(s.name, "gpu_mem_mib", s.smi_mib, "nvidia-smi" if s.smi_mib is not None else "info",
+                              None if near is None or near.get("gpu_mem_bytes") is None
+                              else round(near["gpu_mem_bytes"] / (1 << 20)))]
+            elif isinstance(counts, str):
                 print(f"{s.name}: {counts}", file=sys.stderr)
                 lines.append(Line(s.name, "seen in both idle times", 1, "own", 0))
             else:
@@ -450,6 +456,9 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per workload")
     ap.add_argument("--out", type=Path, help="keep the snapshots, traces, reports and results.json here")
     ap.add_argument("--testbed", action="store_true", help="no GPU: the test bed's workload only (CI)")
+    ap.add_argument("--no-bpf", action="store_true",
+                    help="where BPF cannot run (gputop doctor says why): only NVML's per-process memory against "
+                         "nvidia-smi")
     ap.add_argument("--cudart", help="--testbed: the libcudart it calls")
     args = ap.parse_args()
     if os.geteuid() != 0:

@@ -85,3 +85,18 @@ def test_a_time_limit_keeps_what_was_compared(tmp_path: Path) -> None:
     assert len(json.loads((tmp_path / "results.json").read_text())) == 12
     gputop = subprocess.run(["pgrep", "-f", "gputop.cli -b -f json -d 0.25"], capture_output=True, text=True)
     assert gputop.stdout == ""
+
+
+def test_without_bpf_only_nvmls_view_is_compared(tmp_path: Path) -> None:
+    """Where gputop cannot trace (a sandbox without eBPF), the GPU host's run still compares NVML's
+    per-process memory with nvidia-smi's: gputop runs with --no-bpf and no counted figure is asked of it.
+    Here there is neither NVML nor nvidia-smi: each workload's one line is info, and nothing is exact."""
+    res = subprocess.run([*HARNESS, "--no-bpf", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert [ln.split() for ln in res.stdout.splitlines()] == [
+        ["testbed_before", "gpu_mem_mib", "N/A", "(info)", "N/A", "info"],
+        ["testbed", "gpu_mem_mib", "N/A", "(info)", "N/A", "info"],
+        ["gpu", "validation:", "0/0", "exact"]]
+    first = json.loads((tmp_path / "snapshots.jsonl").read_text().splitlines()[0])
+    assert first["sources"]["bpf"]["status"] == "unavailable"
