@@ -222,13 +222,15 @@ def untrusted_program(path: str | os.PathLike[str]) -> str | None:
     if not name.is_absolute():
         return f"{name} is not an absolute path"
     hop = name
-    for _ in range(MAX_LINKS):          # every link on the way sits in a directory no one else can change
+    for _ in range(MAX_LINKS + 1):      # every link on the way sits in a directory no one else can change
         reason = untrusted_reason(hop.parent)
         if reason:
             return reason
         if not hop.is_symlink():
             break
-        hop = Path(os.path.normpath(hop.parent / os.readlink(hop)))
+        # the target from where the kernel resolves it: the link's directory as it really is (a ".."
+        # in the target leaves that directory, not the text of the path it was reached by)
+        hop = Path(os.path.normpath(Path(os.path.realpath(hop.parent)) / os.readlink(hop)))
     else:
         return f"{name}: more than {MAX_LINKS} symbolic links"
     try:
@@ -249,6 +251,15 @@ def which(name: str) -> str | None:
         if os.path.isfile(cand) and os.access(cand, os.X_OK) and untrusted_program(cand) is None:
             return cand
     return None
+
+
+def trusted_path() -> str:
+    """$PATH without the directories another user could change (``untrusted_reason``): what programs
+    gputop runs as root get, so that what they look up in turn (gcc's assembler and linker, a
+    compiler PyTorch's Triton asks for) cannot be planted either."""
+    dirs = [d for d in (os.environ.get("PATH") or os.defpath).split(os.pathsep)
+            if d and os.path.isabs(d) and untrusted_reason(d) is None]
+    return os.pathsep.join(dict.fromkeys(dirs))
 
 
 def _file_problem(st: os.stat_result, shown: str, max_bytes: int) -> str | None:

@@ -536,8 +536,9 @@ def test_a_program_planted_on_path_is_passed_over(tmp_path: Path, alice: Path, m
 
     from gputop.sources.bpf import symbols
 
+    marker = tmp_path / "pwned"
     planted = user_dirs(alice, "bin") / "c++filt"
-    planted.write_text("#!/bin/sh\ntouch /tmp/gputop-pwned\n")
+    planted.write_text(f"#!/bin/sh\ntouch {marker}\n")
     planted.chmod(0o755)
     as_nobody(planted)
     real = shutil.which("c++filt")
@@ -552,6 +553,10 @@ def test_a_program_planted_on_path_is_passed_over(tmp_path: Path, alice: Path, m
         symbols._cxxfilt_path.cache_clear()
     monkeypatch.setenv("PATH", str(planted.parent))
     assert safefiles.which("c++filt") is None
+    assert not marker.exists()
+    # what gputop's children get as root: the same PATH without the user's directory
+    monkeypatch.setenv("PATH", f"{planted.parent}:{Path(real).parent}:relative/bin")
+    assert safefiles.trusted_path() == str(Path(real).parent)
 
 
 def test_a_root_link_into_a_users_directory_is_not_run(tmp_path: Path, alice: Path) -> None:
@@ -564,3 +569,41 @@ def test_a_root_link_into_a_users_directory_is_not_run(tmp_path: Path, alice: Pa
     (tmp_path / "bin" / "python3").symlink_to(hop)
     assert safefiles.untrusted_program(tmp_path / "bin" / "python3") == f"{alice} is owned by uid {NOBODY}"
     assert safefiles.untrusted_program(sys.executable) is None
+
+
+def test_a_link_target_is_read_from_where_the_kernel_resolves_it(tmp_path: Path) -> None:
+    """A link `../python3` in a directory reached through a symbolic link leaves the real directory,
+    not the path's text: here into a directory everyone can write to, whatever root's own file at
+    the textual place says."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)                      # /tmp-like: anyone can put a python3 there
+    rootbin = shared / "rootbin"
+    rootbin.mkdir()
+    (rootbin / "python3").symlink_to("../python3")
+    (tmp_path / "opt").mkdir()
+    (tmp_path / "opt" / "bin").symlink_to(rootbin)
+    root_file(tmp_path / "opt" / "python3", b"#!/bin/sh\n", 0o755)    # what the path's text would reach
+    root_file(shared / "python3", b"#!/bin/sh\n", 0o755)
+    assert safefiles.untrusted_program(tmp_path / "opt" / "bin" / "python3") == (
+        f"{shared} is writable by other users (mode 1777)")
+
+
+def test_the_demos_probe_imports_nothing_of_a_users(tmp_path: Path, alice: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sudo gputop demo` in a user's directory, or with their PYTHONPATH: the Python that probes for
+    CuPy and PyTorch as root runs isolated, in /, so their cupy.py is never imported."""
+    from gputop.modes import demo
+
+    marker = tmp_path / "imported"
+    planted = user_dirs(alice, "work")
+    for module in ("cupy", "torch"):
+        (planted / f"{module}.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(planted)
+    monkeypatch.setenv("PYTHONPATH", str(planted))
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    monkeypatch.delenv("GPUTOP_DEMO_PYTHON", raising=False)
+    assert demo._gpu_backend() is None
+    assert not marker.exists()
+    assert demo.python_args(sys.executable) == [sys.executable, "-I"]
+    assert demo.child_env()["PATH"] == str(Path(sys.executable).parent)

@@ -51,13 +51,29 @@ def interpreters() -> list[str]:
     return out
 
 
+def child_env() -> dict[str, str]:
+    """The environment of what the demo runs: as root, a PATH of directories no other user can change
+    (gcc looks up its assembler and linker there, PyTorch's Triton a compiler)."""
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        env["PATH"] = safefiles.trusted_path()
+    return env
+
+
+def python_args(python: str) -> list[str]:
+    """How to start ``python``: as root, isolated (-I: no PYTHONPATH, no user site, no current or script
+    directory on sys.path, where another user's ``torch.py`` would be imported as root)."""
+    return [python, "-I"] if os.geteuid() == 0 else [python]
+
+
 def _gpu_backend() -> tuple[str, str] | None:
     """The first backend that sees a GPU, and the Python it runs in."""
     for python in interpreters():
         for backend, probe in (("cupy", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"),
                                ("torch", "import torch; assert torch.cuda.is_available()")):
             try:
-                ok = subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+                ok = subprocess.run([*python_args(python), "-c", probe], capture_output=True, timeout=60, cwd="/",
+                                    env=child_env()).returncode == 0
             except (OSError, subprocess.SubprocessError):
                 ok = False
             if ok:
@@ -78,7 +94,7 @@ def find_libcudart() -> Path | None:
     cands += sorted(glob.glob("/usr/lib/*-linux-gnu/libcudart.so.*"), reverse=True)
     for c in cands:
         if c and Path(c).is_file():
-            return Path(c)
+            return Path(os.path.abspath(c))     # the workload runs in /: a relative path would not reach it
     return None
 
 
@@ -95,7 +111,8 @@ def build_workload() -> Path:
         raise DemoError(f"not building the demo workload in {cache}: {reason}", "unset XDG_CACHE_HOME")
     src, exe = HERE / "workload.c", cache / "gputop-demo-workload"
     if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
-        res = subprocess.run([cc, "-O1", "-o", str(exe), str(src), "-ldl"], capture_output=True, text=True)
+        res = subprocess.run([cc, "-O1", "-o", str(exe), str(src), "-ldl"], capture_output=True, text=True,
+                             env=child_env())
         if res.returncode != 0:
             raise DemoError(f"building the demo workload failed: {res.stderr.strip()}", "check that gcc works")
     return exe
@@ -105,7 +122,7 @@ def plan(rate: float) -> Plan:
     found = _gpu_backend()
     if found is not None:
         backend, python = found
-        cmd = [python, str(HERE / "gpu_worker.py"), backend]      # by its path: stdlib and the backend only
+        cmd = [*python_args(python), str(HERE / "gpu_worker.py"), backend]   # by its path: stdlib and the backend
         return Plan("gpu", f"demo: y = relu(2x+1) on the GPU with {backend}, unfused (3 kernels) vs fused (1)",
                     ([*cmd, "unfused", str(rate)], [*cmd, "fused", str(rate)]))
     lib = find_libcudart()
@@ -166,7 +183,8 @@ def main(argv: list[str]) -> int:
         if args.theme not in theme_names():
             return fail(f"unknown theme {args.theme!r}", f"choose one of: {', '.join(theme_names())}", EX_USAGE)
     p = plan(args.rate)             # DemoError: printed by the CLI with its hint
-    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent) for c in p.commands]
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent, cwd="/", env=child_env())
+             for c in p.commands]
     pids = (procs[0].pid, procs[1].pid)
     try:
         from gputop.feeds.base import Filters
