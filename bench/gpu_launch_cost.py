@@ -19,16 +19,21 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import glob
-import json
 import os
+import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.append(str(HERE))
+
+from gpu_validate import positive, read_snapshots, start_gputop  # noqa: E402
+from gpu_workloads import Dim3, torch_cudart  # noqa: E402
 
 PTX = b""".version 7.0
 .target sm_50
@@ -40,27 +45,13 @@ PTX = b""".version 7.0
 \0"""
 
 
-class _Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
-def torch_cudart() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    base = Path(torch.__file__).parent
-    found = sorted(glob.glob(str(base.parent / "nvidia" / "*" / "lib" / "libcudart.so.1[0-9]*")))
-    return found[-1] if found else None
-
-
 class Launcher:
     def __init__(self, cudart: str, testbed: bool = False) -> None:
         self.lib = lib = ctypes.CDLL(cudart)
         self.testbed = testbed
-        lib.cudaLaunchKernel.argtypes = [ctypes.c_void_p, _Dim3, _Dim3, ctypes.c_void_p, ctypes.c_size_t,
+        lib.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t,
                                          ctypes.c_void_p]
-        self.grid, self.block = _Dim3(1, 1, 1), _Dim3(32, 1, 1)
+        self.grid, self.block = Dim3(1, 1, 1), Dim3(32, 1, 1)
         if testbed:         # no GPU: every call fails after its entry probe fired
             self.kernel = ctypes.cast(lib.cudaLaunchKernel, ctypes.c_void_p)
             return
@@ -96,26 +87,13 @@ class Launcher:
         return statistics.median(times)
 
 
-def start_gputop(cmd: str, out: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([*cmd.split(), "-b", "-f", "json", "-d", "1", "--bpf", "-p", str(os.getpid())],
-                            stdout=out.open("wb"), stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if any(json.loads(line)["sources"]["bpf"]["status"] == "ok"
-               for line in out.read_text().splitlines() if line.endswith("}")):
-            return proc
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("gputop: error: gputop's BPF collector did not start\nhint: run gputop doctor")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gputop", required=True, help="the command that runs gputop")
     ap.add_argument("--cudart", help="the libcudart to launch through (default: PyTorch's)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of each (default 5)")
+    ap.add_argument("--rounds", type=positive, default=5, help="rounds of each (default 5)")
     ap.add_argument("--seconds", type=float, default=6.0, help="seconds a round launches (default 6)")
-    ap.add_argument("--launches", type=int, default=500, help="launches a batch (default 500)")
+    ap.add_argument("--launches", type=positive, default=500, help="launches a batch (default 500)")
     ap.add_argument("--testbed", action="store_true", help="no GPU: launches that fail after entry (--cudart)")
     args = ap.parse_args()
     cudart = args.cudart or torch_cudart()
@@ -132,16 +110,16 @@ def main() -> int:
     for r in range(args.rounds):
         off.append(launcher.round(args.seconds, args.launches))
         snaps = tmp / f"round{r}.jsonl"
-        gt = start_gputop(args.gputop, snaps)
+        gt = start_gputop([*shlex.split(args.gputop), "-b", "-f", "json", "-d", "1", "--bpf", "-p", str(os.getpid())],
+                          snaps, tmp / f"round{r}.err")
         try:
             on.append(launcher.round(args.seconds, args.launches))
         finally:
             gt.send_signal(signal.SIGTERM)
             gt.wait(timeout=60)
-        for line in snaps.read_text().splitlines():
-            snap = json.loads(line) if line.endswith("}") else None
-            hits = snap and snap["sources"]["bpf"].get("probe_hits_per_s")
-            rate = sum(p["rates"]["launches_per_s"] or 0 for p in snap["processes"]) if snap else 0
+        for snap in read_snapshots(snaps):
+            hits = snap["sources"]["bpf"].get("probe_hits_per_s")
+            rate = sum(p["rates"]["launches_per_s"] or 0 for p in snap["processes"] if p["rates"])
             if hits and rate > 1000:
                 ratios.append(hits / rate)
         print(f"round {r + 1}: {off[-1]:.0f} ns per launch without gputop, {on[-1]:.0f} ns with it", flush=True)

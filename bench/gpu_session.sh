@@ -11,17 +11,20 @@
 # host's C library) comes as a folder at $GPUTOP_BUNDLE, or as the parts bench/gpu_kit.sh makes
 # ($GPUTOP_KIT_DIR/.kit*/bundle.tar.*, default this checkout: a channel that carries a limited size at a
 # time takes them one by one).
-# Everything goes to $OUT (default /tmp/gputop-gpu-session), at most eight files:
+# Everything goes to $OUT (default: a new folder /tmp/gputop-gpu-session.XXXXXX), at most eight files:
 #   facts.txt install.txt doctor.txt (doctor, then the self-test) validate.txt results.json launch.txt
 #   demo.txt session.txt
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${OUT:-/tmp/gputop-gpu-session}
+# $OUT and the work folder: given, or new ones of root's own (never a fixed name in a folder every
+# user can write to, where another user could have made it first and put links or an install.sh in it)
+OUT=${OUT:-$(mktemp -d /tmp/gputop-gpu-session.XXXXXX)}
 PREFIX=${GPUTOP_PREFIX:-/opt/gputop}
-WORK=${GPUTOP_WORK:-/var/tmp/gputop-gpu-session}
+WORK=${GPUTOP_WORK:-$(mktemp -d /var/tmp/gputop-gpu-work.XXXXXX)}
 mkdir -p "$OUT" "$WORK"
 cd "$ROOT" || exit 1
 rm -f "$OUT"/*.txt "$OUT"/results.json
+echo "gpu_session: results in $OUT" >&2
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/session.txt" >&2; }
 # one step: its output to $OUT/NAME, its status and time to session.txt; a step never stops the run
 step() {
@@ -94,14 +97,16 @@ bundle() {
         echo "$GPUTOP_BUNDLE"
         return 0
     fi
-    local kits=${GPUTOP_KIT_DIR:-$ROOT} parts want
-    parts=$(ls "$kits"/.kit[0-9]*/bundle.tar.* 2>/dev/null | sort)
+    local kits=${GPUTOP_KIT_DIR:-$ROOT} parts want f
+    # in the order of the parts' own numbers (bundle.tar.00, .01, ...), whichever .kitN holds them
+    parts=$(for f in "$kits"/.kit[0-9]*/bundle.tar.*; do [ -f "$f" ] && echo "${f##*.} $f"; done | sort -n |
+        cut -d' ' -f2-)
     want=$(cat "$kits"/.kit[0-9]*/PARTS 2>/dev/null | head -n1)
     if [ -z "$parts" ] || [ "$(echo "$parts" | wc -l)" != "${want:-x}" ]; then
         log "bundle: $(echo "$parts" | grep -c .) of ${want:-?} parts here (.kit*/bundle.tar.*): run bench/gpu_kit.sh, carry every part"
         return 1
     fi
-    rm -rf "$WORK/bundle"
+    rm -rf "$WORK/bundle" "$WORK/validate"
     mkdir -p "$WORK/bundle"
     # shellcheck disable=SC2086
     cat $parts | tar -x -C "$WORK/bundle" || return 1
@@ -115,23 +120,24 @@ all() {
         log "stopping: no bundle"
         return 1
     fi
-    step install.txt 300 "$b/install.sh" "$PREFIX" || return 1
+    step install.txt 120 "$b/install.sh" "$PREFIX" || return 1
     local gputop="$PREFIX/bin/gputop"
-    step doctor.txt 240 "$gputop" doctor
+    step doctor.txt 120 "$gputop" doctor
     local cudart
-    cudart=$(python3 -c 'import glob, os, torch; d = os.path.dirname(torch.__file__); c = sorted(glob.glob(d + "/../nvidia/*/lib/libcudart.so.1[0-9]*")); print(os.path.realpath(c[-1]) if c else "")' 2>/dev/null)
-    echo "## gputop doctor --selftest" >>"$OUT/doctor.txt"
-    step doctor.txt 240 "$gputop" doctor --selftest ${cudart:+--cudart "$cudart"}
+    cudart=$(python3 -c 'import sys; sys.path.insert(0, "bench"); from gpu_workloads import torch_cudart
+print(torch_cudart() or "")' 2>/dev/null)
     # a workload that hangs is stopped at 150 s; at the step's limit the lines compared so far are kept.
     # Where gputop cannot trace (doctor says why: a sandbox without eBPF), NVML's view is still checked
     local nobpf=""
     grep -q '^gputop can trace with BPF' "$OUT/doctor.txt" || nobpf=--no-bpf
-    step validate.txt 360 python3 bench/gpu_validate.py --gputop "$gputop" --timeout-s 150 $nobpf \
+    step validate.txt 300 python3 bench/gpu_validate.py --gputop "$gputop" --timeout-s 150 $nobpf \
         --out "$WORK/validate"
     cp "$WORK/validate/results.json" "$OUT/results.json" 2>/dev/null
-    step launch.txt 150 python3 bench/gpu_launch_cost.py --gputop "$gputop" --rounds 4 --seconds 6 \
+    echo "## gputop doctor --selftest" >>"$OUT/doctor.txt"
+    step doctor.txt 90 "$gputop" doctor --selftest ${cudart:+--cudart "$cudart"}
+    step launch.txt 120 python3 bench/gpu_launch_cost.py --gputop "$gputop" --rounds 4 --seconds 6 \
         ${cudart:+--cudart "$cudart"}
-    step demo.txt 90 "$gputop" demo -b -n 6
+    step demo.txt 60 "$gputop" demo -b -n 6
     log "done"
 }
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -287,6 +288,34 @@ class Started:
     smi_time: float | None = None
 
 
+def read_snapshots(path: Path) -> list[dict[str, Any]]:
+    """gputop's JSON Lines so far: whole lines only (a long one is written in pieces)."""
+    out = []
+    for line in path.read_text().split("\n")[:-1]:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def start_gputop(cmd: list[str], out: Path, err: Path, bpf: bool = True) -> subprocess.Popen[bytes]:
+    """gputop's batch JSON into ``out``, once its first snapshot is there (with ``bpf``: once its BPF
+    collector runs); its pid in ``out``.pid. Exits with gputop's words when it does not start."""
+    proc = subprocess.Popen(cmd, stdout=out.open("wb"), stderr=err.open("wb"))
+    out.with_suffix(".pid").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(not bpf or s["sources"]["bpf"]["status"] == "ok" for s in read_snapshots(out)):
+            return proc
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    said = err.read_text().strip().splitlines()
+    raise SystemExit(f"gputop: error: gputop's {'BPF collector' if bpf else 'first snapshot'} did not come: "
+                     f"{said[0] if said else 'it printed nothing'}\nhint: run `gputop doctor` on this host")
+
+
 class Stopped(Exception):
     """SIGTERM (the caller's time limit): what was compared so far is kept."""
 
@@ -349,30 +378,14 @@ class Harness:
         return s
 
     def gputop(self) -> subprocess.Popen[bytes]:
-        cmd = [*self.args.gputop.split(), "-b", "-f", "json", "-d", str(INTERVAL_S),
-               "--no-bpf" if self.args.no_bpf else "--bpf"]
-        if not self.args.nvidia_smi:
-            cmd.append("--no-nvml")
-        proc = subprocess.Popen(cmd, stdout=self.snapshots.open("wb"), stderr=(self.out / "gputop.err").open("wb"))
+        cmd = [*shlex.split(self.args.gputop), "-b", "-f", "json", "-d", str(INTERVAL_S),
+               "--no-bpf" if self.args.no_bpf else "--bpf", *([] if self.args.nvidia_smi else ["--no-nvml"])]
+        proc = start_gputop(cmd, self.snapshots, self.out / "gputop.err", bpf=not self.args.no_bpf)
         self.children.append(proc)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            if any(self.args.no_bpf or s["sources"]["bpf"]["status"] == "ok" for s in self.read()):
-                return proc
-            time.sleep(0.2)
-        proc.kill()
-        raise SystemExit(f"gputop: error: gputop's BPF collector did not start: {(self.out / 'gputop.err').read_text()}"
-                         "\nhint: run `gputop doctor` on this host")
+        return proc
 
     def read(self) -> list[dict[str, Any]]:
-        """gputop's snapshots so far: whole lines only (a long one is written in pieces)."""
-        out = []
-        for line in self.snapshots.read_text().split("\n")[:-1]:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return out
+        return read_snapshots(self.snapshots)
 
     def evaluate(self, s: Started) -> None:
         """One finished workload's lines, printed at once (a time limit that stops the run keeps them)."""
@@ -442,6 +455,17 @@ class Harness:
         return lines
 
 
+def positive(text: str) -> int:
+    """An argument that counts something: a whole number above 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number above 0: {text!r}")
+    return n
+
+
 def _stopped(signum: int, frame: object) -> None:
     raise Stopped
 
@@ -452,7 +476,7 @@ def main() -> int:
                     help="the command that runs gputop (default: this Python's gputop)")
     ap.add_argument("--python", default=sys.executable, help="the Python the workloads run in (PyTorch's)")
     ap.add_argument("--only", help="comma-separated workloads (default: all)")
-    ap.add_argument("--jobs", type=int, default=8, help="workloads at a time after `before` (default 8)")
+    ap.add_argument("--jobs", type=positive, default=8, help="workloads at a time after `before` (default 8)")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per workload")
     ap.add_argument("--out", type=Path, help="keep the snapshots, traces, reports and results.json here")
     ap.add_argument("--testbed", action="store_true", help="no GPU: the test bed's workload only (CI)")
@@ -474,6 +498,9 @@ def main() -> int:
     args.nvidia_smi = not args.testbed
     out = args.out or Path(tempfile.mkdtemp(prefix="gputop-gpu-validate-"))
     out.mkdir(parents=True, exist_ok=True)
+    if any(out.iterdir()):          # an earlier run's go, ready and report files would stand for this one's
+        print(f"gputop: error: {out} is not empty\nhint: give --out a new or empty folder", file=sys.stderr)
+        return 2
     harness = Harness(args, out)
     signal.signal(signal.SIGTERM, _stopped)
     complete = False

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import glob
 import json
 import os
 import sys
@@ -284,19 +285,30 @@ def ptds_capture() -> Workload:
     return Workload(step, 50, warm=warm)
 
 
-class _Dim3(ctypes.Structure):
+class Dim3(ctypes.Structure):
+    """CUDA's dim3, passed by value."""
     _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+def torch_cudart() -> str | None:
+    """The libcudart that this Python's PyTorch brought (its nvidia-* wheels), the newest major."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    found = sorted(glob.glob(str(Path(torch.__file__).parent.parent / "nvidia" / "*" / "lib" / "libcudart.so.1[0-9]*")))
+    return os.path.realpath(found[-1]) if found else None
 
 
 def testbed(cudart: str) -> Workload:
     """Known runtime calls through a libcudart without a GPU (the test bed): each fails after its entry
     probe fired. Counts are the workload's own; CI runs this one."""
     lib = ctypes.CDLL(cudart)
-    lib.cudaLaunchKernel.argtypes = [ctypes.c_void_p, _Dim3, _Dim3, ctypes.c_void_p, ctypes.c_size_t,
+    lib.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t,
                                      ctypes.c_void_p]
     lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     buf = ctypes.create_string_buffer(4096)
-    grid, block = _Dim3(40, 2, 1), _Dim3(128, 1, 1)
+    grid, block = Dim3(40, 2, 1), Dim3(128, 1, 1)
     reps = 300
 
     def step() -> None:

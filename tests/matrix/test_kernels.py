@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -88,6 +90,7 @@ class Run:
     suite: Suite
     dir: Path
     rc: int
+    stderr: str = ""
 
     def text(self, name: str) -> str:
         return (self.dir / "out" / name).read_text()
@@ -112,37 +115,78 @@ class Run:
         return sum(int(p["interval"][key]) for s in self.snapshots for p in s["processes"] if p["pid"] == pid)
 
 
-def boot(suite: Suite, out: Path) -> Run:
-    """One suite's run (scripts/matrix/vm.py), its stderr passed on."""
-    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "matrix" / "vm.py"), suite.root or suite.name,
-                          str(out), *(["--on-host"] if suite.on_host else [])],
-                         capture_output=True, text=True, timeout=1800)
-    sys.stderr.write(res.stderr)
-    return Run(suite, out, res.returncode)
+class Boots:
+    """Every suite's vm.py, `jobs()` at a time; stopped as a whole when the session ends early."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="matrix")
+        self.procs: list[subprocess.Popen[str]] = []
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def boot(self, suite: Suite, out: Path) -> Run:
+        with self.lock:
+            if self.closed:
+                return Run(suite, out, 1, "matrix: the session ended before this suite booted\n")
+            proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "matrix" / "vm.py"),
+                                     suite.root or suite.name, str(out), *(["--on-host"] if suite.on_host else [])],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.procs.append(proc)
+        try:
+            _, err = proc.communicate(timeout=1800)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)         # vm.py kills its guest on the way out
+            _, err = proc.communicate()
+        return Run(suite, out, proc.returncode, err)
+
+    def close(self) -> None:
+        """Queued suites never start; running ones are interrupted (vm.py kills its guest) and waited for."""
+        with self.lock:
+            self.closed = True
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def jobs() -> int:
     """Suites run at once: one a CPU (each guest runs on one host thread, defect 15), at most GPUTOP_MATRIX_JOBS."""
     cpus = len(os.sched_getaffinity(0))
-    return max(1, min(cpus, int(os.environ.get("GPUTOP_MATRIX_JOBS", cpus))))
+    wanted = os.environ.get("GPUTOP_MATRIX_JOBS", str(cpus))
+    if not wanted.isdigit() or int(wanted) < 1:
+        raise pytest.UsageError(f"GPUTOP_MATRIX_JOBS must be a whole number above 0, not {wanted!r}")
+    return min(cpus, int(wanted))
 
 
 @pytest.fixture(scope="session")
 def boots(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Run]]]:
-    """The run of every suite a selected test reads, all started on the first test that asks for one,
-    `jobs()` at a time in CHOSEN's order (the longest boots first): the tier takes its longest chain of
-    boots, not their sum."""
-    params = (getattr(getattr(item, "callspec", None), "params", {}) for item in request.session.items)
+    """The run of every suite a selected test of this module reads, all started on the first test that
+    asks for one, `jobs()` at a time in CHOSEN's order (the longest boots first): the tier takes its
+    longest chain of boots, not their sum."""
+    here = Path(__file__)
+    params = (getattr(getattr(item, "callspec", None), "params", {}) for item in request.session.items
+              if getattr(item, "path", None) == here)
     wanted = {p["run"] for p in params if "run" in p}
-    with ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="matrix") as pool:
-        yield {name: pool.submit(boot, SUITES[name], tmp_path_factory.mktemp(f"matrix-{name}"))
+    pool = Boots()
+    try:
+        yield {name: pool.pool.submit(pool.boot, SUITES[name], tmp_path_factory.mktemp(f"matrix-{name}"))
                for name in CHOSEN if name in wanted}
+    finally:
+        pool.close()
 
 
 @pytest.fixture(scope="module", params=CHOSEN)
 def run(request: pytest.FixtureRequest, boots: dict[str, Future[Run]]) -> Run:
-    return boots[request.param].result()
+    r = boots[request.param].result()
+    sys.stderr.write(r.stderr)          # vm.py's words, with this suite's first test
+    return r
 
 
 #: guest-run.sh's own exit statuses
