@@ -31,7 +31,7 @@ step() {
     local name=$1 limit=$2
     shift 2
     local t0=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" >>"$OUT/$name" 2>&1
+    timeout --kill-after=45 "$limit" "$@" >>"$OUT/$name" 2>&1     # 45 s to stop cleanly (the validation: its summary)
     local rc=$?
     log "$name: exit $rc in $((SECONDS - t0)) s"
     return $rc
