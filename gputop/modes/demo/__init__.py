@@ -44,11 +44,10 @@ def interpreters() -> list[str]:
     python3 on PATH (a GPU host's PyTorch or CuPy is seldom in gputop's own environment: its venv, the
     offline bundle's prefix). Only those no other user can change (safefiles.untrusted_program): the
     demo runs them as whoever runs gputop, root included."""
-    out: list[str] = []
-    for cand in (os.environ.get("GPUTOP_DEMO_PYTHON"), sys.executable, safefiles.which("python3")):
-        if cand and os.path.abspath(cand) not in out and safefiles.untrusted_program(os.path.abspath(cand)) is None:
-            out.append(os.path.abspath(cand))
-    return out
+    named = [os.path.abspath(c) for c in (os.environ.get("GPUTOP_DEMO_PYTHON"), sys.executable) if c]
+    found = safefiles.which("python3")          # checked by which() already
+    trusted = [c for c in named if safefiles.untrusted_program(c) is None] + ([found] if found else [])
+    return list(dict.fromkeys(trusted))
 
 
 def child_env() -> dict[str, str]:

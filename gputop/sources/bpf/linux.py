@@ -61,8 +61,7 @@ def tracefs_mounted() -> bool | None:
 
 def _mount(fstype: str, where: Path) -> str | None:
     """mount(2) itself: no mount(8) looked up on a PATH that root may have inherited from a user."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(b"nodev", os.fsencode(where), fstype.encode(), ctypes.c_ulong(0), None) != 0:
+    if _libc.mount(b"nodev", os.fsencode(where), fstype.encode(), ctypes.c_ulong(0), None) != 0:
         err = ctypes.get_errno()
         return f"{fstype} is not mounted at {where} and mounting it failed: {os.strerror(err)}"
     return None
