@@ -259,10 +259,15 @@ def compare(name: str, report: dict[str, Any], counts: dict[str, int | None],
              for metric, (value, source) in oracle.items()]
     lines += [Line(name, metric, None, "info", got.get(metric))
               for metric in (*INFO, *report.get("no_oracle", ())) if metric not in oracle]
-    if smi_mib is not None or report.get("trace"):     # no row in nvidia-smi (a PID namespace): shown, not counted
-        lines.append(Line(name, "gpu_mem_mib", smi_mib, "nvidia-smi" if smi_mib is not None else "info",
-                          None if gputop_mem is None else round(gputop_mem / (1 << 20))))
+    if smi_mib is not None or report.get("trace"):
+        lines.append(memory_line(name, smi_mib, gputop_mem))
     return lines
+
+
+def memory_line(name: str, smi_mib: int | None, gputop_mem: int | None) -> Line:
+    """The process's GPU memory, MiB, against nvidia-smi's (no row there, a PID namespace: shown, not counted)."""
+    return Line(name, "gpu_mem_mib", smi_mib, "nvidia-smi" if smi_mib is not None else "info",
+                None if gputop_mem is None else round(gputop_mem / (1 << 20)))
 
 
 def nvidia_smi_mib() -> dict[int, int]:
@@ -285,7 +290,6 @@ class Started:
     proc: subprocess.Popen[bytes]
     report: Path
     smi_mib: int | None = None
-    smi_time: float | None = None
 
 
 def read_snapshots(path: Path) -> list[dict[str, Any]]:
@@ -369,7 +373,7 @@ class Harness:
         while not s.report.exists() and s.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         if s.report.exists() and self.args.nvidia_smi:
-            s.smi_mib, s.smi_time = nvidia_smi_mib().get(s.proc.pid), time.time()
+            s.smi_mib = nvidia_smi_mib().get(s.proc.pid)
         try:
             s.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -401,18 +405,17 @@ class Harness:
             while time.monotonic() < deadline and not any(x["time"] > t1 + GAP_S for x in self.read()[-3:]):
                 time.sleep(INTERVAL_S)
             rows = rows_of(self.read(), s.proc.pid)
-            counts = phase_counts(rows, tuple(report["phase"]))
-            if self.args.no_bpf:        # NVML's view only: the process's GPU memory against nvidia-smi's
-                near = row_in(rows, t1, t1 + GAP_S)
-                lines = [Line(s.name, "gpu_mem_mib", s.smi_mib, "nvidia-smi" if s.smi_mib is not None else "info",
-                              None if near is None or near.get("gpu_mem_bytes") is None
-                              else round(near["gpu_mem_bytes"] / (1 << 20)))]
+            # gputop's GPU memory for the process while it is idle after its phase, when nvidia-smi was asked
+            near = row_in(rows, t1, t1 + GAP_S) if self.args.nvidia_smi else None
+            mem = None if near is None else near.get("gpu_mem_bytes")
+            counts = None if self.args.no_bpf else phase_counts(rows, tuple(report["phase"]))
+            if counts is None:          # NVML's view only
+                lines = [memory_line(s.name, s.smi_mib, mem)]
             elif isinstance(counts, str):
                 print(f"{s.name}: {counts}", file=sys.stderr)
                 lines.append(Line(s.name, "seen in both idle times", 1, "own", 0))
             else:
-                near = row_in(rows, t1, t1 + GAP_S) if s.smi_time is not None else None
-                lines = compare(s.name, report, counts, s.smi_mib, None if near is None else near.get("gpu_mem_bytes"))
+                lines = compare(s.name, report, counts, s.smi_mib, mem)
         with self.lock:
             if not self.closed:
                 self.lines += lines
