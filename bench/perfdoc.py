@@ -316,7 +316,7 @@ sorting: {ratio(r['sort_busy_whole_over_small'])}× ({ratio(r['sort_whole_over_s
   chunks. Before, `json.loads` held the interpreter lock for a whole answer (tens of megabytes), and
   the cyclic collector walked the growing snapshot again and again: the seconds-long key waits in
   the middle column.
-- Sorting 64,000 rows is the dashboard's own work on its thread (`gputop.ui.columns.ProcOrder`):
+- Sorting 64,000 rows is the dashboard's own work on its thread (`gputop.view.columns.ProcOrder`):
   once a snapshot, lazily, the ties' order and each column's values as lists of plain values,
   built with C-level loops (a loop in Python bytecode hands the interpreter to the feed's thread
   every 5 ms while it unpickles a refresh; a tuple per row sets off collections over the snapshot);

@@ -1,6 +1,6 @@
 """Batch mode (``-b``): snapshots to stdout as JSON Lines or a top-like text table.
 
-The table is the dashboard's process table (``gputop.ui.columns.COLUMNS``: the same columns,
+The table is the dashboard's process table (``gputop.view.columns.COLUMNS``: the same columns,
 headers, formatting and sort), except that COMMAND goes last and is printed whole, like the
 COMMAND of ``top -b``. No Textual: ``columns`` and ``format`` are pure.
 """
@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 from gputop.model import GpuSample, ProcSample, Snapshot, snapshot_to_json
-from gputop.ui import columns
-from gputop.ui import format as fmt
-from gputop.ui.summary import summary_text
+from gputop.view import columns
+from gputop.view import format as fmt
+from gputop.view.summary import summary_text
 
 #: the dashboard's columns in its order, COMMAND moved to the end (the fleet view adds NODE after PID, and
 #: NAMESPACE and POD after it where some process has a pod)

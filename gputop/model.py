@@ -496,7 +496,7 @@ MAX_CMDLINE = 8 << 20
 MAX_TEXT = 1 << 16
 #: characters of a kernel name: the live side cuts one at 4096 characters and a "…" (ELF symbols
 #: and c++filt's output: ``elfread.NAME_MAX_BYTES``, ``symbols.DEMANGLED_MAX``); twice that leaves
-#: room, and keeps the dashboard's shortening of names (``ui.format.kernel_name``, whose time grows
+#: room, and keeps the dashboard's shortening of names (``view.format.kernel_name``, whose time grows
 #: with the square of a name's bracket depth) within a second a name
 MAX_KERNEL_NAME = 8192
 #: characters of a key of a keyed object (a direction, a source's name, a field's name), and its entries

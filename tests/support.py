@@ -116,7 +116,7 @@ def table_rows(out: str) -> list[dict[str, str]]:
         if line.lstrip().startswith("PID "):
             at = line.index("COMMAND")
             if line.split()[1] == "NODE":          # the fleet view's table
-                from gputop.ui import columns
+                from gputop.view import columns
 
                 headers = [columns.BY_KEY[k].header for k in columns.visible([c.key for c in TABLE_COLUMNS], True)]
         elif line[:at].split()[:1] and line.split()[0].isdigit():

@@ -23,7 +23,7 @@ from typing import Protocol
 from gputop.model import ProcKey, Snapshot
 
 SnapshotCallback = Callable[[Snapshot], None]
-#: a process's own time series, by name of ``gputop.ui.history.PROC_SERIES``: ``[(time, value)]``
+#: a process's own time series, by name of ``gputop.view.history.PROC_SERIES``: ``[(time, value)]``
 SeriesByName = dict[str, list[tuple[float, float]]]
 
 

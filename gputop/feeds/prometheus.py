@@ -87,7 +87,7 @@ HISTOGRAMS = (("gputop_kernel_grid_blocks_bucket", "grid_blocks_hist"),
               ("gputop_kernel_block_threads_bucket", "block_threads_hist"),
               ("gputop_memcpy_size_bytes_bucket", "memcpy_size_hist"))
 KERNEL_LAUNCHES = "gputop_kernel_function_launches_total"
-#: the time series of details and compare: (name in ``gputop.ui.history.PROC_SERIES``, PromQL of the
+#: the time series of details and compare: (name in ``gputop.view.history.PROC_SERIES``, PromQL of the
 #: selector ``{S}`` and window ``W``), each one query_range for every watched process at once
 SERIES_QUERIES: tuple[tuple[str, str], ...] = (
     ("launches", "rate(gputop_kernel_launches_total{S}[W])"),
@@ -508,7 +508,7 @@ class SnapshotBuilder:
                 continue
             pod = self.pods.get(p.labels.get("container") or "")
             out.append(_proc_sample(p, int(pid), instance, node, window_s, pod))
-        # in the order that breaks the table's ties (gputop.ui.columns.identity): sorting rows that are
+        # in the order that breaks the table's ties (gputop.view.columns.identity): sorting rows that are
         # already in order is a linear pass for the dashboard's thread
         out.sort(key=lambda q: (q.node or "", q.instance or "", q.pid))
         gpus = _gpus(self.gpu_samples, self.node_of, nodes)

@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 def validate(args: argparse.Namespace) -> None:
     """The usage checks of the options the dashboard, batch mode and the fleet view share, before
     anything runs (``-u`` becomes the user name the collector reports)."""
-    from gputop.ui.columns import SORT_KEYS  # pure, no Textual
+    from gputop.view.columns import SORT_KEYS  # pure, no Textual
 
     if args.batch:
         for option, value in (("--baseline", args.baseline), ("--baseline-pid", args.baseline_pid)):

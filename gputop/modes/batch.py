@@ -17,7 +17,7 @@ from gputop.feeds.base import Filters
 from gputop.model import Snapshot
 from gputop.modes.common import live_sampler, notice, stop_on_signals, tracing_off
 from gputop.record import Recorder, read_recording
-from gputop.ui.columns import DEFAULT_SORT
+from gputop.view.columns import DEFAULT_SORT
 
 
 def loop(refreshes: Generator[Snapshot, None, None], *, form: str = "table", sort: str = DEFAULT_SORT,

@@ -18,7 +18,7 @@ from gputop.feeds.prometheus import FleetConfig, down_clause
 from gputop.model import Snapshot
 from gputop.modes import batch
 from gputop.modes.args import FLEET_WINDOW, validate, validate_fleet
-from gputop.ui.columns import DEFAULT_SORT
+from gputop.view.columns import DEFAULT_SORT
 
 #: refresh interval of the fleet view unless -d says otherwise: a refresh is a few dozen queries
 DEFAULT_INTERVAL_S = 5.0

@@ -26,12 +26,13 @@ from gputop import config as config_mod
 from gputop.feeds.base import Capabilities, Feed, Filters, MinimalFeed, adopt
 from gputop.model import ProcKey, Snapshot
 from gputop.record import Recorder, RecordingError
-from gputop.ui import bindings, columns, gcsettings, themes
-from gputop.ui import format as fmt
-from gputop.ui.baseline import Baseline, load_baseline
-from gputop.ui.history import History, Point, points_of_series
+from gputop.ui import bindings, gcsettings, themes
 from gputop.ui.screens.base import LiveScreen
 from gputop.ui.widgets.header import HeaderState
+from gputop.view import columns
+from gputop.view import format as fmt
+from gputop.view.baseline import Baseline, load_baseline
+from gputop.view.history import History, Point, points_of_series
 
 #: names accepted by ``DashboardOptions.sort`` (and ``-s``): every column of the process table
 SORT_KEYS: tuple[str, ...] = columns.SORT_KEYS

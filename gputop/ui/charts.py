@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from gputop.ui.history import Series
 from gputop.ui.themes import ChartPalette
+from gputop.view.history import Series
 
 Formatter = Callable[[Optional[float]], str]
 
@@ -195,6 +195,6 @@ def bar_chart(
 
 
 def _count_label(v: float) -> str:
-    from gputop.ui import format as fmt
+    from gputop.view import format as fmt
 
     return fmt.si(v, 0) if v >= 1000 else f"{v:g}"

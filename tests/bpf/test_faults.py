@@ -20,8 +20,8 @@ from gputop import batch
 from gputop.feeds.base import Filters
 from gputop.feeds.live import Sampler, SamplerConfig
 from gputop.sources.bpf import BpfSource, has_privileges
-from gputop.ui import format as fmt
 from gputop.ui.widgets.header import HeaderState, header_content
+from gputop.view import format as fmt
 
 pytestmark = pytest.mark.skipif(not has_privileges(), reason="BPF tests need root (or the capabilities "
                                 "gputop doctor lists)")

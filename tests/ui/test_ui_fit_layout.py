@@ -17,12 +17,12 @@ from textual.pilot import Pilot
 from textual.widgets import Footer, OptionList
 
 from gputop.feeds.replay import ReplayFeed
-from gputop.ui import columns
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.screens.help import HelpScreen
 from gputop.ui.screens.sort import SortScreen
 from gputop.ui.widgets.message import MessageLine
 from gputop.ui.widgets.proc_table import ProcTable
+from gputop.view import columns
 
 from .ui_helpers import SCENARIO, ManualFeed
 

@@ -14,14 +14,15 @@ import pytest
 
 from gputop import batch
 from gputop.model import Counts, Rates, SourceStatus
-from gputop.ui import charts, compare
-from gputop.ui import format as fmt
+from gputop.ui import charts
 from gputop.ui.app import DashboardOptions, GputopApp
-from gputop.ui.history import Series
 from gputop.ui.screens.compare import CompareScreen
 from gputop.ui.screens.details import stats_rows
 from gputop.ui.themes import ChartPalette
 from gputop.ui.widgets.header import HeaderState, header_content
+from gputop.view import compare
+from gputop.view import format as fmt
+from gputop.view.history import Series
 
 from .ui_helpers import SCENARIO, proc, snapshot
 

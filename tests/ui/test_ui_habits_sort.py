@@ -16,9 +16,9 @@ from textual.pilot import Pilot
 
 from gputop.model import Snapshot
 from gputop.record import read_recording
-from gputop.ui import history
 from gputop.ui.app import DashboardOptions, GputopApp
-from gputop.ui.columns import BY_KEY
+from gputop.view import history
+from gputop.view.columns import BY_KEY
 
 from .test_ui_keys import pids, push, run, table
 from .ui_helpers import ManualFeed

@@ -10,12 +10,12 @@ from typing import Any
 from textual.pilot import Pilot
 
 from gputop.model import GpuSample, Rates
-from gputop.ui import format as fmt
 from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.screens.compare import CompareScreen
 from gputop.ui.screens.main import MainScreen
 from gputop.ui.widgets.header import SummaryBar, summary_lines
 from gputop.ui.widgets.proc_table import ProcTable
+from gputop.view import format as fmt
 
 from .test_ui_keys import notes, pids, push, run, table, three
 from .ui_helpers import ManualFeed, proc, snapshot
@@ -229,7 +229,7 @@ def test_time_rss_mem_columns_exact_and_optional() -> None:
 
 
 def test_fleet_view_hides_time_rss_mem() -> None:
-    from gputop.ui import columns
+    from gputop.view import columns
 
     assert {"cpu_time", "rss", "mem"} <= set(columns.FLEET_UNKNOWN)
     shown = columns.visible(columns.SORT_KEYS, fleet=True)

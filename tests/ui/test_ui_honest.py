@@ -13,14 +13,14 @@ from gputop.feeds.replay import ReplayFeed
 from gputop.model import Counts, Rates, Snapshot
 from gputop.record import Recorder, read_recording
 from gputop.ui.app import DashboardOptions, GputopApp
-from gputop.ui.columns import COLUMNS
-from gputop.ui.history import History
 from gputop.ui.screens.compare import CompareScreen
 from gputop.ui.screens.details import DetailsScreen
 from gputop.ui.screens.main import MainScreen
 from gputop.ui.widgets.header import HeaderBar, header_content
 from gputop.ui.widgets.panels import TextPanel
 from gputop.ui.widgets.proc_table import ProcTable
+from gputop.view.columns import COLUMNS
+from gputop.view.history import History
 
 from .test_ui_keys import SIZE, notes, push, run, table, three
 from .ui_helpers import SCENARIO, ManualFeed, proc, snapshot

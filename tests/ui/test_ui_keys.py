@@ -24,7 +24,6 @@ from gputop.feeds.replay import ReplayFeed
 from gputop.model import Snapshot
 from gputop.record import read_recording
 from gputop.ui.app import DashboardOptions, GputopApp, SnapshotArrived, run_dashboard
-from gputop.ui.columns import BY_KEY
 from gputop.ui.screens.compare import CompareScreen
 from gputop.ui.screens.details import DetailsScreen
 from gputop.ui.screens.help import HelpScreen
@@ -33,6 +32,7 @@ from gputop.ui.screens.signal import SignalScreen
 from gputop.ui.screens.sort import SortScreen
 from gputop.ui.widgets.header import HeaderBar, header_content
 from gputop.ui.widgets.proc_table import ProcTable
+from gputop.view.columns import BY_KEY
 
 from .ui_helpers import SCENARIO, ManualFeed, proc, snapshot
 

@@ -13,15 +13,16 @@ import pytest
 
 from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Rates, Snapshot, SourceStatus
 from gputop.record import Recorder, RecordingError
-from gputop.ui import columns, compare, themes
-from gputop.ui import format as fmt
-from gputop.ui.baseline import load_baseline, summarize
+from gputop.ui import themes
 from gputop.ui.charts import _nice_ticks, bar_chart, line_chart
-from gputop.ui.history import History, Series, series
 from gputop.ui.screens.details import hist_buckets, stats_rows, without_live_values
 from gputop.ui.widgets.gpu_panel import gpu_line, gpu_lines
 from gputop.ui.widgets.header import HeaderState, header_content, header_lines
 from gputop.ui.widgets.proc_table import GUTTER, col_width, layout
+from gputop.view import columns, compare
+from gputop.view import format as fmt
+from gputop.view.baseline import load_baseline, summarize
+from gputop.view.history import History, Series, series
 
 from .ui_helpers import SCENARIO, proc, snapshot
 

@@ -11,7 +11,7 @@ import sys
 
 from gputop import batch
 from gputop.model import Counts, GpuSample, ProcSample, Rates, Snapshot, SourceStatus, snapshot_to_json
-from gputop.ui import columns
+from gputop.view import columns
 
 HOSTILE = "\x1b[2J\x1b[31mEVIL\x07"
 HEADERS = [c.header for c in columns.COLUMNS if c.key != "command" and c.key not in columns.FLEET_ONLY] + ["COMMAND"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gputop.model import Snapshot, SourceStatus, snapshot_from_json, snapshot_to_json
-from gputop.ui.columns import sort_processes
+from gputop.view.columns import sort_processes
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

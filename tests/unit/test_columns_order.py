@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gputop.model import ProcSample, Rates
-from gputop.ui import columns
+from gputop.view import columns
 
 
 def reference_sort(procs: Sequence[ProcSample], key: str, reverse: bool = False) -> list[ProcSample]:

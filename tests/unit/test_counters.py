@@ -18,8 +18,8 @@ from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 from gputop.feeds.prometheus import Results, build_snapshot
 from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Snapshot, SourceStatus
 from gputop.sources.bpf import records
-from gputop.ui import compare
 from gputop.ui.screens import details
+from gputop.view import compare
 
 ROOT = Path(__file__).resolve().parents[2]
 #: members of struct proc_t that are not quantities of a process: state of the BPF program itself

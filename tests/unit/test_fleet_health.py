@@ -22,8 +22,8 @@ from support import ROOT
 
 from gputop.feeds.prometheus import FleetConfig, FleetError, FleetReader, PromClient
 from gputop.model import ProcSample, Snapshot
-from gputop.ui.columns import BY_KEY
 from gputop.ui.widgets.header import HeaderState, header_content
+from gputop.view.columns import BY_KEY
 
 STEP_S = 15
 WINDOW_S = 120

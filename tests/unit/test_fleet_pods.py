@@ -25,7 +25,7 @@ from gputop import batch
 from gputop.feeds.fleet_pods import MAX_NAME, pods_expr
 from gputop.feeds.prometheus import FleetConfig, FleetReader, PromClient
 from gputop.model import ProcSample, Snapshot
-from gputop.ui.columns import BY_KEY
+from gputop.view.columns import BY_KEY
 
 STEP_S = 15
 WINDOW_S = 120

@@ -23,7 +23,7 @@ from gputop.feeds.fleet import FleetFeed
 from gputop.feeds.fleet_worker import CHUNK, WorkerReader
 from gputop.feeds.prometheus import FleetConfig
 from gputop.model import ProcSample
-from gputop.ui.columns import COLUMNS
+from gputop.view.columns import COLUMNS
 
 sys.path.insert(0, str(ROOT / "bench"))
 from fleet_scale import STEP_S, write_openmetrics

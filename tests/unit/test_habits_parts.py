@@ -15,9 +15,9 @@ from gputop.model import (
     snapshot_to_json,
     summarize,
 )
-from gputop.ui.columns import time_plus
-from gputop.ui.history import Point, window_mean
-from gputop.ui.tree import tree_order
+from gputop.view.columns import time_plus
+from gputop.view.history import Point, window_mean
+from gputop.view.tree import tree_order
 
 
 def snap(*procs: ProcSample, bpf: str = "ok", gpus: tuple[GpuSample, ...] = ()) -> Snapshot:

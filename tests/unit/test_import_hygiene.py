@@ -64,7 +64,7 @@ def test_detector_sees_every_import_form() -> None:
 
 def test_non_ui_entry_points_do_not_load_textual() -> None:
     """Batch mode and the CLI's argument checks import these without paying for the UI."""
-    code = ("import sys, gputop.record, gputop.config, gputop.ui.columns, gputop.ui.compare, gputop.ui.format\n"
+    code = ("import sys, gputop.record, gputop.config, gputop.view.columns, gputop.view.compare, gputop.view.format\n"
             "bad = [m for m in ('textual', 'plotext') if m in sys.modules]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True)

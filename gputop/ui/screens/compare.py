@@ -9,15 +9,16 @@ from textual.content import Content
 from textual.widgets import Footer, Static
 
 from gputop.model import ProcKey, ProcSample, Snapshot
-from gputop.ui import bindings, charts, compare, fields
-from gputop.ui import format as fmt
-from gputop.ui.history import Point, Series, series
+from gputop.ui import bindings, charts
 from gputop.ui.screens.base import LiveScreen
 from gputop.ui.screens.details import key_label, state_label, without_live_values
 from gputop.ui.themes import ChartPalette
 from gputop.ui.widgets.chart import Chart
 from gputop.ui.widgets.header import HeaderBar
 from gputop.ui.widgets.panels import KernelsPanel, TextPanel
+from gputop.view import compare, fields
+from gputop.view import format as fmt
+from gputop.view.history import Point, Series, series
 
 A_STYLE = "bold $chart-series-1"
 B_STYLE = "bold $chart-series-2"

@@ -12,14 +12,15 @@ from textual.widgets import Footer
 
 from gputop.counters import PROC, Quantity, Shown
 from gputop.model import Counts, ProcKey, ProcSample
-from gputop.ui import bindings, charts, fields
-from gputop.ui import format as fmt
-from gputop.ui.history import Point, series
+from gputop.ui import bindings, charts
 from gputop.ui.screens.base import LiveScreen
 from gputop.ui.themes import ChartPalette
 from gputop.ui.widgets.chart import Chart
 from gputop.ui.widgets.header import HeaderBar
 from gputop.ui.widgets.panels import KernelsPanel, TextPanel
+from gputop.view import fields
+from gputop.view import format as fmt
+from gputop.view.history import Point, series
 
 _MUTED = "$foreground 60%"
 

@@ -10,7 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputop.ui import bindings
-from gputop.ui.columns import COLUMNS, FLEET_ONLY
+from gputop.view.columns import COLUMNS, FLEET_ONLY
 
 #: the help's lines on how numbers read (docs/dashboard.md, Number style)
 #: (each fits the help at 80 columns)

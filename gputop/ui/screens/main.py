@@ -9,13 +9,14 @@ from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
 from gputop.model import ProcKey, ProcSample, summarize
-from gputop.ui import bindings, columns, fields
-from gputop.ui import format as fmt
+from gputop.ui import bindings
 from gputop.ui.screens.base import LiveScreen
-from gputop.ui.tree import tree_order
 from gputop.ui.widgets.gpu_panel import GpuPanel
 from gputop.ui.widgets.header import HeaderBar, SummaryBar
 from gputop.ui.widgets.proc_table import ProcTable
+from gputop.view import columns, fields
+from gputop.view import format as fmt
+from gputop.view.tree import tree_order
 
 
 def _label(key: ProcKey) -> str:

@@ -13,7 +13,7 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from gputop.ui import bindings
-from gputop.ui.columns import COLUMNS, FLEET_ONLY, Column
+from gputop.view.columns import COLUMNS, FLEET_ONLY, Column
 
 if TYPE_CHECKING:
     from gputop.ui.app import GputopApp

@@ -14,8 +14,8 @@ from textual.reactive import Reactive
 from textual.widget import Widget
 
 from gputop.model import GpuSample, Snapshot
-from gputop.ui import format as fmt
 from gputop.ui.flow import flow
+from gputop.view import format as fmt
 
 _MUTED = "$foreground 60%"
 BAR = 10

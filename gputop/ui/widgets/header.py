@@ -11,9 +11,9 @@ from textual.reactive import Reactive
 from textual.widget import Widget
 
 from gputop.model import Snapshot, SourceStatus, Summary
-from gputop.ui import format as fmt
 from gputop.ui.flow import flow
-from gputop.ui.summary import summary_pieces
+from gputop.view import format as fmt
+from gputop.view.summary import summary_pieces
 
 _STATUS_STYLE = {"ok": "$success", "starting": "$warning"}
 _MUTED = "$foreground 60%"
@@ -193,7 +193,7 @@ class HeaderBar(Widget):
 
 
 def summary_lines(summary: Summary | None, width: int, tagged: int = 0, tree: bool = False) -> list[Content]:
-    """The summary line (htop's Tasks:; ``gputop.ui.summary``) at ``width`` cells: labels bold, unknown
+    """The summary line (htop's Tasks:; ``gputop.view.summary``) at ``width`` cells: labels bold, unknown
     values muted; on two lines where one is too narrow. ``tree``: the table shows the process tree (F5)."""
     if summary is None:
         return [Content.styled(" Tasks: waiting for the first sample…", _MUTED)]

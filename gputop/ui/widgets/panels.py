@@ -8,7 +8,7 @@ from textual.content import Content
 from textual.widget import Widget
 
 from gputop.model import KernelStat
-from gputop.ui import format as fmt
+from gputop.view import format as fmt
 
 _MUTED = "$foreground 60%"
 

@@ -26,8 +26,8 @@ from textual.strip import Strip
 
 from gputop.model import ProcKey, ProcSample
 from gputop.ui import bindings
-from gputop.ui import format as fmt
-from gputop.ui.columns import BY_KEY, OPTIONAL, Column
+from gputop.view import format as fmt
+from gputop.view.columns import BY_KEY, OPTIONAL, Column
 
 GUTTER = 2  # tag mark and a space
 #: where not every column fits: the flexible column (COMMAND) takes at least this share of the width
@@ -194,7 +194,7 @@ class ProcTable(ScrollView, can_focus=True):
         self._sort_key = ""
         self._descending = True
         self._tags: Collection[ProcKey] = ()
-        #: tree view: what goes before each child's command (``gputop.ui.tree``)
+        #: tree view: what goes before each child's command (``gputop.view.tree``)
         self._prefixes: Mapping[ProcKey, str] = {}
         self._message = ""
         self._cursor = 0
@@ -258,7 +258,7 @@ class ProcTable(ScrollView, can_focus=True):
 
     def set_prefixes(self, prefixes: Mapping[ProcKey, str] | None) -> None:
         """Tree view: what the next ``set_rows`` shows before the commands of the processes named
-        (``gputop.ui.tree``); None or empty: no tree."""
+        (``gputop.view.tree``); None or empty: no tree."""
         self._prefixes = prefixes or {}
 
     def _repaint(self) -> None:

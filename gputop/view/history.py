@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputop.model import ProcKey, ProcSample, Snapshot
-from gputop.ui import fields
+from gputop.view import fields
 
 #: GPU utilisation is kept for sparklines up to this many GPUs in a snapshot
 MAX_GPU_SERIES = 64

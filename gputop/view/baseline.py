@@ -20,7 +20,7 @@ from typing import Any
 
 from gputop.model import CallBytes, Counts, ProcSample, Rates
 from gputop.record import RecordingError, read_recording
-from gputop.ui.history import Point, point_of
+from gputop.view.history import Point, point_of
 
 
 def _mean(values: Iterable[float | int | None]) -> float | None:

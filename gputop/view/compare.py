@@ -13,8 +13,8 @@ from typing import Optional
 
 from gputop.counters import PROC, Quantity
 from gputop.model import ProcSample
-from gputop.ui import fields
-from gputop.ui import format as fmt
+from gputop.view import fields
+from gputop.view import format as fmt
 
 Value = Optional[float]
 

@@ -14,8 +14,8 @@ from operator import attrgetter, is_, is_not
 from typing import Any, Optional, Union, overload
 
 from gputop.model import ProcKey, ProcSample
-from gputop.ui import fields
-from gputop.ui import format as fmt
+from gputop.view import fields
+from gputop.view import format as fmt
 
 SortValue = Optional[Union[float, str]]
 #: (column, processes) -> the values to sort the processes by, or None for the column's own
@@ -385,7 +385,7 @@ class ProcOrder:
     def __init__(self, procs: Sequence[ProcSample], sort_values: SortValues | None = None) -> None:
         self.procs = procs
         #: a column's sort values (by process index) other than its shown values, or None: the
-        #: dashboard's smoothed rates (``gputop.ui.history.Smoother``)
+        #: dashboard's smoothed rates (``gputop.view.history.Smoother``)
         self._sort_values = sort_values
         self._ties: list[int] | None = None
         #: column -> (values by process index, known and unknown process indices in the ties' order)

@@ -5,7 +5,7 @@ and batch mode's table header. The numbers are ``gputop.model.summarize``'s (doc
 from __future__ import annotations
 
 from gputop.model import Summary
-from gputop.ui import format as fmt
+from gputop.view import format as fmt
 
 
 def _per_s(value: str) -> str:
