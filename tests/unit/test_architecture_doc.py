@@ -1,6 +1,6 @@
 """docs/architecture.md holds to the code: its module map has one row for every module under gputop/
 and none for a file that does not exist; its schema tables list exactly the fields of every dataclass
-of gputop/model.py (plus what the JSON writer adds, ``summary``), each with its annotation as type;
+of the model gputop/model/ exports (plus what the JSON writer adds, ``summary``), each with its annotation as type;
 every path it names exists and every link to a document lands on a heading of it."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def schema_problems(doc: str, classes: Mapping[str, type], extra: Mapping[str, s
     """Each class's table under "### `Name`" of the schema section against its dataclass fields: the
     same names (plus ``extra[name]``, keys the JSON writer adds), each once, typed as annotated."""
     tables = subsections(section(doc, SCHEMA))
-    problems = [f"{name}: a schema table for no dataclass of gputop/model.py"
+    problems = [f"{name}: a schema table for no dataclass of gputop/model/"
                 for name in sorted(set(tables) - set(classes))]
     for name, cls in sorted(classes.items()):
         if name not in tables:
@@ -115,9 +115,9 @@ def schema_problems(doc: str, classes: Mapping[str, type], extra: Mapping[str, s
 
 
 def schema_classes() -> dict[str, type]:
-    """Every dataclass defined in gputop/model.py: the types of schema gputop/1."""
+    """Every dataclass gputop.model exports, defined in its package: the types of schema gputop/1."""
     return {name: cls for name, cls in inspect.getmembers(model, inspect.isclass)
-            if dataclasses.is_dataclass(cls) and cls.__module__ == model.__name__}
+            if dataclasses.is_dataclass(cls) and cls.__module__.startswith(model.__name__ + ".")}
 
 
 def json_extra() -> dict[str, set[str]]:

@@ -1,4 +1,4 @@
-"""snapshot_to_dict's per-class converters write exactly what the generic walk ``model._plain`` does."""
+"""snapshot_to_dict's per-class converters write exactly what the generic walk ``tojson._plain`` does."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from gputop.model import (
     snapshot_from_json,
     snapshot_to_dict,
     snapshot_to_json,
+    tojson,
 )
 
 
@@ -71,16 +72,16 @@ def _rich() -> Snapshot:
 def _reference_dict(snap: Snapshot) -> dict[str, Any]:
     """The generic conversion snapshot_to_dict used before its per-class converters."""
     d: dict[str, Any] = {"schema": snap.schema, "time": snap.time, "interval_s": snap.interval_s,
-                         "host": snap.host, "sources": {}, "gpus": [model._plain(g) for g in snap.gpus],
-                         "processes": [model._plain(p) for p in snap.processes]}
+                         "host": snap.host, "sources": {}, "gpus": [tojson._plain(g) for g in snap.gpus],
+                         "processes": [tojson._plain(p) for p in snap.processes]}
     for name, st in snap.sources.items():
-        sd = model._plain(st)
-        for k in model._BPF_ONLY if name != "bpf" else ():
+        sd = tojson._plain(st)
+        for k in model.BPF_ONLY if name != "bpf" else ():
             sd.pop(k, None)
-        for k in model._UVM_ONLY if name != "uvm" else ():
+        for k in model.UVM_ONLY if name != "uvm" else ():
             sd.pop(k, None)
         d["sources"][name] = sd
-    d["summary"] = model._plain(model.summarize(snap))     # derived, last (docs/dashboard.md, Summary line)
+    d["summary"] = tojson._plain(model.summarize(snap))     # derived, last (docs/dashboard.md, Summary line)
     return d
 
 
@@ -91,7 +92,7 @@ def test_converters_write_what_the_generic_walk_writes() -> None:
     assert new == ref
     assert json.dumps(new) == json.dumps(ref)                  # the same keys in the same order
     text = snapshot_to_json(snap)
-    expected = json.dumps(model._valid_unicode(ref), separators=(",", ":"), allow_nan=False)
+    expected = json.dumps(tojson._valid_unicode(ref), separators=(",", ":"), allow_nan=False)
     assert text == expected
     assert text.isascii()
     assert "\\udc" not in text and "\\\\xff" in text      # an undecodable byte as the text \xNN

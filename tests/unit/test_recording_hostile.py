@@ -451,8 +451,8 @@ def test_the_caps_are_the_models() -> None:
 
 
 def test_lists_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(model, "MAX_PROCESSES", 2)
-    monkeypatch.setattr(model, "MAX_GPUS", 1)
+    monkeypatch.setattr(model.limits, "MAX_PROCESSES", 2)
+    monkeypatch.setattr(model.limits, "MAX_GPUS", 1)
     d = snapshot_to_dict(GOOD[1])
     d["processes"] = d["processes"] * 3
     with pytest.raises(ValueError, match=r"^processes has more than 2 entries$"):
