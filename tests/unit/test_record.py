@@ -171,9 +171,9 @@ def test_a_compressed_recording_cut_short_replays_its_whole_lines(tmp_path: Path
 
 def test_a_line_longer_than_the_limit_is_refused_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A multi-gigabyte file without newlines is not held in memory: reading stops at the limit."""
-    from gputop import record
+    from gputop.record import lines
 
-    monkeypatch.setattr(record, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 4096)
     path = tmp_path / "r.jsonl"
     path.write_text(snapshot_to_json(snap(0)) + "\n" + "x" * 5000 + "\n")
     message = f"{path}:2: a line longer than 4096 bytes: not a recording"
