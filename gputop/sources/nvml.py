@@ -7,13 +7,10 @@ the error text is kept, by ``GpuSample`` field name, in ``GpuSample.reasons``. A
 mid-run has all its values ``None`` (reason ``"GPU is lost"``) while the other GPUs keep working;
 nothing NVML can do makes :meth:`NvmlSource.read` raise.
 
-Choosing the library: pynvml opens ``libnvidia-ml.so.1`` by name through ``ctypes`` the first time
-``nvmlInit`` runs, and keeps it in the module global ``pynvml.nvmlLib``. To use a given file instead
-(``library_path``, else the environment variable ``GPUTOP_NVML_LIBRARY``), the source loads it with
-``ctypes.CDLL(path)``, stores it in ``pynvml.nvmlLib`` and empties pynvml's function-pointer cache
-before ``nvmlInit``. That global is per process: sources with different libraries can follow one
-another in a process (each ``close()`` releases it) but not overlap; a second one reports
-``unavailable`` instead of swapping the library under the first one.
+Choosing the library: ``library_path``, else the environment variable ``GPUTOP_NVML_LIBRARY``, else
+pynvml's own ``libnvidia-ml.so.1``, installed process-wide by ``nvml_library`` before ``nvmlInit``
+(each ``close()`` releases it); a second source wanting another library while one holds its own
+reports ``unavailable``. What a read returns, and how its rows are assembled: ``nvml_rows``.
 
 Not thread-safe: one collector thread owns a source (``read``, then ``close``).
 """
@@ -22,13 +19,22 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gputop.model import GpuSample, SourceStatus
+from gputop.sources import nvml_library
+from gputop.sources.nvml_rows import (
+    GPU_FIELDS,
+    PROCESS_REASON_KEYS,
+    Entry,
+    NvmlProc,
+    NvmlReading,
+    Row,
+    merge,
+    sample,
+)
 
 __all__ = ["ENV_LIBRARY", "NOT_PER_MIG", "NvmlProc", "NvmlReading", "NvmlSource"]
 
@@ -37,26 +43,6 @@ ENV_LIBRARY = "GPUTOP_NVML_LIBRARY"
 
 #: reason given on MIG instance rows for values NVML only reports for the whole GPU
 NOT_PER_MIG = "not reported per MIG instance"
-
-#: the value fields of a GpuSample that the source fills (reasons are keyed by these names)
-GPU_FIELDS: tuple[str, ...] = (
-    "uuid",
-    "name",
-    "util_pct",
-    "mem_util_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "temp_c",
-    "power_w",
-    "power_limit_w",
-    "sm_clock_mhz",
-    "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s",
-    "xid_errors",
-    "ecc_volatile_errors",
-)
-#: extra keys of ``GpuSample.reasons`` when per-process queries fail on that GPU
-PROCESS_REASON_KEYS: tuple[str, ...] = ("processes", "mps_processes", "process_util")
 
 # NVML return codes the source reacts to (nvml.h; pynvml defines the same numbers)
 _SUCCESS = 0
@@ -71,97 +57,9 @@ _KIB = 1024  # NVML reports PCIe throughput in KB/s (KiB: 1024 bytes)
 
 
 @dataclass(frozen=True)
-class NvmlProc:
-    """One process as NVML sees it, keyed by its host PID.
-
-    A process with contexts on several GPUs is one ``NvmlProc``: ``gpu_mem_bytes`` is the sum over its
-    GPUs (of the values NVML knows; ``None`` when it knows none), ``gpu_index`` (and ``mig_instance``)
-    is the GPU where it holds the most memory (lowest index on a tie), and ``sm_util_pct`` is the highest
-    SM utilisation among its GPUs.
-    """
-
-    pid: int  # host PID
-    gpu_index: int
-    gpu_mem_bytes: int | None
-    sm_util_pct: float | None
-    #: GPU instance id when the process runs in a MIG instance of ``gpu_index``, else None
-    mig_instance: int | None = None
-
-
-@dataclass(frozen=True)
-class NvmlReading:
-    """One read of NVML. ``gpus`` holds one row per GPU (by NVML index), each followed by one row per MIG
-    instance when MIG mode is on (same ``index``, ``mig_instance`` = GPU instance id)."""
-
-    status: SourceStatus
-    gpus: tuple[GpuSample, ...] = ()
-    procs: Mapping[int, NvmlProc] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class _Err:
     code: int | None  # NVML return code; None for failures outside NVML (ctypes)
     reason: str
-
-
-class _Row:
-    """Values and reasons of one GPU (or MIG instance) row being read."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.reasons: dict[str, str] = {}
-        #: set once the GPU is lost (or its handle unusable): every later query is skipped with this reason
-        self.dead: str | None = None
-
-    def fail(self, fields: Iterable[str], reason: str) -> None:
-        for f in fields:
-            self.reasons.setdefault(f, reason)
-
-
-@dataclass
-class _Entry:
-    pid: int
-    gpu_index: int
-    mem: int | None
-    sm: float | None
-    mig: int | None
-
-
-# ------------------------------------------------------------------ library selection (process-wide)
-
-_lib_lock = threading.Lock()
-_lib_key: str | None = None  # the path installed into pynvml.nvmlLib by a source; None = pynvml's own
-_lib_users = 0
-
-
-def _acquire_library(nv: Any, path: str | None) -> str | None:
-    """Make pynvml use ``path`` (or its default when None). Returns why not, or None on success."""
-    global _lib_key, _lib_users
-    key = os.path.realpath(path) if path else None
-    with _lib_lock:
-        if _lib_users and key != _lib_key:
-            current = _lib_key or "libnvidia-ml.so.1"
-            return f"another NVML library ({current}) is in use in this process"
-        if not _lib_users and (key != _lib_key or (key is not None and nv.nvmlLib is None)):
-            with nv.libLoadLock:
-                if key is None:
-                    nv.nvmlLib = None  # pynvml loads libnvidia-ml.so.1 by name at nvmlInit
-                else:
-                    try:
-                        lib = ctypes.CDLL(key)
-                    except OSError as exc:
-                        return f"cannot load {path}: {exc}"
-                    nv.nvmlLib = lib
-                nv._nvmlGetFunctionPointer_cache.clear()
-            _lib_key = key
-        _lib_users += 1
-    return None
-
-
-def _release_library() -> None:
-    global _lib_users
-    with _lib_lock:
-        _lib_users = max(0, _lib_users - 1)
 
 
 def _address(handle: Any) -> int:
@@ -222,10 +120,10 @@ class NvmlSource:
             self._ensure_handle(i)
         self._drain_events()
         rows: list[GpuSample] = []
-        entries: list[_Entry] = []
+        entries: list[Entry] = []
         for i in range(self._count):
             self._read_gpu(i, rows, entries)
-        return NvmlReading(SourceStatus("ok"), tuple(rows), _merge(entries))
+        return NvmlReading(SourceStatus("ok"), tuple(rows), merge(entries))
 
     def close(self) -> None:
         """Free the event set and ``nvmlShutdown`` if initialised; idempotent."""
@@ -236,7 +134,7 @@ class NvmlSource:
             self._initialised = False
             self._reset_state()
         if self._holds_library:
-            _release_library()
+            nvml_library.release()
             self._holds_library = False
 
     # -------------------------------------------------------------- the query helper
@@ -255,7 +153,7 @@ class NvmlSource:
         except (OSError, ctypes.ArgumentError) as exc:
             return None, _Err(None, f"{type(exc).__name__}: {exc}")
 
-    def _try(self, row: _Row, fn_name: str, *args: Any) -> tuple[Any, _Err | None]:
+    def _try(self, row: Row, fn_name: str, *args: Any) -> tuple[Any, _Err | None]:
         """``_query`` for one GPU row: skipped once the GPU is lost; a lost GPU marks the row dead."""
         if row.dead is not None:
             return None, _Err(_GPU_IS_LOST, row.dead)
@@ -264,7 +162,7 @@ class NvmlSource:
             row.dead = err.reason
         return value, err
 
-    def _get(self, row: _Row, fields: tuple[str, ...], fn_name: str, *args: Any) -> Any:
+    def _get(self, row: Row, fields: tuple[str, ...], fn_name: str, *args: Any) -> Any:
         """``_try`` that records the reason under ``fields`` when the value is missing."""
         value, err = self._try(row, fn_name, *args)
         if err is not None:
@@ -293,7 +191,7 @@ class NvmlSource:
             return SourceStatus("unavailable", f"nvidia-ml-py is not installed ({exc})")
         self._nv = pynvml
         path = self._library_path or os.environ.get(ENV_LIBRARY) or None
-        why = _acquire_library(pynvml, path)
+        why = nvml_library.acquire(pynvml, path)
         if why is not None:
             return SourceStatus("unavailable", why)
         self._holds_library = True
@@ -352,9 +250,9 @@ class NvmlSource:
 
     # -------------------------------------------------------------- one GPU
 
-    def _read_gpu(self, i: int, rows: list[GpuSample], entries: list[_Entry]) -> None:
+    def _read_gpu(self, i: int, rows: list[GpuSample], entries: list[Entry]) -> None:
         nv = self._nv
-        row = _Row()
+        row = Row()
         static = self._static.setdefault(i, {})
         handle = self._handles.get(i)
         if handle is None:
@@ -401,7 +299,7 @@ class NvmlSource:
         mode, _ = self._try(row, "nvmlDeviceGetMigMode", handle)
         if mode is not None:
             mig_on = int(mode[0]) == nv.NVML_DEVICE_MIG_ENABLE
-        procs: list[_Entry] = []
+        procs: list[Entry] = []
         self._read_processes(i, row, handle, mig_on, procs)
         mig_rows = self._read_mig(i, row, handle) if mig_on else []
 
@@ -418,10 +316,10 @@ class NvmlSource:
             row.reasons = {k: lost for k in (*GPU_FIELDS, *PROCESS_REASON_KEYS) if row.values.get(k) is None}
             if handle is not None:  # ask for a new handle next time: NVML says when the GPU is back
                 del self._handles[i]
-        rows.append(_sample(i, row, None))
+        rows.append(sample(i, row, None))
         rows.extend(mig_rows)
 
-    def _read_memory(self, row: _Row, handle: Any) -> None:
+    def _read_memory(self, row: Row, handle: Any) -> None:
         fields = ("mem_used_bytes", "mem_total_bytes")
         mem: Any = None
         if self._mem_v2:  # used excludes driver-reserved memory, as nvidia-smi shows it
@@ -437,7 +335,7 @@ class NvmlSource:
             row.values["mem_used_bytes"] = int(mem.used)
             row.values["mem_total_bytes"] = int(mem.total)
 
-    def _read_power_limit(self, row: _Row, handle: Any) -> float | None:
+    def _read_power_limit(self, row: Row, handle: Any) -> float | None:
         limit, err = self._try(row, "nvmlDeviceGetEnforcedPowerLimit", handle)
         if err is not None and row.dead is None:
             limit, _ = self._try(row, "nvmlDeviceGetPowerManagementLimit", handle)
@@ -446,7 +344,7 @@ class NvmlSource:
             return None
         return limit / 1000.0
 
-    def _read_processes(self, i: int, row: _Row, handle: Any, mig_on: bool, entries: list[_Entry]) -> None:
+    def _read_processes(self, i: int, row: Row, handle: Any, mig_on: bool, entries: list[Entry]) -> None:
         listed: list[Any] = []
         compute = self._get(row, ("processes",), "nvmlDeviceGetComputeRunningProcesses", handle)
         listed.extend(compute or ())
@@ -473,13 +371,13 @@ class NvmlSource:
 
         if compute is None and mps is None:  # no process list: the utilisation samples still name pids
             for pid in sorted(sm or ()):
-                entries.append(_Entry(pid, i, None, sm_of(pid), None))
+                entries.append(Entry(pid, i, None, sm_of(pid), None))
             return
         for p in listed:
             gi = int(getattr(p, "gpuInstanceId", _NO_ID))
             used = p.usedGpuMemory
             entries.append(
-                _Entry(
+                Entry(
                     pid=int(p.pid),
                     gpu_index=i,
                     mem=int(used) if used is not None else None,
@@ -488,7 +386,7 @@ class NvmlSource:
                 )
             )
 
-    def _read_mig(self, i: int, parent: _Row, handle: Any) -> list[GpuSample]:
+    def _read_mig(self, i: int, parent: Row, handle: Any) -> list[GpuSample]:
         """One row per MIG instance (GPU instance id in ``mig_instance``); empty if the parent is lost."""
         if i not in self._mig_max:
             count, err = self._try(parent, "nvmlDeviceGetMaxMigDeviceCount", handle)
@@ -502,7 +400,7 @@ class NvmlSource:
                 return []
             if err is not None:  # NOT_FOUND: no instance in this slot
                 continue
-            row = _Row()
+            row = Row()
             gi = self._get(row, ("mig_instance",), "nvmlDeviceGetGpuInstanceId", mig)
             if gi is None:
                 continue
@@ -528,31 +426,7 @@ class NvmlSource:
             for f in ("mem_used_bytes", "mem_total_bytes"):
                 if row.values.get(f) is not None:
                     row.reasons.pop(f, None)
-            found.append((int(gi), _sample(i, row, int(gi))))
+            found.append((int(gi), sample(i, row, int(gi))))
         return [s for _, s in sorted(found, key=lambda t: t[0])]
 
 
-def _sample(index: int, row: _Row, mig_instance: int | None) -> GpuSample:
-    values = {k: row.values.get(k) for k in GPU_FIELDS}
-    reasons = {k: v for k, v in row.reasons.items() if k not in values or values[k] is None}
-    return GpuSample(index=index, mig_instance=mig_instance, reasons=reasons or None, **values)
-
-
-def _merge(entries: list[_Entry]) -> dict[int, NvmlProc]:
-    """One NvmlProc per pid (see :class:`NvmlProc` for how several GPUs combine)."""
-    by_pid: dict[int, list[_Entry]] = {}
-    for e in entries:
-        by_pid.setdefault(e.pid, []).append(e)
-    procs: dict[int, NvmlProc] = {}
-    for pid, es in by_pid.items():
-        kept = max(es, key=lambda e: (e.mem if e.mem is not None else -1, -e.gpu_index))
-        mems = [e.mem for e in es if e.mem is not None]
-        sms = [e.sm for e in es if e.sm is not None]
-        procs[pid] = NvmlProc(
-            pid=pid,
-            gpu_index=kept.gpu_index,
-            gpu_mem_bytes=sum(mems) if mems else None,
-            sm_util_pct=max(sms) if sms else None,
-            mig_instance=kept.mig,
-        )
-    return procs
