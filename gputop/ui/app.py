@@ -9,11 +9,9 @@ adjacent in the queue): the UI always draws the newest snapshot and never waits 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
@@ -23,105 +21,24 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 
 from gputop import config as config_mod
-from gputop.feeds.base import Capabilities, Feed, Filters, MinimalFeed, adopt
+from gputop.feeds.base import Capabilities, Feed, MinimalFeed, adopt
 from gputop.model import ProcKey, Snapshot
 from gputop.record import Recorder, RecordingError
 from gputop.ui import bindings, gcsettings, themes
+from gputop.ui.options import (
+    INTERVAL_STEPS,
+    SORT_KEYS,
+    THEME_NAMES,
+    DashboardOptions,
+    resolve_settings,
+)
 from gputop.ui.screens.base import LiveScreen
+from gputop.ui.signals import send_checked
 from gputop.ui.widgets.header import HeaderState
 from gputop.view import columns
 from gputop.view import format as fmt
 from gputop.view.baseline import Baseline, load_baseline
 from gputop.view.history import History, Point, points_of_series
-
-#: names accepted by ``DashboardOptions.sort`` (and ``-s``): every column of the process table
-SORT_KEYS: tuple[str, ...] = columns.SORT_KEYS
-#: names accepted by ``DashboardOptions.theme`` (and ``--theme``)
-THEME_NAMES = themes.theme_names
-
-#: refresh intervals that ``+`` and ``-`` step through (seconds)
-INTERVAL_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
-DEFAULT_INTERVAL = 1.0
-
-
-@dataclass(frozen=True)
-class DashboardOptions:
-    #: refresh interval; None: from config.toml, else 1 s
-    interval_s: float | None = None
-    #: sort key name (see SORT_KEYS); None: from config.toml, else "launches"
-    sort: str | None = None
-    filters: Filters = field(default_factory=Filters)
-    #: theme name (see THEME_NAMES()); None: from config.toml, else "dark" ("monochrome" under NO_COLOR)
-    theme: str | None = None
-    readonly: bool = False
-    baseline: Path | None = None
-    #: also write every snapshot here (JSON Lines)
-    record: Path | None = None
-    #: open the compare screen on these PIDs (A, B) at start (keys in the fleet view: (instance, PID))
-    compare_pids: tuple[ProcKey, ProcKey] | None = None
-    #: a line shown under the header
-    banner: str | None = None
-    #: the recorded process to compare against; None: the one with the most launches
-    baseline_pid: int | None = None
-    #: flip the sort column's natural direction; None: from config.toml, else False
-    reverse: bool | None = None
-    #: visible columns in order (see SORT_KEYS); None: from config.toml, else all
-    columns: tuple[str, ...] | None = None
-    #: SIGINT, SIGTERM and SIGHUP quit as ``q`` does (the terminal restored, the feed stopped): the
-    #: program's own dashboards; off under tests (the test runner's signals stay its own)
-    quit_on_signals: bool = False
-
-
-@dataclass
-class Settings:
-    """The live, user-adjustable view settings."""
-
-    interval_s: float
-    sort: str
-    reverse: bool
-    columns: tuple[str, ...]
-    theme: str
-
-
-def resolve_settings(options: DashboardOptions, cfg: config_mod.Config, warnings: list[str]) -> Settings:
-    """Options beat config.toml beats defaults. Bad options raise ValueError; bad config values warn."""
-    if options.sort is not None:
-        columns.check_sort_key(options.sort)
-    if options.theme is not None:
-        themes.check_theme_name(options.theme)
-    if options.columns is not None:
-        columns.check_columns(options.columns)
-    if options.interval_s is not None and not 0.05 <= options.interval_s <= 3600:
-        raise ValueError(f"refresh interval must be between 0.05 and 3600 s, got {options.interval_s:g}")
-
-    def from_config(value: str | None, check: Callable[[str], str], what: str) -> str | None:
-        if value is None:
-            return None
-        try:
-            check(value)
-        except ValueError as e:
-            warnings.append(f"config: {what}: {e}; ignored")
-            return None
-        return value
-
-    sort = options.sort or from_config(cfg.sort, columns.check_sort_key, "sort") or columns.DEFAULT_SORT
-    if options.theme is not None:
-        theme = options.theme
-    elif themes.no_color():
-        theme = themes.NO_COLOR_THEME
-    else:
-        theme = from_config(cfg.theme, themes.check_theme_name, "theme") or themes.DEFAULT_THEME
-    cols: tuple[str, ...] = columns.SORT_KEYS
-    if options.columns is not None:
-        cols = columns.check_columns(options.columns)
-    elif cfg.columns is not None:
-        try:
-            cols = columns.check_columns(cfg.columns)
-        except ValueError as e:
-            warnings.append(f"config: columns: {e}; ignored")
-    interval = options.interval_s or cfg.interval_s or DEFAULT_INTERVAL
-    reverse = options.reverse if options.reverse is not None else bool(cfg.reverse)
-    return Settings(interval_s=interval, sort=sort, reverse=reverse, columns=cols, theme=theme)
 
 
 class SnapshotArrived(Message):
@@ -474,54 +391,11 @@ class GputopApp(App[int]):
     def send_signal(self, targets: Sequence[tuple[int, str | None, float | None]], signum: int) -> None:
         """Send ``signum`` to each (pid, comm, start_time) after checking the PID still runs that process."""
         self.run_worker(
-            partial(self._send_signal, list(targets), signum),
+            partial(send_checked, list(targets), signum, self.say),
             thread=True,
             name="send-signal",
             exit_on_error=False,
         )
-
-    def _send_signal(self, targets: list[tuple[int, str | None, float | None]], signum: int) -> None:
-        name = signal.Signals(signum).name
-        for pid, comm, start_time in targets:
-            try:
-                # the pidfd pins the process: what is checked below is what the signal reaches
-                fd = os.pidfd_open(pid)
-            except OSError as e:
-                self.say(f"{name} to {pid} failed: {e.strerror or e}", "error")
-                continue
-            try:
-                _check_identity(pid, comm, start_time)
-                signal.pidfd_send_signal(fd, signum)
-            except (OSError, LookupError) as e:
-                msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-                self.say(f"{name} to {pid} failed: {msg}", "error")
-            else:
-                self.say(f"sent {name} to {pid} ({comm})")
-            finally:
-                os.close(fd)
-
-
-def _check_identity(pid: int, comm: str | None, start_time: float | None) -> None:
-    """Raise LookupError unless PID ``pid`` still runs command ``comm`` (and, when known, the process
-    started at ``start_time``, seconds since the epoch as psutil gives it): a PID may have been reused."""
-    import psutil
-
-    with open(f"/proc/{pid}/comm", "rb") as f:   # comm: up to 15 bytes, any bytes
-        now = f.read().removesuffix(b"\n")     # the kernel's newline; the name may hold one
-    if comm is None:
-        raise LookupError(f"the command of PID {pid} is unknown, so a reused PID cannot be ruled out")
-    if now != comm.encode("utf-8", "surrogateescape")[:15]:
-        shown = now.decode("utf-8", "surrogateescape")
-        raise LookupError(f"PID {pid} now runs '{shown}', not '{comm}' (PID reused)")
-    if start_time is not None:
-        try:
-            started = psutil.Process(pid).create_time()
-        except psutil.Error as e:
-            raise LookupError(f"PID {pid}: {e}") from None
-        if abs(started - start_time) > 0.02:  # the kernel counts start times in clock ticks (10 ms)
-            raise LookupError(f"PID {pid} now runs another '{comm}', started {started - start_time:+.2f} s later "
-                              f"(PID reused)")
-
 
 def run_dashboard(feed: Feed | MinimalFeed, options: DashboardOptions) -> int:
     """Run the dashboard over ``feed`` until the user quits; return the exit code.
