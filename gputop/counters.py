@@ -11,9 +11,11 @@ model and the C struct). Stdlib only.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, UVM_DIRECTIONS
+from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, UVM_DIRECTIONS, Counts, Rates
 
 
 class Kind(enum.Enum):
@@ -32,6 +34,39 @@ class Shown(enum.Enum):
     CALLS_BYTES = "calls_bytes"     #: "N calls, B" with its ``bytes_field`` on the same line
     SPECIAL = "special"     #: drawn by the screen itself (rates, averages, directions, levels)
     NONE = "none"           #: no row (shown with another quantity, or not at all)
+
+
+class Per(enum.Enum):
+    """How a quantity's interval value becomes its rate (``Rates``)."""
+
+    SECOND = "second"       #: the interval's count per second of the interval
+    PERCENT = "percent"     #: seconds per second of the interval, as a percentage (at most 100)
+
+
+@dataclass(frozen=True)
+class Shows:
+    """One value a quantity's rate shows: a process-table column (its sort key ``-s KEY``), the history
+    series kept under the same name (charts, the steady sort) and its compare row."""
+
+    key: str                        #: the column's sort key, and the history series' name
+    header: str                     #: the column's title
+    width: int                      #: the column's width in cells
+    help: str                       #: the column's help line (help screen, ``-s`` listing)
+    after: str                      #: the column it follows in the table's default order
+    direction: str | None = None    #: directed rates: the direction this value is of
+    compare: str | None = None      #: the compare screen's label of the rate (None: not compared)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """The rate a quantity yields: its ``Rates`` field and what it shows."""
+
+    field: str                      #: its ``Rates`` field (model.py), schema gputop/1
+    per: Per
+    shows: tuple[Shows, ...]
+    #: the fleet's PromQL of its series for details and compare (``{S}``: the watched processes' selector,
+    #: ``[W]``: the window; a directed rate's answer split by its direction label); None: not charted there
+    promql: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +101,8 @@ class Quantity:
     compare_total: str | None = None
     #: the process table reads its increases in the fleet view (rates, averages)
     in_table: bool = False
+    #: the rate it yields over a refresh's interval, and where that rate is shown (None: no rate)
+    rate: Rate | None = None
 
     @property
     def integral(self) -> bool:
@@ -93,14 +130,20 @@ _Q = Quantity
 #: every per-process quantity, in the order the details and compare screens show them
 PROC: tuple[Quantity, ...] = (
     _Q("launches", "launches", "launches", "Kernel launches that ran (captured ones excluded).",
-       "gputop_kernel_launches", label="launches", shown=Shown.SPECIAL, in_table=True),
+       "gputop_kernel_launches", label="launches", shown=Shown.SPECIAL, in_table=True,
+       rate=Rate("launches_per_s", Per.SECOND, (
+           Shows("launches", "LAUNCH/s", 9, "kernel launches per second", after="command", compare="launches/s"),),
+           "rate(gputop_kernel_launches_total{S}[W])")),
     _Q("graph_launches", "graph_launches", "launches", "CUDA graph launches (cudaGraphLaunch, cuGraphLaunch).",
        "gputop_graph_launches", label="graph launches", shown=Shown.COUNT, compare="graph launches",
        compare_total="graph launch total"),
     _Q("graph_kernel_launches", "graph_kernel_launches", "launches", "Kernels run inside CUDA graph launches, "
        "derived from the graphs' structure (absent once a graph of unknown kernels ran).",
        "gputop_graph_kernel_launches", unknown_if="graph_unknown_launches", label="graph kernels",
-       shown=Shown.SPECIAL, in_table=True),
+       shown=Shown.SPECIAL, in_table=True,
+       rate=Rate("graph_kernel_launches_per_s", Per.SECOND, (
+           Shows("graph_kernels", "GKERN/s", 8, "kernels run inside CUDA graph launches per second (N/A: a graph "
+                 "of unknown kernels ran)", after="block"),))),
     _Q("captured_launches", "captured_launches", "launches", "Launches recorded into a graph by stream capture.",
        "gputop_captured_launches", label="captured", shown=Shown.COUNT),
     _Q("grid_blocks_sum", "grid_sum", "blocks", "Blocks per grid of kernel launches (log2 buckets).",
@@ -108,7 +151,13 @@ PROC: tuple[Quantity, ...] = (
     _Q("block_threads_sum", "block_sum", "threads", "Threads per block of kernel launches (log2 buckets).",
        "gputop_kernel_block_threads", Kind.SUM, in_table=True),
     _Q("memcpy", "memcpy", "bytes", "Memory copies", "gputop_memcpy", directions=MEMCPY_DIRECTIONS, paired=True,
-       label="memcpy", shown=Shown.SPECIAL, in_table=True),
+       label="memcpy", shown=Shown.SPECIAL, in_table=True,
+       rate=Rate("memcpy_bytes_per_s", Per.SECOND, tuple(
+           Shows(d, f"{d.upper()}/s", 7, f"{name} memcpy bytes per second", after=after, direction=d,
+                 compare=f"{d.upper()} B/s")
+           for d, name, after in (("h2d", "host-to-device", "graph_kernels"), ("d2h", "device-to-host", "h2d"),
+                                  ("d2d", "device-to-device", "d2h"))),
+           'rate(gputop_memcpy_bytes_total{S,direction=~"h2d|d2h|d2d"}[W])')),
     _Q("alloc_calls", "alloc_calls", "calls", "Device, managed and pinned allocations.", "gputop_alloc_calls",
        label="allocations", shown=Shown.CALLS_BYTES, bytes_field="alloc_bytes", compare="alloc calls",
        compare_total="alloc calls total"),
@@ -127,7 +176,10 @@ PROC: tuple[Quantity, ...] = (
        directions=PREFETCH_DIRECTIONS, direction_label="destination", paired=True, label="prefetch",
        shown=Shown.SPECIAL),
     _Q("uvm_cpu_faults", "uvm_cpu_faults", "faults", "CPU page faults on managed memory.", "gputop_uvm_cpu_faults",
-       needs_fault_tracepoint=True, label="UVM faults", shown=Shown.SPECIAL, in_table=True),
+       needs_fault_tracepoint=True, label="UVM faults", shown=Shown.SPECIAL, in_table=True,
+       rate=Rate("uvm_faults_per_s", Per.SECOND, (
+           Shows("uvm", "UVM f/s", 7, "unified-memory page faults per second", after="live_mem",
+                 compare="UVM faults/s"),), "rate(gputop_uvm_cpu_faults_total{S}[W])")),
     _Q("uvm_gpu_faults", None, "faults", "GPU page faults on managed memory (nvidia_uvm).", "gputop_uvm_gpu_faults"),
     _Q("uvm_migrated", None, "bytes", "Bytes migrated by nvidia_uvm, by direction.", "gputop_uvm_migrated_bytes",
        directions=UVM_DIRECTIONS, label="UVM migrated", shown=Shown.SPECIAL),
@@ -137,14 +189,55 @@ PROC: tuple[Quantity, ...] = (
        "gputop_sync_calls", compare="sync calls"),
     _Q("sync_wait_s", "sync_ns", "seconds", "Seconds blocked in synchronisation calls.", "gputop_sync_wait_seconds",
        bpf_per_unit=1_000_000_000, label="sync blocked", shown=Shown.SPECIAL, compare_total="sync wait total",
-       in_table=True),
+       in_table=True,
+       rate=Rate("sync_wait_pct", Per.PERCENT, (
+           Shows("sync", "SYNC%", 5, "share of the interval spent blocked in synchronize calls", after="uvm",
+                 compare="sync wait %"),), "100 * rate(gputop_sync_wait_seconds_total{S}[W])")),
 )
 BY_FIELD: dict[str, Quantity] = {q.field: q for q in PROC}
+#: the quantities that yield a rate, in the catalogue's order
+RATED: tuple[Quantity, ...] = tuple(q for q in PROC if q.rate is not None)
+#: every shown rate value (column, series, compare row), by its key
+SHOWS: dict[str, tuple[Quantity, Shows]] = {s.key: (q, s) for q in RATED if q.rate for s in q.rate.shows}
+#: the history series kept per process, in chart order: every shown rate's key
+SERIES: tuple[str, ...] = tuple(SHOWS)
+
+
 #: the undirected quantities (one number each)
 SCALARS: tuple[Quantity, ...] = tuple(q for q in PROC if not q.directions)
 #: the scalar members of ``struct proc_t`` the BPF reader reads (the quantities' and their ``unknown_if``)
 BPF_MEMBERS: tuple[str, ...] = tuple(dict.fromkeys(
     m for q in SCALARS for m in (q.bpf, q.unknown_if) if m is not None))
+
+
+def rates(value: Callable[[str], Any], per_s: float) -> Rates:
+    """A process's ``Rates`` over an interval of ``1 / per_s`` seconds, one per rated quantity:
+    ``value(field)`` is the interval's value of the ``Counts`` field (for a paired directed quantity its
+    bytes by direction, a mapping), None where unknown, and so is the rate. The live feed and the fleet
+    view both derive their rates here."""
+    kw: dict[str, Any] = {}
+    for q in RATED:
+        assert q.rate is not None
+        v = value(q.field)
+        if v is None:
+            kw[q.rate.field] = None
+        elif q.directions:
+            kw[q.rate.field] = {d: b * per_s for d, b in v.items()}
+        elif q.rate.per is Per.PERCENT:
+            kw[q.rate.field] = min(100.0, 100.0 * v * per_s)
+        else:
+            kw[q.rate.field] = v * per_s
+    return Rates(**kw)
+
+
+def counts_value(c: Counts) -> Callable[[str], Any]:
+    """``rates``' ``value`` over model counts: a field's value, a paired quantity's bytes by direction."""
+    def value(name: str) -> Any:
+        v = getattr(c, name)
+        if v is not None and BY_FIELD[name].paired:
+            return {d: cb.bytes for d, cb in v.items()}
+        return v
+    return value
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gputop import counters
 from gputop.counters import PROC, Kind, Quantity
 from gputop.derive import LaunchBoundRule, is_launch_bound
 from gputop.feeds.base import Feed, FeedKind, Filters, SnapshotCallback
@@ -27,7 +28,6 @@ from gputop.model import (
     Counts,
     KernelStat,
     ProcSample,
-    Rates,
     Snapshot,
     SourceStatus,
 )
@@ -456,14 +456,7 @@ class Sampler(Feed):
             grid_avg = _avg(interval.grid_blocks_sum or 0, n)
             block_avg = _avg(interval.block_threads_sum or 0, n)
             per_s = 1.0 / elapsed if elapsed > 0 else None
-            gk = interval.graph_kernel_launches
-            rates = None if per_s is None else Rates(
-                launches_per_s=n * per_s,
-                graph_kernel_launches_per_s=None if gk is None else gk * per_s,
-                memcpy_bytes_per_s={k: v.bytes * per_s for k, v in (interval.memcpy or {}).items()},
-                uvm_faults_per_s=(interval.uvm_cpu_faults * per_s) if interval.uvm_cpu_faults is not None else None,
-                sync_wait_pct=min(100.0, 100.0 * (interval.sync_wait_s or 0.0) * per_s),
-            )
+            rates = None if per_s is None else counters.rates(counters.counts_value(interval), per_s)
             kernels = self._kernels(pid, raw, per_s, interval.graph_kernel_launches is not None,
                                     total.graph_kernel_launches is not None)
             extra = {
@@ -473,13 +466,7 @@ class Sampler(Feed):
             }
         elif idle is not None:
             interval = total = _zero_counts(uvm_cpu, idle.complete)
-            rates = None if elapsed <= 0 else Rates(
-                launches_per_s=0.0,
-                graph_kernel_launches_per_s=0.0,
-                memcpy_bytes_per_s=dict.fromkeys(MEMCPY_DIRECTIONS, 0.0),
-                uvm_faults_per_s=0.0 if uvm_cpu else None,
-                sync_wait_pct=0.0,
-            )
+            rates = None if elapsed <= 0 else counters.rates(counters.counts_value(interval), 1.0 / elapsed)
             extra = {"grid_blocks_hist": {}, "block_threads_hist": {},
                      "memcpy_size_hist": {d: {} for d in MEMCPY_DIRECTIONS}}
         gpu_index = nvp.gpu_index if nvp else None

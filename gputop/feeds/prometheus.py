@@ -43,7 +43,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputop.counters import GPU, PROC, SCALARS, Kind
+from gputop import counters
+from gputop.counters import BY_FIELD, GPU, PROC, SCALARS, Kind
 from gputop.errors import EX_ERROR, GputopError
 from gputop.feeds import bounded_http
 from gputop.feeds.fleet_pods import Pod, add_pod, pods_expr
@@ -57,7 +58,6 @@ from gputop.model import (
     KernelStat,
     ProcKey,
     ProcSample,
-    Rates,
     Snapshot,
     SourceStatus,
 )
@@ -89,12 +89,8 @@ HISTOGRAMS = (("gputop_kernel_grid_blocks_bucket", "grid_blocks_hist"),
 KERNEL_LAUNCHES = "gputop_kernel_function_launches_total"
 #: the time series of details and compare: (name in ``gputop.view.history.PROC_SERIES``, PromQL of the
 #: selector ``{S}`` and window ``W``), each one query_range for every watched process at once
-SERIES_QUERIES: tuple[tuple[str, str], ...] = (
-    ("launches", "rate(gputop_kernel_launches_total{S}[W])"),
-    ("memcpy", 'rate(gputop_memcpy_bytes_total{S,direction=~"h2d|d2h|d2d"}[W])'),
-    ("uvm_faults", "rate(gputop_uvm_cpu_faults_total{S}[W])"),
-    ("sync_pct", "100 * rate(gputop_sync_wait_seconds_total{S}[W])"),
-)
+SERIES_QUERIES: tuple[tuple[str, str], ...] = tuple(
+    (q.field, q.rate.promql) for q in counters.RATED if q.rate is not None and q.rate.promql is not None)
 #: points per chart of details and compare
 SERIES_POINTS = 120
 #: how far back the fleet looks for the name of a node whose scrapes fail now (its last
@@ -572,6 +568,15 @@ def build_snapshot(res: Results, *, at: float, window_s: float, host: str,
     return b.build(at=at, window_s=window_s, host=host, nodes=nodes)
 
 
+def _increase(inc: Mapping[str, Any], name: str) -> Any:
+    """``counters.rates``' value of a Counts field from a process's increases: a directed quantity's bytes
+    by direction (the directions whose bytes Prometheus answered), else the number; None: not answered."""
+    v = inc.get(name)
+    if v is not None and BY_FIELD[name].paired:
+        return {d: pair["bytes"] for d, pair in v.items() if "bytes" in pair}
+    return v
+
+
 def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: float,
                  pod: Pod | None = None) -> ProcSample:
     m = p.labels
@@ -585,16 +590,7 @@ def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: 
     per_s = 1.0 / window_s if window_s > 0 else 0.0
     rates = None
     if inc:
-        copies = inc.get("memcpy")
-        rates = Rates(
-            launches_per_s=inc["launches"] * per_s if "launches" in inc else None,
-            graph_kernel_launches_per_s=(inc["graph_kernel_launches"] * per_s if "graph_kernel_launches" in inc
-                                         else None),
-            memcpy_bytes_per_s=({d: v["bytes"] * per_s for d, v in copies.items() if "bytes" in v}
-                                if copies is not None else None),
-            uvm_faults_per_s=inc["uvm_cpu_faults"] * per_s if "uvm_cpu_faults" in inc else None,
-            sync_wait_pct=min(100.0, 100.0 * inc["sync_wait_s"] * per_s) if "sync_wait_s" in inc else None,
-        )
+        rates = counters.rates(lambda name: _increase(inc, name), per_s)
 
     def avg(sum_field: str, count_name: str) -> float | None:
         n = inc.get(count_name)
@@ -677,14 +673,17 @@ def _sources(samples: list[Sample], node_of: Mapping[str, str], nodes: frozenset
 
 
 def series_points(samples: Iterable[Sample], name: str) -> dict[ProcKey, dict[str, list[tuple[float, float]]]]:
-    """query_range results as ``{key: {series name: [(t, v)]}}``; memcpy splits by direction."""
+    """query_range results of the rate of quantity ``name`` (``SERIES_QUERIES``) as ``{key: {series name:
+    [(t, v)]}}``, the series named as the catalogue's rate shows them (a directed one by its direction)."""
+    rate = BY_FIELD[name].rate
+    assert rate is not None
     out: dict[ProcKey, dict[str, list[tuple[float, float]]]] = {}
     for s in samples:
         m = s["metric"]
         k = _pkey(m)
-        if k is None:
+        series = next((sh.key for sh in rate.shows if sh.direction in (None, m.get("direction"))), None)
+        if k is None or series is None:
             continue
-        series = m.get("direction", name) if name == "memcpy" else name
         out.setdefault(k, {})[series] = [(float(t), float(v)) for t, v in s["values"]]
     return out
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gputop.counters import RATED
 from gputop.model import CallBytes, Counts, ProcSample, Rates
 from gputop.record import RecordingError, read_recording
 from gputop.view.history import Point, point_of
@@ -74,12 +75,12 @@ def _mean_rates(rates: Sequence[Rates | None]) -> Rates | None:
     present = [r for r in rates if r is not None]
     if not present:
         return None
-    return Rates(
-        launches_per_s=_mean(r.launches_per_s for r in present),
-        memcpy_bytes_per_s=_mean_map([r.memcpy_bytes_per_s for r in present]),
-        uvm_faults_per_s=_mean(r.uvm_faults_per_s for r in present),
-        sync_wait_pct=_mean(r.sync_wait_pct for r in present),
-    )
+    kw: dict[str, Any] = {}
+    for q in RATED:
+        assert q.rate is not None
+        values = [getattr(r, q.rate.field) for r in present]
+        kw[q.rate.field] = _mean_map(values) if q.directions else _mean(values)
+    return Rates(**kw)
 
 
 _MEAN_FIELDS = (

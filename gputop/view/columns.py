@@ -13,6 +13,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
 from typing import Any, Optional, Union, overload
 
+from gputop.counters import SHOWS, Per
 from gputop.model import ProcKey, ProcSample
 from gputop.view import fields
 from gputop.view import format as fmt
@@ -71,7 +72,7 @@ def _node_text(p: ProcSample) -> str:
     return f"{fmt.text(p.node)} stale since {fmt.clock(p.last_seen) if p.last_seen is not None else 'N/A'}"
 
 
-COLUMNS: tuple[Column, ...] = (
+_OWN: tuple[Column, ...] = (
     Column("pid", "PID", 7, lambda p: p.pid, lambda p: str(p.pid), descending=False, help="process id"),
     Column(
         "user",
@@ -97,14 +98,6 @@ COLUMNS: tuple[Column, ...] = (
         help="command line (program name without its directory)",
     ),
     Column(
-        "launches",
-        "LAUNCH/s",
-        9,
-        fields.launches_per_s,
-        lambda p: ("~" if p.warming_up else "") + fmt.si(fields.launches_per_s(p)),
-        help="kernel launches per second",     # fleet view: ~ while warming up (docs/fleet.md)
-    ),
-    Column(
         "grid",
         "GRID",
         6,
@@ -121,60 +114,12 @@ COLUMNS: tuple[Column, ...] = (
         help="average threads per block",
     ),
     Column(
-        "graph_kernels",
-        "GKERN/s",
-        8,
-        fields.graph_kernels_per_s,
-        lambda p: fmt.si(fields.graph_kernels_per_s(p)),
-        help="kernels run inside CUDA graph launches per second (N/A: a graph of unknown kernels ran)",
-    ),
-    Column(
-        "h2d",
-        "H2D/s",
-        7,
-        fields.h2d_per_s,
-        lambda p: fmt.bytes_(fields.h2d_per_s(p)),
-        help="host-to-device memcpy bytes per second",
-    ),
-    Column(
-        "d2h",
-        "D2H/s",
-        7,
-        fields.d2h_per_s,
-        lambda p: fmt.bytes_(fields.d2h_per_s(p)),
-        help="device-to-host memcpy bytes per second",
-    ),
-    Column(
-        "d2d",
-        "D2D/s",
-        7,
-        fields.d2d_per_s,
-        lambda p: fmt.bytes_(fields.d2d_per_s(p)),
-        help="device-to-device memcpy bytes per second",
-    ),
-    Column(
         "live_mem",
         "LIVE MEM",
         8,
         fields.live_alloc_bytes,
         lambda p: fmt.bytes_(fields.live_alloc_bytes(p)),
         help="bytes allocated through CUDA and not yet freed",
-    ),
-    Column(
-        "uvm",
-        "UVM f/s",
-        7,
-        fields.uvm_faults_per_s,
-        lambda p: fmt.si(fields.uvm_faults_per_s(p)),
-        help="unified-memory page faults per second",
-    ),
-    Column(
-        "sync",
-        "SYNC%",
-        5,
-        fields.sync_wait_pct,
-        lambda p: fmt.pct(fields.sync_wait_pct(p)),
-        help="share of the interval spent blocked in synchronize calls",
     ),
     Column(
         "gpu_mem",
@@ -255,6 +200,41 @@ COLUMNS: tuple[Column, ...] = (
     ),
 )
 
+
+
+def rate_text(key: str, value: float | None) -> str:
+    """A shown rate (``counters.SHOWS``) as its column shows it: bytes, a percentage, or a count per second."""
+    q, _ = SHOWS[key]
+    assert q.rate is not None
+    if q.rate.per is Per.PERCENT:
+        return fmt.pct(value)
+    return fmt.bytes_(value) if q.unit == "bytes" else fmt.si(value)
+
+
+def _rate_column(key: str) -> Column:
+    """The column of a shown rate, from its catalogue row; ``~`` before a value whose series is younger than
+    the fleet's window (docs/fleet.md, "Warming up")."""
+    _, shows = SHOWS[key]
+    return Column(key, shows.header, shows.width, lambda p: fields.rate(p, key),
+                  lambda p: ("~" if p.warming_up else "") + rate_text(key, fields.rate(p, key)), help=shows.help)
+
+
+def _in_order(own: Sequence[Column]) -> tuple[Column, ...]:
+    """The table's own columns with each rate column of the catalogue after the column it follows."""
+    out = list(own)
+    pending = [_rate_column(key) for key in SHOWS]
+    while pending:
+        placed = [c for c in pending if any(o.key == SHOWS[c.key][1].after for o in out)]
+        if not placed:
+            raise ValueError(f"rate columns follow no column: {[c.key for c in pending]}")
+        for c in placed:
+            at = next(i for i, o in enumerate(out) if o.key == SHOWS[c.key][1].after)
+            out.insert(at + 1, c)
+            pending.remove(c)
+    return tuple(out)
+
+
+COLUMNS: tuple[Column, ...] = _in_order(_OWN)
 BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS}
 SORT_KEYS: tuple[str, ...] = tuple(c.key for c in COLUMNS)
 DEFAULT_SORT = "launches"
@@ -351,8 +331,8 @@ _ATTRIBUTES = {"pid": "pid", "user": "user", "gpu": "gpu_index", "grid": "grid_b
                "block": "block_threads_avg", "gpu_mem": "gpu_mem_bytes", "sm": "gpu_util_pct", "cpu": "cpu_pct",
                "cpu_time": "cpu_time_s", "rss": "rss_bytes", "mem": "mem_pct",
                "node": "node", "namespace": "namespace", "pod": "pod"}
-_RATES = {"launches": "launches_per_s", "graph_kernels": "graph_kernel_launches_per_s",
-          "uvm": "uvm_faults_per_s", "sync": "sync_wait_pct"}
+#: the undirected rate columns: their ``Rates`` field
+_RATES = {key: q.rate.field for key, (q, shows) in SHOWS.items() if q.rate is not None and shows.direction is None}
 
 
 def _values(key: str, procs: Sequence[ProcSample]) -> list[Any]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
-from gputop.counters import PROC, Quantity
+from gputop.counters import PROC, Per, Quantity
 from gputop.model import ProcSample
 from gputop.view import fields
 from gputop.view import format as fmt
@@ -54,8 +54,8 @@ def _no_graphs(in_graphs: float | int | None, graph_launches: float | int | None
 
 
 def _kernels_per_s(p: ProcSample) -> Value:
-    return _with_graphs(fields.launches_per_s(p),
-                        _no_graphs(fields.graph_kernels_per_s(p), fields.interval_count(p, "graph_launches")))
+    in_graphs = _no_graphs(fields.rate_in(p, "graph_kernel_launches"), fields.interval_count(p, "graph_launches"))
+    return _with_graphs(fields.rate_in(p, "launches"), in_graphs)
 
 
 def _kernels_total(p: ProcSample) -> Value:
@@ -68,10 +68,10 @@ def _total_copied(p: ProcSample) -> Value:
     return None if m is None else float(sum(cb.bytes for cb in m.values()))
 
 
-#: the compare screen's own metrics of the quantities with more than a count (rates, averages, directions)
+#: the compare screen's own metrics of the quantities with more than a count and a rate (totals, averages,
+#: the directions the table has no column for), after their rates
 _SPECIAL: dict[str, tuple[Metric, ...]] = {
     "launches": (
-        Metric("launches/s", fields.launches_per_s, fmt.si),
         Metric("launches total", lambda p: _f(fields.total_launches(p)), fmt.si),
         # a fused or graph-replayed workload against an unfused one: every kernel that ran
         Metric("kernels run/s", _kernels_per_s, fmt.si),
@@ -80,18 +80,26 @@ _SPECIAL: dict[str, tuple[Metric, ...]] = {
         Metric("avg grid blocks", lambda p: p.grid_blocks_avg, fmt.num),
         Metric("avg block threads", lambda p: p.block_threads_avg, fmt.num)),
     "memcpy": (
-        Metric("H2D B/s", fields.h2d_per_s, fmt.bytes_),
-        Metric("D2H B/s", fields.d2h_per_s, fmt.bytes_),
-        Metric("D2D B/s", fields.d2d_per_s, fmt.bytes_),
-        Metric("H2H B/s", lambda p: fields.memcpy_per_s(p, "h2h"), fmt.bytes_),
-        Metric("no-dir copy B/s", lambda p: fields.memcpy_per_s(p, "unknown"), fmt.bytes_),
+        Metric("H2H B/s", lambda p: fields.rate_in(p, "memcpy", "h2h"), fmt.bytes_),
+        Metric("no-dir copy B/s", lambda p: fields.rate_in(p, "memcpy", "unknown"), fmt.bytes_),
         Metric("copied total", _total_copied, fmt.bytes_)),
     "live_alloc_bytes": (Metric("live alloc", lambda p: _f(fields.live_alloc_bytes(p)), fmt.bytes_),),
     "prefetch": (Metric("prefetch →GPU", lambda p: _f(fields.interval_prefetch_bytes(p, "to_device")), fmt.bytes_),),
-    "uvm_cpu_faults": (Metric("UVM faults/s", fields.uvm_faults_per_s, fmt.si),),
     "uvm_migrated": (Metric("UVM migrated H2D", lambda p: _f(fields.interval_uvm_migrated(p, "h2d")), fmt.bytes_),),
-    "sync_wait_s": (Metric("sync wait %", fields.sync_wait_pct, lambda v: fmt.pct(v, 1)),),
 }
+
+
+def _rate_metrics(q: Quantity) -> tuple[Metric, ...]:
+    """The compared values of a quantity's rate (the catalogue's ``Shows.compare``)."""
+    if q.rate is None:
+        return ()
+    render: Callable[[Value], str] = (
+        (lambda v: fmt.pct(v, 1)) if q.rate.per is Per.PERCENT else fmt.bytes_ if q.unit == "bytes" else fmt.si)
+    return tuple(Metric(s.compare, _rate(s.key), render) for s in q.rate.shows if s.compare is not None)
+
+
+def _rate(key: str) -> Callable[[ProcSample], Value]:
+    return lambda p: fields.rate(p, key)
 
 
 def _render(q: Quantity) -> Callable[[Value], str]:
@@ -101,7 +109,8 @@ def _render(q: Quantity) -> Callable[[Value], str]:
 def _metrics(q: Quantity) -> tuple[Metric, ...]:
     """A quantity's metrics: the screen's own, then its interval's and its total's (gputop/counters.py)."""
     plain = ((q.compare, _count(q.field)), (q.compare_total, _total(q.field)))
-    return (*_SPECIAL.get(q.field, ()), *(Metric(label, value, _render(q)) for label, value in plain if label))
+    return (*_rate_metrics(q), *_SPECIAL.get(q.field, ()),
+            *(Metric(label, value, _render(q)) for label, value in plain if label))
 
 
 #: every metric compared, the catalogue's quantities in its order, then the process's GPU and CPU use

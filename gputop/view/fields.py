@@ -2,41 +2,25 @@
 
 from __future__ import annotations
 
+from gputop.counters import BY_FIELD, SHOWS
 from gputop.model import Counts, ProcSample
 
 
-def launches_per_s(p: ProcSample) -> float | None:
-    return p.rates.launches_per_s if p.rates else None
+def rate(p: ProcSample, key: str) -> float | None:
+    """The value of shown rate ``key`` (``counters.SHOWS``: a column's key, a history series' name) of a
+    process: its quantity's rate, or its direction's; None: unknown."""
+    q, shows = SHOWS[key]
+    return rate_in(p, q.field) if shows.direction is None else rate_in(p, q.field, shows.direction)
 
 
-def graph_kernels_per_s(p: ProcSample) -> float | None:
-    return p.rates.graph_kernel_launches_per_s if p.rates else None
-
-
-def memcpy_per_s(p: ProcSample, direction: str) -> float | None:
-    if p.rates is None or p.rates.memcpy_bytes_per_s is None:
-        return None
-    return p.rates.memcpy_bytes_per_s.get(direction)
-
-
-def h2d_per_s(p: ProcSample) -> float | None:
-    return memcpy_per_s(p, "h2d")
-
-
-def d2h_per_s(p: ProcSample) -> float | None:
-    return memcpy_per_s(p, "d2h")
-
-
-def d2d_per_s(p: ProcSample) -> float | None:
-    return memcpy_per_s(p, "d2d")
-
-
-def uvm_faults_per_s(p: ProcSample) -> float | None:
-    return p.rates.uvm_faults_per_s if p.rates else None
-
-
-def sync_wait_pct(p: ProcSample) -> float | None:
-    return p.rates.sync_wait_pct if p.rates else None
+def rate_in(p: ProcSample, name: str, direction: str | None = None) -> float | None:
+    """The rate of quantity ``name`` (a ``Counts`` field of the catalogue) of a process, of ``direction`` for a
+    directed one; None: unknown."""
+    r = BY_FIELD[name].rate
+    v = getattr(p.rates, r.field, None) if r is not None else None
+    if direction is not None:
+        return None if v is None else v.get(direction)
+    return v
 
 
 def _level(p: ProcSample) -> Counts | None:

@@ -12,52 +12,41 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gputop.counters import SERIES
 from gputop.model import ProcKey, ProcSample, Snapshot
 from gputop.view import fields
 
 #: GPU utilisation is kept for sparklines up to this many GPUs in a snapshot
 MAX_GPU_SERIES = 64
-#: the series kept per process, in chart order
-PROC_SERIES: tuple[str, ...] = ("launches", "h2d", "d2h", "d2d", "uvm_faults", "sync_pct")
+#: the series kept per process, in chart order: every shown rate of the catalogue (``counters.SHOWS``), then
+#: the CPU use (kept for the steady sort only)
+PROC_SERIES: tuple[str, ...] = (*SERIES, "cpu_pct")
+_AT: dict[str, int] = {name: i for i, name in enumerate(PROC_SERIES)}
 
 
 @dataclass(frozen=True)
 class Point:
+    """One refresh of a process: the value of each series of ``PROC_SERIES`` (None: unknown)."""
+
     time: float
-    launches: float | None
-    h2d: float | None
-    d2h: float | None
-    d2d: float | None
-    uvm_faults: float | None
-    sync_pct: float | None
-    #: kept for the steady sort only (``smoothed``), not charted
-    graph_kernels: float | None = None
-    cpu_pct: float | None = None
+    values: tuple[float | None, ...]
     #: seconds the point's rates cover (its snapshot's interval); 0: unknown
     interval_s: float = 0.0
 
+    def get(self, name: str) -> float | None:
+        """The value of series ``name``."""
+        return self.values[_AT[name]]
+
 
 def point_of(time_s: float, p: ProcSample, interval_s: float = 0.0) -> Point:
-    return Point(
-        time_s,
-        fields.launches_per_s(p),
-        fields.h2d_per_s(p),
-        fields.d2h_per_s(p),
-        fields.d2d_per_s(p),
-        fields.uvm_faults_per_s(p),
-        fields.sync_wait_pct(p),
-        fields.graph_kernels_per_s(p),
-        p.cpu_pct,
-        interval_s,
-    )
+    return Point(time_s, (*(fields.rate(p, key) for key in SERIES), p.cpu_pct), interval_s)
 
 
 #: the steady sort (docs/dashboard.md, "Steady sorting"): rows are ordered by a rate averaged over
 #: this many seconds of refreshes, so that a bursty process does not trade places every refresh
 SMOOTH_WINDOW_S = 5.0
 #: the columns sorted by their smoothed rate -> the Point field it is kept in
-SMOOTHED: dict[str, str] = {"launches": "launches", "graph_kernels": "graph_kernels", "h2d": "h2d", "d2h": "d2h",
-                            "d2d": "d2d", "uvm": "uvm_faults", "sync": "sync_pct", "cpu": "cpu_pct"}
+SMOOTHED: dict[str, str] = {**{key: key for key in SERIES}, "cpu": "cpu_pct"}
 
 
 def window_mean(points: Sequence[Point], name: str, until: float, window_s: float = SMOOTH_WINDOW_S) -> float | None:
@@ -71,7 +60,7 @@ def window_mean(points: Sequence[Point], name: str, until: float, window_s: floa
         if at is None:
             return None
         points = points[:at + 1]
-    last = getattr(points[-1], name)
+    last = points[-1].get(name)
     if last is None:
         return None
     weighted = 0.0
@@ -79,7 +68,7 @@ def window_mean(points: Sequence[Point], name: str, until: float, window_s: floa
     for pt in reversed(points):
         if pt.time <= until - window_s:
             break
-        v = getattr(pt, name)
+        v = pt.get(name)
         if v is None or pt.interval_s <= 0:
             continue
         weighted += v * pt.interval_s
@@ -181,7 +170,7 @@ class History:
                 if pts and abs(pts[-1].time - until) <= 1e-9 and pts[-1] == point_of(until, p, pts[-1].interval_s):
                     out.append(window_mean(pts, name, until))
                 else:
-                    out.append(getattr(point_of(until, p), name))
+                    out.append(point_of(until, p).get(name))
             return out
         return values
 
@@ -200,7 +189,7 @@ def series(points: list[Point], name: str, origin: float | None = None) -> Serie
     if not points:
         return Series(name, (), ())
     t0 = points[0].time if origin is None else origin
-    return Series(name, tuple(pt.time - t0 for pt in points), tuple(getattr(pt, name) for pt in points))
+    return Series(name, tuple(pt.time - t0 for pt in points), tuple(pt.get(name) for pt in points))
 
 
 def points_of_series(by_name: dict[str, list[tuple[float, float]]] | None) -> list[Point]:
@@ -212,6 +201,5 @@ def points_of_series(by_name: dict[str, list[tuple[float, float]]] | None) -> li
     lookup = {name: dict(values) for name, values in by_name.items()}
     out = []
     for t in times:
-        v = [lookup.get(name, {}).get(t) for name in PROC_SERIES]
-        out.append(Point(t, v[0], v[1], v[2], v[3], v[4], v[5]))
+        out.append(Point(t, tuple(lookup.get(name, {}).get(t) for name in PROC_SERIES)))
     return out

@@ -261,7 +261,7 @@ def test_history_keeps_bounded_series_and_forgets_gone_processes() -> None:
         h.add(replace(snapshot(*procs, time=100.0 + i),
                       gpus=(GpuSample(index=0, util_pct=float(i)),)))
     pts = h.points(1)
-    assert [p.launches for p in pts] == [3.0, 4.0, 5.0, 6.0, 7.0]
+    assert [p.get("launches") for p in pts] == [3.0, 4.0, 5.0, 6.0, 7.0]
     assert h.points(2) == []  # not seen for longer than the window
     assert h.gpu_util(0) == [3.0, 4.0, 5.0, 6.0, 7.0]
     s = series(pts, "launches", origin=107.0)

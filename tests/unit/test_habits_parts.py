@@ -16,7 +16,7 @@ from gputop.model import (
     summarize,
 )
 from gputop.view.columns import time_plus
-from gputop.view.history import Point, window_mean
+from gputop.view.history import PROC_SERIES, Point, window_mean
 from gputop.view.tree import tree_order
 
 
@@ -88,7 +88,7 @@ def test_tree_in_the_fleet_view_finds_parents_on_the_same_target() -> None:
 
 
 def pt(t: float, launches: float | None, dt: float = 1.0) -> Point:
-    return Point(t, launches, None, None, None, None, None, interval_s=dt)
+    return Point(t, tuple(launches if name == "launches" else None for name in PROC_SERIES), interval_s=dt)
 
 
 def test_window_mean_edges() -> None:

@@ -102,9 +102,9 @@ def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
         return " ".join(f"{d.upper()} {fmt.bytes_(m.get(d) if m is not None else None)}" for d in ("h2d", "d2h"))
 
     if q.field == "launches":
-        return [(label, _per_s(fmt.si(fields.launches_per_s(p))), n(tot, q.field))]
+        return [(label, _per_s(fmt.si(fields.rate_in(p, q.field))), n(tot, q.field))]
     if q.field == "graph_kernel_launches":
-        return [(label, _per_s(fmt.si(fields.graph_kernels_per_s(p))), n(tot, q.field))]
+        return [(label, _per_s(fmt.si(fields.rate_in(p, q.field))), n(tot, q.field))]
     if q.field == "grid_blocks_sum":
         tot_grid = _avg(tot.grid_blocks_sum, tot.launches) if tot else None
         tot_block = _avg(tot.block_threads_sum, tot.launches) if tot else None
@@ -112,18 +112,18 @@ def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
                  f"{fmt.num(tot_grid)} × {fmt.num(tot_block)}")]
     if q.field == "memcpy":
         return [(f"{label} {d}" if d == "unknown" else f"{label} {d.upper()}",
-                 _per_s(fmt.bytes_(fields.memcpy_per_s(p, d))), copies(tot, d)) for d in q.directions]
+                 _per_s(fmt.bytes_(fields.rate_in(p, q.field, d))), copies(tot, d)) for d in q.directions]
     if q.field == "live_alloc_bytes":
         return [(label, "", fmt.bytes_(fields.live_alloc_bytes(p)))]
     if q.field == "prefetch":
         return [(label, prefetch(iv), prefetch(tot))]
     if q.field == "uvm_cpu_faults":
-        return [(label, _per_s(fmt.si(fields.uvm_faults_per_s(p))),
+        return [(label, _per_s(fmt.si(fields.rate_in(p, q.field))),
                  f"CPU {n(tot, q.field)} GPU {n(tot, 'uvm_gpu_faults')}")]
     if q.field == "uvm_migrated":
         return [(label, migrated(iv), migrated(tot))]
     if q.field == "sync_wait_s":
-        return [(label, f"{fmt.pct(fields.sync_wait_pct(p), 1)}, {_calls(_get(iv, 'sync_calls'))}",
+        return [(label, f"{fmt.pct(fields.rate_in(p, q.field), 1)}, {_calls(_get(iv, 'sync_calls'))}",
                  f"{fmt.seconds(_get(tot, q.field))}, {_calls(_get(tot, 'sync_calls'))}")]
     raise ValueError(f"no details row for {q.field}")
 
