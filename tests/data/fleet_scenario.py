@@ -19,9 +19,14 @@ for _path in (ROOT, ROOT / "scripts"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from gputop.counters import RATED  # noqa: E402
 from gputop.model import ProcKey, ProcSample, Rates, Snapshot, SourceStatus  # noqa: E402
 from gputop.record import read_recording  # noqa: E402
+from gputop.view import fields  # noqa: E402
 from screenshots import FrameFeed  # noqa: E402
+
+#: the rates the fleet charts (query_range), by the history's names of them
+_QUERIED = tuple(s.key for q in RATED if q.rate is not None and q.rate.promql is not None for s in q.rate.shows)
 
 RECORDING = ROOT / "tests" / "data" / "scenario.jsonl"
 URL = "http://prometheus.example:9090"
@@ -82,10 +87,9 @@ class FleetFrameFeed(FrameFeed):
             p = snap.process(key)
             if p is None or p.rates is None:
                 continue
-            values = {"launches": p.rates.launches_per_s, "sync_pct": p.rates.sync_wait_pct,
-                      "uvm_faults": p.rates.uvm_faults_per_s, **(p.rates.memcpy_bytes_per_s or {})}
-            for name, v in values.items():
-                if v is not None and name in ("launches", "sync_pct", "uvm_faults", "h2d", "d2h", "d2d"):
+            for name in _QUERIED:
+                v = fields.rate(p, name)
+                if v is not None:
                     out.setdefault(name, []).append((snap.time, v))
         return out or None
 
