@@ -13,13 +13,17 @@ import os
 import platform
 import struct
 
+from gputop.sources.bpf.abi import LIMITS
+
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
 _BPF_MAP_CREATE, _BPF_MAP_TYPE_HASH, _BPF_F_NO_PREALLOC = 0, 1, 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
-#: (map, key bytes, value bytes, entries) as bpf/gputop.bpf.c declares them (struct sizes, MAX_* defaults)
-MAPS = (("name_ptrs", 16, 16, 1048576), ("gids", 16, 24, 16384), ("graphs", 16, 16, 16384),
-        ("execs", 16, 8, 16384), ("gnodes", 24, 8, 131072), ("gparts", 24, 8, 16384))
+#: (map, key bytes, value bytes, entries) as bpf/gputop.bpf.c declares them (the sizes of bpf/gputop.h's
+#: structs; the entries of abi.LIMITS)
+MAPS = (("name_ptrs", 16, 16, LIMITS["MAX_NAME_PTRS"]), ("gids", 16, 24, LIMITS["MAX_GRAPHS"]),
+        ("graphs", 16, 16, LIMITS["MAX_GRAPHS"]), ("execs", 16, 8, LIMITS["MAX_GRAPHS"]),
+        ("gnodes", 24, 8, LIMITS["MAX_GRAPH_NODES"]), ("gparts", 24, 8, LIMITS["MAX_GRAPHS"]))
 
 
 def memlock_bytes(key: int, value: int, entries: int, flags: int) -> int:

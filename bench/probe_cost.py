@@ -44,6 +44,7 @@ from support import TESTBED, build_native  # noqa: E402
 from gputop.sources.bpf import BpfSource, load_bcc, use_headers  # noqa: E402
 from gputop.sources.bpf.catalogue import Probe  # noqa: E402
 from gputop.sources.bpf.linux import enable_stats, prog_run_stats  # noqa: E402
+from gputop.sources.bpf.program import program_text  # noqa: E402
 from gputop.sources.bpf.symbols import read_symbols  # noqa: E402
 from gputop.sources.bpf.uprobes import UprobeAttacher  # noqa: E402
 
@@ -176,10 +177,11 @@ class GputopPerf(Gputop):
 
 
 class GputopBefore(Gputop):
-    """gputop with another version of bpf/gputop.bpf.c (``--before PATH``): a change measured side by side."""
+    """gputop with another version of bpf/gputop.bpf.c (``--before PATH``, beside that version's headers): a
+    change measured side by side."""
 
     def __init__(self, program: Path) -> None:
-        self.text = program.read_text()
+        self.text = program_text(program)
         self.name = "gputop, before"
 
     def source(self) -> BpfSource:
@@ -299,8 +301,9 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=300000)
     ap.add_argument("--cpu-seconds", type=float, default=10.0, help="0: skip gputop's own CPU")
     ap.add_argument("--before", type=Path, metavar="PROGRAM",
-                    help="also measure gputop with this version of bpf/gputop.bpf.c, e.g. "
-                         "<(git show HEAD~1:bpf/gputop.bpf.c)")
+                    help="also measure gputop with this version of bpf/gputop.bpf.c, in its own bpf/ (the "
+                         "headers it includes are read beside it), e.g. after git worktree add /tmp/before "
+                         "HEAD~1: /tmp/before/bpf/gputop.bpf.c")
     benchjson.add_argument(ap)
     args = ap.parse_args()
     samples, run_samples = probe_cost(args.rounds, args.calls, args.before)

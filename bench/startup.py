@@ -92,7 +92,7 @@ _PARTS = r"""
 import json, mmap, os, time
 from gputop.sources.bpf import btf, compilecache, discovery, symbols
 from gputop.sources.bpf import TRACEFS, BpfSource, load_bcc, use_headers
-from gputop.sources.bpf.program import LIMITS
+from gputop.sources.bpf.abi import LIMITS
 from gputop.sources.bpf.linux import BPF_TRACE_UPROBE_MULTI
 out = {}
 refs = discovery.scan()

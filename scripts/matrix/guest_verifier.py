@@ -6,21 +6,10 @@ uprobe programs alone; write OUT/SRC/result.txt and each refused program's verif
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import sys
 from pathlib import Path
-
-
-def limits(repo: Path) -> dict[str, int]:
-    """gputop/sources/bpf/program.py's LIMITS, read from its text (that module needs more than this guest has)."""
-    text = (repo / "gputop" / "sources" / "bpf" / "program.py").read_text()
-    m = re.search(r"^LIMITS = (\{.*?\})\n", text, re.S | re.M)
-    assert m, "LIMITS not found in gputop/sources/bpf/program.py"
-    value = ast.literal_eval(m.group(1))
-    assert isinstance(value, dict)
-    return value
 
 
 def main() -> int:
@@ -28,15 +17,20 @@ def main() -> int:
     sys.path.insert(0, str(repo))
     from bcc import BPF  # type: ignore[import-not-found]
 
-    from gputop.sources.bpf import abi, linux
-    cflags = [*(f"-D{k}={v}" for k, v in limits(repo).items()), *abi.cflags()]
+    from gputop.sources.bpf import abi, ctext, linux, procid
+    cflags = [*abi.cflags(), f"-DPID_GEN_WORDS={procid.pid_gen_words()}"]
     if linux.atomic_cmpxchg() is False:        # as gputop/sources/bpf/program.py's cflags: Linux < 5.12
         cflags.append(linux.NO_CMPXCHG)
     bad = 0
     for src in map(Path, sys.argv[3:]):
         dst = out / src.stem
         dst.mkdir(parents=True, exist_ok=True)
-        text = src.read_text()
+        try:        # a variant of gputop.bpf.c (srcs/) includes the headers of the repository's bpf/
+            text = ctext.expand(src, [repo / "bpf"])
+        except OSError as e:
+            (dst / "result.txt").write_text(f"COMPILE {e}\n")
+            bad += 1
+            continue
         names = re.findall(r"^int (\w+)\(struct pt_regs \*ctx\)", text, re.M)
         try:
             b = BPF(text=text, cflags=cflags)

@@ -1,11 +1,13 @@
-"""Load every program of bpf/gputop.bpf.c in one Debian kernel of the matrix and keep each verifier log.
+"""Load every program of bpf/gputop.bpf.c (and its headers) in one Debian kernel of the matrix and keep each
+verifier log.
 
     python3 scripts/matrix/verifier_log.py SUITE OUTDIR [SOURCE.c ...]     (as root)
 
 Boots the suite's cached root (scripts/matrix/vm.py's build_root, run disk and QEMU) with
 guest-verifier.sh instead of guest-run.sh: no set-up, no venv; the suite's own python3-bpfcc (and so
-its LLVM) compiles bpf/gputop.bpf.c, then each SOURCE.c given (variants to try), with the cflags gputop
-uses (the LIMITS of gputop/sources/bpf/program.py and abi.cflags()), and loads each uprobe program alone.
+its LLVM) compiles bpf/gputop.bpf.c, then each SOURCE.c given (variants of it to try, with the headers of
+this bpf/), with the cflags gputop uses (abi.cflags(): the map sizes and shared constants; the guest's
+PID_GEN_WORDS), and loads each uprobe program alone.
 OUTDIR/out/SRC/result.txt lists `ok NAME` or `FAIL NAME`; OUTDIR/out/SRC/NAME.log holds the
 verifier's log of each refused program. Exit status: the guest's (0 when every program of every
 source loaded, 3 when some did not), 124 on the timeout.

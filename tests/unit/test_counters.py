@@ -1,12 +1,13 @@
-"""The catalogue of quantities (gputop/counters.py) against the model's fields and the C struct, and
+"""The catalogue of quantities (gputop/counters.py) against the model's fields and the C struct as
+compiled (bpf/gputop.h's proc_t), and
 the round trip it promises: every quantity and GPU field the exporter publishes comes back equal in
 the fleet view (the exporter's text, parsed as Prometheus stores it, into the fleet's snapshot)."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
-import re
-from pathlib import Path
+import functools
 from typing import Any
 
 import pytest
@@ -17,11 +18,12 @@ from gputop.counters import BPF_MEMBERS, BY_FIELD, GPU, PROC, Shown
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 from gputop.feeds.prometheus import Results, build_snapshot
 from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Snapshot, SourceStatus
-from gputop.sources.bpf import records
+from gputop.sources.bpf import has_privileges, load_bcc, records, use_headers
+from gputop.sources.bpf.compilecache import declarations_only
+from gputop.sources.bpf.program import Program, program_text
 from gputop.ui.screens import details
 from gputop.view import compare
 
-ROOT = Path(__file__).resolve().parents[2]
 #: members of struct proc_t that are not quantities of a process: state of the BPF program itself
 NOT_QUANTITIES = {
     "capturing": "captures under way in the process (decides where a launch counts)",
@@ -29,13 +31,27 @@ NOT_QUANTITIES = {
 }
 
 
+@functools.cache
 def _proc_t() -> dict[str, bool]:
-    """struct proc_t's members of integer type: name -> whether it is an array."""
-    text = (ROOT / "bpf" / "gputop.bpf.c").read_text()
-    body = re.search(r"struct proc_t \{(.*?)\n\};", text, re.S)
-    assert body is not None
-    members = re.findall(r"^\s*[us]64\s+(\w+)(\[[^\]]+\])?;", body.group(1), re.M)
-    return {name: bool(dim) for name, dim in members}
+    """struct proc_t's 64-bit integer members as compiled: name -> whether it is an array. Read from the
+    type bcc gives the ``procs`` map's values, which the reader reads (records.py), after compiling the
+    program's declarations (bpf/gputop.h's types and the maps) as gputop does."""
+    if not has_privileges():
+        pytest.skip("compiling the BPF program's declarations creates its maps: needs the tracing privileges")
+    bcc = load_bcc()
+    use_headers()
+    bpf = bcc.BPF(text=declarations_only(program_text()).encode(), cflags=Program().cflags())
+    try:
+        fields = bpf[b"procs"].Leaf._fields_
+    finally:
+        bpf.cleanup()
+    out = {}
+    for name, ctype in fields:
+        array = issubclass(ctype, ctypes.Array)
+        element = ctype._type_ if array else ctype
+        if element._type_ in "lLqQ" and ctypes.sizeof(element) == 8:
+            out[name] = array
+    return out
 
 
 def test_the_catalogue_holds_every_field_of_the_model_once() -> None:

@@ -1,5 +1,6 @@
-"""The start-up's parts that need no BPF: the program's declarations, the cache's trust rules, the
-CUDA pre-filter's string tables, and the compiler mappings it may drop."""
+"""The start-up's parts that need no BPF: the program's text (bpf/'s headers written in) and
+declarations, the cache's key and trust rules, the CUDA pre-filter's string tables, and the compiler
+mappings it may drop."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from gputop.sources.bpf import compilecache as bpfcache
-from gputop.sources.bpf import elfread, startup, symbols
-from gputop.sources.bpf.program import program_path
+from gputop.sources.bpf import ctext, elfread, startup, symbols
+from gputop.sources.bpf.program import program_path, program_text
 
 SNIPPET = r"""
 #include <uapi/linux/ptrace.h>
@@ -48,8 +51,55 @@ def test_declarations_keep_types_maps_and_preprocessor_lines_only() -> None:
     assert out.count("\n") == SNIPPET.count("\n")        # lines kept: compiler messages point right
 
 
+def test_a_comment_before_a_header_guard_keeps_the_guard() -> None:
+    text = "// a header\n#ifndef __H\n#define __H\nstatic int f(void) {\n    return 0;\n}\n#endif\n"
+    out = bpfcache.declarations_only(text)
+    assert out == "// a header\n#ifndef __H\n#define __H\n\n\n\n#endif\n"
+
+
+def test_the_headers_are_written_in_once_with_line_markers(tmp_path: Path) -> None:
+    (tmp_path / "main.bpf.c").write_text('#include <uapi/linux/ptrace.h>\n#include "a.h"\n#include "b.bpf.h"\n'
+                                         'int x;\n')
+    (tmp_path / "a.h").write_text("#ifndef A\n#define A\nstruct a_t { u64 v; };\n#endif\n")
+    (tmp_path / "b.bpf.h").write_text('#include "a.h"  // again: written once\nstatic int b;')
+    assert ctext.expand(tmp_path / "main.bpf.c") == (
+        '#line 1 "main.bpf.c"\n#include <uapi/linux/ptrace.h>\n'
+        '#line 1 "a.h"\n#ifndef A\n#define A\nstruct a_t { u64 v; };\n#endif\n#line 3 "main.bpf.c"\n'
+        '#line 1 "b.bpf.h"\n\nstatic int b;\n#line 4 "main.bpf.c"\n'
+        'int x;\n')
+    (tmp_path / "b.bpf.h").write_text('#include "c.h"\n')
+    with pytest.raises(FileNotFoundError, match=r"c\.h not found"):
+        ctext.expand(tmp_path / "main.bpf.c")
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "c.h").write_text("int c;\n")           # found in a directory searched next
+    assert "int c;" in ctext.expand(tmp_path / "main.bpf.c", [tmp_path / "inc"])
+
+
+def test_the_program_text_holds_every_header_and_a_header_change_changes_the_cache_key(tmp_path: Path) -> None:
+    bpf = program_path().parent
+    text = program_text()
+    headers = sorted(p.name for p in bpf.iterdir() if p.suffix == ".h")
+    assert "gputop.h" in headers and "bits.bpf.h" in headers and len(headers) > 8
+    for name in headers:
+        assert f'#line 1 "{name}"' in text and (bpf / name).read_text() in text, name
+    assert not re.search(r'^\s*#\s*include\s*"', text, re.M)           # nothing left for bcc to include
+    copy = tmp_path / "bpf"
+    copy.mkdir()
+    for p in bpf.iterdir():
+        (copy / p.name).write_text(p.read_text())
+    assert program_text(copy / "gputop.bpf.c") == text
+    with (copy / "sync.bpf.h").open("a") as f:
+        f.write("// changed\n")
+    bcc = type("bcc", (), {"__version__": "0.26.0"})
+
+    def key(t: str) -> str:
+        return bpfcache.key(bcc, t.encode(), ["-DX=1"], None, tmp_path)
+
+    assert key(program_text(copy / "gputop.bpf.c")) != key(text)
+
+
 def test_the_programs_declarations_hold_every_map_and_no_function() -> None:
-    text = program_path().read_text()
+    text = program_text()
     decls = bpfcache.declarations_only(text)
     maps = re.compile(r"^BPF_\w+\(.*\);", re.M)
     assert maps.findall(decls) == maps.findall(text) and len(maps.findall(text)) > 20

@@ -1,6 +1,6 @@
-"""The BPF source: loads ``bpf/gputop.bpf.c`` with bcc, attaches probes, reads maps into counters
-(docs/architecture.md, "The BPF source"). Its public face, re-exported from the modules that own
-each name."""
+"""The BPF source: loads ``bpf/gputop.bpf.c`` and its headers with bcc, attaches probes, reads maps
+into counters (docs/architecture.md, "The BPF source"). Its public face, re-exported from the
+modules that own each name."""
 
 from gputop.sources.bpf.linux import TRACEFS, aligned_blocks, ensure_tracefs, tracepoint_exists
 from gputop.sources.bpf.privileges import has_privileges

@@ -1,14 +1,19 @@
-"""What bpf/gputop.bpf.c and its user space share, defined once: here. ``cflags`` passes every constant
-to the compiler as ``-D``; the C side declares none of them (it stops with ``#error`` where one is
-missing), and the Python side imports them from this module.
+"""What the BPF program (bpf/) and its user space share, defined once: here. ``cflags`` passes every
+constant and map size to the compiler as ``-D``; bpf/gputop.h names them, defines none (it stops
+with ``#error`` where one is missing) and holds the maps' types, which user space reads as bcc
+compiled them (``table.Leaf``); the Python side imports the constants from this module.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gputop import model
 
-#: memcpy directions (the order of ``model.MEMCPY_DIRECTIONS``: D_H2D ... D_UNK index them)
+#: memcpy directions: D_H2D ... D_UNK index the per-direction arrays in the order of
+#: ``model.MEMCPY_DIRECTIONS`` (D_UNK the last: the C side counts a direction out of range as unknown)
 NDIR = len(model.MEMCPY_DIRECTIONS)
+D_H2D, D_D2H, D_D2D, D_H2H, D_UNK = (model.MEMCPY_DIRECTIONS.index(d) for d in ("h2d", "d2h", "d2d", "h2h", "unknown"))
 #: prefetch destinations (``model.PREFETCH_DIRECTIONS``: to_device, to_host)
 NPREFETCH = len(model.PREFETCH_DIRECTIONS)
 #: log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0, the last one open-ended
@@ -49,11 +54,48 @@ FILE_PROBED, FILE_NOT_CUDA = 1, 2
 #: the bits of struct inode's change-time nanoseconds that are nanoseconds (all below 10^9 < 2^30; Linux
 #: 6.13 keeps a flag in bit 31)
 CTIME_NSEC_MASK = (1 << 30) - 1
+#: a graph content's flags (gid_t.flags): its kernel count is not known (a conditional node, a part
+#: gputop did not see built: never launched as known); a node or part could not be stored (its count is
+#: exact, its kernels by function are not)
+G_UNKNOWN, G_LOST = 1, 2
+
+#: what the ``dropped`` array counts, by index: records (procs), kernels, names, allocations, ranges,
+#: captures, ring-buffer events, batch entries past BATCH_MAX, copies to or from CUDA arrays (their bytes
+#: are not known), graph records. The C side names index i DROP_<KIND> (DROP_PROCS ... DROP_GRAPHS).
+DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs")
+NDROP = len(DROP_KINDS)
 
 #: every constant above, by name: what cflags passes
 SHARED: dict[str, int] = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}
+SHARED.update({f"DROP_{kind.upper()}": i for i, kind in enumerate(DROP_KINDS)})
+
+#: the maps' sizes (entries), each map's in one place; a test may pass smaller ones (``cflags(limits)``).
+#: ``tracked`` holds MAX_PROCS x 4 and ``ranges`` MAX_ALLOCS x 8 (bpf/gputop.bpf.c)
+LIMITS: dict[str, int] = {
+    "MAX_PROCS": 4096,              # procs (process records)
+    "MAX_KERNELS": 16384,           # kernels: (process, kernel) pairs
+    "MAX_ALLOCS": 65536,            # allocs: live allocations
+    "MAX_NAMES": 16384,             # names captured, aliases
+    "MAX_THREADS": 16384,           # each per-thread table (pend_*, via_layer)
+    "MAX_CODE": 262144,             # code: blocks of CUDA code ranges
+    "MAX_KSLOTS": 16384,            # kslots: launch slots (a power of two)
+    "MAX_NAME_PTRS": 1048576,       # name_ptrs: registered kernels
+    "MAX_GRAPHS": 16384,            # gids, graphs, execs, gparts: graph contents, graphs, execs, parts
+    "MAX_GRAPH_NODES": 131072,      # gnodes: (graph content, kernel) pairs
+    "MAX_CAPTURES": 1024,           # capturing: streams that began a capture under way
+    "MAX_JOINED": 8192,             # joined: streams that joined a capture (LRU)
+    "MAX_CAPTURE_EVENTS": 4096,     # capture_events: events recorded into a capture (LRU)
+    "MAX_MMAPS": 1024,              # exec_mmap: threads inside an executable mmap (LRU)
+    "MAX_FILES": 16384,             # known_files: files user space classified (LRU)
+    "EVENT_PAGES": 64,              # events: the ring buffer's pages (a power of two)
+}
 
 
-def cflags() -> list[str]:
-    """``-DNAME=VALUE`` for every shared constant (unsigned 64-bit where it needs more than 31 bits)."""
-    return [f"-D{k}={v}ULL" if v >= 1 << 31 else f"-D{k}={v}" for k, v in SHARED.items()]
+def cflags(limits: Mapping[str, int] | None = None) -> list[str]:
+    """``-DNAME=VALUE`` for every map size (``limits`` for those it names) and shared constant (unsigned
+    64-bit where it needs more than 31 bits)."""
+    unknown = set(limits or ()) - set(LIMITS)
+    if unknown:
+        raise ValueError(f"no such map size: {', '.join(sorted(unknown))}")
+    values = {**LIMITS, **(limits or {}), **SHARED}
+    return [f"-D{k}={v}ULL" if v >= 1 << 31 else f"-D{k}={v}" for k, v in values.items()]

@@ -57,7 +57,7 @@ GRAPH = (
                  "cuEventRecordWithFlags_ptsz"), "record_event")
     + _variants(("cudaStreamWaitEvent", "cudaStreamWaitEvent_ptsz", "cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"),
                 "wait_event")
-    # kernels inside graphs: how each graph is built, read at return (bpf/gputop.bpf.c, graph_return)
+    # kernels inside graphs: how each graph is built, read at return (bpf/graph.bpf.h, graph_return)
     + _variants(("cudaGraphCreate", "cuGraphCreate"), "graph_create", "graph_return")
     + _variants(("cudaGraphClone", "cuGraphClone"), "graph_clone", "graph_return")
     + _variants(("cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
@@ -110,7 +110,7 @@ COPY = (
     # from the pointers as cuMemcpy's
     + _variants(("cudaMemcpyWithAttributesAsync", "cudaMemcpyWithAttributesAsync_ptsz", "cuMemcpyWithAttributesAsync",
                  "cuMemcpyWithAttributesAsync_ptsz"), "drv_memcpy")
-    # batches (CUDA 12.8+): one call counts each of its copies (bpf/gputop.bpf.c, copy_batch)
+    # batches (CUDA 12.8+): one call counts each of its copies (bpf/copy.bpf.h, copy_batch)
     + _variants(("cudaMemcpyBatchAsync", "cudaMemcpyBatchAsync_ptsz"), "rt_memcpy_batch")
     + _variants(("cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz", "cuMemcpyBatchAsync_v2",
                  "cuMemcpyBatchAsync_v2_ptsz"), "drv_memcpy_batch")
@@ -143,7 +143,7 @@ PREFETCH = (
     _variants(("cudaMemPrefetchAsync_v2", "cudaMemPrefetchAsync_v2_ptsz"), "rt_prefetch_loc")
     + _variants(("cuMemPrefetchAsync", "cuMemPrefetchAsync_ptsz"), "drv_prefetch_dev")
     + _variants(("cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz"), "drv_prefetch_loc")
-    # batches (CUDA 13): each range of a call counts as one prefetch (bpf/gputop.bpf.c, prefetch_batch)
+    # batches (CUDA 13): each range of a call counts as one prefetch (bpf/managed.bpf.h, prefetch_batch)
     + _variants(("cudaMemPrefetchBatchAsync", "cudaMemPrefetchBatchAsync_ptsz"), "rt_prefetch_batch")
     + _variants(("cuMemPrefetchBatchAsync", "cuMemPrefetchBatchAsync_ptsz"), "drv_prefetch_batch")
 )

@@ -2,7 +2,8 @@
 
 bcc compiles ``bpf/gputop.bpf.c`` with clang and LLVM at every start (2-3 s on 2 cores, most of
 gputop's start-up). The bytecode of each function depends only on what went into that compile:
-the program text, the compiler flags (limits, BTF offsets), bcc and its libbcc, the kernel headers
+the program text (with every header of bpf/ written in: ``ctext.py``, so a header's change is a
+change of text), the compiler flags (limits, BTF offsets), bcc and its libbcc, the kernel headers
 and the formats of the tracepoints the program reads. So after a full compile gputop stores each
 function's instructions, with the maps each instruction refers to, under a key made of all of
 those; the next start with the same key compiles only the program's *declarations* (its types and
@@ -44,6 +45,7 @@ MAX_BYTES = 64 << 20         # a cache file larger than this is not read (the pr
 _LD_IMM64 = 0x18             # BPF_LD | BPF_DW | BPF_IMM
 _PSEUDO_MAP_FD = 1
 _TP = re.compile(rb"^TRACEPOINT_PROBE\((\w+),\s*(\w+)\)", re.M)
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 def cache_dir() -> Path:
@@ -104,7 +106,7 @@ def declarations_only(text: str) -> str:
             i = j
             continue
         c = text[i]
-        if c == "#" and not text[chunk:i].strip():          # a preprocessor line (with continuations)
+        if c == "#" and not _COMMENTS.sub("", text[chunk:i]).strip():   # a preprocessor line (and continuations)
             e = i
             while True:
                 e = text.find("\n", e)
@@ -119,7 +121,7 @@ def declarations_only(text: str) -> str:
             i = chunk = i + 1
         elif c == "{":
             end = _closing(text, i)
-            head = re.sub(r"//[^\n]*|/\*.*?\*/", "", text[chunk:i], flags=re.S).rstrip()
+            head = _COMMENTS.sub("", text[chunk:i]).rstrip()
             if head.endswith(")"):                            # a function's body: dropped with it
                 out.append("\n" * text.count("\n", chunk, end + 1))
                 chunk = end + 1

@@ -22,13 +22,13 @@ EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: f
 
 
 class _Event(ctypes.Structure):
-    """bpf/gputop.bpf.c's event_t."""
+    """bpf/gputop.h's event_t."""
     _fields_ = (("ts", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("type", ctypes.c_uint16),
                 ("gen", ctypes.c_uint16))
 
 
 class _FileEvent(ctypes.Structure):
-    """bpf/gputop.bpf.c's file_event_t (type EV_FILE)."""
+    """bpf/gputop.h's file_event_t (type EV_FILE)."""
     _fields_ = (("h", _Event), ("dev", ctypes.c_uint64), ("ino", ctypes.c_uint64), ("ctime", ctypes.c_uint64),
                 ("depth", ctypes.c_uint32),
                 ("complete", ctypes.c_uint32), ("names", (ctypes.c_char * PATH_NAME) * PATH_DEPTH))

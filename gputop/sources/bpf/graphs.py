@@ -1,9 +1,9 @@
 """Kernels inside CUDA graphs, by function: the BPF side's graph tables multiplied out.
 
-``bpf/gputop.bpf.c`` ("kernels inside graphs") keeps, per graph content (gid), its kernel count, how
-often it was launched and flags (``gids``), its kernel nodes by function (``gnodes``) and the other
-contents it holds with their multiplicity (``gparts``: child graphs, graphs launched into a capture,
-the content a modified graph started from). A content with launches is frozen (an exec holds it),
+``bpf/graph.bpf.h`` keeps, per graph content (gid), its kernel count, how often it was launched and
+flags (``gids``; ``abi.G_UNKNOWN``, ``abi.G_LOST``), its kernel nodes by function (``gnodes``) and the
+other contents it holds with their multiplicity (``gparts``: child graphs, graphs launched into a
+capture, the content a modified graph started from). A content with launches is frozen (an exec holds it),
 so what it holds never changes: its kernels by function are computed once and cached. Per process,
 the kernels run through graph launches by function are the sum over its contents of launches x
 kernels by function.
@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gputop.sources.bpf.abi import G_LOST, G_UNKNOWN
+
 __all__ = ["G_LOST", "G_UNKNOWN", "TABLES", "Content", "GraphKernels", "by_function", "kernels_of"]
 
-G_UNKNOWN = 1       # the content's kernel count is not known (never launched as known: see graph_launch)
-G_LOST = 2          # a node or part could not be stored: its count is exact, its functions are not
 TABLES = ("gids", "graphs", "execs", "gnodes", "gparts")
 SWEEP_S = 10.0      # gnodes/gparts entries of destroyed graphs are deleted at most this often
 

@@ -1,4 +1,4 @@
-"""User space's side of the launch fast path of bpf/gputop.bpf.c: launch slots and capture counters.
+"""User space's side of the launch fast path of bpf/launch.bpf.h: launch slots and capture counters.
 
 A (process, kernel) pair counts its launches in a slot of the direct-mapped array ``kslots`` (an
 inlined array lookup instead of a hash lookup per launch); its ``kernels`` entry holds the
@@ -91,12 +91,12 @@ def _ready_ident(owner: int) -> int | None:
 
 
 def slot_of(tgid: int, func: int, n: int) -> int:
-    """bpf/gputop.bpf.c kslot_of's slot of the pair (tgid, func) in an array of ``n`` (a power of two)."""
+    """bpf/launch.bpf.h kslot_of's slot of the pair (tgid, func) in an array of ``n`` (a power of two)."""
     return ((((func ^ (tgid << 40)) & _U64) * 0x9E3779B97F4A7C15 & _U64) >> 32) & (n - 1)
 
 
 def log2_bucket(v: int) -> int:
-    """bpf/gputop.bpf.c's log2_bucket: floor(log2(v)), 0 for 0, at most NB - 1."""
+    """bpf/bits.bpf.h's log2_bucket: floor(log2(v)), 0 for 0, at most NB - 1."""
     return min(max(v.bit_length() - 1, 0), NB - 1)
 
 
@@ -130,7 +130,7 @@ class LaunchSlots:
     def _owned_of(self, words: memoryview, funcs: dict[int, set[int]]) -> list[int]:
         """Indices of the slots that count for the processes of ``funcs`` (identity -> its kernels'
         addresses), without a walk through every slot: a pair's slot can only be the one its hash
-        names, claimed after its kernels entry was made (bpf/gputop.bpf.c kslot_of)."""
+        names, claimed after its kernels entry was made (bpf/launch.bpf.h kslot_of)."""
         lay = self._layout
         n = len(words) // lay.words
         out = set()

@@ -195,10 +195,10 @@ def fd_room(wanted: int) -> bool:
 
 _cmpxchg: list[bool | None] = []
 #: the compile flag where atomic_cmpxchg() is False (Linux < 5.12, whose LLVM may be older than 12 and
-#: cannot emit it either): the builtin then always fails, never storing. bpf/gputop.bpf.c's one use is
-#: claiming a launch slot (kslot_of; kslot_bucket runs only on a claimed slot), so no slot is claimed and
-#: every launch is counted in its `kernels` entry, the path of a pair without a slot: the same counts,
-#: a hash lookup per launch.
+#: cannot emit it either): the builtin then always fails, never storing. The program's one use is
+#: claiming a launch slot (bpf/launch.bpf.h: kslot_of; kslot_bucket runs only on a claimed slot), so no
+#: slot is claimed and every launch is counted in its `kernels` entry, the path of a pair without a
+#: slot: the same counts, a hash lookup per launch.
 NO_CMPXCHG = "-D__sync_val_compare_and_swap(p,o,n)=((void)(p),(void)(n),(o)+1)"
 
 

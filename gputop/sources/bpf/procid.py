@@ -1,8 +1,8 @@
 """A traced process's identity on the BPF side: (tgid, generation), not the PID alone.
 
 The kernel may give an exited process's PID to a new process before gputop has read the old one's
-last counts. bpf/gputop.bpf.c keeps a generation per PID (``pid_gen``: a byte, bumped when a traced
-process under that PID exits) and puts it in every key of a process's state, so the new process's
+last counts. The BPF program keeps a generation per PID (``pid_gen``: a byte, bumped when a traced
+process under that PID exits; bpf/identity.bpf.h) and puts it in every key of a process's state, so the new process's
 calls never reach the old one's counters. An identity packs both as ``tgid | gen << 32``: the key of
 ``procs`` and ``tracked``, and the first eight bytes (little-endian) of every (process, address) key;
 the tries' keys hold tgid and gen big-endian; a launch slot's owner word holds gen from KS_GEN_SHIFT.

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
-from gputop.sources.bpf import abi, btf, catalogue, compilecache, kheaders
+from gputop.sources.bpf import abi, btf, catalogue, compilecache, ctext, kheaders
 from gputop.sources.bpf.linux import (
     NO_CMPXCHG,
     TRACEFS,
@@ -32,8 +32,6 @@ from gputop.sources.bpf.procid import pid_gen_words
 from gputop.sources.bpf.selfcost import ProgStats
 from gputop.sources.bpf.startup import Steps
 
-LIMITS = {"MAX_PROCS": 4096, "MAX_KERNELS": 16384, "MAX_ALLOCS": 65536, "MAX_NAMES": 16384,
-          "MAX_THREADS": 16384, "MAX_CODE": 262144}
 _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_info.minor}/site-packages",
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 
@@ -56,13 +54,22 @@ class BpfUnavailable(GputopError):
 
 
 def program_path() -> Path:
-    """bpf/gputop.bpf.c in a source checkout, or its copy inside the wheel."""
+    """bpf/gputop.bpf.c in a source checkout, or its copy inside the wheel (with bpf/'s headers)."""
     here = Path(__file__).resolve().parents[2]     # the package: gputop/
     for cand in (here / "_data" / "bpf" / "gputop.bpf.c", here.parent / "bpf" / "gputop.bpf.c"):
         if cand.is_file():
             return cand
     raise BpfUnavailable("the BPF program bpf/gputop.bpf.c is missing from the installation",
                          "reinstall gputop")
+
+
+def program_text(path: Path | None = None) -> str:
+    """The program as bcc compiles it: bpf/gputop.bpf.c (or ``path``, another version's, beside its own
+    headers) with its headers written in (ctext.expand)."""
+    try:
+        return ctext.expand(path or program_path())
+    except OSError as e:
+        raise BpfUnavailable(f"the BPF program cannot be read: {e}", "reinstall gputop") from e
 
 
 def load_bcc() -> ModuleType:
@@ -104,7 +111,7 @@ class Program:
     """The loaded BPF object (bcc's ``BPF``) and how it was made."""
 
     def __init__(self, limits: dict[str, int] | None = None, uvm: bool = True) -> None:
-        self._limits = {**LIMITS, **(limits or {})}
+        self._limits = dict(limits or {})         # map sizes other than abi.LIMITS' (tests)
         self._want_uvm = uvm
         #: kernel struct offsets (BTF) for naming the files processes map; None: not named (read at start)
         self.file_offsets: dict[str, int] | None = None
@@ -118,8 +125,7 @@ class Program:
         if not self._offsets_read:      # read at start (not in the constructor, on the UI thread)
             self.file_offsets = compilecache.file_offsets(btf.file_offsets, btf.VMLINUX, names=btf.OFFSET_NAMES)
             self._offsets_read = True
-        flags = [*(f"-D{k}={v}" for k, v in self._limits.items()), *abi.cflags(), QUIET,
-                 f"-DPID_GEN_WORDS={pid_gen_words()}"]
+        flags = [*abi.cflags(self._limits), QUIET, f"-DPID_GEN_WORDS={pid_gen_words()}"]
         if self.uvm_cpu_faults:
             flags.append("-DUVM_CPU_FAULTS")
         if atomic_cmpxchg() is False:

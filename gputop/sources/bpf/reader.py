@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gputop.model import SourceStatus
-from gputop.sources.bpf.abi import HIT_ENTRY, HIT_RETURN
+from gputop.sources.bpf.abi import DROP_KINDS, HIT_ENTRY, HIT_RETURN
 from gputop.sources.bpf.attaching import Attacher
 from gputop.sources.bpf.events import Events
 from gputop.sources.bpf.forgetting import Forgetting
@@ -21,8 +21,6 @@ from gputop.sources.bpf.readings import BpfReading, IdleProc, RawProc
 from gputop.sources.bpf.records import Records
 from gputop.sources.bpf.scanning import ProcMaps
 from gputop.sources.bpf.selfcost import SelfCost
-
-DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs")
 
 
 class Reader:

@@ -25,7 +25,7 @@ from gputop.sources.bpf.naming import Naming
 from gputop.sources.bpf.objreads import START_WAIT_S, WAIT_S, ObjectReads
 from gputop.sources.bpf.privileges import coverage_gaps, privileges_error
 from gputop.sources.bpf.procid import PidGens
-from gputop.sources.bpf.program import BpfUnavailable, Program, load_bcc, program_path
+from gputop.sources.bpf.program import BpfUnavailable, Program, load_bcc, program_text
 from gputop.sources.bpf.reader import Reader
 from gputop.sources.bpf.readings import BpfReading, RawProc
 from gputop.sources.bpf.records import Records
@@ -168,7 +168,7 @@ class BpfSource:
         return self.program.cflags()
 
     def program_text(self) -> str:
-        return program_path().read_text()
+        return program_text()
 
     def table(self, name: str) -> Any:
         return self.program.table(name)

@@ -1,0 +1,203 @@
+// What gputop's BPF program (gputop.bpf.c and its *.bpf.h) and its user space (gputop/sources/bpf/)
+// share: the layouts of the maps' keys and values and of the ring buffer's events, and the names of
+// the constants both sides use. User space reads the maps through the types bcc gives each of them
+// (bpf["procs"].Leaf is struct proc_t as compiled), so only constants cross by hand, each with one owner:
+// - user space's, defined once in gputop/sources/bpf/abi.py and passed as -D (abi.cflags): the map
+//   sizes (abi.LIMITS: MAX_*), memcpy directions (D_*), drop kinds (DROP_*), graph content flags
+//   (G_*), event types (EV_*) and the rest checked below; this header stops where one is missing;
+// - the program's own, never read by user space: the allocation kinds (K_*) and BATCH_MAX, here.
+// The ring buffer's events have no bcc type: gputop/sources/bpf/events.py declares event_t and
+// file_event_t again (ctypes).
+#ifndef __GPUTOP_H
+#define __GPUTOP_H
+
+#if !defined(NDIR) || !defined(D_UNK) || !defined(NPREFETCH) || !defined(NB) || !defined(NAME_LEN) || \
+    !defined(PATH_DEPTH) || !defined(PATH_NAME) || !defined(KS_GRID) || !defined(KS_BLOCK) || \
+    !defined(KS_CLAIMED) || !defined(KS_GEN_SHIFT) || !defined(GEN_SHIFT) || !defined(GEN_MASK) || \
+    !defined(CAPTURES_FORGOTTEN) || !defined(HIT_RETURN) || !defined(CODE_LAYER) || !defined(EV_FILE) || \
+    !defined(FILE_NOT_CUDA) || !defined(CTIME_NSEC_MASK) || !defined(G_LOST) || !defined(NDROP) || \
+    !defined(DROP_GRAPHS)
+#error "compile with gputop/sources/bpf/abi.py's cflags(): the constants shared with user space are defined there"
+#endif
+#if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \
+    !defined(MAX_NAME_PTRS) || !defined(MAX_ALLOCS) || !defined(MAX_CODE) || !defined(MAX_THREADS) || \
+    !defined(MAX_GRAPHS) || !defined(MAX_GRAPH_NODES) || !defined(MAX_CAPTURES) || !defined(MAX_JOINED) || \
+    !defined(MAX_CAPTURE_EVENTS) || !defined(MAX_MMAPS) || !defined(MAX_FILES) || !defined(EVENT_PAGES) || \
+    !defined(PID_GEN_WORDS)
+#error "compile with gputop/sources/bpf/abi.py's cflags() and PID_GEN_WORDS: the map sizes are defined there"
+#endif
+
+// entries of one batch call (copies, prefetches) counted; the rest are dropped (DROP_BATCH)
+#define BATCH_MAX 64
+
+// allocation kinds: what the allocs and ranges maps hold (also how a copy's direction is classified)
+enum alloc_kind {
+    K_NONE = 0,
+    K_DEVICE = 1,
+    K_MANAGED = 2,
+    K_PINNED = 3,
+};
+
+// A process's record (the procs map). Each counter only grows; user space reads them by name
+// (gputop/counters.py's rows name the members they read: tests/unit/test_counters.py holds the two
+// to each other through this struct as compiled).
+struct proc_t {
+    u64 launches;               // launches, grid and block sums of kernels the table had no room for
+    u64 graph_launches;
+    u64 captured_launches;
+    u64 graph_kernel_launches;  // kernels run by graph launches whose graph gputop saw built
+    u64 graph_unknown_launches; // graph launches whose kernel count is not known
+    u64 memcpy_calls[NDIR];
+    u64 memcpy_bytes[NDIR];
+    u64 alloc_calls;
+    u64 alloc_bytes;
+    u64 free_calls;
+    s64 live_bytes;
+    u64 managed_alloc_calls;
+    u64 managed_alloc_bytes;
+    u64 prefetch_calls[NPREFETCH];  // to_device, to_host
+    u64 prefetch_bytes[NPREFETCH];
+    u64 uvm_cpu_faults;
+    u64 sync_calls;
+    u64 sync_ns;
+    u64 grid_sum;
+    u64 block_sum;
+    u64 capturing;              // captures under way in this process (streams that began one)
+    u64 exited_ns;              // set when the process's leader exits
+    char comm[16];              // of the thread that created the record (short-lived processes)
+    u64 grid_hist[NB];
+    u64 block_hist[NB];
+    u64 copy_hist[NDIR * NB];
+};
+
+struct tkey_t {                 // (process, address) keys: the process is (tgid, gen), see gen_of
+    u32 tgid;
+    u32 gen;
+    u64 addr;
+};
+
+struct kstat_t {
+    u64 launches;
+    u64 grid_sum;
+    u64 block_sum;
+};
+
+// A launch slot (the kslots array: launch.bpf.h). owner: the process (tgid | gen << KS_GEN_SHIFT) |
+// KS_READY once func and the counters are set, | KS_CLAIMED while they are being set; 0: free
+struct kslot_t {
+    u64 func;
+    u64 grid0;                  // the shape of the pair's first launch: grid and block sizes
+    u64 block0;
+    u64 launches0;              // launches of exactly that shape
+    u64 launches;               // launches of other shapes, and their grid and block sums
+    u64 grid_sum;
+    u64 block_sum;
+    u64 grid_bucket[KS_GRID];   // bucket + 1 (0: free)
+    u64 grid_count[KS_GRID];
+    u64 block_bucket[KS_BLOCK];
+    u64 block_count[KS_BLOCK];
+    u64 owner;                  // last: user space frees a slot by zeroing it front to back
+};
+
+struct name_t {
+    char name[NAME_LEN];
+};
+
+struct name_ptr_t {             // a registered kernel's name: where the program keeps it, and since when
+    u64 ptr;
+    u64 boot_ns;
+};
+
+struct pending_t {              // entry state of calls with a return probe (alloc, sync, names)
+    u64 sp;                     // stack pointer at the outermost entry
+    u64 ip;                     // the outermost entry's probed address
+    u64 out;                    // out-pointer
+    u64 size;
+    u64 ts;
+    u64 name;                   // user pointer to a name, or a kernel handle
+    u32 kind;
+    u32 depth;
+};
+
+struct alloc_t {
+    u64 size;
+    u32 kind;
+    u32 pad;
+};
+
+struct range_key_t {            // LPM key: tgid, gen and address, big-endian
+    u32 prefixlen;
+    u8 data[16];
+};
+
+// a capture: the stream that began it, and when
+struct cap_t {
+    u64 origin;
+    u64 seq;
+    u64 gid;                    // the graph content it records into (0: unknown)
+};
+
+struct pend_cap_t {             // a cudaStreamBeginCapture(ToGraph) under way
+    u64 stream;
+    u64 graph;                  // ToGraph: the graph captured into, else 0
+};
+
+struct via_t {                  // a thread's last entry into a driver-level layer
+    u64 sp;
+    u64 ra;
+};
+
+// graph contents (graph.bpf.h): a content's kernel count, launches and flags (G_UNKNOWN, G_LOST)
+struct gid_t {
+    u64 kernels;
+    u64 launches;
+    u32 flags;
+    u32 pad;
+};
+struct graph_t {
+    u64 gid;
+    u64 frozen;
+};
+struct gkey_t {                 // (process, content, item): a function (gnodes) or a part's gid (gparts)
+    u32 tgid;
+    u32 gen;
+    u64 gid;
+    u64 item;
+};
+
+struct event_t {
+    u64 ts;                     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
+    u32 tgid;
+    u16 type;                   // EV_EXEC, EV_MMAP (an executable mapping), EV_EXIT, EV_EXIT_IDLE (no record),
+                                // EV_FORK, EV_FILE (an executable mapping of a file user space has not
+                                // classified: a file_event_t)
+    u16 gen;                    // the process's generation (gen_of) when the event was emitted
+};
+
+#ifdef FILE_KEYS
+// Which file a process maps, read from the kernel's structs at offsets user space took from the
+// running kernel's BTF (OFF_*: bcc's headers may be another kernel's). With the file's name, up
+// to its filesystem's root, user space can still reach a file whose process is gone.
+struct file_key_t {
+    u64 dev;                    // the kernel's dev_t (major << 20 | minor) of the file's filesystem
+    u64 ino;
+};
+// What user space knows of a file: FILE_PROBED or FILE_NOT_CUDA, for the inode whose change time
+// (ns) is ctime. A deleted file's inode number is a new file's soon after (ext4 hands out the lowest
+// free one), and the new file has its own change time, which no user can set: its mappings are named
+// again instead of being taken for the old file's.
+struct known_file_t {
+    u64 ctime;
+    u64 state;
+};
+struct file_event_t {
+    struct event_t h;           // type EV_FILE
+    struct file_key_t key;
+    u64 ctime;                  // the inode's change time (ns), as fstat gives it
+    u32 depth;                  // names[0] is the file's, names[depth - 1] its filesystem root's
+    u32 complete;               // 1 when the walk reached that root
+    char names[PATH_DEPTH][PATH_NAME];
+};
+#endif
+
+#endif /* __GPUTOP_H */

@@ -1,0 +1,239 @@
+// Kernel launches (runtime and driver, by arguments or a launch config) and graph launches. A
+// (process, kernel) pair counts in its launch slot (kslots: gputop.bpf.c says why), else in its
+// kernels entry, else in the process's record; a launch into a capturing stream is recorded into
+// the capture's graph content instead (capture.bpf.h, graph.bpf.h).
+#ifndef __LAUNCH_BPF_H
+#define __LAUNCH_BPF_H
+
+// the pair's launch slot, claimed if free (after its `kernels` entry exists); 0: count in the entry
+static __always_inline struct kslot_t *kslot_of(u32 tgid, u32 gen, u64 func, u64 grid, u64 block) {
+    u32 i = (u32)(((func ^ ((u64)tgid << 40)) * 0x9E3779B97F4A7C15ULL) >> 32) & (MAX_KSLOTS - 1);
+    struct kslot_t *s = kslots.lookup(&i);
+    if (!s)
+        return 0;
+    u64 who = tgid | (u64)gen << KS_GEN_SHIFT;
+    u64 mine = who | KS_READY;
+    if (s->owner == mine && s->func == func)
+        return s;
+    if (s->owner != 0 || !proc_make(tgid))  // a new pair: its process's record first (its name); the
+                                            // slow path counts a full table's drop
+        return 0;
+    struct tkey_t k = {.tgid = tgid, .gen = gen, .addr = func};
+    if (!kernels.lookup(&k)) {
+        struct kstat_t zero = {};
+        kernels.insert(&k, &zero);
+        if (!kernels.lookup(&k))
+            return 0;                   // no room: the slow path drops it
+        name_at_launch(tgid, func);     // the pair's first launch
+    }
+    if (__sync_val_compare_and_swap(&s->owner, 0, who | KS_CLAIMED) != 0)
+        return 0;
+    s->func = func;
+    s->grid0 = grid;
+    s->block0 = block;
+    s->launches0 = s->launches = s->grid_sum = s->block_sum = 0;
+#pragma unroll
+    for (int j = 0; j < KS_GRID; j++)
+        s->grid_bucket[j] = s->grid_count[j] = 0;
+#pragma unroll
+    for (int j = 0; j < KS_BLOCK; j++)
+        s->block_bucket[j] = s->block_count[j] = 0;
+    s->owner = mine;                    // after the stores above (x86 keeps stores in order)
+    return s;
+}
+
+// one launch in bucket b (+ 1) of a slot's buckets: its own or a free one; 0 when none is left
+static __always_inline int kslot_bucket(u64 *bucket, u64 *count, int n, u64 b) {
+#pragma unroll
+    for (int j = 0; j < KS_GRID; j++) {
+        if (j >= n)
+            break;
+        u64 have = bucket[j];
+        if (have == 0)
+            have = __sync_val_compare_and_swap(&bucket[j], 0, b) ?: b;
+        if (have == b) {
+            __sync_fetch_and_add(&count[j], 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// The hot path: inlined array lookups and one atomic add (a pair's usual shape), no stack reads
+// (the stream is read only while the process captures a graph), no hash lookup once the pair has
+// its slot.
+static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 gz, u64 bx, u64 by, u64 bz,
+                                        u64 stream_addr, int ptsz) {
+    struct proc_t *p = 0;
+    if (captures_under_way()) {
+        p = proc_of(tgid);
+        struct cap_t *cap = p ? captured_by(tgid, p, stream_addr, ptsz) : 0;
+        if (cap) {
+            __sync_fetch_and_add(&p->captured_launches, 1);
+            content_add_kernel(tgid, cap->gid, func);
+            return 0;
+        }
+    }
+    u64 grid = gx * gy * gz;
+    u64 block = bx * by * bz;
+    u32 gen = gen_of(tgid);
+    struct kslot_t *s = kslot_of(tgid, gen, func, grid, block);
+    if (s && s->grid0 == grid && s->block0 == block) {
+        __sync_fetch_and_add(&s->launches0, 1);
+        return 0;
+    }
+    u32 gb = log2_bucket(grid);
+    u32 bb = log2_bucket(block);
+    if (s) {
+        __sync_fetch_and_add(&s->launches, 1);
+        __sync_fetch_and_add(&s->grid_sum, grid);
+        __sync_fetch_and_add(&s->block_sum, block);
+        int g = kslot_bucket(s->grid_bucket, s->grid_count, KS_GRID, gb + 1);
+        int b = kslot_bucket(s->block_bucket, s->block_count, KS_BLOCK, bb + 1);
+        if (g && b)
+            return 0;
+        p = proc_get(tgid);
+        if (!p)
+            return 0;
+        if (!g)
+            __sync_fetch_and_add(&p->grid_hist[idx_mask(gb, NB - 1)], 1);
+        if (!b)
+            __sync_fetch_and_add(&p->block_hist[idx_mask(bb, NB - 1)], 1);
+        return 0;
+    }
+    p = proc_get(tgid);
+    if (!p)
+        return 0;
+    __sync_fetch_and_add(&p->grid_hist[idx_mask(gb, NB - 1)], 1);
+    __sync_fetch_and_add(&p->block_hist[idx_mask(bb, NB - 1)], 1);
+    // a process's launches and grid/block sums are those of its kernels (user space adds them
+    // up) plus the record's own counters, which take only launches whose kernel had no room
+    struct tkey_t k = {.tgid = tgid, .gen = gen, .addr = func};
+    struct kstat_t *ks = kernels.lookup(&k);
+    if (!ks) {
+        struct kstat_t zero = {};
+        kernels.insert(&k, &zero);
+        ks = kernels.lookup(&k);
+        if (!ks) {
+            drop(DROP_KERNELS);
+            __sync_fetch_and_add(&p->launches, 1);
+            __sync_fetch_and_add(&p->grid_sum, grid);
+            __sync_fetch_and_add(&p->block_sum, block);
+            return 0;
+        }
+        name_at_launch(tgid, func);     // the pair's first launch
+    }
+    __sync_fetch_and_add(&ks->launches, 1);
+    __sync_fetch_and_add(&ks->grid_sum, grid);
+    __sync_fetch_and_add(&ks->block_sum, block);
+    return 0;
+}
+
+// cudaLaunchKernel(func, dim3 grid (rsi: x|y<<32, rdx: z), dim3 block (rcx, r8), args, smem, stream)
+static __always_inline int rt_launch_regs(struct pt_regs *ctx, int ptsz) {
+    u64 g = PT_REGS_PARM2(ctx), b = PT_REGS_PARM4(ctx);
+    return count_launch(current_tgid(), PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
+                        PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
+                        PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_SP(ctx) + 16, ptsz);
+}
+int rt_launch(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return rt_launch_regs(ctx, 0); }
+int rt_launch_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return rt_launch_regs(ctx, 1); }
+
+// cudaLaunchKernel in a runtime whose __cudaLaunchKernel is not a plain jump to it: skip the
+// calls that come from the runtime's own code (see catalogue.INTERNAL_LAUNCH)
+int rt_launch_checked(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+    if (nested(ctx, current_tgid()))
+        return 0;
+    return rt_launch_regs(ctx, 0);
+}
+int rt_launch_checked_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+    if (nested(ctx, current_tgid()))
+        return 0;
+    return rt_launch_regs(ctx, 1);
+}
+
+// config layout shared by cudaLaunchConfig_t and CUlaunchConfig: grid/block u32 @0..20, stream @32
+static __always_inline int launch_config(u32 tgid, u64 cfg, u64 func, int ptsz) {
+    u32 d[6] = {};
+    bpf_probe_read_user(d, sizeof(d), (void *)cfg);
+    return count_launch(tgid, func, d[0], d[1], d[2], d[3], d[4], d[5], cfg + 32, ptsz);
+}
+
+// cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+int rt_launch_exc(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+    return launch_config(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
+}
+int rt_launch_exc_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+    return launch_config(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
+}
+
+// cuLaunchKernel(f, gx, gy, gz, bx, by, [sp+8] bz, [sp+16] smem, [sp+24] stream, ...)
+static __always_inline int drv_launch_regs(struct pt_regs *ctx, int ptsz) {
+    u64 sp = PT_REGS_SP(ctx);
+    u64 st[2] = {};                     // return address and block z in one read
+    bpf_probe_read_user(st, sizeof(st), (void *)sp);
+    u32 tgid = current_tgid();
+    if (nested_at(ctx, tgid, sp, st[0]))
+        return 0;
+    return count_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
+                        PT_REGS_PARM3(ctx) & 0xffffffff, PT_REGS_PARM4(ctx) & 0xffffffff,
+                        PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_PARM6(ctx) & 0xffffffff,
+                        st[1] & 0xffffffff, sp + 24, ptsz);
+}
+int drv_launch(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_launch_regs(ctx, 0); }
+int drv_launch_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_launch_regs(ctx, 1); }
+
+// cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, ...)
+static __always_inline int drv_launch_ex_regs(struct pt_regs *ctx, int ptsz) {
+    u32 tgid = current_tgid();
+    if (nested(ctx, tgid))
+        return 0;
+    return launch_config(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), ptsz);
+}
+int drv_launch_ex(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_launch_ex_regs(ctx, 0); }
+int drv_launch_ex_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return drv_launch_ex_regs(ctx, 1); }
+
+// cudaGraphLaunch(exec, stream) / cuGraphLaunch(hGraphExec, hStream): the exec's kernels run (their
+// count added to the process's, the launch to its content's, whose kernels user space names); an
+// exec gputop did not see instantiated from a graph it saw built counts as a launch of unknown
+// kernels. Launched into a capturing stream, the graph is captured (a child graph), not run.
+static __always_inline int graph_launch(u32 tgid, u64 exec, u64 stream, int ptsz) {
+    struct proc_t *p = proc_get(tgid);
+    if (!p)
+        return 0;
+    struct tkey_t ek = {.tgid = tgid, .gen = gen_of(tgid), .addr = exec};
+    u64 *gidp = execs.lookup(&ek);
+    u64 gid = gidp ? *gidp : 0;
+    if (p->capturing) {
+        struct cap_t *c = capture_of(tgid, stream_id(stream, ptsz));
+        if (c) {
+            content_add_part(tgid, c->gid, gid);
+            return 0;
+        }
+    }
+    __sync_fetch_and_add(&p->graph_launches, 1);
+    struct gid_t *g = gid ? gid_get(tgid, gid) : 0;
+    if (!g || (g->flags & G_UNKNOWN)) {
+        __sync_fetch_and_add(&p->graph_unknown_launches, 1);
+        return 0;
+    }
+    __sync_fetch_and_add(&p->graph_kernel_launches, g->kernels);
+    __sync_fetch_and_add(&g->launches, 1);
+    return 0;
+}
+int rt_graph_launch(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+    return graph_launch(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
+}
+int rt_graph_launch_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+    return graph_launch(current_tgid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
+}
+int drv_graph_launch(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+    u32 tgid = current_tgid();
+    return nested(ctx, tgid) ? 0 : graph_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0);
+}
+int drv_graph_launch_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+    u32 tgid = current_tgid();
+    return nested(ctx, tgid) ? 0 : graph_launch(tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 1);
+}
+
+#endif /* __LAUNCH_BPF_H */
