@@ -18,7 +18,7 @@ from gputop.ui.charts import _nice_ticks, bar_chart, line_chart
 from gputop.ui.screens.details import hist_buckets, stats_rows, without_live_values
 from gputop.ui.widgets.gpu_panel import gpu_line, gpu_lines
 from gputop.ui.widgets.header import HeaderState, header_content, header_lines
-from gputop.ui.widgets.proc_table import GUTTER, col_width, layout
+from gputop.ui.widgets.table_layout import GUTTER, col_width, layout
 from gputop.view import columns, compare
 from gputop.view import format as fmt
 from gputop.view.baseline import load_baseline, summarize

@@ -6,17 +6,15 @@ line's cells with what is drawn there), so an unchanged process costs no redraw 
 costs a few formatted lines, not a widget tree. The selection
 follows a process (its PID; scrape target and PID in the fleet view) across re-sorts. Clicking a
 header posts ``SortClicked``; clicking a row selects it; double-clicking (or Enter, bound by the
-screen) opens the details.
+screen) opens the details. Which columns fit the width: ``table_layout``; a line's text as a strip:
+``strips``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import ClassVar
 
-from rich.cells import cell_len
-from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.geometry import Region, Size
@@ -26,121 +24,14 @@ from textual.strip import Strip
 
 from gputop.model import ProcKey, ProcSample
 from gputop.ui import bindings
+from gputop.ui.widgets import strips
+from gputop.ui.widgets.table_layout import GUTTER, Layout, layout
 from gputop.view import format as fmt
-from gputop.view.columns import BY_KEY, OPTIONAL, Column
-
-GUTTER = 2  # tag mark and a space
-#: where not every column fits: the flexible column (COMMAND) takes at least this share of the width
-#: left after the first column, at most FLEX_MAX cells (its own width where that is more)
-FLEX_SHARE = 0.3
-FLEX_MAX = 30
 
 #: what a row's line shows: its cells' text, tagged, exited, under the cursor
 LineKey = tuple[tuple[str, ...], bool, bool, bool]
 #: the key of a line below the last row
 BLANK: LineKey = ((), False, False, False)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The columns shown at one width, in display order, and how many are scrolled off each side."""
-
-    cols: tuple[tuple[Column, int], ...]
-    #: columns hidden to the left of the scrolled part (shown by a ◀ after the fixed columns)
-    hidden_left: int = 0
-    #: columns hidden to the right (shown by a ▶ at the end of the header)
-    hidden_right: int = 0
-    #: how many columns are fixed at the left (the first column, and the sort column when pinned)
-    fixed: int = 1
-    #: the horizontal scroll in effect (no more than needed to show the last column)
-    offset: int = 0
-
-    def __iter__(self) -> Iterator[tuple[Column, int]]:
-        return iter(self.cols)
-
-    def __len__(self) -> int:
-        return len(self.cols)
-
-
-def col_width(col: Column) -> int:
-    """A column's least width: its own, and never less than its header with a sort arrow."""
-    return max(col.width, cell_len(col.header) + 1)
-
-
-def layout(columns: Sequence[str], width: int, sort_key: str = "", offset: int = 0) -> Layout:
-    """Column widths for ``width`` cells; the flexible column takes what is left.
-
-    The first column always shows; the others scroll horizontally (``offset`` of them are
-    skipped). Columns that do not fit are hidden, and markers say so (◀ after the fixed columns,
-    ▶ at the end). The sort column is never hidden: when it is scrolled off, it is pinned after
-    the first column. Where not every column fits, the optional ones (``columns.OPTIONAL``: TIME+,
-    RSS, %MEM) move to the end and, where the others then fit, start scrolled off (▶), leaving the
-    room to the others (unless one is the sort column).
-    """
-    cols = [BY_KEY[k] for k in columns]
-    if not cols:
-        return Layout(())
-    if sum(col_width(c) + 1 for c in cols) - 1 + GUTTER > width:
-        later = [c for c in cols[1:] if c.key in OPTIONAL and c.key != sort_key]
-        cols = [c for c in cols if c not in later] + later
-        if later and offset == 0:       # the others alone, and the ▶ marker
-            rest_only = layout([c.key for c in cols if c not in later], width - 1, sort_key)
-            if not rest_only.hidden_right and not rest_only.hidden_left:
-                return Layout(rest_only.cols, 0, len(later), rest_only.fixed, 0)
-    fixed = cols[:1]
-    rest = cols[1:]
-    offset = max(0, min(offset, max(0, len(rest) - 1)))
-    avail = width - GUTTER - sum(col_width(c) for c in fixed)
-    # where the columns scroll anyway, the flexible one (COMMAND) keeps room enough to tell processes
-    # apart, as top's and htop's COMMAND takes what the fixed columns leave: FLEX_SHARE of the width,
-    # from its own width up to FLEX_MAX; more columns scroll off for it
-    scrolls = sum(col_width(c) + 1 for c in rest) > avail
-    flex_min = max(0, min(FLEX_MAX, int(avail * FLEX_SHARE))) if scrolls else 0
-
-    def cw(c: Column) -> int:
-        return max(col_width(c), flex_min) if c.flex else col_width(c)
-
-    def cost(cs: Sequence[Column]) -> int:
-        return sum(cw(c) + 1 for c in cs)
-
-    def fit(avail: int, candidates: Sequence[Column]) -> list[Column]:
-        out: list[Column] = []
-        for c in candidates:
-            if cost([*out, c]) > avail:
-                break
-            out.append(c)
-        return out
-
-    sort_col = BY_KEY.get(sort_key)
-
-    def attempt(offset: int) -> tuple[list[Column], list[Column], int]:
-        """(pinned, window, columns hidden on the right) when ``offset`` columns are scrolled off."""
-        if offset == 0 and cost(rest) <= avail:
-            return [], list(rest), 0
-        candidates = rest[offset:]
-        marks = (1 if offset else 0) + 1
-        window = fit(avail - marks, candidates)
-        pinned: list[Column] = []
-        if sort_col is not None and sort_col in rest and sort_col not in window:
-            pinned = [sort_col]
-            candidates = [c for c in candidates if c is not sort_col]
-            window = fit(avail - marks - cost(pinned), candidates)
-        return pinned, window, len(candidates) - len(window)
-
-    pinned, window, hidden_right = attempt(offset)
-    while offset > 0:                       # never scrolled further than the last column needs
-        p2, w2, h2 = attempt(offset - 1)
-        if h2:
-            break
-        offset, pinned, window, hidden_right = offset - 1, p2, w2, h2
-    shown = fixed + pinned + window
-    hidden_left = sum(1 for c in rest[:offset] if c not in pinned)
-    used = sum(cw(c) for c in shown) + len(shown) - 1 + GUTTER
-    used += (1 if hidden_left else 0) + (1 if hidden_right else 0)
-    spare = max(0, width - used)
-    flex = next((c for c in shown if c.flex), None)
-    out = tuple((c, cw(c) + (spare if c is flex else 0)) for c in shown)
-    return Layout(out, hidden_left, hidden_right, len(fixed) + len(pinned), offset)
 
 
 class ProcTable(ScrollView, can_focus=True):
@@ -455,7 +346,7 @@ class ProcTable(ScrollView, can_focus=True):
         if not self._rows:
             self._drawn[y] = None
             if y == 2 and self._message:
-                return _strip([("  " + self._message, self._style("proc-table--message"))], width, self._base())
+                return strips.strip([("  " + self._message, self._style("proc-table--message"))], width, self._base())
             return Strip.blank(width, self._base())
         if index >= len(self._rows):
             self._drawn[y] = BLANK
@@ -487,8 +378,8 @@ class ProcTable(ScrollView, can_focus=True):
                 parts.append((" ", base))
             parts.append((label.ljust(w) if col.align == "left" else label.rjust(w), style))
         if cols.hidden_right:
-            parts.append((" " * (width - _used(parts) - 1) + "▶", base))
-        return _strip(parts, width, base)
+            parts.append((" " * (width - strips.used(parts) - 1) + "▶", base))
+        return strips.strip(parts, width, base)
 
     def _row_strip(self, index: int, key: LineKey, cols: Layout, width: int) -> Strip:
         cells, tagged, exited, cursor = key
@@ -505,77 +396,13 @@ class ProcTable(ScrollView, can_focus=True):
         parts: list[tuple[str, Style]] = [("● " if tagged else "  ", base)]
         gap = cols.fixed if cols.hidden_left else -1
         for i, ((col, w), cell) in enumerate(zip(cols, cells)):
-            text = _cell_text(cell, w, col.align, col.cut)
+            text = strips.cell_text(cell, w, col.align, col.cut)
             style = na if cell == fmt.NA else (flag if col.key == "launch_bound" and cell else base)
             if i == gap:
                 parts.append((" ", base))
             if i:
                 parts.append((" ", base))
             parts.append((text, style))
-        return _strip(parts, width, base)
+        return strips.strip(parts, width, base)
 
 
-_CELL_TEXT: dict[tuple[str, int, str, str], str] = {}
-
-
-def _cell_text(cell: str, width: int, align: str, cut: str) -> str:
-    """A cell's text cut and padded to ``width`` (memoised: most cells repeat from one refresh to the next)."""
-    key = (cell, width, align, cut)
-    text = _CELL_TEXT.get(key)
-    if text is None:
-        text = fmt.fit_middle(cell, width) if cut == "middle" else fmt.fit(cell, width)
-        text = text.ljust(width) if align == "left" else text.rjust(width)
-        if len(_CELL_TEXT) >= 8192:
-            _CELL_TEXT.clear()
-        _CELL_TEXT[key] = text
-    return text
-
-
-def _used(parts: list[tuple[str, Style]]) -> int:
-    return sum(cell_len(chunk) for chunk, _ in parts)
-
-
-#: characters Rich measures without looking at each one (its fast path); a segment holding any other
-#: (an ellipsis, a wide character) is measured character by character each time Textual cuts the line
-#: at the scrollbar, so such a part gets a segment of its own instead of lengthening its neighbours'
-_FAST_WIDTH = frozenset(
-    chr(c)
-    for lo, hi in ((0x20, 0x7E), (0xA0, 0xAC), (0xAE, 0x2FF), (0x370, 0x482), (0x2500, 0x25FC), (0x2800, 0x28FF))
-    for c in range(lo, hi + 1)
-)
-
-
-def _strip(parts: list[tuple[str, Style]], width: int, fill: Style) -> Strip:
-    """One line of exactly ``width`` cells; neighbouring parts of the same style become one segment
-    (a row is a handful of segments, which keeps Textual's per-frame work small)."""
-    segments: list[Segment] = []
-    text: list[str] = []
-    current: Style | None = None
-    used = 0
-    for chunk, style in parts:
-        if chunk.isascii():
-            used += len(chunk)
-            slow = False
-        else:
-            used += cell_len(chunk)
-            slow = not _FAST_WIDTH.issuperset(chunk)
-        if text and (slow or (style is not current and style != current)):
-            segments.append(Segment("".join(text), current))
-            text = []
-        current = style
-        if slow:
-            segments.append(Segment(chunk, style))
-        else:
-            text.append(chunk)
-    if used < width:
-        if current is not fill and current != fill:
-            if text:
-                segments.append(Segment("".join(text), current))
-                text = []
-            current = fill
-        text.append(" " * (width - used))
-        used = width
-    if text:
-        segments.append(Segment("".join(text), current))
-    strip = Strip(segments, used)
-    return strip if used == width else strip.crop(0, width)
