@@ -1,4 +1,4 @@
-"""The launch fast path (bpf/gputop.bpf.c, gputop/sources/bpf/launchslots.py), with real probes: a
+"""The launch fast path (bpf/launch.bpf.h, gputop/sources/bpf/launchslots.py), with real probes: a
 (process, kernel) counts in a slot of a mapped array; buckets a slot has no place for, and launches
 of a pair whose slot another pair holds, go to the process record and the kernels table; user
 space adds them up exactly, frees a process's slots when it forgets it, and counts the captures a
