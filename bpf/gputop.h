@@ -7,7 +7,7 @@
 //   (G_*), event types (EV_*) and the rest checked below; this header stops where one is missing;
 // - the program's own, never read by user space: the allocation kinds (K_*) and BATCH_MAX, here.
 // The ring buffer's events have no bcc type: gputop/sources/bpf/events.py declares event_t and
-// file_event_t again (ctypes).
+// file_event_t again (ctypes), held to these as compiled by tests/unit/test_bpf_abi.py.
 #ifndef __GPUTOP_H
 #define __GPUTOP_H
 
