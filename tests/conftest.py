@@ -17,10 +17,37 @@ def testbed() -> Testbed:
     return tb
 
 
-@pytest.fixture(scope="session", params=[12, 13], ids=["cuda12", "cuda13"])
+#: the artefacts tier (marker ``artefacts``): tests of what ships beside the code (deploy files, docs,
+#: bench, scripts), many with a tool of their own (systemd-analyze, promtool, a real Prometheus,
+#: hadolint, kubernetes-validate). ``./test.sh`` runs them as a tier; ``./test.sh --quick`` leaves them out.
+ARTEFACTS = frozenset({
+    "test_deploy.py", "test_deploy_kubernetes.py", "test_systemd_security.py", "test_grafana.py",
+    "test_prometheus_rules.py",                                     # deploy/
+    "test_architecture_doc.py", "test_perfdoc.py",                  # docs/ (PERFORMANCE.md: bench/performance.py)
+    "test_gpu_validate_oracle.py",                                  # bench/
+    "test_offline_scripts.py", "test_privapt.py", "test_matrix_vm.py",  # scripts/
+})
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if item.path.name in ARTEFACTS and item.path.parent.name == "unit":
+        item.add_marker(pytest.mark.artefacts)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``rt`` on the test bed's CUDA 12 runtime; on both (12.9 and 13.0) where a test is marked
+    ``both_runtimes`` (where they differ: signatures, sonames, the entry points the support table does
+    not call). tests/bpf/test_support_table.py counts every runtime minor."""
+    if "rt" not in metafunc.fixturenames:
+        return
+    majors = [12, 13] if metafunc.definition.get_closest_marker("both_runtimes") else [12]
+    metafunc.parametrize("rt", majors, ids=[f"cuda{m}" for m in majors], indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
 def rt(request: pytest.FixtureRequest, testbed: Testbed) -> Runtime:
-    """Each CUDA runtime of the test bed (12.9 and 13.0), with workloads built against it: a test
-    that uses it runs on both."""
+    """A CUDA runtime of the test bed (12.9, or 13.0 too: ``both_runtimes``), with workloads built
+    against it."""
     return runtime(testbed, request.param)
 
 

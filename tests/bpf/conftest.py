@@ -29,10 +29,53 @@ def _precondition() -> str | None:
 _WHY = _precondition()
 
 
-@pytest.fixture(scope="session", params=["links", "perf"])
+def _host_mode() -> str:
+    """How gputop attaches on this host: "links" (uprobe_multi, Linux 6.6+ with bcc 0.21+) unless the
+    kernel or bcc lacks them or GPUTOP_UPROBE_LINKS=off says perf events."""
+    if _WHY:
+        return "perf"
+    from gputop.sources.bpf.uprobes import bcc_loads_for_links, links_supported, links_wanted
+
+    bcc = load_bcc()
+    return "links" if links_wanted() and bcc_loads_for_links(bcc.BPF, bcc.lib) and links_supported() else "perf"
+
+
+#: the attach mode of every test that takes ``bpf_source`` and is not marked ``attach_modes``
+HOST_MODE = _host_mode()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``bpf_source`` in the host's attach mode; ``@pytest.mark.attach_modes("links", "perf")`` where the
+    behaviour differs by mode (attach and detach, descriptors, probes left, releases), each mode then
+    one session source (pytest groups the tests by it)."""
+    if "bpf_source" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("attach_modes")
+    modes = list(marker.args) if marker else [HOST_MODE]
+    metafunc.parametrize("bpf_source", modes, indirect=True, scope="session")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """After pytest's own grouping (by parameter index: a test marked with one mode that is not the
+    host's shares index 0 with the host's tests), the host-mode tests first, then each other mode's:
+    one session source per mode, started once."""
+    order = [*dict.fromkeys([HOST_MODE, "links", "perf"])]
+
+    def mode(item: pytest.Item) -> str | None:
+        callspec = getattr(item, "callspec", None)
+        return callspec.params.get("bpf_source") if callspec else None
+
+    at = [i for i, item in enumerate(items) if mode(item) is not None]
+    ranked = sorted((items[i] for i in at), key=lambda item: order.index(mode(item) or HOST_MODE))
+    for i, item in zip(at, ranked):
+        items[i] = item
+
+
+@pytest.fixture(scope="session")
 def bpf_source(request: pytest.FixtureRequest) -> Iterator[BpfSource]:
     """gputop's source attaching with uprobe_multi links (Linux 6.6+), or with a perf event per
-    probe (older kernels): every test that uses it runs both ways."""
+    probe (older kernels): as this host attaches, or each mode the test is marked with."""
     if _WHY:
         pytest.skip(_WHY)
     src = BpfSource(uprobe_links=request.param == "links")

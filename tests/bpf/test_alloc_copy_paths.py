@@ -9,10 +9,13 @@ public entry points are not the application's.
 
 from __future__ import annotations
 
+import pytest
+
 H2D, D2H, D2D, H2H, UNK = range(5)
 MIB2 = 2 * 1024 * 1024
 
 
+@pytest.mark.both_runtimes
 def test_runtime_paths_counted_at_entry(run_workload, workloads, rt, bpf_source) -> None:
     before = bpf_source.dropped()["array"]
     raw = run_workload([workloads.dlopen, "--cudart", rt.lib,

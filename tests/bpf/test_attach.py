@@ -28,6 +28,7 @@ def waiting(workloads, tmp_path: Path):  # type: ignore[no-untyped-def]
     proc.wait()
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_another_tracer_can_probe_the_same_entry_points(bpf_source: BpfSource, waiting, testbed) -> None:
     """While gputop traces cudaLaunchKernel, a second tool (here a bare uprobe_multi link, as
     bpftrace or libbpf make them) attaches at the same address. With bcc 0.26's attach_uprobe it

@@ -7,11 +7,13 @@ its own size (the first 64 of a call; the rest are counted as dropped, kind "bat
 
 from __future__ import annotations
 
+import pytest
 from support import runtime
 
 H2D, D2H, D2D, H2H, UNK = range(5)
 
 
+@pytest.mark.both_runtimes
 def test_prefetch_plain_takes_the_runtimes_signature(run_workload, workloads, rt) -> None:
     ops = ["prefetch:3:4096:0", "prefetch:2:100:-1"]
     if rt.major == 12:      # CUDA 13 has no _v2: its plain name took over the location signature
@@ -37,6 +39,7 @@ def test_prefetch_batch_counts_each_range_at_its_location(run_workload, workload
     assert bpf_source.dropped()["batch"] - before == 36
 
 
+@pytest.mark.both_runtimes
 def test_memcpy_batch_counts_each_copy(run_workload, workloads, rt, bpf_source) -> None:
     before = bpf_source.dropped()["batch"]
     # 4 calls of 6 copies of 10*(i+1) bytes; one of 100 copies of (i+1) bytes (64 counted).

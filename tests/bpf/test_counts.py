@@ -24,6 +24,8 @@ def kernel(raw: RawProc, name: str):  # type: ignore[no-untyped-def]
     return found[0]
 
 
+@pytest.mark.attach_modes("links", "perf")
+@pytest.mark.both_runtimes
 def test_runtime_launches_exact_with_grid_block_and_names(run_workload, rt) -> None:
     raw = run_workload([rt.dynamic, "launch:12345:40,2,1:128,1,1:0", "launch:500:3,3,3:16,16,1:1"]).go_and_wait()
     c = raw.counters
@@ -110,6 +112,8 @@ def test_statically_linked_runtime(run_workload, rt) -> None:
     assert raw.memcpy_calls[D2H] == 3
 
 
+@pytest.mark.attach_modes("links", "perf")
+@pytest.mark.both_runtimes
 def test_late_dlopen_attached_by_mmap_event(run_workload, workloads, rt, bpf_source, tmp_path) -> None:
     # a private copy: a new inode that no probe covers yet
     lib = tmp_path / f"libcudart-late.so.{rt.major}"
@@ -126,6 +130,7 @@ def test_late_dlopen_attached_by_mmap_event(run_workload, workloads, rt, bpf_sou
     assert str(lib) in bpf_source.objects.values()
 
 
+@pytest.mark.both_runtimes
 def test_preexisting_process_found_at_start(rt, tmp_path) -> None:
     go = tmp_path / "go"
     proc = subprocess.Popen([str(rt.dynamic), "--wait", str(go), "launch:777:1,1,1:1,1,1:0"],

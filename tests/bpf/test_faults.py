@@ -52,6 +52,7 @@ def launches(src: BpfSource, pid: int) -> tuple[int, int, int]:
     return c["launches"], c["grid_sum"], c["block_sum"]
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_library_deleted_while_processes_use_it(bpf_source: BpfSource, workloads: Workloads, testbed: support.Testbed,
                                                 tmp_path: Path) -> None:
     """One process probed before its libcudart was deleted, one that gputop first sees after: both
@@ -76,6 +77,7 @@ def test_library_deleted_while_processes_use_it(bpf_source: BpfSource, workloads
         bpf_source.forget(early_pid, late_pid)
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_library_replaced_by_rename_while_a_process_uses_it(bpf_source: BpfSource, workloads: Workloads,
                                                             testbed: support.Testbed, tmp_path: Path) -> None:
     """As `pip install -U` does: a new file written beside the old one and renamed over it. The

@@ -187,6 +187,7 @@ def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: 
     assert max(gaps) < 3.0, f"a refresh came {max(gaps):.2f} s after the one before"
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_objects_no_process_maps_leave_no_probes_or_descriptors(bpf_source: BpfSource, testbed,  # type: ignore[no-untyped-def]
                                                                 nobody_dir: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
@@ -251,6 +252,7 @@ def _map_and_release(src: BpfSource, copies: list[str], cwd: Path
     return during, before, (during[1] - before[1]) // len(copies), state()
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_the_descriptor_limit_is_raised_at_start(bpf_source: BpfSource) -> None:
     import resource
 
@@ -328,6 +330,7 @@ def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbe
     assert len(names) == 9 and all(n is not None and len(n) <= 4097 for n in names), [len(n or "") for n in names]
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_an_object_without_descriptors_for_its_probes_counts_dropped_once(bpf_source: BpfSource, testbed,  # type: ignore[no-untyped-def]
                                                                           nobody_dir: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:

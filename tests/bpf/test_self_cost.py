@@ -44,6 +44,7 @@ def test_real_calibration_is_cached_and_reused(mode: str, tmp_path: Path) -> Non
     assert 1 / 1.5 < second.trap_ns / cost.trap_ns < 1.5
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_hits_are_the_kernels_own_run_counts(bpf_source: BpfSource, workloads: Workloads, tmp_path: Path) -> None:
     """The per-CPU hit counters against the kernel's run counts of gputop's uprobe programs (BPF
     statistics held on meanwhile): equal, entry and return apart, over a real workload's calls."""
@@ -70,6 +71,7 @@ def test_hits_are_the_kernels_own_run_counts(bpf_source: BpfSource, workloads: W
     assert entry >= 3000 + 40 + 25 and ret >= 40 + 25
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_cost_is_the_intervals_hits_times_trap_plus_programs(bpf_source: BpfSource, workloads: Workloads,
                                                              tmp_path: Path) -> None:
     mode = bpf_source.uprobes.mode if bpf_source.uprobes else "links"

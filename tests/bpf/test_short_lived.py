@@ -43,6 +43,7 @@ def _short(workloads: Any, lib: Path) -> int:
     return int(out.split()[1])
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_the_process_after_a_short_lived_one_is_counted_exactly(bpf_source: BpfSource, workloads, testbed,
                                                                  tmp_path: Path) -> None:
     """The first process lives a few milliseconds, and nobody polls while it runs: its maps are
@@ -236,6 +237,7 @@ def _probed_by_a_short_one(src: BpfSource, workloads: Any, lib: Path) -> tuple[i
     return key
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_an_object_stays_probed_a_while_after_its_last_process_exits(bpf_source: BpfSource, workloads, testbed,
                                                                       tmp_path: Path) -> None:
     """The matrix's flake: every process mapping the runtime had exited when a full rescan swept,
@@ -254,6 +256,7 @@ def test_an_object_stays_probed_a_while_after_its_last_process_exits(bpf_source:
     bpf_source.forget(pid)
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_a_released_object_is_named_again_by_its_next_mapping(bpf_source: BpfSource, workloads, testbed,
                                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
@@ -279,6 +282,7 @@ def test_a_released_object_is_named_again_by_its_next_mapping(bpf_source: BpfSou
     bpf_source.forget(pid)
 
 
+@pytest.mark.attach_modes("links", "perf")
 def test_at_most_keep_unmapped_max_objects_are_kept(bpf_source: BpfSource, workloads, testbed, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Objects no process maps are kept KEEP_UNMAPPED_MAX at most, the latest unmapped: three
@@ -299,7 +303,7 @@ def test_at_most_keep_unmapped_max_objects_are_kept(bpf_source: BpfSource, workl
     assert not any(k in bpf_source.objects for k in keys)
 
 
-@pytest.mark.parametrize("bpf_source", ["perf"], indirect=True)   # links close together in ~0.1 s
+@pytest.mark.attach_modes("perf")   # links close together in ~0.1 s
 def test_an_object_mapped_during_a_release_is_probed_without_waiting_for_it(
         bpf_source: BpfSource, workloads, testbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With perf events the kernel removes a released object's probes one at a time, each holding

@@ -6,8 +6,8 @@ pinned in tests/support_matrix.py says what each lacks (tests/unit/test_library_
 against the libraries' symbols, and `gputop doctor` names it absent); every count asserted is exact.
 
 One BpfSource for the module, attached as gputop attaches on this kernel (uprobe_multi links where
-the kernel has them; the per-probe perf path is the everyday tests' and the QEMU tier's): 19 libraries
-of about 100 probes each would otherwise take minutes to detach."""
+the kernel has them, as the everyday tests; the per-probe perf path is the tests marked attach_modes'
+and the QEMU tier's): 19 libraries of about 100 probes each would otherwise take minutes to detach."""
 
 from __future__ import annotations
 
