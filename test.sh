@@ -1,25 +1,149 @@
 #!/usr/bin/env bash
 # Install what is missing plus the test bed (idempotent), then run every check and test.
-#   ./test.sh [PYTEST ARGS]   the whole suite (what CI runs)
-#   ./test.sh --quick         the inner loop: lint, types, unit and UI tests, a few BPF smoke tests
+#   ./test.sh [PYTEST OPTIONS]        the whole suite (what CI runs): the tiers below, each given the options
+#   ./test.sh TESTS... [PYTEST ARGS]  the tests named (paths, node ids), in one pytest, as given
+#   ./test.sh --quick [PYTEST ARGS]   the inner loop: lint, types, unit and UI tests, a few BPF smoke tests
+# The whole suite's tiers (docs/architecture.md, "Test bed and test tiers"), for 2 CPUs:
+#   1. CPU-bound: unit and artefacts tests on every CPU (pytest-xdist), beside the kernel matrix's suite
+#      on this machine's kernel (bullseye-on-host); then the tests marked serial (CPU shares), alone;
+#   2. mostly waiting: the BPF and end-to-end tests, one at a time and alone in their kind (they count
+#      probes, descriptors and CUDA processes host-wide), beside the matrix's QEMU guests (a CPU each)
+#      and the UI tests, niced.
+# GPUTOP_TEST_JOBS sets the workers (default: the CPUs); GPUTOP_MATRIX=0 leaves the matrix out.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")" && pwd)
 cd "$ROOT"
 "$ROOT/scripts/setup.sh" --test || exit $?
 .venv/bin/ruff check gputop tests bench deploy scripts || exit 1
 .venv/bin/mypy gputop || exit 1
+
+PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider)
+JOBS=${GPUTOP_TEST_JOBS:-$(nproc)}
+PARALLEL=(-n "$JOBS" --dist loadfile)
+[ "$JOBS" -gt 1 ] || PARALLEL=(-p no:xdist)
+
+ran=0       # a tier that ran tests (pytest's 5: it collected none)
+rc=0        # the first failure's status
+BG=()       # tiers running in the background: pid:log
+
+tally() {
+    local r=$1
+    if [ "$r" -ne 5 ]; then
+        ran=1
+        [ "$rc" -ne 0 ] || rc=$r
+    fi
+}
+
+# Ctrl-C reaches the background tiers too (started with SIGINT at its default: pytest stops cleanly, the
+# matrix interrupts its guests); a TERM (CI's time limit) is passed on to them as an INT
+stop() {
+    local job
+    if [ "$1" = TERM ]; then
+        for job in "${BG[@]}"; do
+            kill -INT "${job%%:*}" 2>/dev/null
+        done
+    fi
+    wait 2>/dev/null
+    for job in "${BG[@]}"; do
+        cat "${job#*:}"
+        rm -f "${job#*:}"
+    done
+    exit 130
+}
+trap 'stop INT' INT
+trap 'stop TERM' TERM
+
+# start_bg TITLE CMD...: a tier in the background, its output kept for finish_bg
+start_bg() {
+    local title=$1 log
+    shift
+    log=$(mktemp)
+    echo "== $title (in the background)"
+    # a background job of a script ignores SIGINT, and Python keeps an ignored SIGINT ignored
+    { echo "== $title"; exec env --default-signal=INT "$@"; } >"$log" 2>&1 &
+    BG+=("$!:$log")
+}
+
+# finish_bg: wait for the background tiers, then print what each wrote
+finish_bg() {
+    local job r
+    for job in "${BG[@]}"; do
+        wait "${job%%:*}"
+        r=$?
+        cat "${job#*:}"
+        rm -f "${job#*:}"
+        tally $r
+    done
+    BG=()
+}
+
+finish() {
+    if [ $ran -eq 0 ]; then
+        echo "gputop: error: pytest collected no tests" >&2
+        echo "hint: the test suite lives in tests/; check that it was not filtered away" >&2
+        exit 1
+    fi
+    exit $rc
+}
+
+named=0     # arguments that name tests (paths, node ids): run those, in one pytest
+for a in "$@"; do
+    case $a in
+        -*) ;;
+        */*|*.py|*::*) named=1 ;;
+        *) [ -e "$a" ] && named=1 ;;
+    esac
+done
+
+# the UI's snapshot files, whole and in one process: syrupy fails a run for a snapshot no test uses only
+# there (not under pytest-xdist, not when tests of the files are deselected)
+mapfile -t SNAPSHOTS < <(grep -l snap_compare tests/ui/test_*.py)
+NO_SNAPSHOTS=("${SNAPSHOTS[@]/#/--ignore=}")
+
 if [ "${1:-}" = "--quick" ]; then
     shift
-    set -- tests/unit tests/ui \
-        tests/bpf/test_counts.py::test_runtime_calling_driver_counts_once \
+    echo "== unit and UI tests (${JOBS} workers)"
+    "${PYTEST[@]}" "${PARALLEL[@]}" -m "not artefacts and not serial" "${NO_SNAPSHOTS[@]}" tests/unit tests/ui "$@"
+    tally $?
+    echo "== the tests that measure CPU shares, alone"
+    "${PYTEST[@]}" -m "not artefacts and serial" tests/unit tests/ui "$@"
+    tally $?
+    start_bg "UI snapshots" "${PYTEST[@]}" "${SNAPSHOTS[@]}" "$@"
+    echo "== BPF smoke tests"
+    "${PYTEST[@]}" tests/bpf/test_counts.py::test_runtime_calling_driver_counts_once \
         tests/bpf/test_driver_layer.py::test_application_reaches_the_layer_by_dlsym \
         tests/bpf/test_batch.py::test_batch_json_exact_counts_and_exit "$@"
+    tally $?
+    finish_bg
+    finish
 fi
-.venv/bin/python -m pytest -p no:cacheprovider "$@"
-rc=$?
-if [ $rc -eq 5 ]; then
-    echo "gputop: error: pytest collected no tests" >&2
-    echo "hint: the test suite lives in tests/; check that it was not filtered away" >&2
-    exit 1
+
+if [ $named -eq 1 ]; then
+    "${PYTEST[@]}" "$@"
+    tally $?
+    finish
 fi
-exit $rc
+
+# 1. CPU-bound: unit and artefacts tests on every CPU, the matrix's suite on this machine's kernel beside them
+start_bg "kernel matrix: this machine's kernel" nice -n 5 env GPUTOP_MATRIX_PART=host "${PYTEST[@]}" tests/matrix "$@"
+echo "== unit and artefacts tests (${JOBS} workers)"
+"${PYTEST[@]}" "${PARALLEL[@]}" -m "not serial" tests/unit "$@"
+tally $?
+finish_bg
+echo "== the tests that measure CPU shares, alone"
+"${PYTEST[@]}" -m serial tests/unit tests/ui "$@"
+tally $?
+
+# 2. mostly waiting: BPF and end to end, alone in their kind (they count probes, descriptors and CUDA
+#    processes host-wide), beside what starts no CUDA process and attaches nothing, niced: the QEMU
+#    guests, the UI tests (every CPU) and the UI snapshots (one process: syrupy's check for snapshots
+#    no test uses)
+start_bg "kernel matrix: QEMU guests" nice -n 10 env GPUTOP_MATRIX_PART=guests "${PYTEST[@]}" tests/matrix "$@"
+start_bg "UI tests (${JOBS} workers)" nice -n 5 "${PYTEST[@]}" "${PARALLEL[@]}" -m "not serial" "${NO_SNAPSHOTS[@]}" \
+    tests/ui "$@"
+start_bg "UI snapshots" nice -n 5 "${PYTEST[@]}" "${SNAPSHOTS[@]}" "$@"
+echo "== BPF and end-to-end tests"
+"${PYTEST[@]}" tests/bpf tests/e2e "$@"
+tally $?
+finish_bg
+finish

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -62,9 +63,17 @@ def build_native(source: str, out: str, *args: str) -> Path:
     src = NATIVE / source
     dst = BUILD / out
     dst.parent.mkdir(parents=True, exist_ok=True)       # ``out`` may name a folder (fake_nvml/libnvidia-ml.so.1)
-    if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
-        cc = shutil.which("gcc") or "cc"
-        subprocess.run([cc, "-O1", "-g", "-Wall", "-o", str(dst), str(src), *args], check=True)
+    if dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime:
+        return dst
+    # test processes side by side (pytest-xdist) build the same file: one at a time, each into a file of its
+    # own renamed into place, so that none runs or loads a half-written one
+    with open(dst.parent / f".{dst.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
+            part = dst.with_name(f".{dst.name}.{os.getpid()}")
+            cc = shutil.which("gcc") or "cc"
+            subprocess.run([cc, "-O1", "-g", "-Wall", "-o", str(part), str(src), *args], check=True)
+            os.replace(part, dst)
     return dst
 
 

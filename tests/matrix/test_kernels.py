@@ -75,6 +75,13 @@ SUITES = {
 #: the longest boots first (docs/matrix.md): they start first when suites run at once
 DEFAULT = ("bookworm", "bullseye", "trixie", "bullseye-on-host")
 CHOSEN = [s for s in os.environ.get("GPUTOP_MATRIX_SUITES", ",".join(DEFAULT)).split(",") if s]
+#: GPUTOP_MATRIX_PART=guests: only the booted suites; =host: only those on this machine's kernel (./test.sh
+#: runs the guests beside the BPF tier, whose host-wide counts a gputop on this kernel would disturb)
+_PART = os.environ.get("GPUTOP_MATRIX_PART", "")
+if _PART not in ("", "guests", "host"):
+    raise pytest.UsageError(f"GPUTOP_MATRIX_PART must be guests or host, not {_PART!r}")
+if _PART:
+    CHOSEN = [s for s in CHOSEN if s not in SUITES or SUITES[s].on_host == (_PART == "host")]
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("GPUTOP_MATRIX") == "0" or os.geteuid() != 0,

@@ -173,6 +173,7 @@ def test_access_denied_fields_are_none(
     assert (got.cmdline, got.user, got.rss_bytes) == (None, None, None)
 
 
+@pytest.mark.serial     # a busy loop's share of a core: not beside the other tier workers
 def test_cpu_of_a_busy_process() -> None:
     p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
