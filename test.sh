@@ -19,7 +19,7 @@ cd "$ROOT"
 
 PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider)
 JOBS=${GPUTOP_TEST_JOBS:-$(nproc)}
-PARALLEL=(-n "$JOBS" --dist loadfile)
+PARALLEL=(-n "$JOBS" --dist worksteal)
 [ "$JOBS" -gt 1 ] || PARALLEL=(-p no:xdist)
 
 ran=0       # a tier that ran tests (pytest's 5: it collected none)
