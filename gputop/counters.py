@@ -1,11 +1,13 @@
 """The catalogue of per-process quantities and GPU fields: one row each, and everything else derives.
 
-A per-process quantity is named in three places only: its member of ``struct proc_t``
-(bpf/gputop.bpf.c), its row here and its field of :class:`gputop.model.Counts`. From the rows come
-the BPF reader's members (``BPF_MEMBERS``), the sampler's counts (``gputop.feeds.live``), the
-details and compare screens' rows, the exporter's families and the fleet's queries and scales
-(``docs/metrics.md`` lists the families; ``tests/unit/test_counters.py`` holds the rows against the
-model and the C struct). Stdlib only.
+A per-process quantity is named in three places only (and the probe that counts it): its member of
+``struct proc_t`` (bpf/gputop.h), its row here and its field of :class:`gputop.model.Counts` (and of
+``Rates`` if it yields a rate). From the rows come the BPF reader's members (``BPF_MEMBERS``), the
+live feed's counts and both feeds' rates (``rates``), the process table's rate columns and sort keys,
+the history's series, the details, compare and baseline rows, the exporter's families and the fleet's
+queries, scales and chart series (``docs/metrics.md`` lists the families; docs/architecture.md, "Adding
+a quantity"; ``tests/unit/test_counters.py`` and ``tests/unit/test_rates_spine.py`` hold the rows against
+the model, the compiled C struct and every consumer). Stdlib only.
 """
 
 from __future__ import annotations
