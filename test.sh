@@ -5,7 +5,8 @@
 #   ./test.sh --quick [PYTEST ARGS]   the inner loop: lint, types, unit and UI tests, a few BPF smoke tests
 # The whole suite's tiers (docs/architecture.md, "Test bed and test tiers"), for 2 CPUs:
 #   1. CPU-bound: unit and artefacts tests on every CPU (pytest-xdist), beside the kernel matrix's suite
-#      on this machine's kernel (bullseye-on-host); then the tests marked serial (CPU shares), alone;
+#      on this machine's kernel (bullseye-on-host) and the container image's build; then the tests
+#      marked serial (CPU shares), alone;
 #   2. mostly waiting: the BPF and end-to-end tests, one at a time and alone in their kind (they count
 #      probes, descriptors and CUDA processes host-wide), beside the matrix's QEMU guests (a CPU each)
 #      and the UI tests, niced.
@@ -126,6 +127,9 @@ fi
 
 # 1. CPU-bound: unit and artefacts tests on every CPU, the matrix's suite on this machine's kernel beside them
 start_bg "kernel matrix: this machine's kernel" nice -n 5 env GPUTOP_MATRIX_PART=host "${PYTEST[@]}" tests/matrix "$@"
+# the image of deploy/Containerfile, built for its BPF test (podman's layer cache); a failure is the test's to say
+start_bg "container image, ahead of its test" nice -n 10 sh -c \
+    'PYTHONPATH=tests .venv/bin/python tests/bpf/test_container_image.py build >/dev/null 2>&1; true'
 echo "== unit and artefacts tests (${JOBS} workers)"
 "${PYTEST[@]}" "${PARALLEL[@]}" -m "not serial" tests/unit "$@"
 tally $?

@@ -72,12 +72,10 @@ def pip_conf(path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    for tool in ("podman", "runc", "debootstrap"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (scripts/setup.sh --test installs it)")
-    tmp = tmp_path_factory.mktemp("image")
+def build_image(tmp: Path) -> subprocess.CompletedProcess[str]:
+    """The Debian base (once) and the image of deploy/Containerfile, from podman's layer cache when
+    nothing changed: ./test.sh builds it beside the unit tests (``python tests/bpf/test_container_image.py
+    build``), so that the BPF tier finds it built."""
     if podman("image", "exists", BASE_IMAGE, check=False).returncode != 0:
         rootfs = CACHE / "rootfs"
         shutil.rmtree(rootfs, ignore_errors=True)
@@ -97,6 +95,15 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     build = podman("build", "--pull=never", "--runtime=runc", "--network=host", *ulimits(),
                    "-v", "/etc/ssl/certs:/hostca:ro", "-v", f"{pip_conf(tmp / 'pip.conf')}:/etc/pip.conf:ro",
                    "-f", str(ROOT / "deploy" / "Containerfile"), "-t", IMAGE, str(ROOT), timeout_s=1500, check=False)
+    return build
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    for tool in ("podman", "runc", "debootstrap"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (scripts/setup.sh --test installs it)")
+    build = build_image(tmp_path_factory.mktemp("image"))
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     yield IMAGE
     podman("rmi", "-f", IMAGE, check=False)        # about 1 GB; the Debian base stays for the next run
@@ -153,3 +160,12 @@ def test_the_image_traces_a_host_workload_as_the_daemonset_runs_it(image: str, w
         podman("rm", "-f", name, check=False)
     assert state["ExitCode"] == 0, logs
     assert "Traceback" not in logs
+
+
+if __name__ == "__main__":     # `build`: the image ahead of its test (./test.sh); a failure is left to the test
+    import sys
+    import tempfile
+
+    if sys.argv[1:] == ["build"] and all(shutil.which(t) for t in ("podman", "runc", "debootstrap")):
+        with tempfile.TemporaryDirectory() as d:
+            sys.exit(build_image(Path(d)).returncode)
