@@ -2,7 +2,9 @@
 
 ``Sampler`` is the live ``Feed``: one thread (``gputop-collector``) owns the BPF object, the NVML
 handles and the psutil cache. BPF start-up (compiling takes a second or two) happens on that
-thread after a first "starting" snapshot was posted, so the UI is never blocked.
+thread after a first "starting" snapshot was posted, so the UI is never blocked. Each refresh
+(``collect``) reads the sources, decides which processes are new, gone or reused, and leaves the
+counting of each process (deltas, rates, kernels) to ``gputop.feeds.live_counts``.
 """
 
 from __future__ import annotations
@@ -16,26 +18,16 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from gputop import counters
-from gputop.counters import PROC, Kind, Quantity
-from gputop.derive import LaunchBoundRule, is_launch_bound
+from gputop.derive import LaunchBoundRule
 from gputop.feeds.base import Feed, FeedKind, Filters, SnapshotCallback
-from gputop.model import (
-    MEMCPY_DIRECTIONS,
-    CallBytes,
-    Counts,
-    KernelStat,
-    ProcSample,
-    Snapshot,
-    SourceStatus,
-)
-from gputop.sources.bpf import BpfReading, BpfSource, BpfUnavailable, IdleProc, RawKernel, RawProc
+from gputop.feeds.live_counts import TOP_KERNELS as TOP_KERNELS  # the exporter's bound (gputop.modes.exporter)
+from gputop.feeds.live_counts import ProcDeltas
+from gputop.model import ProcSample, Snapshot, SourceStatus
+from gputop.sources.bpf import BpfReading, BpfSource, BpfUnavailable
 from gputop.sources.host import HostProc, HostSource
-from gputop.sources.nvml import NvmlProc, NvmlReading, NvmlSource
+from gputop.sources.nvml import NvmlReading, NvmlSource
 
-TOP_KERNELS = 20
 STOP_NOTICE_S = 1.0         # stopping longer than this is announced (see Sampler.stop)
 STOP_TIMEOUT_S = 60.0       # then the exit hook finishes the job (BpfSource.close)
 #: how long ``detach_in_child`` waits for the collector thread to end (it polls events for 0.2 s at most)
@@ -69,71 +61,6 @@ class RefreshTiming:
     phases: tuple[tuple[str, float], ...]
 
 
-def _hist(buckets: tuple[int, ...]) -> dict[str, int]:
-    return {f"2^{k}": n for k, n in enumerate(buckets) if n}
-
-
-def _counts(raw: RawProc, base: RawProc | None, uvm_cpu: bool) -> Counts:
-    """Counts of ``raw`` minus ``base`` (None: since gputop first saw the process), one per
-    quantity of the catalogue (gputop/counters.py)."""
-    c = raw.counters
-    b = base.counters if base else dict.fromkeys(c, 0)
-
-    def d(name: str) -> int:
-        return c[name] - b[name]
-
-    def pairs(q: Quantity) -> dict[str, CallBytes]:
-        calls, nbytes = getattr(raw, f"{q.bpf}_calls"), getattr(raw, f"{q.bpf}_bytes")
-        bcalls = getattr(base, f"{q.bpf}_calls") if base else None
-        bbytes = getattr(base, f"{q.bpf}_bytes") if base else None
-        return {n: CallBytes(calls[i] - (bcalls[i] if bcalls else 0), nbytes[i] - (bbytes[i] if bbytes else 0))
-                for i, n in enumerate(q.directions)}
-
-    def value(q: Quantity) -> int | float | dict[str, CallBytes] | None:
-        if q.bpf is None or (q.needs_fault_tracepoint and not uvm_cpu):
-            return None
-        if q.directions:
-            return pairs(q)
-        if q.kind is Kind.GAUGE:
-            # allocations made before gputop attached are not known: then live bytes are unknown
-            return c[q.bpf] if raw.complete else None
-        if q.unknown_if is not None and d(q.unknown_if):
-            return None     # a graph launched without gputop knowing its kernels: the window's count
-        return d(q.bpf) if q.integral else d(q.bpf) / q.bpf_per_unit
-
-    kw: dict[str, Any] = {q.field: value(q) for q in PROC}
-    return Counts(**kw)
-
-
-def _zero_counts(uvm_cpu: bool, complete: bool) -> Counts:
-    """The counts of a process with no record: no probe of it fired since gputop first saw it."""
-
-    def zero(q: Quantity) -> int | float | dict[str, CallBytes] | None:
-        if q.bpf is None or (q.needs_fault_tracepoint and not uvm_cpu):
-            return None
-        if q.directions:
-            return dict.fromkeys(q.directions, CallBytes(0, 0))
-        if q.kind is Kind.GAUGE and not complete:
-            return None     # as _counts: unknown if it ran CUDA before
-        return 0 if q.integral else 0.0
-
-    kw: dict[str, Any] = {q.field: zero(q) for q in PROC}
-    return Counts(**kw)
-
-
-def _avg(total: int, n: int) -> float | None:
-    return total / n if n else None
-
-
-def kernel_label(k: RawKernel) -> str:
-    """The kernel's name, or its address and object when it has none."""
-    if k.name:
-        return k.name
-    if k.object:
-        return f"{os.path.basename(k.object)}@0x{k.key:x}"
-    return f"0x{k.key:x}"
-
-
 class Sampler(Feed):
     """Builds snapshots from the sources; ``start`` runs it as the live feed's thread."""
 
@@ -150,9 +77,8 @@ class Sampler(Feed):
         self._bpf_status = SourceStatus("starting" if self._bpf else "unavailable",
                                         None if self._bpf else "disabled with --no-bpf")
         self._bpf_started = False
-        self._prev: dict[int, RawProc] = {}
-        self._prev_kernels: dict[tuple[int, int], int] = {}
-        self._prev_graph_kernels: dict[tuple[int, int], int] = {}
+        #: each process's last reading: the base of its next interval
+        self._deltas = ProcDeltas()
         self._host_cache: dict[int, HostProc] = {}
         self._last_time: float | None = None
         self._thread: threading.Thread | None = None
@@ -181,8 +107,7 @@ class Sampler(Feed):
             # the first interval starts now: what the probes counted while attaching is in the
             # totals only, so that every interval's counts cover exactly its interval_s
             for pid, raw in self._bpf.baseline().items():
-                self._prev[pid] = raw
-                self._prev_kernels.update(((pid, k.key), k.launches) for k in raw.kernels)
+                self._deltas.baseline(pid, raw)
         except BpfUnavailable as e:
             self._bpf_failed(e)
         except Exception as e:  # a bug or an odd host must not leave the UI on "starting"
@@ -393,17 +318,15 @@ class Sampler(Feed):
             state = "exited" if exited else ("stopped" if pid in hosts and hosts[pid].stopped else "running")
             # a process without a record may be one whose record could not be stored: then unknown
             idle_known = idle if idle is not None and reading.procs_dropped == 0 else None
-            procs.append(self._proc(pid, raw, idle_known, host, nv.procs.get(pid), gpu_util, elapsed, state,
-                                    reading.uvm_cpu_faults))
+            procs.append(self._deltas.sample(pid, raw, idle_known, host, nv.procs.get(pid), gpu_util, elapsed,
+                                             state, reading.uvm_cpu_faults, self.config.launch_bound))
             if exited:
                 gone.append(pid)
                 self._new_identity(pid)
             elif raw is not None:
-                self._prev[pid] = raw
+                self._deltas.keep(pid, raw)
         if gone or fresh:
-            dead = set(gone) | fresh
-            self._prev_kernels = {k: v for k, v in self._prev_kernels.items() if k[0] not in dead}
-            self._prev_graph_kernels = {k: v for k, v in self._prev_graph_kernels.items() if k[0] not in dead}
+            self._deltas.forget_kernels(set(gone) | fresh)
         if gone and self._bpf is not None:
             self._bpf.forget(*gone)
         sources = {"bpf": self._bpf_source_status(reading), "nvml": nv.status,
@@ -422,7 +345,7 @@ class Sampler(Feed):
 
     def _new_identity(self, pid: int) -> None:
         """Forget what was known of the process at ``pid`` (it exited, or the PID was reused)."""
-        self._prev.pop(pid, None)
+        self._deltas.forget(pid)
         self._host_cache.pop(pid, None)
 
     def _bpf_source_status(self, reading: BpfReading) -> SourceStatus:
@@ -438,97 +361,6 @@ class Sampler(Feed):
         if reading.uvm_cpu_faults:
             return SourceStatus("ok", "CPU faults on managed memory only; " + UVM_UNAVAILABLE, scope="cpu")
         return SourceStatus("unavailable", "tracepoint exceptions:page_fault_user is missing; " + UVM_UNAVAILABLE)
-
-    def _proc(self, pid: int, raw: RawProc | None, idle: IdleProc | None, host: HostProc | None,
-              nvp: NvmlProc | None, gpu_util: dict[int, float | None], elapsed: float, state: str,
-              uvm_cpu: bool) -> ProcSample:
-        """One process's sample; ``idle``: it has no record and its counts are known to be zero."""
-        interval = total = None
-        rates = None
-        grid_avg = block_avg = None
-        kernels: tuple[KernelStat, ...] = ()
-        extra: dict[str, Any] = {}
-        if raw is not None:
-            base = self._prev.get(pid)
-            interval = _counts(raw, base, uvm_cpu)
-            total = _counts(raw, None, uvm_cpu)
-            n = interval.launches or 0
-            grid_avg = _avg(interval.grid_blocks_sum or 0, n)
-            block_avg = _avg(interval.block_threads_sum or 0, n)
-            per_s = 1.0 / elapsed if elapsed > 0 else None
-            rates = None if per_s is None else counters.rates(counters.counts_value(interval), per_s)
-            kernels = self._kernels(pid, raw, per_s, interval.graph_kernel_launches is not None,
-                                    total.graph_kernel_launches is not None)
-            extra = {
-                "grid_blocks_hist": _hist(raw.grid_hist),
-                "block_threads_hist": _hist(raw.block_hist),
-                "memcpy_size_hist": {d: _hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist)},
-            }
-        elif idle is not None:
-            interval = total = _zero_counts(uvm_cpu, idle.complete)
-            rates = None if elapsed <= 0 else counters.rates(counters.counts_value(interval), 1.0 / elapsed)
-            extra = {"grid_blocks_hist": {}, "block_threads_hist": {},
-                     "memcpy_size_hist": {d: {} for d in MEMCPY_DIRECTIONS}}
-        gpu_index = nvp.gpu_index if nvp else None
-        launch_bound = None
-        if rates is not None and gpu_index is not None:
-            launch_bound = is_launch_bound(rates.launches_per_s, gpu_util.get(gpu_index),
-                                           self.config.launch_bound)
-        return ProcSample(
-            pid=pid,
-            comm=host.comm if host else (raw.comm if raw is not None and raw.comm else None),
-            ppid=host.ppid if host else None,
-            cmdline=host.cmdline if host else None,
-            user=host.user if host else None,
-            container=host.container if host else None,
-            nspid=host.nspid if host else None,
-            state=state,
-            interval=interval,
-            total=total,
-            rates=rates,
-            grid_blocks_avg=grid_avg,
-            block_threads_avg=block_avg,
-            kernels=kernels,
-            gpu_index=gpu_index,
-            gpu_mem_bytes=nvp.gpu_mem_bytes if nvp else None,
-            gpu_util_pct=nvp.sm_util_pct if nvp else None,
-            cpu_pct=host.cpu_pct if host else None,
-            rss_bytes=host.rss_bytes if host else None,
-            cpu_time_s=host.cpu_time_s if host else None,
-            mem_pct=host.mem_pct if host else None,
-            launch_bound=launch_bound,
-            start_time=host.start_time if host else None,
-            **extra,
-        )
-
-    def _kernels(self, pid: int, raw: RawProc, per_s: float | None, interval_known: bool = True,
-                 total_known: bool = True) -> tuple[KernelStat, ...]:
-        """The top kernels by launches, direct and inside graph launches; their graph launches are
-        known where the process's are (``*_known``) and its graph tables lost nothing."""
-        top = sorted(raw.kernels, key=lambda k: (-(k.launches + k.graph_launches), k.key))[:TOP_KERNELS]
-        out = []
-        for k in top:
-            prev = self._prev_kernels.get((pid, k.key), 0)
-            gprev = self._prev_graph_kernels.get((pid, k.key), 0)
-            g_iv = k.graph_launches - gprev if interval_known and raw.graph_kernels_known else None
-            out.append(KernelStat(
-                name=kernel_label(k),
-                launches=k.launches,
-                grid_blocks_avg=_avg(k.grid_sum, k.launches),
-                block_threads_avg=_avg(k.block_sum, k.launches),
-                interval_launches=k.launches - prev,
-                launches_per_s=(k.launches - prev) * per_s if per_s is not None else None,
-                object=k.object,
-                address=None if k.name else k.key,
-                graph_launches=k.graph_launches if total_known and raw.graph_kernels_known else None,
-                interval_graph_launches=g_iv,
-                graph_launches_per_s=g_iv * per_s if g_iv is not None and per_s is not None else None,
-            ))
-        for k in raw.kernels:
-            self._prev_kernels[(pid, k.key)] = k.launches
-            self._prev_graph_kernels[(pid, k.key)] = k.graph_launches
-        return tuple(out)
-
 
 def _alive(pid: int) -> bool:
     try:

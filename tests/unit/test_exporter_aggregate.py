@@ -25,7 +25,8 @@ from gputop.exporter.metrics import (
     cumulative,
     le_bounds,
 )
-from gputop.feeds.live import RefreshTiming, _zero_counts
+from gputop.feeds.live import RefreshTiming
+from gputop.feeds.live_counts import zero_counts
 from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, CallBytes, Counts, GpuSample, KernelStat, ProcSample
 
 C1, C2 = "a" * 64, "b" * 64
@@ -214,7 +215,7 @@ def test_coarse_buckets_and_no_histograms() -> None:
 
 def _idle() -> ProcSample:
     """A traced process that made no call since gputop saw it, on a GPU NVML reports."""
-    return ProcSample(pid=41, comm="idle", container=C1, total=_zero_counts(True, True), grid_blocks_hist={},
+    return ProcSample(pid=41, comm="idle", container=C1, total=zero_counts(True, True), grid_blocks_hist={},
                       block_threads_hist={}, memcpy_size_hist={d: {} for d in MEMCPY_DIRECTIONS}, gpu_index=0,
                       gpu_mem_bytes=1 << 20, gpu_util_pct=0.0, launch_bound=False, start_time=1.0)
 
@@ -222,7 +223,7 @@ def _idle() -> ProcSample:
 def _busy() -> ProcSample:
     """A process copying in every direction, prefetching both ways, launching 20 kernels."""
     every = {d: CallBytes(3, 3000) for d in MEMCPY_DIRECTIONS}
-    total = replace(_zero_counts(True, True), launches=600, memcpy=every,
+    total = replace(zero_counts(True, True), launches=600, memcpy=every,
                     prefetch={d: CallBytes(1, 4096) for d in PREFETCH_DIRECTIONS})
     assert isinstance(total, Counts)
     return replace(_idle(), pid=42, comm="busy", total=total, grid_blocks_hist={"2^4": 600},

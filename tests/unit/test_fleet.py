@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gputop.exporter.metrics import BLOCK_FINITE, GRID_FINITE, cumulative
-from gputop.feeds.prometheus import Results, _log2_hist, build_snapshot, check_url, parse_duration, selector_body
+from gputop.feeds.prometheus import Results, build_snapshot, check_url, log2_hist, parse_duration, selector_body
 from gputop.model import CallBytes, snapshot_from_json, snapshot_to_json
 
 
@@ -42,7 +42,7 @@ def test_log2_buckets_round_trip_through_the_exporters_cumulative_ones(finite: i
     hist = {"2^0": 3, "2^6": 6000, "2^7": 12, "2^10": 1}
     buckets = cumulative(hist, finite)
     assert buckets is not None
-    back = _log2_hist([(float(le), v) for le, v in buckets])
+    back = log2_hist([(float(le), v) for le, v in buckets])
     assert back == hist
 
 

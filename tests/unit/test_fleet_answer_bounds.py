@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gputop.feeds import prometheus
+from gputop.feeds import fleet_client
 from gputop.feeds.prometheus import FleetError, PromClient
 
 ANSWER = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
@@ -134,7 +134,7 @@ def test_an_error_answer_whose_json_is_not_an_object_is_reported(serve: Callable
 
 def test_an_answer_without_end_is_not_read_past_the_bound(serve: Callable[..., str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prometheus, "MAX_ANSWER_BYTES", 1 << 20)
+    monkeypatch.setattr(fleet_client, "MAX_ANSWER_BYTES", 1 << 20)
     sent: list[int] = []
 
     def answer(h: BaseHTTPRequestHandler) -> None:
