@@ -31,7 +31,7 @@ import benchjson  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
 
 from gputop.sources.bpf import BpfSource  # noqa: E402
-from gputop.sources.bpf.linux import enable_stats, prog_run_stats  # noqa: E402
+from gputop.sources.bpf.common.linux import enable_stats, prog_run_stats  # noqa: E402
 
 KERNEL = ("rt_launch", "drv_launch")
 GRAPH = ("rt_graph_launch", "drv_graph_launch")

@@ -5,7 +5,7 @@
 Each case runs in a fresh interpreter (its VmHWM is that case's peak): a sparse 1 GiB memfd named
 libcudart.so.12 (the CUDA prefilter), a .symtab of entry size 1 over 2 MiB and 300 symbols sharing
 one unterminated 1 MiB name (the symbol reader). ``--before REV`` runs the same cases through
-``gputop/sources/bpf/symbols.py`` as it was at REV too, side by side (it needs that revision's
+``gputop/sources/bpf/attach/symbols.py`` as it was at REV too, side by side (it needs that revision's
 pyelftools installed).
 """
 
@@ -29,7 +29,7 @@ if sys.argv[1] == "before":
     def mentions(fd): return S.mentions_cuda(f"/proc/self/fd/{fd}")
     def read(fd): return S.read_symbols(f"/proc/self/fd/{fd}")
 else:
-    from gputop.sources.bpf import symbols as S
+    from gputop.sources.bpf.attach import symbols as S
     mentions, read = S.mentions_cuda, (lambda fd: S.read_symbols(fd, "crafted"))
 t = time.perf_counter()
 fd = os.memfd_create("libcudart.so.12")
@@ -61,8 +61,9 @@ def main() -> int:
     tests = str(ROOT / "tests")
     with tempfile.TemporaryDirectory() as old:
         if args.before:
-            src = subprocess.run(["git", "show", f"{args.before}:gputop/sources/bpf/symbols.py"], cwd=ROOT, check=True,
-                                 capture_output=True, text=True).stdout
+            shown = [subprocess.run(["git", "show", f"{args.before}:gputop/sources/bpf/{where}symbols.py"], cwd=ROOT,
+                                    capture_output=True, text=True) for where in ("attach/", "")]
+            src = next(r.stdout for r in shown if r.returncode == 0)    # its place before the subpackages: bpf/
             (Path(old) / "symbols.py").write_text(src)
         for case in CASES:
             line = f"{case:8} now    {run('now', case, [tests, str(ROOT)])}"

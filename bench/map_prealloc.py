@@ -13,7 +13,7 @@ import os
 import platform
 import struct
 
-from gputop.sources.bpf.abi import LIMITS
+from gputop.sources.bpf.common.abi import LIMITS
 
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
 _BPF_MAP_CREATE, _BPF_MAP_TYPE_HASH, _BPF_F_NO_PREALLOC = 0, 1, 1

@@ -403,7 +403,7 @@ def startup(doc: Doc) -> str:
     return f"""{measured(doc)}
 A workload on the real `libcudart.so.12` launches {f['rate_per_s']:,} times a second before gputop starts.
 Each round runs gputop both ways, alternating the order: `cached`, as users run it (the compiled BPF
-program reused across runs, `gputop/sources/bpf/compilecache.py`, [collector.md](collector.md)), and `uncached`
+program reused across runs, `gputop/sources/bpf/program/compilecache.py`, [collector.md](collector.md)), and `uncached`
 (`GPUTOP_BPF_CACHE=off`: bcc's full clang/LLVM compile at every start). End to end, through the real
 `gputop -b -n 1 -d 0.2 -f json -p PID --no-nvml --bpf`: "probes live" is the first snapshot's time minus
 its launches over the rate (when its first counted launch was made), from the exec. In-process, a fresh
@@ -547,7 +547,7 @@ Almost all of the cost is the uprobe trap itself (the empty uprobe's
 calibrated trap). What keeps gputop's share small (docs/collector.md):
 
 - **Launch slots**: a (process, kernel) pair counts in a slot of a direct-mapped, mmap'd array
-  (`gputop/sources/bpf/launchslots.py` reads it as memory, no system call per slot). The slot keeps the
+  (`gputop/sources/bpf/read/launchslots.py` reads it as memory, no system call per slot). The slot keeps the
   shape of the pair's first launch and counts the launches of exactly that shape with one atomic add;
   other shapes count their own launches, sums and log2 buckets. A pair whose slot another pair holds
   counts in its `kernels` entry, made first for every pair, so the kernel table's capacity and drops

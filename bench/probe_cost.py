@@ -42,11 +42,11 @@ import benchjson  # noqa: E402
 from support import TESTBED, build_native  # noqa: E402
 
 from gputop.sources.bpf import BpfSource, load_bcc, use_headers  # noqa: E402
-from gputop.sources.bpf.catalogue import Probe  # noqa: E402
-from gputop.sources.bpf.linux import enable_stats, prog_run_stats  # noqa: E402
-from gputop.sources.bpf.program import program_text  # noqa: E402
-from gputop.sources.bpf.symbols import read_symbols  # noqa: E402
-from gputop.sources.bpf.uprobes import UprobeAttacher  # noqa: E402
+from gputop.sources.bpf.attach.catalogue import Probe  # noqa: E402
+from gputop.sources.bpf.attach.symbols import read_symbols  # noqa: E402
+from gputop.sources.bpf.attach.uprobes import UprobeAttacher  # noqa: E402
+from gputop.sources.bpf.common.linux import enable_stats, prog_run_stats  # noqa: E402
+from gputop.sources.bpf.program.program import program_text  # noqa: E402
 
 LIB = TESTBED / "cudart" / "libcudart.so.12"
 #: a "nothing attached" call above this says another tracer probes the copy (the bare call: ~13 ns)

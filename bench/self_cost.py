@@ -4,7 +4,7 @@ Run as root after ./test.sh has set up the test bed:
 
     .venv/bin/python bench/self_cost.py [--rounds 3] [--rate 20000] [--seconds 10] [--json PATH]
 
-1. The trap calibration (gputop/sources/bpf/trapcost.py) measured now, links and perf, beside the
+1. The trap calibration (gputop/sources/bpf/cost/trapcost.py) measured now, links and perf, beside the
    trap the REAL libcudart's cudaLaunchKernel pays: ns per call with an empty uprobe on it minus
    without (bench/probe_cost.py's configurations, alternating rounds, medians).
 2. A launch loop through the real libcudart.so.12 at a fixed rate (cuda_workload paced:RATE:MS)
@@ -39,8 +39,8 @@ from probe_cost import LIB, workload  # noqa: E402
 
 from gputop.sources import selfcost, trapcost  # noqa: E402
 from gputop.sources.bpf import BpfSource  # noqa: E402
-from gputop.sources.bpf.linux import uprobe_multi_link  # noqa: E402
-from gputop.sources.bpf.symbols import read_symbols  # noqa: E402
+from gputop.sources.bpf.attach.symbols import read_symbols  # noqa: E402
+from gputop.sources.bpf.common.linux import uprobe_multi_link  # noqa: E402
 
 TOLERANCE = 0.25
 

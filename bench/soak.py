@@ -84,7 +84,7 @@ def _map_info(fd: int) -> tuple[int, int, str] | None:
     return mtype, key_size, name
 
 
-#: maps keyed by a process identity (gputop/sources/bpf/procid.py: tgid | generation << 32)
+#: maps keyed by a process identity (gputop/sources/bpf/lifecycle/procid.py: tgid | generation << 32)
 _BY_IDENTITY = frozenset({"procs", "tracked"})
 
 

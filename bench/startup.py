@@ -50,7 +50,7 @@ import json, re, sys, time
 t0 = time.perf_counter()
 import gputop.cli
 from gputop.sources.bpf import BpfSource
-from gputop.sources.bpf.startup import rss_bytes
+from gputop.sources.bpf.program.startup import rss_bytes
 imports_s = time.perf_counter() - t0
 rss_imports = rss_bytes()
 src = BpfSource()
@@ -90,10 +90,12 @@ src.close()
 #: parts of the start-up measured apart, in a fresh interpreter (with the cache filled)
 _PARTS = r"""
 import json, mmap, os, time
-from gputop.sources.bpf import btf, compilecache, discovery, symbols
+from gputop.sources.bpf.attach import discovery, symbols
+from gputop.sources.bpf.common import btf
+from gputop.sources.bpf.program import compilecache
 from gputop.sources.bpf import TRACEFS, BpfSource, load_bcc, use_headers
-from gputop.sources.bpf.abi import LIMITS
-from gputop.sources.bpf.linux import BPF_TRACE_UPROBE_MULTI
+from gputop.sources.bpf.common.abi import LIMITS
+from gputop.sources.bpf.common.linux import BPF_TRACE_UPROBE_MULTI
 out = {}
 refs = discovery.scan()
 def whole(path):

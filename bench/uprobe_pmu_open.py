@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gputop.sources.bpf.linux import open_uprobe
+from gputop.sources.bpf.common.linux import open_uprobe
 
 
 def main() -> int:

@@ -3,7 +3,7 @@
 // once per refresh and computes deltas (counters are monotonic, never cleared).
 //
 // Laid out as bcc's libbpf-tools lay theirs: gputop.h holds what user space shares (the maps' types,
-// the names of the constants gputop/sources/bpf/abi.py passes as -D, with the map sizes), this file
+// the names of the constants gputop/sources/bpf/common/abi.py passes as -D, with the map sizes), this file
 // the maps, and one *.bpf.h per concern the helpers and handlers, each after what it uses:
 //   bits.bpf.h      shared helpers: drops, hit counts, user and kernel reads, log2 buckets, bounded indices
 //   identity.bpf.h  a process is (tgid, generation): its keys, its record
@@ -19,7 +19,7 @@
 //   life.bpf.h      process life and discovery: exec, executable mappings, fork, exit
 // bcc rewrites map operations (procs.lookup(&k)) only in the text it is given, never in a file that
 // text includes, so user space writes each of this directory's headers into the text in place of its
-// #include (gputop/sources/bpf/ctext.py, with #line markers: messages name the header and its line).
+// #include (gputop/sources/bpf/program/ctext.py, with #line markers: messages name the header and its line).
 #include <uapi/linux/ptrace.h>
 #include "gputop.h"
 
@@ -82,7 +82,7 @@ BPF_PERCPU_ARRAY(name_scratch, struct name_t, 1);
 BPF_ARRAY(dropped, u64, NDROP);
 BPF_RINGBUF_OUTPUT(events, EVENT_PAGES);
 // Probe hits, exact and cheap: every uprobe program counts its run here (a per-CPU add), so user space
-// has the hits of each refresh interval; their cost is sampled (gputop/sources/bpf/selfcost.py).
+// has the hits of each refresh interval; their cost is sampled (gputop/sources/bpf/cost/selfcost.py).
 BPF_PERCPU_ARRAY(hits, u64, HIT_RETURN + 1);            // [HIT_ENTRY], [HIT_RETURN]
 
 // A PID is one process only until that process exits, and the kernel may give it to a new process

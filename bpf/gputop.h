@@ -2,11 +2,11 @@
 // share: the layouts of the maps' keys and values and of the ring buffer's events, and the names of
 // the constants both sides use. User space reads the maps through the types bcc gives each of them
 // (bpf["procs"].Leaf is struct proc_t as compiled), so only constants cross by hand, each with one owner:
-// - user space's, defined once in gputop/sources/bpf/abi.py and passed as -D (abi.cflags): the map
+// - user space's, defined once in gputop/sources/bpf/common/abi.py and passed as -D (abi.cflags): the map
 //   sizes (abi.LIMITS: MAX_*), memcpy directions (D_*), drop kinds (DROP_*), graph content flags
 //   (G_*), event types (EV_*) and the rest checked below; this header stops where one is missing;
 // - the program's own, never read by user space: the allocation kinds (K_*) and BATCH_MAX, here.
-// The ring buffer's events have no bcc type: gputop/sources/bpf/events.py declares event_t and
+// The ring buffer's events have no bcc type: gputop/sources/bpf/lifecycle/events.py declares event_t and
 // file_event_t again (ctypes), held to these as compiled by tests/unit/test_bpf_abi.py.
 #ifndef __GPUTOP_H
 #define __GPUTOP_H
@@ -17,14 +17,14 @@
     !defined(CAPTURES_FORGOTTEN) || !defined(HIT_RETURN) || !defined(CODE_LAYER) || !defined(EV_FILE) || \
     !defined(FILE_NOT_CUDA) || !defined(CTIME_NSEC_MASK) || !defined(G_LOST) || !defined(NDROP) || \
     !defined(DROP_GRAPHS)
-#error "compile with gputop/sources/bpf/abi.py's cflags(): the constants shared with user space are defined there"
+#error "compile with gputop/sources/bpf/common/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 #if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \
     !defined(MAX_NAME_PTRS) || !defined(MAX_ALLOCS) || !defined(MAX_CODE) || !defined(MAX_THREADS) || \
     !defined(MAX_GRAPHS) || !defined(MAX_GRAPH_NODES) || !defined(MAX_CAPTURES) || !defined(MAX_JOINED) || \
     !defined(MAX_CAPTURE_EVENTS) || !defined(MAX_MMAPS) || !defined(MAX_FILES) || !defined(EVENT_PAGES) || \
     !defined(PID_GEN_WORDS)
-#error "compile with gputop/sources/bpf/abi.py's cflags() and PID_GEN_WORDS: the map sizes are defined there"
+#error "compile with gputop/sources/bpf/common/abi.py's cflags() and PID_GEN_WORDS: the map sizes are defined there"
 #endif
 
 // entries of one batch call (copies, prefetches) counted; the rest are dropped (DROP_BATCH)

@@ -9,7 +9,7 @@
 // the content a modified graph started from), with their multiplicity. A content that an exec, a
 // clone or a parent refers to is frozen: modifying its graph afterwards starts a new content that
 // holds the frozen one as a part, so an exec keeps what it was instantiated from. User space
-// multiplies each content's launches by its kernels, per function (gputop/sources/bpf/graphs.py).
+// multiplies each content's launches by its kernels, per function (gputop/sources/bpf/read/graphs.py).
 // A content's flags: G_UNKNOWN (its kernel count is not known: a conditional node, a part gputop did
 // not see), G_LOST (a node or part could not be stored: the count is exact, per kernel not).
 #ifndef __GRAPH_BPF_H

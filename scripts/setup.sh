@@ -32,7 +32,7 @@ missing=()
 for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
 
 # Kernel headers for bcc: the exact package when the distro has it, else the distro's
-# newest headers (gputop then points bcc at them, see gputop/sources/bpf/kheaders.py).
+# newest headers (gputop then points bcc at them, see gputop/sources/bpf/program/kheaders.py).
 KREL=$(uname -r)
 if [ ! -e "/lib/modules/$KREL/build/include" ] && ! installed "linux-headers-$KREL"; then
     if has_candidate "linux-headers-$KREL"; then

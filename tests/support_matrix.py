@@ -1,6 +1,6 @@
 """The support matrix (docs/support.md): every driver branch and CUDA runtime of the test bed
 (scripts/testbed_libs.py fetches them) and, pinned here, what each one lacks: the families of entry
-points (gputop.sources.bpf.catalogue.FEATURES, named by their first symbol) it does not define, and those
+points (gputop.sources.bpf.attach.catalogue.FEATURES, named by their first symbol) it does not define, and those
 it defines that gputop does not count. Tests check the libraries against this table, then count on
 each what it has."""
 
@@ -148,7 +148,7 @@ def cell(feature_symbol: str, counted: bool, absent: frozenset[str], uncounted: 
 def render_table(layer: str) -> str:
     """The matrix of ``layer`` ("driver" or "runtime") as docs/support.md shows it: a row per family of
     catalogue.FEATURES, a column per branch or runtime."""
-    from gputop.sources.bpf import catalogue
+    from gputop.sources.bpf.attach import catalogue
 
     if layer == "driver":
         cols: tuple[str, ...] = BRANCHES

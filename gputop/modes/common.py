@@ -33,7 +33,7 @@ def no_privileges() -> tuple[str, str] | None:
     """(why, hint) when this process lacks the privileges to trace, else None: the words of the BPF
     source's own refusal (``privileges.privileges_error``), which ``gputop --bpf``,
     ``gputop -b``, the dashboard, ``gputop demo``, ``gputop doctor`` and its ``--selftest`` all say."""
-    from gputop.sources.bpf.privileges import privileges_error
+    from gputop.sources.bpf.program.privileges import privileges_error
 
     return privileges_error()
 

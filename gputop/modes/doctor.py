@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import TextIO
 
 from gputop.sources import bpf
-from gputop.sources.bpf import catalogue, discovery, kheaders, linux, privileges
-from gputop.sources.bpf.btf import VMLINUX
-from gputop.sources.bpf.program import QUIET
-from gputop.sources.bpf.purge import batch_ops
-from gputop.sources.bpf.startup import read_object
-from gputop.sources.bpf.uprobes import UprobeAttacher, bcc_loads_for_links
+from gputop.sources.bpf.attach import catalogue, discovery
+from gputop.sources.bpf.attach.uprobes import UprobeAttacher, bcc_loads_for_links
+from gputop.sources.bpf.common import linux
+from gputop.sources.bpf.common.btf import VMLINUX
+from gputop.sources.bpf.lifecycle.purge import batch_ops
+from gputop.sources.bpf.program import kheaders, privileges
+from gputop.sources.bpf.program.program import QUIET
+from gputop.sources.bpf.program.startup import read_object
 from gputop.sources.cudalibs import library_line
 from gputop.textsafe import sanitize
 
@@ -275,7 +277,7 @@ _ATTACH: dict[str, str] = {}
 def _trap_cost() -> Check:
     """Measure this host's uprobe trap cost now, as gputop attaches here, and cache it (the header's
     cost uses it)."""
-    from gputop.sources.bpf import trapcost
+    from gputop.sources.bpf.cost import trapcost
 
     refusal = privileges.privileges_error()
     if refusal is not None:

@@ -30,7 +30,7 @@ from gputop.feeds.base import Filters
 from gputop.feeds.live import TOP_KERNELS, Sampler, SamplerConfig
 from gputop.model import Snapshot
 from gputop.modes.args import Parser
-from gputop.sources.bpf.privileges import PERF_ADMIN_HINT, privileges_error
+from gputop.sources.bpf.program.privileges import PERF_ADMIN_HINT, privileges_error
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 15.0     # Prometheus's default scrape interval: one refresh, one rendering per scrape

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from gputop.sources.bpf import catalogue
+from gputop.sources.bpf.attach import catalogue
 
 #: NVIDIA's driver library names its version in the path of its application profiles
 _DRIVER_VERSION = re.compile(rb"nvidia-application-profiles-(\d{3}\.\d{1,3}(?:\.\d{1,3})?)-rc")

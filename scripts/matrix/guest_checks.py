@@ -46,7 +46,7 @@ SHORT = ["launch:7:2,1,1:32,1,1:0"]
 
 #: the systemd unit's five capabilities as setpriv's numbers (Debian 11's setpriv knows no bpf, perfmon names)
 LEAST = "-all,+cap_39,+cap_38,+cap_2,+cap_19,+cap_40"
-_ASK = ("import json; from gputop.sources.bpf.privileges import privileges_error, uprobe_pmu_allowed; "
+_ASK = ("import json; from gputop.sources.bpf.program.privileges import privileges_error, uprobe_pmu_allowed; "
         "print(json.dumps({'pmu': uprobe_pmu_allowed(), 'refusal': privileges_error()}))")
 
 

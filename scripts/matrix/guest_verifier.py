@@ -17,9 +17,11 @@ def main() -> int:
     sys.path.insert(0, str(repo))
     from bcc import BPF  # type: ignore[import-not-found]
 
-    from gputop.sources.bpf import abi, ctext, linux, procid
+    from gputop.sources.bpf.common import abi, linux
+    from gputop.sources.bpf.lifecycle import procid
+    from gputop.sources.bpf.program import ctext
     cflags = [*abi.cflags(), f"-DPID_GEN_WORDS={procid.pid_gen_words()}"]
-    if linux.atomic_cmpxchg() is False:        # as gputop/sources/bpf/program.py's cflags: Linux < 5.12
+    if linux.atomic_cmpxchg() is False:        # as gputop/sources/bpf/program/program.py's cflags: Linux < 5.12
         cflags.append(linux.NO_CMPXCHG)
     bad = 0
     for src in map(Path, sys.argv[3:]):

@@ -34,7 +34,7 @@ def _host_mode() -> str:
     kernel or bcc lacks them or GPUTOP_UPROBE_LINKS=off says perf events."""
     if _WHY:
         return "perf"
-    from gputop.sources.bpf.uprobes import bcc_loads_for_links, links_supported, links_wanted
+    from gputop.sources.bpf.attach.uprobes import bcc_loads_for_links, links_supported, links_wanted
 
     bcc = load_bcc()
     return "links" if links_wanted() and bcc_loads_for_links(bcc.BPF, bcc.lib) and links_supported() else "perf"

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from support import SCAN_WAIT_S
 
-from gputop.sources.bpf import BpfSource, catalogue, discovery, symbols, uprobes
-from gputop.sources.bpf.linux import uprobe_multi_link
-from gputop.sources.bpf.trapcost import empty_prog
-from gputop.sources.bpf.uprobes import links_supported
+from gputop.sources.bpf import BpfSource
+from gputop.sources.bpf.attach import catalogue, discovery, symbols, uprobes
+from gputop.sources.bpf.attach.uprobes import links_supported
+from gputop.sources.bpf.common.linux import uprobe_multi_link
+from gputop.sources.bpf.cost.trapcost import empty_prog
 
 
 @pytest.fixture

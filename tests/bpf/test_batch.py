@@ -12,7 +12,7 @@ from typing import Any
 
 from support import table_rows
 
-from gputop.sources.bpf.privileges import ENABLE_HINT
+from gputop.sources.bpf.program.privileges import ENABLE_HINT
 
 GPUTOP = [sys.executable, "-m", "gputop.cli"]
 ROOT = Path(__file__).resolve().parent.parent.parent

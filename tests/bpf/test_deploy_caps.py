@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from promserver import Exporter
 from support import ROOT, Workloads
 
-from gputop.sources.bpf.privileges import has_privileges, why_perf
+from gputop.sources.bpf.program.privileges import has_privileges, why_perf
 
 UNIT = ROOT / "deploy" / "systemd" / "gputop-exporter.service"
 NOBODY = 65534

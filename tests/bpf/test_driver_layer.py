@@ -106,7 +106,7 @@ def test_a_driver_call_after_a_layer_call_from_the_same_place_still_counts(run_w
 
 
 def test_the_layer_is_told_from_the_driver_by_the_debugger_interface(testbed: support.Testbed, layer: Path) -> None:
-    from gputop.sources.bpf.symbols import read_symbols
+    from gputop.sources.bpf.attach.symbols import read_symbols
 
     driver, shim = read_symbols(str(testbed.libcuda)), read_symbols(str(layer))
     assert driver is not None and shim is not None

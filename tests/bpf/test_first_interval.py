@@ -52,7 +52,8 @@ def test_code_ranges_are_in_place_before_an_objects_probes(workloads, testbed, t
     """While gputop attaches, a runtime's call into the driver must not count twice: when an
     object's probes go in, the kernel already holds its code ranges for every process that maps it
     (checked in the BPF side's own trie at the moment of each attach)."""
-    from gputop.sources.bpf import BpfSource, discovery
+    from gputop.sources.bpf import BpfSource
+    from gputop.sources.bpf.attach import discovery
 
     shim, cuda = tmp_path / "libshimcudart.so", tmp_path / "libcuda.so.1"     # inodes no probe covers yet
     shim.write_bytes(workloads.shim_runtime.read_bytes())

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import BpfSource, attaching
+from gputop.sources.bpf import BpfSource
+from gputop.sources.bpf.attach import attaching
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 NOBODY = 65534
@@ -337,7 +338,7 @@ def test_an_object_without_descriptors_for_its_probes_counts_dropped_once(bpf_so
     """When probing one more object would leave fewer than FD_RESERVE descriptors, it is not
     probed and counts one drop ("objects"), however often it is tried; probed once descriptors
     are free again, it stays counted (counters never go down)."""
-    from gputop.sources.bpf import linux as bpfsys
+    from gputop.sources.bpf.common import linux as bpfsys
 
     src = bpf_source
     copy = nobody_dir / "libcudart-starved.so.12"

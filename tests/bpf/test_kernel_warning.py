@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import btf, has_privileges, linux
+from gputop.sources.bpf import has_privileges
+from gputop.sources.bpf.common import btf, linux
 
 ROOT = Path(__file__).resolve().parents[2]
 WARNS = ("this kernel logs a WARNING when a tracing program's hash maps allocate at run time (no bpf_mem_alloc: "

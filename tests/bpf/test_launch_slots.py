@@ -1,4 +1,4 @@
-"""The launch fast path (bpf/launch.bpf.h, gputop/sources/bpf/launchslots.py), with real probes: a
+"""The launch fast path (bpf/launch.bpf.h, gputop/sources/bpf/read/launchslots.py), with real probes: a
 (process, kernel) counts in a slot of a mapped array; buckets a slot has no place for, and launches
 of a pair whose slot another pair holds, go to the process record and the kernels table; user
 space adds them up exactly, frees a process's slots when it forgets it, and counts the captures a
@@ -10,9 +10,10 @@ import time
 
 from support import SCAN_WAIT_S
 
-from gputop.sources.bpf import linux, load_bcc
-from gputop.sources.bpf.abi import KS_BLOCK, KS_GRID, KS_READY
-from gputop.sources.bpf.launchslots import slot_of
+from gputop.sources.bpf import load_bcc
+from gputop.sources.bpf.common import linux
+from gputop.sources.bpf.common.abi import KS_BLOCK, KS_GRID, KS_READY
+from gputop.sources.bpf.read.launchslots import slot_of
 
 FUSED = "fused_step(float*, float*, int)"
 UNFUSED = "unfused_step(float const*, float*, int)"
@@ -31,7 +32,7 @@ def _owned_slots(src, pid: int) -> int:  # type: ignore[no-untyped-def]
 
 def _slots_in_use() -> bool:
     """Launch slots need BPF cmpxchg of the kernel and of bcc's compiler (Debian 11's LLVM 11 cannot emit
-    it: the program is compiled without, as gputop/sources/bpf/program.py decides)."""
+    it: the program is compiled without, as gputop/sources/bpf/program/program.py decides)."""
     return bool(linux.atomic_cmpxchg()) and linux.compiler_cmpxchg(load_bcc()) is not False
 
 

@@ -8,9 +8,10 @@ import platform
 
 import pytest
 
-from gputop.sources.bpf import BpfUnavailable, has_privileges, load_bcc, symbols, use_headers
-from gputop.sources.bpf.catalogue import Probe
-from gputop.sources.bpf.uprobes import UprobeAttacher, bcc_loads_for_links, links_supported
+from gputop.sources.bpf import BpfUnavailable, has_privileges, load_bcc, use_headers
+from gputop.sources.bpf.attach import symbols
+from gputop.sources.bpf.attach.catalogue import Probe
+from gputop.sources.bpf.attach.uprobes import UprobeAttacher, bcc_loads_for_links, links_supported
 
 #: an unbounded index into a map value: every verifier refuses it (as 6.12 refused gputop's launch
 #: handlers before 3f9d562)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import TRACEFS, BpfSource, compilecache, linux, load_bcc, use_headers
+from gputop.sources.bpf import TRACEFS, BpfSource, load_bcc, use_headers
+from gputop.sources.bpf.common import linux
+from gputop.sources.bpf.program import compilecache
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -27,7 +29,7 @@ def test_a_bcc_reading_tracepoints_under_debugfs_gets_debugfs_mounted() -> None:
     code = textwrap.dedent("""
         import subprocess, sys
         from pathlib import Path
-        from gputop.sources.bpf import linux
+        from gputop.sources.bpf.common import linux
         want = Path("/sys/kernel/debug/tracing")
         subprocess.run(["umount", "-l", "/sys/kernel/debug"], capture_output=True)
         assert not (want / "events").is_dir()

@@ -27,7 +27,7 @@ import test_deploy_caps
 from support import ROOT, Workloads
 from test_deploy_caps import NOBODY, PERF_HERE, PERF_PATH, PERF_WHY, as_nobody
 
-from gputop.sources.bpf.privileges import ENABLE_HINT, PERF_ADMIN_HINT, TRACING_CAPS
+from gputop.sources.bpf.program.privileges import ENABLE_HINT, PERF_ADMIN_HINT, TRACING_CAPS
 
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from tmux_driver import TmuxSession, have_tmux

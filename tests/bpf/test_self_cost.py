@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from support import Workloads
 
-from gputop.sources.bpf import BpfSource, has_privileges, trapcost
-from gputop.sources.bpf import linux as bpfsys
-from gputop.sources.bpf.trapcost import Calibration, CalibrationError, TrapCost
+from gputop.sources.bpf import BpfSource, has_privileges
+from gputop.sources.bpf.common import linux as bpfsys
+from gputop.sources.bpf.cost import trapcost
+from gputop.sources.bpf.cost.trapcost import Calibration, CalibrationError, TrapCost
 
 
 def _never(mode: str) -> TrapCost:

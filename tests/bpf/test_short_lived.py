@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from test_hostile_objects_live import _MAPPER  # maps the files named, says so, waits for stdin to close
 
-from gputop.sources.bpf import BpfSource, abi, attaching, has_privileges
+from gputop.sources.bpf import BpfSource, has_privileges
+from gputop.sources.bpf.attach import attaching
+from gputop.sources.bpf.common import abi
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LAUNCHES = 7

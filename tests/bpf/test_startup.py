@@ -1,5 +1,5 @@
-"""Start-up (gputop/sources/bpf/compilecache.py, gputop/sources/bpf/startup.py): the program reused from the
-cache is the compiled one, a process running before gputop starts is counted exactly by the
+"""Start-up (gputop/sources/bpf/program/compilecache.py, gputop/sources/bpf/program/startup.py): the program
+reused from the cache is the compiled one, a process running before gputop starts is counted exactly by the
 start-up scan alone (cached and compiled), and the memory the compile held is given back."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import TRACEFS, BpfSource, btf, load_bcc, use_headers
-from gputop.sources.bpf import compilecache as bpfcache
+from gputop.sources.bpf import TRACEFS, BpfSource, load_bcc, use_headers
+from gputop.sources.bpf.common import btf
+from gputop.sources.bpf.program import compilecache as bpfcache
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -30,7 +31,7 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _tables(bpf: object) -> dict[str, tuple[int, int, int, str, str]]:
     """Every map of a bcc.BPF: name -> (type, max entries, flags, key type, value type)."""
-    from gputop.sources.bpf.compilecache import _lib
+    from gputop.sources.bpf.program.compilecache import _lib
 
     lib = _lib(load_bcc())
     module = bpf.module  # type: ignore[attr-defined]

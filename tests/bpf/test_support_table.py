@@ -172,7 +172,7 @@ def test_driver_api_counted_exactly_on_each_branch(source, branch: DriverBranch,
 
 def test_cugetprocaddress_is_on_the_branches_said(branch: DriverBranch) -> None:
     """cuGetProcAddress_v2: 535 and later; 470 has none (and so no CUDA 12 runtime runs on it)."""
-    from gputop.sources.bpf.symbols import read_symbols
+    from gputop.sources.bpf.attach.symbols import read_symbols
 
     syms = read_symbols(str(branch.libcuda))
     assert syms is not None

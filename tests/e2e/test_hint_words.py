@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gputop.modes.common import tracing_off
-from gputop.sources.bpf.privileges import ENABLE_HINT
+from gputop.sources.bpf.program.privileges import ENABLE_HINT
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_CAPS = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]

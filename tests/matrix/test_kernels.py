@@ -269,7 +269,7 @@ def test_the_least_capability_set_on_this_kernel(run: Run) -> None:
     """As uid 65534 with the systemd unit's five capabilities: this kernel's uprobe PMU refuses them and
     opens with CAP_SYS_ADMIN added; gputop's privileges check (what --bpf exits 77 with) names
     CAP_SYS_ADMIN exactly where uprobes attach as perf events (docs/deploy.md)."""
-    from gputop.sources.bpf.privileges import PERF_ADMIN_HINT
+    from gputop.sources.bpf.program.privileges import PERF_ADMIN_HINT
 
     privs = run.result["privileges"]
     refusal = None if run.suite.attach == "links" else [

@@ -27,7 +27,7 @@ _LINK = re.compile(r"\]\(([^)#\s]+\.md)(?:#([^)\s]+))?\)")
 
 
 def modules_on_disk(package: Path = PACKAGE) -> set[str]:
-    """Every module of the package, as its path from the repository root (``gputop/sources/bpf/program.py``)."""
+    """Every module of the package, as its path from the repository root (``gputop/sources/bpf/program/program.py``)."""
     return {p.relative_to(package.parent).as_posix() for p in package.rglob("*.py") if "__pycache__" not in p.parts}
 
 

@@ -1,5 +1,5 @@
 """What the BPF program and user space share, held to each other as compiled: the ring buffer's events,
-which user space reads through its own ctypes declarations (gputop/sources/bpf/events.py; bcc gives a
+which user space reads through its own ctypes declarations (gputop/sources/bpf/lifecycle/events.py; bcc gives a
 map's types, not an event's), against bpf/gputop.h's structs as bcc lays them out; and the constants
 abi.py passes. (struct proc_t against the catalogue: test_counters.py.)"""
 
@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 
 from gputop import model
-from gputop.sources.bpf import abi, ctext, events, has_privileges, load_bcc, use_headers
-from gputop.sources.bpf.abi import PATH_DEPTH, PATH_NAME
-from gputop.sources.bpf.procid import pid_gen_words
-from gputop.sources.bpf.program import program_path
+from gputop.sources.bpf import has_privileges, load_bcc, use_headers
+from gputop.sources.bpf.common import abi
+from gputop.sources.bpf.common.abi import PATH_DEPTH, PATH_NAME
+from gputop.sources.bpf.lifecycle import events
+from gputop.sources.bpf.lifecycle.procid import pid_gen_words
+from gputop.sources.bpf.program import ctext
+from gputop.sources.bpf.program.program import program_path
 
 
 def _leaves(ctype: Any, at: int = 0) -> list[tuple[str, int, int]]:

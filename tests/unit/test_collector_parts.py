@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import aligned_blocks, catalogue, kheaders, load_bcc, symbols
+from gputop.sources.bpf import aligned_blocks, load_bcc
+from gputop.sources.bpf.attach import catalogue, symbols
+from gputop.sources.bpf.program import kheaders
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -201,7 +203,7 @@ def test_statistics_windows_close_on_one_thread_kept() -> None:
     import threading
     import time
 
-    from gputop.sources.bpf.selfcost import _Closer
+    from gputop.sources.bpf.cost.selfcost import _Closer
 
     closer = _Closer()
     ran: list[tuple[int, str]] = []
@@ -233,10 +235,10 @@ def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None
     uprobe hit; the hits are exact per refresh interval (``observe``); the cost is hits x the
     calibrated trap cost + hits x the run time per hit + the tracepoints' time, unknown (None) until
     the trap cost is known."""
-    from gputop.sources.bpf import linux as bpfsys
-    from gputop.sources.bpf import selfcost
-    from gputop.sources.bpf.selfcost import ProgStats, SelfCost
-    from gputop.sources.bpf.trapcost import Calibration, TrapCost
+    from gputop.sources.bpf.common import linux as bpfsys
+    from gputop.sources.bpf.cost import selfcost
+    from gputop.sources.bpf.cost.selfcost import ProgStats, SelfCost
+    from gputop.sources.bpf.cost.trapcost import Calibration, TrapCost
 
     assert selfcost.STATS_WINDOW_S / selfcost.STATS_PERIOD_S == 0.02
     opened: list[int] = []
@@ -298,8 +300,8 @@ def test_self_cost_is_measured_over_windows(monkeypatch, tmp_path: Path) -> None
 
 
 def test_self_cost_formula_is_exact() -> None:
-    from gputop.sources.bpf.selfcost import cost_ns_per_s
-    from gputop.sources.bpf.trapcost import TrapCost
+    from gputop.sources.bpf.cost.selfcost import cost_ns_per_s
+    from gputop.sources.bpf.cost.trapcost import TrapCost
 
     trap = TrapCost(750.5, 612.25, "perf", 9, 20000, 0.0)
     assert cost_ns_per_s(12_345.0, 67.0, 2_468_000.0, trap) == 12_345 * 750.5 + 67 * 612.25 + 2_468_000.0

@@ -18,9 +18,10 @@ from gputop.counters import BPF_MEMBERS, BY_FIELD, GPU, PROC, Shown
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 from gputop.feeds.prometheus import Results, build_snapshot
 from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Snapshot, SourceStatus
-from gputop.sources.bpf import has_privileges, load_bcc, records, use_headers
-from gputop.sources.bpf.compilecache import declarations_only
-from gputop.sources.bpf.program import Program, program_text
+from gputop.sources.bpf import has_privileges, load_bcc, use_headers
+from gputop.sources.bpf.program.compilecache import declarations_only
+from gputop.sources.bpf.program.program import Program, program_text
+from gputop.sources.bpf.read import records
 from gputop.ui.screens import details
 from gputop.view import compare
 

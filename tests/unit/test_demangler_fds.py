@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import resource
 
-from gputop.sources.bpf import symbols
+from gputop.sources.bpf.attach import symbols
 
 
 def test_demangling_with_the_pipe_above_descriptor_1023() -> None:

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import btf, discovery
+from gputop.sources.bpf.attach import discovery
 
 # a bind mount of a subfolder, an escaped space, and another filesystem
+from gputop.sources.bpf.common import btf
+
 MOUNTINFO = """\
 22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
 30 22 254:0 /srv/data /mnt/my\\040data rw,relatime shared:1 - ext4 /dev/vda rw

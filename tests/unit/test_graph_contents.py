@@ -1,5 +1,5 @@
 """Kernels inside graphs, user space: a process's graph contents multiplied out by function
-(gputop/sources/bpf/graphs.py), the sampler's unknowns, the exporter's series. The BPF side that fills
+(gputop/sources/bpf/read/graphs.py), the sampler's unknowns, the exporter's series. The BPF side that fills
 the tables is tested with real probes in tests/bpf/test_graph_kernels.py."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 from gputop.feeds.live import Sampler, SamplerConfig
 from gputop.model import Counts, KernelStat, ProcSample, Snapshot, snapshot_from_json, snapshot_to_json
 from gputop.sources.bpf import RawKernel, RawProc
-from gputop.sources.bpf.graphs import G_LOST, G_UNKNOWN, Content, by_function, kernels_of
-from gputop.sources.bpf.records import _SCALARS
+from gputop.sources.bpf.read.graphs import G_LOST, G_UNKNOWN, Content, by_function, kernels_of
+from gputop.sources.bpf.read.records import _SCALARS
 
 F, G, H = 0x1000, 0x2000, 0x3000
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from hostile_objects import demangling_bomb, entsize_one, symbols_sharing_one_name
 
-from gputop.sources.bpf import discovery, elfread, symbols
-from gputop.sources.bpf.kernelnames import DEMANGLE_BUDGET_S
+from gputop.sources.bpf.attach import discovery, symbols
+from gputop.sources.bpf.common import elfread
+from gputop.sources.bpf.names.kernelnames import DEMANGLE_BUDGET_S
 
 NOBODY = 65534
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -83,7 +84,7 @@ def test_a_file_truncated_under_the_reader_is_no_sigbus(tmp_path: Path, testbed)
     lib.write_bytes(testbed.libcudart.read_bytes())
     out, _rss = _child(f"""
         import os, threading
-        from gputop.sources.bpf import symbols
+        from gputop.sources.bpf.attach import symbols
         path, data = {str(lib)!r}, open({str(testbed.libcudart)!r}, "rb").read()
         stop = False
         def churn():
@@ -114,7 +115,7 @@ def test_a_sparse_memfd_is_not_read_into_memory() -> None:
     out, rss_kib = _child("""
         import os
         from hostile_objects import huge_string_table
-        from gputop.sources.bpf import symbols
+        from gputop.sources.bpf.attach import symbols
         size = 1 << 30
         plain = os.memfd_create("libcudart.so.12")
         os.ftruncate(plain, size)
@@ -153,7 +154,7 @@ def test_symbols_sharing_one_unterminated_name_cost_4_kib_once() -> None:
     out, rss_kib = _child("""
         import os
         from hostile_objects import symbols_sharing_one_name
-        from gputop.sources.bpf import symbols
+        from gputop.sources.bpf.attach import symbols
         fd = os.memfd_create("crafted")
         os.write(fd, symbols_sharing_one_name(300, 1 << 20))
         syms = symbols.read_symbols(fd, "crafted")
@@ -213,7 +214,7 @@ def test_a_worker_stuck_in_a_read_is_left_behind_and_replaced(monkeypatch) -> No
     pool reads no more instead of leaving threads without end."""
     import threading as th
 
-    from gputop.sources.bpf import objreads
+    from gputop.sources.bpf.attach import objreads
 
     monkeypatch.setattr(objreads, "STUCK_S", 0.2)
     monkeypatch.setattr(objreads, "MAX_ABANDONED", 2)
@@ -243,7 +244,7 @@ def test_a_memory_read_that_blocks_returns_none_in_its_time() -> None:
     its timeout, and the next call runs on a fresh worker."""
     import threading as th
 
-    from gputop.sources.bpf import objreads
+    from gputop.sources.bpf.attach import objreads
 
     calls = objreads.BoundedCalls("test-mem", 0.2)
     release = th.Event()
@@ -261,7 +262,7 @@ def test_reads_nobody_came_back_for_do_not_block_later_ones(tmp_path: Path, test
     """Objects whose reads outlasted their scan, and whose processes then went, leave finished
     reads behind: they neither count against MAX_QUEUED nor stay for good (the full suite found
     gputop, after many short-lived processes, reading nothing more)."""
-    from gputop.sources.bpf import objreads
+    from gputop.sources.bpf.attach import objreads
 
     reads = objreads.ObjectReads()
     lib = tmp_path / "lib.so"

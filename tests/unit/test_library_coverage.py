@@ -1,5 +1,5 @@
 """What each driver branch and CUDA runtime of the test bed offers, read from the real libraries'
-symbols (gputop.sources.bpf.catalogue.coverage, as `gputop doctor` names it), against the support matrix
+symbols (gputop.sources.bpf.attach.catalogue.coverage, as `gputop doctor` names it), against the support matrix
 pinned in tests/support_matrix.py (docs/support.md); the driver's version read from the file."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import support_matrix as sm
 from support_matrix import DriverBranch
 
-from gputop.sources.bpf import catalogue
-from gputop.sources.bpf.symbols import read_symbols
+from gputop.sources.bpf.attach import catalogue
+from gputop.sources.bpf.attach.symbols import read_symbols
 from gputop.sources.cudalibs import driver_version, library_line
 
 

@@ -23,9 +23,10 @@ from gputop import config, safefiles
 from gputop.config import Config, load_config, save_config
 from gputop.model import Snapshot, SourceStatus, snapshot_from_json, snapshot_to_json
 from gputop.record import Recorder, RecordingError, read_recording
-from gputop.sources.bpf import compilecache as bpfcache
-from gputop.sources.bpf import kheaders, trapcost
-from gputop.sources.bpf.trapcost import Calibration, TrapCost
+from gputop.sources.bpf.cost import trapcost
+from gputop.sources.bpf.cost.trapcost import Calibration, TrapCost
+from gputop.sources.bpf.program import compilecache as bpfcache
+from gputop.sources.bpf.program import kheaders
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plays attacks on root: needs root")
 
@@ -534,7 +535,7 @@ def test_a_program_planted_on_path_is_passed_over(tmp_path: Path, alice: Path, m
     planted there is not run as root; root's own, later on PATH, is."""
     import shutil
 
-    from gputop.sources.bpf import symbols
+    from gputop.sources.bpf.attach import symbols
 
     marker = tmp_path / "pwned"
     planted = user_dirs(alice, "bin") / "c++filt"

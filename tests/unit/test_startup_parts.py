@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bpf import compilecache as bpfcache
-from gputop.sources.bpf import ctext, elfread, startup, symbols
-from gputop.sources.bpf.program import program_path, program_text
+from gputop.sources.bpf.attach import symbols
+from gputop.sources.bpf.common import elfread
+from gputop.sources.bpf.program import compilecache as bpfcache
+from gputop.sources.bpf.program import ctext, startup
+from gputop.sources.bpf.program.program import program_path, program_text
 
 SNIPPET = r"""
 #include <uapi/linux/ptrace.h>

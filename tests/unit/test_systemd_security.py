@@ -310,7 +310,7 @@ def test_the_exporter_traces_exactly_under_the_units_seccomp_filters(tmp_path: P
     workload = support.runtime(testbed, 12).dynamic
     # what a booted host has mounted (systemd's sys-kernel-debug.mount): bcc 0.18 reads tracepoints under
     # debugfs, and the unit's filters refuse mount(2) (a chroot on a host without debugfs lacks it)
-    from gputop.sources.bpf import linux
+    from gputop.sources.bpf.common import linux
     assert linux.ensure_tracefs(linux.bcc_tracefs(load_bcc())) is None
     load = seccomp_like_systemd(EXPORTER)
     port = free_port()

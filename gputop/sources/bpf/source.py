@@ -13,26 +13,27 @@ from collections.abc import Callable
 from functools import wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gputop.sources.bpf import discovery, kheaders
-from gputop.sources.bpf.attaching import Attacher
-from gputop.sources.bpf.events import Events
-from gputop.sources.bpf.forgetting import Forgetting
-from gputop.sources.bpf.generations import Generations
-from gputop.sources.bpf.graphs import GraphKernels
-from gputop.sources.bpf.launchslots import LaunchSlots
-from gputop.sources.bpf.linux import PANIC_HINT, load_refusal, raise_fd_limit
-from gputop.sources.bpf.naming import Naming
-from gputop.sources.bpf.objreads import START_WAIT_S, WAIT_S, ObjectReads
-from gputop.sources.bpf.privileges import coverage_gaps, privileges_error
-from gputop.sources.bpf.procid import PidGens
-from gputop.sources.bpf.program import BpfUnavailable, Program, load_bcc, program_text
-from gputop.sources.bpf.reader import Reader
-from gputop.sources.bpf.readings import BpfReading, RawProc
-from gputop.sources.bpf.records import Records
-from gputop.sources.bpf.scanning import ProcMaps, Scanner
-from gputop.sources.bpf.selfcost import ProgStats, SelfCost
-from gputop.sources.bpf.startup import Prefetch, Steps, release_compiler_pages, release_heap
-from gputop.sources.bpf.uprobes import UprobeAttacher
+from gputop.sources.bpf.attach import discovery
+from gputop.sources.bpf.attach.attaching import Attacher
+from gputop.sources.bpf.attach.objreads import START_WAIT_S, WAIT_S, ObjectReads
+from gputop.sources.bpf.attach.scanning import ProcMaps, Scanner
+from gputop.sources.bpf.attach.uprobes import UprobeAttacher
+from gputop.sources.bpf.common.linux import PANIC_HINT, load_refusal, raise_fd_limit
+from gputop.sources.bpf.cost.selfcost import ProgStats, SelfCost
+from gputop.sources.bpf.lifecycle.events import Events
+from gputop.sources.bpf.lifecycle.forgetting import Forgetting
+from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.lifecycle.procid import PidGens
+from gputop.sources.bpf.names.naming import Naming
+from gputop.sources.bpf.program import kheaders
+from gputop.sources.bpf.program.privileges import coverage_gaps, privileges_error
+from gputop.sources.bpf.program.program import BpfUnavailable, Program, load_bcc, program_text
+from gputop.sources.bpf.program.startup import Prefetch, Steps, release_compiler_pages, release_heap
+from gputop.sources.bpf.read.graphs import GraphKernels
+from gputop.sources.bpf.read.launchslots import LaunchSlots
+from gputop.sources.bpf.read.reader import Reader
+from gputop.sources.bpf.read.readings import BpfReading, RawProc
+from gputop.sources.bpf.read.records import Records
 
 if TYPE_CHECKING:                       # typing.ParamSpec is Python 3.10+; the annotations are never evaluated
     from typing import Concatenate, ParamSpec

@@ -14,7 +14,7 @@ import functools
 import os
 from pathlib import Path
 
-from .linux import TRACEFS, open_uprobe
+from gputop.sources.bpf.common.linux import TRACEFS, open_uprobe
 
 #: capability numbers (linux/capability.h)
 CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38,
@@ -107,8 +107,8 @@ def uprobe_pmu_allowed() -> bool | None:
 def why_perf(links: bool | None = None) -> str | None:
     """Why gputop's uprobes attach as perf events here (None: through uprobe_multi links). Asks the
     kernel (an empty program loaded for links) and bcc (whether it can load programs for them)."""
-    from .program import BpfUnavailable, load_bcc
-    from .uprobes import bcc_loads_for_links, links_supported, links_wanted
+    from gputop.sources.bpf.attach.uprobes import bcc_loads_for_links, links_supported, links_wanted
+    from gputop.sources.bpf.program.program import BpfUnavailable, load_bcc
 
     if not (links_wanted() if links is None else links):
         return "uprobe_multi links are turned off: GPUTOP_UPROBE_LINKS=off"

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gputop.sources.bpf import catalogue, discovery, symbols
-from gputop.sources.bpf.abi import FILE_NOT_CUDA, FILE_PROBED
-from gputop.sources.bpf.coderanges import CodeRanges
-from gputop.sources.bpf.generations import Generations
-from gputop.sources.bpf.linux import fd_room
-from gputop.sources.bpf.objreads import ObjectReads, Pending
-from gputop.sources.bpf.program import Program
-from gputop.sources.bpf.uprobes import UprobeAttacher
+from gputop.sources.bpf.attach import catalogue, discovery, symbols
+from gputop.sources.bpf.attach.coderanges import CodeRanges
+from gputop.sources.bpf.attach.objreads import ObjectReads, Pending
+from gputop.sources.bpf.attach.uprobes import UprobeAttacher
+from gputop.sources.bpf.common.abi import FILE_NOT_CUDA, FILE_PROBED
+from gputop.sources.bpf.common.linux import fd_room
+from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.program.program import Program
 
 ObjectKey = tuple[int, int]
 

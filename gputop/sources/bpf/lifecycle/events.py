@@ -9,13 +9,22 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-from gputop.sources.bpf import discovery
-from gputop.sources.bpf.abi import EV_EXEC, EV_EXIT, EV_EXIT_IDLE, EV_FILE, EV_FORK, EV_MMAP, PATH_DEPTH, PATH_NAME
-from gputop.sources.bpf.attaching import Attacher, ObjectKey
-from gputop.sources.bpf.forgetting import Forgetting
-from gputop.sources.bpf.generations import Generations
-from gputop.sources.bpf.procid import ident, pid_of
-from gputop.sources.bpf.scanning import ProcMaps, Scanner
+from gputop.sources.bpf.attach import discovery
+from gputop.sources.bpf.attach.attaching import Attacher, ObjectKey
+from gputop.sources.bpf.attach.scanning import ProcMaps, Scanner
+from gputop.sources.bpf.common.abi import (
+    EV_EXEC,
+    EV_EXIT,
+    EV_EXIT_IDLE,
+    EV_FILE,
+    EV_FORK,
+    EV_MMAP,
+    PATH_DEPTH,
+    PATH_NAME,
+)
+from gputop.sources.bpf.lifecycle.forgetting import Forgetting
+from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.lifecycle.procid import ident, pid_of
 
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
 EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from gputop.sources.bpf import discovery
-from gputop.sources.bpf.attaching import Attacher, ObjectKey
-from gputop.sources.bpf.generations import Generations
-from gputop.sources.bpf.naming import Naming
+from gputop.sources.bpf.attach import discovery
+from gputop.sources.bpf.attach.attaching import Attacher, ObjectKey
+from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.names.naming import Naming
 
 
 class ProcMaps:

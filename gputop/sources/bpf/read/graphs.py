@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gputop.sources.bpf.abi import G_LOST, G_UNKNOWN
+from gputop.sources.bpf.common.abi import G_LOST, G_UNKNOWN
 
 __all__ = ["G_LOST", "G_UNKNOWN", "TABLES", "Content", "GraphKernels", "by_function", "kernels_of"]
 

@@ -9,7 +9,8 @@ import re
 import threading
 import time
 
-from gputop.sources.bpf import discovery, elfread, symbols
+from gputop.sources.bpf.attach import discovery, symbols
+from gputop.sources.bpf.common import elfread
 
 ObjectKey = tuple[int, int]
 #: objects the start-up prefetch reads (a library of CUDA's is far smaller); the seconds it may

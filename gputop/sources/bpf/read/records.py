@@ -8,13 +8,13 @@ import dataclasses
 from typing import Any
 
 from gputop.counters import BPF_MEMBERS
-from gputop.sources.bpf.abi import NB, NDIR
-from gputop.sources.bpf.graphs import GraphKernels
-from gputop.sources.bpf.launchslots import SlotCounts
-from gputop.sources.bpf.naming import Naming
-from gputop.sources.bpf.procid import pid_of
-from gputop.sources.bpf.readings import RawKernel, RawProc
-from gputop.sources.bpf.scanning import ProcMaps
+from gputop.sources.bpf.attach.scanning import ProcMaps
+from gputop.sources.bpf.common.abi import NB, NDIR
+from gputop.sources.bpf.lifecycle.procid import pid_of
+from gputop.sources.bpf.names.naming import Naming
+from gputop.sources.bpf.read.graphs import GraphKernels
+from gputop.sources.bpf.read.launchslots import SlotCounts
+from gputop.sources.bpf.read.readings import RawKernel, RawProc
 
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
 

@@ -16,7 +16,7 @@ class RawKernel:
     block_sum: int
     name: str | None         # demangled, or None when unresolved
     object: str | None       # the object holding the stub, when known
-    graph_launches: int = 0  # launches inside graph launches (gputop/sources/bpf/graphs.py)
+    graph_launches: int = 0  # launches inside graph launches (gputop/sources/bpf/read/graphs.py)
 
 
 @dataclass(frozen=True)

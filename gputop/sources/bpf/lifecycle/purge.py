@@ -9,8 +9,8 @@ import sys
 from functools import cache
 from typing import Any
 
-from gputop.sources.bpf.procid import Doomed, key_ident
-from gputop.sources.bpf.program import load_bcc
+from gputop.sources.bpf.lifecycle.procid import Doomed, key_ident
+from gputop.sources.bpf.program.program import load_bcc
 
 #: entries a BPF_MAP_LOOKUP_BATCH call asks for
 _BATCH = 1024

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputop.sources.bpf.abi import GEN_MASK, GEN_SHIFT
-from gputop.sources.bpf.linux import MappedArray
+from gputop.sources.bpf.common.abi import GEN_MASK, GEN_SHIFT
+from gputop.sources.bpf.common.linux import MappedArray
 
 _PID_MASK = 0xFFFFFFFF
 #: when /proc/sys/kernel/pid_max cannot be read: the largest pid_max Linux allows (2^22)

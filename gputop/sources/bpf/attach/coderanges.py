@@ -10,11 +10,11 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-from gputop.sources.bpf import discovery, symbols
-from gputop.sources.bpf.abi import CODE_CUDA, CODE_LAYER
-from gputop.sources.bpf.generations import Generations
-from gputop.sources.bpf.linux import aligned_blocks
-from gputop.sources.bpf.procid import Doomed, ident
+from gputop.sources.bpf.attach import discovery, symbols
+from gputop.sources.bpf.common.abi import CODE_CUDA, CODE_LAYER
+from gputop.sources.bpf.common.linux import aligned_blocks
+from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.lifecycle.procid import Doomed, ident
 
 
 class CodeRanges:

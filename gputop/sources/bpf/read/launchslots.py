@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputop.sources.bpf.abi import CAPTURES_FORGOTTEN, KS_BLOCK, KS_GEN_SHIFT, KS_GRID, NB
-from gputop.sources.bpf.abi import KS_READY as READY
-from gputop.sources.bpf.linux import MappedArray
-from gputop.sources.bpf.procid import Doomed, gen_of, ident, key_ident, pid_of
+from gputop.sources.bpf.common.abi import CAPTURES_FORGOTTEN, KS_BLOCK, KS_GEN_SHIFT, KS_GRID, NB
+from gputop.sources.bpf.common.abi import KS_READY as READY
+from gputop.sources.bpf.common.linux import MappedArray
+from gputop.sources.bpf.lifecycle.procid import Doomed, gen_of, ident, key_ident, pid_of
 
 # struct kslot_t: its u64 words, the offsets taken from the struct as the program declares it (the
 # table's ctypes type, from bcc): WORDS, then the word of each field used here

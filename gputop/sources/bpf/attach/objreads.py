@@ -23,8 +23,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
-from gputop.sources.bpf import elfread, symbols
-from gputop.sources.bpf.startup import read_object
+from gputop.sources.bpf.attach import symbols
+from gputop.sources.bpf.common import elfread
+from gputop.sources.bpf.program.startup import read_object
 
 ObjectKey = tuple[int, int]
 _T = TypeVar("_T")

@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .catalogue import LAUNCH, Probe
-from .compilecache import func_load_takes_attach_type
-from .linux import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
-from .trapcost import CalibrationError, empty_prog
+from gputop.sources.bpf.attach.catalogue import LAUNCH, Probe
+from gputop.sources.bpf.common.linux import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
+from gputop.sources.bpf.cost.trapcost import CalibrationError, empty_prog
+from gputop.sources.bpf.program.compilecache import func_load_takes_attach_type
 
 _KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)
 #: the launch handlers, attached first

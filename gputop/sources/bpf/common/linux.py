@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .btf import VMLINUX
+from gputop.sources.bpf.common.btf import VMLINUX
 
 TRACEFS = Path("/sys/kernel/tracing")
 DEBUGFS = Path("/sys/kernel/debug")

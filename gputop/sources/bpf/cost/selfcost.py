@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import linux
-from .trapcost import Calibration, TrapCost
+from gputop.sources.bpf.common import linux
+from gputop.sources.bpf.cost.trapcost import Calibration, TrapCost
 
 STATS_WINDOW_S = 0.1  # BPF run-time statistics are on for this long...
 STATS_PERIOD_S = 5.0  # ...in every this long

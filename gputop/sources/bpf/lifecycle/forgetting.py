@@ -8,18 +8,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gputop.sources.bpf import discovery
-from gputop.sources.bpf.attaching import Attacher
-from gputop.sources.bpf.generations import Generations
-from gputop.sources.bpf.graphs import TABLES as GRAPH_TABLES
-from gputop.sources.bpf.graphs import GraphKernels
-from gputop.sources.bpf.launchslots import LaunchSlots
-from gputop.sources.bpf.naming import Naming
-from gputop.sources.bpf.procid import Doomed, ident, pid_of
-from gputop.sources.bpf.purge import delete_by_pid, delete_ranges
-from gputop.sources.bpf.readings import RawProc
-from gputop.sources.bpf.records import Records
-from gputop.sources.bpf.scanning import ProcMaps
+from gputop.sources.bpf.attach import discovery
+from gputop.sources.bpf.attach.attaching import Attacher
+from gputop.sources.bpf.attach.scanning import ProcMaps
+from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.lifecycle.procid import Doomed, ident, pid_of
+from gputop.sources.bpf.lifecycle.purge import delete_by_pid, delete_ranges
+from gputop.sources.bpf.names.naming import Naming
+from gputop.sources.bpf.read.graphs import TABLES as GRAPH_TABLES
+from gputop.sources.bpf.read.graphs import GraphKernels
+from gputop.sources.bpf.read.launchslots import LaunchSlots
+from gputop.sources.bpf.read.readings import RawProc
+from gputop.sources.bpf.read.records import Records
 
 
 class Forgetting:

@@ -17,8 +17,9 @@ from types import ModuleType
 from typing import Any
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
-from gputop.sources.bpf import abi, btf, catalogue, compilecache, ctext, kheaders
-from gputop.sources.bpf.linux import (
+from gputop.sources.bpf.attach import catalogue
+from gputop.sources.bpf.common import abi, btf
+from gputop.sources.bpf.common.linux import (
     NO_CMPXCHG,
     TRACEFS,
     atomic_cmpxchg,
@@ -28,9 +29,10 @@ from gputop.sources.bpf.linux import (
     prog_run_stats,
     tracepoint_exists,
 )
-from gputop.sources.bpf.procid import pid_gen_words
-from gputop.sources.bpf.selfcost import ProgStats
-from gputop.sources.bpf.startup import Steps
+from gputop.sources.bpf.cost.selfcost import ProgStats
+from gputop.sources.bpf.lifecycle.procid import pid_gen_words
+from gputop.sources.bpf.program import compilecache, ctext, kheaders
+from gputop.sources.bpf.program.startup import Steps
 
 _DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_info.minor}/site-packages",
               "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
@@ -55,7 +57,7 @@ class BpfUnavailable(GputopError):
 
 def program_path() -> Path:
     """bpf/gputop.bpf.c in a source checkout, or its copy inside the wheel (with bpf/'s headers)."""
-    here = Path(__file__).resolve().parents[2]     # the package: gputop/
+    here = Path(__file__).resolve().parents[3]     # the package: gputop/
     for cand in (here / "_data" / "bpf" / "gputop.bpf.c", here.parent / "bpf" / "gputop.bpf.c"):
         if cand.is_file():
             return cand

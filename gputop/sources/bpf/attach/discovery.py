@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gputop.sources.bpf import elfread
+from gputop.sources.bpf.common import elfread
 
 PROC = Path("/proc")
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from gputop import safefiles
-from gputop.sources.bpf import elfread
-from gputop.sources.bpf.catalogue import is_driver_layer, is_runtime_wrapper
+from gputop.sources.bpf.attach.catalogue import is_driver_layer, is_runtime_wrapper
+from gputop.sources.bpf.common import elfread
 
 # a cheap pre-filter: objects that mention none of these never hold CUDA entry points
 _MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", b"cudaMalloc", b"cuMemAlloc")

@@ -39,8 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gputop import safefiles
-
-from .linux import BPF_TRACE_UPROBE_MULTI, open_uprobe, uprobe_multi_link
+from gputop.sources.bpf.common.linux import BPF_TRACE_UPROBE_MULTI, open_uprobe, uprobe_multi_link
 
 CACHE_NAME = "trap-cost.json"
 #: the cache file is a few hundred bytes per kernel and CPU; a larger one is not read

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from gputop.sources.bpf.procid import Doomed, PidGens, gen_of, ident, pid_of
+from gputop.sources.bpf.lifecycle.procid import Doomed, PidGens, gen_of, ident, pid_of
 
 
 class Generations:

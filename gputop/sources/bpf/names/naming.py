@@ -8,13 +8,13 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gputop.sources.bpf import discovery
-from gputop.sources.bpf.abi import NAME_LEN
-from gputop.sources.bpf.attaching import Attacher
-from gputop.sources.bpf.generations import Generations
-from gputop.sources.bpf.kernelnames import KernelNamer, Resolved
-from gputop.sources.bpf.objreads import BoundedCalls
-from gputop.sources.bpf.procid import gen_of, ident, key_ident, pid_of
+from gputop.sources.bpf.attach import discovery
+from gputop.sources.bpf.attach.attaching import Attacher
+from gputop.sources.bpf.attach.objreads import BoundedCalls
+from gputop.sources.bpf.common.abi import NAME_LEN
+from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.lifecycle.procid import gen_of, ident, key_ident, pid_of
+from gputop.sources.bpf.names.kernelnames import KernelNamer, Resolved
 
 MEM_READ_S = 0.5      # a read of a kernel's name from its process's memory (objreads.BoundedCalls)
 

@@ -10,17 +10,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from gputop.model import SourceStatus
-from gputop.sources.bpf.abi import DROP_KINDS, HIT_ENTRY, HIT_RETURN
-from gputop.sources.bpf.attaching import Attacher
-from gputop.sources.bpf.events import Events
-from gputop.sources.bpf.forgetting import Forgetting
-from gputop.sources.bpf.launchslots import LaunchSlots
-from gputop.sources.bpf.procid import pid_of
-from gputop.sources.bpf.program import Program
-from gputop.sources.bpf.readings import BpfReading, IdleProc, RawProc
-from gputop.sources.bpf.records import Records
-from gputop.sources.bpf.scanning import ProcMaps
-from gputop.sources.bpf.selfcost import SelfCost
+from gputop.sources.bpf.attach.attaching import Attacher
+from gputop.sources.bpf.attach.scanning import ProcMaps
+from gputop.sources.bpf.common.abi import DROP_KINDS, HIT_ENTRY, HIT_RETURN
+from gputop.sources.bpf.cost.selfcost import SelfCost
+from gputop.sources.bpf.lifecycle.events import Events
+from gputop.sources.bpf.lifecycle.forgetting import Forgetting
+from gputop.sources.bpf.lifecycle.procid import pid_of
+from gputop.sources.bpf.program.program import Program
+from gputop.sources.bpf.read.launchslots import LaunchSlots
+from gputop.sources.bpf.read.readings import BpfReading, IdleProc, RawProc
+from gputop.sources.bpf.read.records import Records
 
 
 class Reader:

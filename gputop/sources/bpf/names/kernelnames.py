@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Optional
 
-from gputop.sources.bpf import discovery, symbols
-from gputop.sources.bpf.abi import NAME_LEN  # names as long as NAME_LEN - 1 may be cut: ELF is preferred then
-from gputop.sources.bpf.objreads import Pending
+from gputop.sources.bpf.attach import discovery, symbols
+from gputop.sources.bpf.attach.objreads import Pending
+from gputop.sources.bpf.common.abi import NAME_LEN  # names as long as NAME_LEN - 1 may be cut: ELF is preferred then
 
 RETRY_S = 5.0
 MAX_ALIAS_HOPS = 3

@@ -1,0 +1,2 @@
+"""Processes' lives: the ring buffer's events, generations (PID reuse), identity, last records,
+forgetting and purging."""

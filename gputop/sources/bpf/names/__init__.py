@@ -1,0 +1,1 @@
+"""Kernel names: captured, read from processes' memory, resolved from ELF symbols."""
