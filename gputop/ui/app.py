@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from textual.app import App
+from textual.driver import Driver
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
@@ -110,6 +111,18 @@ class GputopApp(App[int]):
         for t in self._themes.values():
             self.register_theme(t)
         self.theme = self.settings.theme
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver, but on Linux one whose input thread sleeps until there is input
+        (``gputop.ui.driver``); a driver named in TEXTUAL_DRIVER is left as it is."""
+        from textual.drivers.linux_driver import LinuxDriver
+
+        driver = super().get_driver_class()
+        if driver is LinuxDriver:
+            from gputop.ui.driver import QuietLinuxDriver
+
+            return QuietLinuxDriver
+        return driver
 
     # -- start-up and feed -----------------------------------------------------------------
     def on_mount(self) -> None:

@@ -307,8 +307,40 @@ class ProcTable(ScrollView, can_focus=True):
         self.virtual_size = Size(event.size.width, len(self._rows) + 1)
 
     def render_lines(self, crop: Region) -> list[Strip]:
+        """The lines in ``crop``: this widget's own strips, with the app's line filters applied, as
+        Textual's styles cache draws them for a widget without border, padding, outline, hatch, tint or
+        opacity (else through it). The cache's generic path builds two more strips a line (about three
+        quarters of a refresh of the table went there); a row's strip kept from the last refresh keeps
+        its filtered copy too, so an unchanged row costs nothing."""
         self._measure()     # once a repaint, not once a line: it is dear to compute
-        return super().render_lines(crop)
+        if not self._plain_styles():
+            return super().render_lines(crop)
+        width = self.region.width
+        base_background, background = self.background_colors
+        filters = self.get_line_filters()
+        inner: Style | None = None
+        out: list[Strip] = []
+        for y in crop.line_range:
+            strip = self.render_line(y)
+            if strip.cell_length != width:     # as the styles cache: cut or padded with the background
+                if inner is None:
+                    inner = self._styles_cache.get_inner_outer(base_background, background)[0].rich_style
+                strip = strip.adjust_cell_length(width, inner)
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+            out.append(strip)
+        if crop.column_span != (0, width):
+            x1, x2 = crop.column_span
+            out = [strip.crop(x1, x2) for strip in out]
+        return out
+
+    def _plain_styles(self) -> bool:
+        """No border, padding, outline, hatch, tint or opacity: a line is what ``render_line`` draws."""
+        styles = self.styles
+        return (not self.BLANK and not any(styles.gutter) and self.region.width == self.content_region.width
+                and not styles.tint.a and self.opacity == 1.0 and styles.text_opacity == 1.0
+                and not any(edge for edge, _ in styles.outline)
+                and not (styles.has_rule("hatch") and styles.hatch != "none"))
 
     def _current_layout(self) -> Layout:
         """The layout for the current width, columns, sort column and scroll; the rows' cached
