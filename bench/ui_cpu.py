@@ -18,9 +18,9 @@ recording, so a change's effect is a ratio from one run too (``baseline_*`` in t
 
 Also measured: the time from starting gputop to its first frame ("starting…") and to the first
 frame with data. The gputop command is ``gputop --replay FILE`` (the real CLI).
-Target (issue 12): gputop ≤ 3× htop. htop is optional (apt-get install -y htop); without it
-only gputop is measured and the target is not checked. Exit status: 0 target met, 1 not met
-(or not checked), 2 bad usage.
+Target (issue 33, item 7; issue 12 asked for 3×): gputop ≤ 2× htop. htop is optional
+(apt-get install -y htop); without it only gputop is measured and the target is not checked.
+Exit status: 0 target met, 1 not met (or not checked), 2 bad usage.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import benchjson  # noqa: E402
 from scenario import HOST, bench_snapshots, write  # noqa: E402
 from tmux_driver import TmuxSession, have_tmux, process_tree  # noqa: E402
 
-#: the target of issue 12: gputop's CPU at most this many times htop's
-TARGET_RATIO = 3.0
+#: the target of issue 33 (item 7; issue 12's was 3): gputop's CPU at most this many times htop's
+TARGET_RATIO = 2.0
 
 
 def cpu_ns(pids: Sequence[int]) -> int:

@@ -15,6 +15,7 @@ from textual.widget import Widget
 
 from gputop.model import GpuSample, Snapshot
 from gputop.ui.flow import flow
+from gputop.ui.widgets.header import looks
 from gputop.view import format as fmt
 
 _MUTED = "$foreground 60%"
@@ -99,19 +100,33 @@ class GpuPanel(Widget):
         self._history = history
         self._snapshot: Snapshot | None = None
         self._filter = ""
+        #: the lines of the last ``_lines_at``: (snapshot, filter, width, limit, lines)
+        self._laid_out: tuple[Snapshot | None, str, int, int, list[Content]] | None = None
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         old = self._snapshot
+        before = self._laid_out
         self._snapshot = snapshot
         changed = filter_text != self._filter
         self._filter = filter_text
         if old is None or len(old.gpus) != len(snapshot.gpus) or changed:
             self.refresh(layout=True)
-        else:
-            self.refresh()
+            return
+        region = self.content_region
+        if (before is not None and region.width and before[2:4] == (region.width, region.height or 10_000)
+                and looks(before[4]) == looks(self._lines_at(region.width, region.height or 10_000))):
+            return      # the same text in the same styles: nothing to redraw
+        self.refresh()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return max(1, len(self._lines(width, max(3, viewport.height * 3 // 10))))
+        return max(1, len(self._lines_at(width, max(3, viewport.height * 3 // 10))))
+
+    def _lines_at(self, width: int, limit: int) -> list[Content]:
+        """``_lines`` kept for the snapshot, filter and size: show and render each need them."""
+        cached = self._laid_out
+        if cached is None or cached[0] is not self._snapshot or cached[1:4] != (self._filter, width, limit):
+            cached = self._laid_out = (self._snapshot, self._filter, width, limit, self._lines(width, limit))
+        return cached[4]
 
     def _lines(self, width: int, limit: int = 10_000) -> list[Content]:
         snap = self._snapshot
@@ -131,7 +146,8 @@ class GpuPanel(Widget):
         return [line for g in snap.gpus for line in gpu_lines(g, self._history(g.index, snap.time, None), width)]
 
     def render(self) -> Content:
-        return Content("\n").join(self._lines(self.content_region.width or 160, self.content_region.height or 10_000))
+        region = self.content_region
+        return Content("\n").join(self._lines_at(region.width or 160, region.height or 10_000))
 
 
 #: the fleet panel lists each GPU while there are at most this many, else one line per node

@@ -3,6 +3,7 @@ under it (htop's Tasks:)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from textual.content import Content
@@ -148,6 +149,11 @@ def _one_line(state: HeaderState, width: int) -> Content:
     return line
 
 
+def looks(lines: Sequence[Content]) -> list[tuple[str, tuple[object, ...]]]:
+    """What ``lines`` draw: their text and styles (Content's ``==`` compares the text only)."""
+    return [(line.plain, tuple(line.spans)) for line in lines]
+
+
 def header_content(state: HeaderState, width: int = 10_000) -> Content:
     return Content("\n").join(header_lines(state, width))
 
@@ -175,10 +181,14 @@ class HeaderBar(Widget):
 
     def show(self, state: HeaderState) -> None:
         if state != self._state:
+            width = self.content_region.width or 10_000
+            before = self._laid_out
             self._state = state
-            lines = len(self._lines_at(self.content_region.width or 10_000))
-            self.refresh(layout=lines != self._lines)     # a new height only when the count changes
-            self._lines = lines
+            lines = self._lines_at(width)
+            if before is not None and before[1] == width and looks(before[2]) == looks(lines):
+                return      # the same text in the same styles (a frozen clock): nothing to redraw
+            self.refresh(layout=len(lines) != self._lines)     # a new height only when the count changes
+            self._lines = len(lines)
 
     @property
     def state(self) -> HeaderState:
@@ -216,22 +226,32 @@ class SummaryBar(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._state: tuple[Summary | None, int, bool] = (None, 0, False)
+        self._laid_out: tuple[tuple[Summary | None, int, bool], int, list[Content]] | None = None
+
+    def _lines_at(self, width: int) -> list[Content]:
+        """``summary_lines`` of the current state, kept: show, layout and render each need them."""
+        cached = self._laid_out
+        if cached is None or cached[0] is not self._state or cached[1] != width:
+            s, tagged, tree = self._state
+            cached = self._laid_out = (self._state, width, summary_lines(s, width, tagged, tree))
+        return cached[2]
 
     def show(self, summary: Summary | None, tagged: int = 0, tree: bool = False) -> None:
         state = (summary, tagged, tree)
         if state != self._state:
             width = self.content_region.width or 10_000
-            before = len(summary_lines(self._state[0], width, self._state[1], self._state[2]))
+            before = self._lines_at(width)
             self._state = state
-            self.refresh(layout=len(summary_lines(summary, width, tagged, tree)) != before)
+            lines = self._lines_at(width)
+            if looks(before) != looks(lines):      # redrawn only when its text or styles change
+                self.refresh(layout=len(lines) != len(before))
 
     @property
     def state(self) -> tuple[Summary | None, int, bool]:
         return self._state
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(summary_lines(self._state[0], width, self._state[1], self._state[2]))
+        return len(self._lines_at(width))
 
     def render(self) -> Content:
-        s, tagged, tree = self._state
-        return Content("\n").join(summary_lines(s, self.content_region.width or 10_000, tagged, tree))
+        return Content("\n").join(self._lines_at(self.content_region.width or 10_000))
