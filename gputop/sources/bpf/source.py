@@ -1,8 +1,9 @@
-"""``BpfSource``: the BPF source as the live feed uses it. It starts the program (program.py), then
-wires the parts that own each concern: scans and attaching (scanning.py, attaching.py), the ring
-buffer's events (events.py), readings (reader.py, records.py, naming.py), processes leaving
-(forgetting.py, generations.py); one lock keeps close() (also from the exit hook, on another
-thread) from freeing what the collector is using."""
+"""``BpfSource``: the BPF source as the live feed uses it. It starts the program (program/), then
+wires the parts that own each concern: the process table that holds every piece of per-process state
+(lifecycle/proctable.py), scans and attaching (attach/scanning.py, attach/attaching.py), the ring
+buffer's events (lifecycle/events.py), readings (read/reader.py, read/records.py, names/naming.py),
+processes leaving (lifecycle/forgetting.py); one lock keeps close() (also from the exit hook, on
+another thread) from freeing what the collector is using."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.attach.attaching import Attacher
 from gputop.sources.bpf.attach.objreads import START_WAIT_S, WAIT_S, ObjectReads
-from gputop.sources.bpf.attach.scanning import ProcMaps, Scanner
+from gputop.sources.bpf.attach.scanning import Scanner
 from gputop.sources.bpf.attach.uprobes import UprobeAttacher
 from gputop.sources.bpf.common.linux import PANIC_HINT, load_refusal, raise_fd_limit
 from gputop.sources.bpf.cost.selfcost import ProgStats, SelfCost
 from gputop.sources.bpf.lifecycle.events import Events
 from gputop.sources.bpf.lifecycle.forgetting import Forgetting
-from gputop.sources.bpf.lifecycle.generations import Generations
 from gputop.sources.bpf.lifecycle.procid import PidGens
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.names.naming import Naming
 from gputop.sources.bpf.program import kheaders
 from gputop.sources.bpf.program.privileges import coverage_gaps, privileges_error
@@ -72,17 +73,17 @@ class BpfSource:
         self.cost = SelfCost(self._prog_stats, clock)
         self.slots = LaunchSlots(table)           # the launch fast path's slots (launchslots.py)
         self.graph_kernels = GraphKernels(table)
-        self.generations = Generations(PidGens(table))  # each PID's generation (procid.py)
-        self.procs = ProcMaps()
-        self.attacher = Attacher(self.program, self.generations, clock)
-        self.names = Naming(table, self.generations, self.procs.maps, self.attacher)
-        self.scanner = Scanner(self.procs, self.attacher, self.generations, self.names)
+        #: every piece of per-process state, each PID's generation (procid.py) with it (proctable.py)
+        self.procs = ProcTable(PidGens(table))
+        self.attacher = Attacher(self.program, self.procs, clock)
+        self.names = Naming(table, self.procs, self.attacher)
+        self.scanner = Scanner(self.procs, self.attacher, self.names)
         self.records = Records(self.names, self.procs, self.graph_kernels)
-        self.forgetting = Forgetting(table, self.generations, self.procs, self.attacher, self.names, self.records,
+        self.forgetting = Forgetting(table, self.procs, self.attacher, self.names, self.records,
                                      self.slots, self.graph_kernels)
-        self.events = Events(self.generations, self.procs, self.attacher, self.scanner, self.forgetting, clock)
-        self.reader = Reader(self.program, self.procs, self.attacher, self.records, self.forgetting, self.events,
-                             self.slots, self.cost)
+        self.events = Events(self.procs, self.attacher, self.scanner, self.forgetting, clock)
+        self.reader = Reader(self.program, self.procs, self.attacher, self.records, self.events, self.slots,
+                             self.cost)
 
     # ------------------------------------------------------------ what the program and its parts hold
 
@@ -139,11 +140,11 @@ class BpfSource:
 
     @property
     def _rescan(self) -> set[int]:
-        return self.events.rescan
+        return self.procs.rescan
 
     @property
     def _exited(self) -> set[int]:
-        return self.events.exited
+        return self.procs.exited
 
     @property
     def _unknown_files(self) -> dict[tuple[int, int], tuple[int, list[bytes] | None, int]]:
@@ -283,7 +284,7 @@ class BpfSource:
             finally:
                 if bpf is not None:
                     self.slots.close()
-                    self.generations.close()
+                    self.procs.close()
                     bpf.cleanup()
                 self.cost.stop()
                 self.attacher.reads.close()

@@ -20,7 +20,7 @@ from gputop.sources.bpf.attach.objreads import ObjectReads, Pending
 from gputop.sources.bpf.attach.uprobes import UprobeAttacher
 from gputop.sources.bpf.common.abi import FILE_NOT_CUDA, FILE_PROBED
 from gputop.sources.bpf.common.linux import fd_room
-from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.program.program import Program
 
 ObjectKey = tuple[int, int]
@@ -34,7 +34,7 @@ KEEP_UNMAPPED_MAX = 8
 
 
 class Attacher:
-    def __init__(self, program: Program, generations: Generations,
+    def __init__(self, program: Program, procs: ProcTable,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._program = program
         self._clock = clock
@@ -52,7 +52,7 @@ class Attacher:
         self.uprobes: UprobeAttacher | None = None          # set once the program is loaded
         self._dropped = 0               # objects that went unprobed for want of descriptors
         self._fd_starved: set[ObjectKey] = set()          # those mapped now
-        self.code = CodeRanges(program.table, generations, self._probed)
+        self.code = CodeRanges(program.table, procs, self._probed)
 
     def _probed(self, key: ObjectKey) -> symbols.ObjectSymbols | None:
         return self.symcache.get(key) if key in self.objects else None

@@ -13,15 +13,15 @@ from typing import Any
 from gputop.sources.bpf.attach import discovery, symbols
 from gputop.sources.bpf.common.abi import CODE_CUDA, CODE_LAYER
 from gputop.sources.bpf.common.linux import aligned_blocks
-from gputop.sources.bpf.lifecycle.generations import Generations
 from gputop.sources.bpf.lifecycle.procid import Doomed, ident
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 
 
 class CodeRanges:
-    def __init__(self, table: Callable[[str], Any], generations: Generations,
+    def __init__(self, table: Callable[[str], Any], procs: ProcTable,
                  probed: Callable[[tuple[int, int]], symbols.ObjectSymbols | None]) -> None:
         self._table = table
-        self._generations = generations
+        self._procs = procs
         self._probed = probed           # a probed object's symbols (None: not probed, or not read)
         self.done: set[tuple[int, int, tuple[int, int]]] = set()     # (pid, mapping start, object) put in
         self.dropped = 0
@@ -40,7 +40,7 @@ class CodeRanges:
     def add(self, pid: int, maps: list[discovery.Mapping]) -> None:
         """Tell the BPF side where the runtime's and driver's code lies in ``pid`` (see code_kind)."""
         code = self._table("code")
-        gen = self._generations.scanned(pid)
+        gen = self._procs.scanned(pid)
         me = ident(pid, gen)
         # the key's owner: tgid and generation, big-endian (tgid alone in a program without generations)
         owner = pid.to_bytes(4, "big") + (gen.to_bytes(4, "big") if len(code.Key().data) == 16 else b"")

@@ -1,52 +1,26 @@
 """Scans: every process's executable maps read (discovery.py), the new CUDA objects among them
 probed (attaching.py), their code ranges put in for each process that maps them, and what user space
-then knows of each process (``ProcMaps``)."""
+then knows of each process noted in the process table (lifecycle/proctable.py)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 
 from gputop.sources.bpf.attach import discovery
-from gputop.sources.bpf.attach.attaching import Attacher, ObjectKey
-from gputop.sources.bpf.lifecycle.generations import Generations
+from gputop.sources.bpf.attach.attaching import Attacher
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.names.naming import Naming
 
 
-class ProcMaps:
-    """What user space knows of each process it scanned, by PID."""
-
-    def __init__(self) -> None:
-        self.maps: dict[int, list[discovery.Mapping]] = {}   # last known executable maps by pid
-        self.cuda_pids: set[int] = set()         # processes whose known maps hold a probed object
-        self.partial: set[int] = set()           # processes already running CUDA when gputop attached
-        self.scanned_ns: dict[int, int] = {}     # CLOCK_MONOTONIC ns of each process's last scan
-
-    def users(self, key: ObjectKey) -> dict[int, list[discovery.Mapping]]:
-        """The processes whose known maps hold the object ``key``, with their maps."""
-        return {p: pm for p, pm in self.maps.items() if any((m.dev, m.inode) == key for m in pm)}
-
-    def mapped(self) -> set[ObjectKey]:
-        """Every object some known process maps."""
-        return {(m.dev, m.inode) for pmaps in self.maps.values() for m in pmaps}
-
-    def drop(self, pid: int) -> None:
-        self.maps.pop(pid, None)
-        self.cuda_pids.discard(pid)
-        self.scanned_ns.pop(pid, None)
-        self.partial.discard(pid)
-
-
 class Scanner:
-    def __init__(self, procs: ProcMaps, attacher: Attacher, generations: Generations, names: Naming) -> None:
-        self._procs = procs
+    def __init__(self, procs: ProcTable, attacher: Attacher, names: Naming) -> None:
+        self._procs = procs          # what user space knows of each process (proctable.py): its methods change it
         self._attacher = attacher
-        self._generations = generations
         self._names = names
 
     def scan(self, pids: list[int] | None) -> int:
         """Probe new CUDA objects mapped by ``pids`` (None: all processes); returns how many."""
-        with self._generations.scanning():
+        with self._procs.scanning():
             return self._scan_maps(pids)
 
     def _scan_maps(self, pids: list[int] | None) -> int:
@@ -62,25 +36,15 @@ class Scanner:
             if attacher.attach(ref, users):
                 new += 1
                 # processes that map it already may have allocated before: their live bytes are unknown
-                procs.partial.update(users)
+                procs.mark_partial(users)
         for pid, pmaps in maps.items():
             self._names.keep_unmapped(pid, procs.maps.get(pid), pmaps)
-        procs.maps.update(maps)
-        self._update_cuda_pids(procs.maps if new else maps)
+        procs.saw_maps(maps)
+        procs.update_cuda(list(procs.maps) if new else maps, attacher.objects)
         for pid, pmaps in maps.items():
-            procs.scanned_ns[pid] = before_ns
-            self._generations.hold(pid)
+            procs.scan_done(pid, before_ns)
             attacher.code.add(pid, pmaps)
         return new
-
-    def _update_cuda_pids(self, pids: Iterable[int]) -> None:
-        """Whether each of ``pids`` maps a probed object, from its last known maps."""
-        procs, objects = self._procs, self._attacher.objects
-        for pid in pids:
-            if any((m.dev, m.inode) in objects for m in procs.maps.get(pid, ())):
-                procs.cuda_pids.add(pid)
-            else:
-                procs.cuda_pids.discard(pid)
 
     def attach_read(self) -> int:
         """Probe the objects whose reads finished after their scan stopped waiting."""
@@ -89,7 +53,7 @@ class Scanner:
             users = self._procs.users(ref.key)
             if self._attacher.attach(ref, users):
                 new += 1
-                self._procs.partial.update(users)
+                self._procs.mark_partial(users)
         if new:
-            self._update_cuda_pids(self._procs.maps)
+            self._procs.update_cuda(list(self._procs.maps), self._attacher.objects)
         return new

@@ -11,7 +11,7 @@ from typing import Any
 
 from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.attach.attaching import Attacher, ObjectKey
-from gputop.sources.bpf.attach.scanning import ProcMaps, Scanner
+from gputop.sources.bpf.attach.scanning import Scanner
 from gputop.sources.bpf.common.abi import (
     EV_EXEC,
     EV_EXIT,
@@ -23,8 +23,8 @@ from gputop.sources.bpf.common.abi import (
     PATH_NAME,
 )
 from gputop.sources.bpf.lifecycle.forgetting import Forgetting
-from gputop.sources.bpf.lifecycle.generations import Generations
 from gputop.sources.bpf.lifecycle.procid import ident, pid_of
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
 EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon
@@ -44,18 +44,13 @@ class _FileEvent(ctypes.Structure):
 
 
 class Events:
-    def __init__(self, generations: Generations, procs: ProcMaps, attacher: Attacher, scanner: Scanner,
-                 forgetting: Forgetting, clock: Callable[[], float]) -> None:
-        self._generations = generations
-        self._procs = procs
+    def __init__(self, procs: ProcTable, attacher: Attacher, scanner: Scanner, forgetting: Forgetting,
+                 clock: Callable[[], float]) -> None:
+        self._procs = procs          # the processes' events pending are noted there (proctable.py)
         self._attacher = attacher
         self._scanner = scanner
         self._forgetting = forgetting
         self._clock = clock
-        self.rescan: set[int] = set()
-        self._reimage: set[int] = set()           # identities (procid) whose exec replaced their image
-        self._execed: set[int] = set()            # processes that exec'd since the last take_execed()
-        self.exited: set[int] = set()             # identities (procid) whose exit event came
         #: files the BPF side named because they were not classified (under their change time): key ->
         #: (pid, names or None, change time in ns)
         self.unknown_files: dict[ObjectKey, tuple[int, list[bytes] | None, int]] = {}
@@ -72,45 +67,39 @@ class Events:
             key = (discovery.user_dev(int(fe.dev)), int(fe.ino))
             self.unknown_files.setdefault(key, (tgid, names if fe.complete else None, int(fe.ctime)))
             kind = EV_MMAP
+        procs = self._procs
         if kind not in (EV_EXIT, EV_EXIT_IDLE):
-            self._generations.seen(tgid, gen)
+            procs.seen(tgid, gen)
         if kind == EV_EXIT:
-            self.exited.add(me)
+            procs.note_exit(me)
         elif kind == EV_EXIT_IDLE:       # exited without a record
             self._forgetting.exited_idle(tgid, gen)
         elif kind == EV_FORK:
             if discovery.tgid_of(tgid) == tgid:     # a new process, not a thread
-                self.rescan.add(tgid)
+                procs.note_rescan(tgid)
         else:
-            # an exec after the last scan of that process replaced its image (one before it was seen)
             if kind == EV_EXEC:
-                self._execed.add(tgid)
-            if kind == EV_EXEC and int(ev.ts) > self._procs.scanned_ns.get(tgid, 0):
-                self._reimage.add(me)
-            self.rescan.add(tgid)
+                procs.note_exec(tgid, me, int(ev.ts))
+            procs.note_rescan(tgid)
 
     def handle(self) -> bool:
         """What the events drained since the last call ask for; True when something happened (a rescan
         attached probes or a process exited)."""
-        changed = bool(self.exited)
-        forgetting = self._forgetting
+        procs, forgetting = self._procs, self._forgetting
+        changed = bool(procs.exited)
         # exits of processes whose PID is a new process's already: their last records first, before a
         # rescan reads the new process's maps under that PID
-        reused = {i for i in self.exited if self._generations.reused(i)}
+        reused = procs.take_exited(procs.reused)
         if reused:
             forgetting.take_final(reused)
-            self.exited -= reused
-        for me in self._reimage:        # exec: the old image's code ranges and names are gone
-            if me not in reused and pid_of(me) not in forgetting.final:
+        for me in procs.take_reimaged():        # exec: the old image's code ranges and names are gone
+            if me not in reused and pid_of(me) not in procs.final:
                 forgetting.forget_image(me)
-        self._reimage.clear()
-        if self.rescan:
-            pids = sorted(self.rescan)
-            self.rescan.clear()
-            changed = self._scanner.scan(pids) > 0 or changed
-        if self.exited:                # after the rescans: the newest maps name their kernels
-            forgetting.take_final(self.exited)
-            self.exited.clear()
+        if procs.rescan:
+            changed = self._scanner.scan(procs.take_rescan()) > 0 or changed
+        exited = procs.take_exited()
+        if exited:                # after the rescans: the newest maps name their kernels
+            forgetting.take_final(exited)
         if self.unknown_files:
             changed = self._reach_unknown() > 0 or changed
         if self._attacher.reads.running():
@@ -120,7 +109,7 @@ class Events:
             self.last_full_scan = self._clock()
             changed = self._scanner.scan(None) > 0 or changed
             forgetting.sweep()
-        self._generations.newest.clear()        # only an exit handled with these events compares with them
+        procs.events_handled()        # only an exit handled with these events compares with them
         return changed
 
     def _reach_unknown(self) -> int:
@@ -148,5 +137,4 @@ class Events:
 
     def take_execed(self) -> frozenset[int]:
         """The processes that exec'd since the last call."""
-        execed, self._execed = frozenset(self._execed), set()
-        return execed
+        return self._procs.take_execed()

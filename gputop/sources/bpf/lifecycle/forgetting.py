@@ -10,46 +10,36 @@ from typing import Any
 
 from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.attach.attaching import Attacher
-from gputop.sources.bpf.attach.scanning import ProcMaps
-from gputop.sources.bpf.lifecycle.generations import Generations
 from gputop.sources.bpf.lifecycle.procid import Doomed, ident, pid_of
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.lifecycle.purge import delete_by_pid, delete_ranges
 from gputop.sources.bpf.names.naming import Naming
 from gputop.sources.bpf.read.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.bpf.read.graphs import GraphKernels
 from gputop.sources.bpf.read.launchslots import LaunchSlots
-from gputop.sources.bpf.read.readings import RawProc
 from gputop.sources.bpf.read.records import Records
 
 
 class Forgetting:
-    def __init__(self, table: Callable[[str], Any], generations: Generations, procs: ProcMaps, attacher: Attacher,
+    def __init__(self, table: Callable[[str], Any], procs: ProcTable, attacher: Attacher,
                  names: Naming, records: Records, slots: LaunchSlots, graph_kernels: GraphKernels) -> None:
         self._table = table
-        self._generations = generations
-        self._procs = procs
+        self._procs = procs          # what is kept of each process (proctable.py): its methods change it
         self._attacher = attacher
         self._names = names
         self._records = records
         self._slots = slots
         self._graph_kernels = graph_kernels
-        self.final: dict[int, RawProc] = {}      # last records of exited processes, until shown
-        #: the identity of the record each PID's row came from in the last read (forget() deletes that
-        #: one), and of processes that exited without a record
-        self.reported: dict[int, int] = {}
-        self._idle_gen: dict[int, int] = {}
-        #: processes with no record whose exit was seen: pid -> whether a read reported it yet
-        self.idle_exited: dict[int, bool] = {}
 
     def take_final(self, idents: Iterable[int]) -> None:
         """At their exit: keep the last records of the processes ``idents`` (with their kernels'
         names) and delete everything the kernel holds about them. (A new process under one of these
         PIDs has its own generation: its counts never reached these.) A PID whose earlier final is
         still to be shown keeps this one in the kernel meanwhile: read() shows it next."""
-        table = self._table("procs")
+        table, final = self._table("procs"), self._procs.final
         records: dict[int, Any] = {}
         for me in sorted(idents):
-            if pid_of(me) in self.final or any(pid_of(r) == pid_of(me) for r in records):
+            if pid_of(me) in final or any(pid_of(r) == pid_of(me) for r in records):
                 continue
             try:
                 records[me] = table[table.Key(me)]
@@ -59,8 +49,8 @@ class Forgetting:
             return
         kernels = self._slots.counts(self._table("kernels").items(), set(records))
         for me, v in records.items():           # their names are kept as read now, from their last maps
-            with self._names.named_as_gone(me, self._procs.maps.get(pid_of(me), [])), self._names.namer.own_budget():
-                self.final[pid_of(me)] = self._records.raw(me, v, kernels, 0)
+            with self._names.named_as_gone(me, self._procs.maps_of(pid_of(me))), self._names.namer.own_budget():
+                self._procs.keep_final(pid_of(me), self._records.raw(me, v, kernels, 0))
         self._forget(Doomed(frozenset(records)))
 
     def exited_idle(self, tgid: int, gen: int) -> None:
@@ -69,8 +59,7 @@ class Forgetting:
         me = ident(tgid, gen)
         if tgid in self._procs.cuda_pids:
             self._delete_tables(Doomed(frozenset({me})))
-            self.idle_exited.setdefault(tgid, False)
-            self._idle_gen[tgid] = gen
+            self._procs.idle_exit(tgid, gen)
         else:
             self._forget(Doomed(frozenset({me})))
 
@@ -83,7 +72,7 @@ class Forgetting:
         pid, only = pid_of(me), Doomed(frozenset({me}))
         self._delete_by_pid(only, ("name_ptrs",))
         # names kept already (a scan saw the new image first: Naming.keep_unmapped) come first
-        named = self._names.old_names(me, self._names.launched(me), self._procs.maps.get(pid, []))
+        named = self._names.old_names(me, self._names.launched(me), self._procs.maps_of(pid))
         self._attacher.code.delete(only)
         self._delete_by_pid(only, ("names", "aliases"))
         self._attacher.code.forget({pid})
@@ -99,9 +88,9 @@ class Forgetting:
                 if pid not in alive and pid not in recorded}
         # a listed process without a record is reported exited by one read before it goes
         for pid in dead & self._procs.cuda_pids:
-            self.idle_exited.setdefault(pid, False)
+            self._procs.idle_exit(pid)
         self._forget(Doomed(pids=frozenset(pid for pid in dead
-                                           if self.idle_exited.get(pid, True) and pid not in self.final)))
+                                           if not self._procs.idle_exit_pending(pid) and pid not in self._procs.final)))
         self._attacher.release_unmapped(self._procs.mapped())
 
     def forget(self, pids: Iterable[int]) -> None:
@@ -109,20 +98,16 @@ class Forgetting:
         process whose row the last read showed under each PID, not a new process that has it now."""
         idents, anyone = set(), set()
         for pid in pids:
-            if self.final.pop(pid, None) is not None:      # taken at exit: the kernel's entries went then
+            if self._procs.pop_final(pid) is not None:     # taken at exit: the kernel's entries went then
                 continue
-            me = self.reported.pop(pid, None)
+            me = self._procs.pop_reported(pid)
             if me is None:
-                me = self._idle_gen_ident(pid)
+                me = self._procs.idle_ident(pid)
             if me is None:
                 anyone.add(pid)
             else:
                 idents.add(me)
         self._forget(Doomed(frozenset(idents), frozenset(anyone)))
-
-    def _idle_gen_ident(self, pid: int) -> int | None:
-        gen = self._idle_gen.get(pid)
-        return None if gen is None else ident(pid, gen)
 
     def _forget(self, doomed: Doomed) -> None:
         if not doomed:
@@ -130,11 +115,8 @@ class Forgetting:
         self._delete_tables(doomed)
         for pid in doomed.all_pids:
             self._names.drop_generation(pid)
-            if not self._generations.release(pid, doomed):
-                continue        # what user space knows of this PID is a newer process's: it stays
-            self._procs.drop(pid)
-            self.idle_exited.pop(pid, None)
-            self._idle_gen.pop(pid, None)
+            # (False: what user space knows of this PID is a newer process's, and it stays)
+            self._procs.release(pid, doomed)
 
     def _delete_tables(self, doomed: Doomed) -> None:
         """Delete what the BPF side holds about processes that are gone."""

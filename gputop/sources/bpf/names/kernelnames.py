@@ -38,14 +38,16 @@ def _read_now(_key: tuple[int, int], fd: int, path: str) -> symbols.ObjectSymbol
 class KernelNamer:
     def __init__(self, captured: Callable[[int, int], bytes | None], alias: Callable[[int, int], int | None],
                  symcache: dict[tuple[int, int], symbols.ObjectSymbols | None],
-                 maps: dict[int, list[discovery.Mapping]], clock: Callable[[], float] = time.monotonic,
+                 known_maps: Callable[[int], list[discovery.Mapping]],
+                 saw_maps: Callable[[int, list[discovery.Mapping]], None], clock: Callable[[], float] = time.monotonic,
                  read: SymbolReader = _read_now) -> None:
         self._read = read
         self._reading = False           # the last resolution waits for an object's read
         self._captured = captured
         self._alias = alias
         self._symcache = symcache
-        self._maps = maps
+        self._known_maps = known_maps   # a process's maps as user space last knew them (the process table's)
+        self._saw_maps = saw_maps       # tells the process table of maps read here
         self._clock = clock
         self._done: dict[tuple[int, int], Resolved] = {}
         self._missed: dict[tuple[int, int], tuple[float, Resolved]] = {}
@@ -99,10 +101,10 @@ class KernelNamer:
     def _from_elf(self, pid: int, addr: int) -> Resolved:
         maps = self._fresh_maps.get(pid)
         if maps is None:
-            maps = discovery.read_maps(pid) or self._maps.get(pid, [])
+            maps = discovery.read_maps(pid) or self._known_maps(pid)
             self._fresh_maps[pid] = maps
             if maps:
-                self._maps[pid] = maps
+                self._saw_maps(pid, maps)
         for m in maps:
             if m.start <= addr < m.end:
                 syms = self._symbols_of(pid, m)

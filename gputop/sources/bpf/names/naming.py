@@ -12,20 +12,20 @@ from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.attach.attaching import Attacher
 from gputop.sources.bpf.attach.objreads import BoundedCalls
 from gputop.sources.bpf.common.abi import NAME_LEN
-from gputop.sources.bpf.lifecycle.generations import Generations
 from gputop.sources.bpf.lifecycle.procid import gen_of, ident, key_ident, pid_of
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.names.kernelnames import KernelNamer, Resolved
 
 MEM_READ_S = 0.5      # a read of a kernel's name from its process's memory (objreads.BoundedCalls)
 
 
 class Naming:
-    def __init__(self, table: Callable[[str], Any], generations: Generations,
-                 maps: dict[int, list[discovery.Mapping]], attacher: Attacher) -> None:
+    def __init__(self, table: Callable[[str], Any], procs: ProcTable, attacher: Attacher) -> None:
         self._table = table
-        self._generations = generations
+        self._procs = procs
         reads = attacher.reads
-        self.namer = KernelNamer(self._captured_name, self._alias, attacher.symcache, maps,
+        self.namer = KernelNamer(self._captured_name, self._alias, attacher.symcache, procs.maps_of,
+                                 lambda pid, maps: procs.saw_maps({pid: maps}),
                                  read=lambda key, fd, path: reads.read(key, fd, path, cuda_only=False))
         #: reads of processes' memory (kernel names at their registration), bounded in time
         self._mem_reads = BoundedCalls("gputop-mem", MEM_READ_S)
@@ -45,7 +45,7 @@ class Naming:
         table = self._table(name)
         gen = self._gen.get(pid)
         try:
-            return table[table.Key(pid, self._generations.now(pid) if gen is None else gen, addr)]
+            return table[table.Key(pid, self._procs.now(pid) if gen is None else gen, addr)]
         except KeyError:
             return None
 
@@ -81,7 +81,7 @@ class Naming:
         gone = [m for m in before if (m.dev, m.inode, m.start) not in still]
         if not gone:
             return
-        me = ident(pid, self._generations.scanned(pid))
+        me = ident(pid, self._procs.scanned(pid))
         addrs = [a for a in self.launched(me) if any(m.start <= a < m.end for m in gone)]
         if addrs:
             self.namer.keep(pid, self.old_names(me, addrs, before))

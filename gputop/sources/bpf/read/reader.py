@@ -11,12 +11,11 @@ from typing import Any
 
 from gputop.model import SourceStatus
 from gputop.sources.bpf.attach.attaching import Attacher
-from gputop.sources.bpf.attach.scanning import ProcMaps
 from gputop.sources.bpf.common.abi import DROP_KINDS, HIT_ENTRY, HIT_RETURN
 from gputop.sources.bpf.cost.selfcost import SelfCost
 from gputop.sources.bpf.lifecycle.events import Events
-from gputop.sources.bpf.lifecycle.forgetting import Forgetting
 from gputop.sources.bpf.lifecycle.procid import pid_of
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.program.program import Program
 from gputop.sources.bpf.read.launchslots import LaunchSlots
 from gputop.sources.bpf.read.readings import BpfReading, IdleProc, RawProc
@@ -24,13 +23,12 @@ from gputop.sources.bpf.read.records import Records
 
 
 class Reader:
-    def __init__(self, program: Program, procs: ProcMaps, attacher: Attacher, records: Records,
-                 forgetting: Forgetting, events: Events, slots: LaunchSlots, cost: SelfCost) -> None:
+    def __init__(self, program: Program, procs: ProcTable, attacher: Attacher, records: Records,
+                 events: Events, slots: LaunchSlots, cost: SelfCost) -> None:
         self._program = program
-        self._procs = procs
+        self._procs = procs          # what is kept of each process (proctable.py): its methods change it
         self._attacher = attacher
         self._records = records
-        self._forgetting = forgetting
         self._events = events
         self._slots = slots
         self._cost = cost
@@ -64,7 +62,7 @@ class Reader:
         return out
 
     def read(self) -> BpfReading:
-        table, forgetting = self._program.table, self._forgetting
+        table, kept = self._program.table, self._procs
         self._records.begin_refresh()
         procs: dict[int, RawProc] = {}
         # the records before their kernels: a record that says its process exited was read after
@@ -73,23 +71,22 @@ class Reader:
         records = self._one_record_per_pid(table("procs").items())
         kernels = self._slots.counts(table("kernels").items())
         inflight = self._inflight_sync_ns()
-        forgetting.reported = reported = {}
+        reported: dict[int, int] = {}
         for me, v in records.items():
             pid = pid_of(me)
             reported[pid] = me
             procs[pid] = self._records.raw(me, v, kernels, inflight.get(pid, 0) if not v.exited_ns else 0)
         # the last records of processes that exited (their PID may already be a new process's,
         # whose record is reported once the old one was shown: forget())
-        procs.update(forgetting.final)
+        kept.report(reported)
+        procs.update(kept.final)
         procs = self._records.with_graph_kernels(procs)
         drops = self.dropped()
         dropped = sum(drops.values())
         me = os.getpid()
-        idle_exited = forgetting.idle_exited
-        idle = {pid: IdleProc(pid, pid in idle_exited, pid not in self._procs.partial)
-                for pid in sorted(self._procs.cuda_pids) if pid not in procs and pid != me}
-        for pid in idle_exited:
-            idle_exited[pid] = True
+        idle = {pid: IdleProc(pid, pid in kept.idle_exited, pid not in kept.partial)
+                for pid in sorted(kept.cuda_pids) if pid not in procs and pid != me}
+        kept.idle_exits_reported()
         up = self._attacher.uprobes
         failed = up.failed if up else []
         reason = (f"{len(failed)} probe(s) did not attach, first: {failed[0]}" if failed else self.gaps)
@@ -117,7 +114,7 @@ class Reader:
         for k, v in items:
             me = int(k.value)
             pid = pid_of(me)
-            if pid in self._forgetting.final:
+            if pid in self._procs.final:
                 continue
             have = best.get(pid)
             # the exited one first, the earliest exit of several

@@ -8,9 +8,9 @@ import dataclasses
 from typing import Any
 
 from gputop.counters import BPF_MEMBERS
-from gputop.sources.bpf.attach.scanning import ProcMaps
 from gputop.sources.bpf.common.abi import NB, NDIR
 from gputop.sources.bpf.lifecycle.procid import pid_of
+from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.names.naming import Naming
 from gputop.sources.bpf.read.graphs import GraphKernels
 from gputop.sources.bpf.read.launchslots import SlotCounts
@@ -22,7 +22,7 @@ _SCALARS = BPF_MEMBERS     # the scalar members of struct proc_t read per proces
 
 
 class Records:
-    def __init__(self, names: Naming, procs: ProcMaps, graph_kernels: GraphKernels) -> None:
+    def __init__(self, names: Naming, procs: ProcTable, graph_kernels: GraphKernels) -> None:
         self._names = names
         self._procs = procs
         self._graph_kernels = graph_kernels
