@@ -326,6 +326,10 @@ sorting: {ratio(r['sort_busy_whole_over_small'])}× ({ratio(r['sort_whole_over_s
 """
 
 
+#: the dashboard section's baseline: the commit before the last dashboard work, and that work
+UI_BEFORE = ("ff1dd84", "issue 33's dashboard work")
+
+
 def ui_cpu(doc: Doc) -> str:
     f = doc["figures"]
     rows = [
@@ -336,11 +340,11 @@ def ui_cpu(doc: Doc) -> str:
     ]
     before = ""
     if f.get("baseline_cpu_pct") is not None:
-        rows += [("gputop before issue 12's dashboard work (63b4ced), same seconds", pct(f["baseline_cpu_pct"])),
+        rows += [(f"gputop before {UI_BEFORE[1]} ({UI_BEFORE[0]}), same seconds", pct(f["baseline_cpu_pct"])),
                  ("gputop / before", f"{ratio(f['ratio_to_baseline'])}× (windows "
                   f"{ratio(min(f['ratio_to_baseline_windows']))}–{ratio(max(f['ratio_to_baseline_windows']))})")]
-        before = (" and, with `--baseline-tree` (bench/performance.py extracts commit 63b4ced there), beside gputop "
-                  "from the tree before issue 12's dashboard work (same Python, same recording)")
+        before = (f" and, with `--baseline-tree` (bench/performance.py extracts commit {UI_BEFORE[0]} there), beside "
+                  f"gputop from the tree before {UI_BEFORE[1]} (same Python, same recording)")
     rows.append(("first frame (`starting…`) / first frame with data",
                  f"{sec(f['first_frame_s'])} / {sec(f['first_data_frame_s'])}"))
     return f"""{measured(doc)}
@@ -355,23 +359,31 @@ after {f['warmup_s']:g} s of warm-up; figures are medians of the windows, ratios
 htop's cost grows with the number of processes on the host (it reads all of them each second), so the
 ratio depends on the host: it is what this run measured side by side, not a constant of gputop.
 
-What a refresh costs, and what keeps it low (gputop/ui/widgets/proc_table.py, gputop/ui/gcsettings.py):
+What a refresh costs, and what keeps it low (gputop/ui/widgets/, gputop/ui/driver.py, gputop/ui/gcsettings.py):
 - The process table repaints only the screen lines whose text or look changed: `set_rows`
   compares each visible line's cells (and tag, cursor, exited) with what is drawn there and
   refreshes runs of changed lines. A process whose figures did not change costs no redraw (this
   bench changes every row, so it measures the redraw of all of them).
+- The table hands Textual its lines itself (`ProcTable.render_lines`): Textual's generic pass for
+  borders, padding, tint and opacity (the table has none) built two more strips a line, about
+  three quarters of the table's drawing; a row kept from the last refresh keeps its filtered strip.
 - Per line: the width is measured once a repaint, component styles are kept until the theme
   changes, cut and padded cell text is memoised, and a part Rich measures character by character
   (an ellipsis `…`) gets a segment of its own.
-- The header lays its lines out once a state; the header and GPU panel have no links, so Textual's
-  per-segment link scan is off for them.
+- The header, the summary line and the GPU panel lay their lines out once a state and are redrawn
+  only when their text or styles change (a paused clock, an idle GPU cost nothing); they have no
+  links, so Textual's per-segment link scan is off for them.
+- The input thread: Textual's wakes ten times a second to look for a stop (1.2 ms of CPU a second,
+  idle); gputop's driver (`gputop/ui/driver.py`) sleeps until a key, an escape sequence's timeout
+  or the stop, so it takes no CPU between keys.
 - The garbage collector: CPython collects its young generation after 700 net new containers,
   less than one 64-row repaint makes and frees, so it ran every frame, and now and then a full
   collection walked every object of the process. The dashboard sets the threshold to 5,000 and
   freezes the start-up objects (`gcsettings.tune`).
 
-Left as they are: Textual's own per-line work (styling, cutting at the scrollbar, writing) is now
-the larger part of a frame; the GPU panel and the header are drawn from `Content` each refresh.
+Left as they are: Textual's own per-line work (cutting lines at widget edges, writing them) and the
+view's formatting and ordering of the rows (gputop/view) are now most of a frame; the GPU panel and
+the header are drawn from `Content` when they change.
 """
 
 
@@ -604,7 +616,7 @@ SECTIONS: list[Section] = [
     Section("discovery", "A new process: time to probes", "discovery_latency.py", ("--rounds", "7"), discovery),
     Section("exit", "Quitting: detaching the probes", "exit_cost.py", ("--rounds", "3", "--dashboard", "5"),
             exit_cost),
-    Section("ui_cpu", "Dashboard CPU", "ui_cpu.py", (), ui_cpu, baseline=("63b4ced", "--baseline-tree", "")),
+    Section("ui_cpu", "Dashboard CPU", "ui_cpu.py", (), ui_cpu, baseline=(UI_BEFORE[0], "--baseline-tree", "")),
     Section("nvml", "NVML", "nvml_cost.py", ("--reads", "200"), nvml),
     Section("exporter", "The exporter", "exporter_cost.py", ("--cpu-seconds", "45", "--rounds", "2", "--breakdown"),
             exporter),
