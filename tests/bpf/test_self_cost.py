@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import Workloads
+from support import SCAN_WAIT_S, Workloads
 
 from gputop.sources.bpf import BpfSource, has_privileges
 from gputop.sources.bpf.common import linux as bpfsys
@@ -53,7 +53,8 @@ def test_hits_are_the_kernels_own_run_counts(bpf_source: BpfSource, workloads: W
     wl = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:3000:1,1,1:1,1,1:0", "malloc:40:64",
                            "sync:25"], stdout=subprocess.PIPE)
     assert wl.stdout is not None
-    wl.stdout.readline()
+    pid = int(wl.stdout.readline().split()[1])
+    bpf_source.scan([pid], wait_s=SCAN_WAIT_S)   # what it mapped probed (perf events: one by one, on a loaded host)
     end = time.monotonic() + 1.0                 # gputop probes what it mapped (its exec and mmap events);
     while time.monotonic() < end:                # its start-up calls (registrations) are over meanwhile
         bpf_source.poll(0.1)

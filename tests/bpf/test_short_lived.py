@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import SCAN_WAIT_S
 from test_hostile_objects_live import _MAPPER  # maps the files named, says so, waits for stdin to close
 
 from gputop.sources.bpf import BpfSource, has_privileges
@@ -232,7 +233,7 @@ def _probed_by_a_short_one(src: BpfSource, workloads: Any, lib: Path) -> tuple[i
     anyway (the BPF side names the file); its key."""
     key = (lib.stat().st_dev, lib.stat().st_ino)
     _short(workloads, lib)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + SCAN_WAIT_S   # perf events one by one, on a host loaded by the other tiers
     while key not in src.objects:
         src.poll(0.05)
         assert time.monotonic() < deadline, "the file the short-lived process mapped was not probed"
