@@ -120,7 +120,7 @@ rm -rf "$HDR"
 if [ -d "$P/usr/src" ]; then
     PYTHONPATH="$SITE" LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PY" -s - "$P" "$HDR" <<'PYEOF'
 import pathlib, sys
-from gputop.sources.bpf import kheaders
+from gputop.sources.bpf.program import kheaders
 prefix, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 # /lib/modules/*/build in the packages point at the system's /usr/src: only the prefix's own trees count
 cands = kheaders._candidates(prefix / "usr" / "src", prefix / "lib" / "gputop" / "no-modules")
