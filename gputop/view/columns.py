@@ -13,7 +13,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
 from typing import Any, Optional, Union, overload
 
-from gputop.counters import SHOWS, Per
+from gputop.counters import SHOWS, Per, Quantity
 from gputop.model import ProcKey, ProcSample
 from gputop.view import fields
 from gputop.view import format as fmt
@@ -201,22 +201,22 @@ _OWN: tuple[Column, ...] = (
 )
 
 
-
-def rate_text(key: str, value: float | None) -> str:
-    """A shown rate (``counters.SHOWS``) as its column shows it: bytes, a percentage, or a count per second."""
-    q, _ = SHOWS[key]
+def rate_render(q: Quantity, pct_digits: int = 0) -> Callable[[float | None], str]:
+    """How a quantity's rate is written: a percentage (``pct_digits`` decimals), bytes, or a count per second;
+    ``fmt.bytes_`` itself for bytes (the compare screen reads binary prefixes back by it)."""
     assert q.rate is not None
     if q.rate.per is Per.PERCENT:
-        return fmt.pct(value)
-    return fmt.bytes_(value) if q.unit == "bytes" else fmt.si(value)
+        return lambda v: fmt.pct(v, pct_digits)
+    return fmt.bytes_ if q.unit == "bytes" else fmt.si
 
 
 def _rate_column(key: str) -> Column:
     """The column of a shown rate, from its catalogue row; ``~`` before a value whose series is younger than
     the fleet's window (docs/fleet.md, "Warming up")."""
-    _, shows = SHOWS[key]
+    q, shows = SHOWS[key]
+    render = rate_render(q)
     return Column(key, shows.header, shows.width, lambda p: fields.rate(p, key),
-                  lambda p: ("~" if p.warming_up else "") + rate_text(key, fields.rate(p, key)), help=shows.help)
+                  lambda p: ("~" if p.warming_up else "") + render(fields.rate(p, key)), help=shows.help)
 
 
 def _in_order(own: Sequence[Column]) -> tuple[Column, ...]:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
-from gputop.counters import PROC, Per, Quantity
+from gputop.counters import PROC, Quantity
 from gputop.model import ProcSample
-from gputop.view import fields
+from gputop.view import columns, fields
 from gputop.view import format as fmt
 
 Value = Optional[float]
@@ -93,8 +93,7 @@ def _rate_metrics(q: Quantity) -> tuple[Metric, ...]:
     """The compared values of a quantity's rate (the catalogue's ``Shows.compare``)."""
     if q.rate is None:
         return ()
-    render: Callable[[Value], str] = (
-        (lambda v: fmt.pct(v, 1)) if q.rate.per is Per.PERCENT else fmt.bytes_ if q.unit == "bytes" else fmt.si)
+    render = columns.rate_render(q, pct_digits=1)
     return tuple(Metric(s.compare, _rate(s.key), render) for s in q.rate.shows if s.compare is not None)
 
 

@@ -44,13 +44,6 @@ def interval_count(p: ProcSample, name: str) -> float | None:
     return None if value is None else float(value)
 
 
-def interval_memcpy_calls(p: ProcSample, direction: str) -> int | None:
-    if p.interval is None or p.interval.memcpy is None:
-        return None
-    cb = p.interval.memcpy.get(direction)
-    return cb.calls if cb else None
-
-
 def interval_prefetch_bytes(p: ProcSample, direction: str) -> int | None:
     if p.interval is None or p.interval.prefetch is None:
         return None
