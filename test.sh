@@ -9,7 +9,7 @@
 #      marked serial (CPU shares), alone;
 #   2. mostly waiting: the BPF and end-to-end tests, one at a time and alone in their kind (they count
 #      probes, descriptors and CUDA processes host-wide), beside the matrix's QEMU guests (a CPU each)
-#      and the UI tests, niced.
+#      and the UI tests, niced; then those of them marked serial (wall-clock bounds), alone.
 # GPUTOP_TEST_JOBS sets the workers (default: the CPUs); GPUTOP_MATRIX=0 leaves the matrix out.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")" && pwd)
@@ -150,8 +150,17 @@ start_bg "kernel matrix: QEMU guests" nice -n 10 env GPUTOP_MATRIX_PART=guests "
 start_bg "UI tests (${JOBS} workers)" nice -n 5 "${PYTEST[@]}" "${PARALLEL[@]}" -m "not serial" "${NO_SNAPSHOTS[@]}" \
     tests/ui "$@"
 start_bg "UI snapshots" nice -n 5 "${PYTEST[@]}" "${SNAPSHOTS[@]}" "$@"
+case " $* " in
+    *" -m"*) BESIDE=() ;;       # the caller's selection: one run, beside the rest
+    *) BESIDE=(-m "not serial") ;;
+esac
 echo "== BPF and end-to-end tests"
-"${PYTEST[@]}" tests/bpf tests/e2e "$@"
+"${PYTEST[@]}" "${BESIDE[@]}" tests/bpf tests/e2e "$@"
 tally $?
 finish_bg
+if [ ${#BESIDE[@]} -gt 0 ]; then
+    echo "== the BPF and end-to-end tests that measure wall-clock time, alone"
+    "${PYTEST[@]}" -m serial tests/bpf tests/e2e "$@"
+    tally $?
+fi
 finish

@@ -169,6 +169,7 @@ class _Batch:
         return [b - a for (a, _), (b, _) in zip(self.lines, self.lines[1:]) if b >= t0]
 
 
+@pytest.mark.serial   # a refresh within 3 s: run alone (./test.sh), not beside the QEMU guests
 def test_a_fifo_swapped_with_mapped_files_never_stops_the_collector(nobody_dir: Path, tmp_path: Path,
                                                                     drained: _Drain) -> None:
     """8 s of the review's attack against gputop -b -d 0.5: a refresh keeps coming every interval
@@ -281,6 +282,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.serial   # a refresh within 3 s: run alone (./test.sh), not beside the QEMU guests
 def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbed, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                               drained: _Drain) -> None:
     """The review's stalls and bloat at once, against gputop -b -f json -d 0.5: a nobody process

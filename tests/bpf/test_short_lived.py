@@ -306,6 +306,7 @@ def test_at_most_keep_unmapped_max_objects_are_kept(bpf_source: BpfSource, workl
     assert not any(k in bpf_source.objects for k in keys)
 
 
+@pytest.mark.serial   # wall-clock ratios: run alone (./test.sh), not beside the QEMU guests
 @pytest.mark.attach_modes("perf")   # links close together in ~0.1 s
 def test_an_object_mapped_during_a_release_is_probed_without_waiting_for_it(
         bpf_source: BpfSource, workloads, testbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
