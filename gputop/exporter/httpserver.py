@@ -13,10 +13,14 @@ until the process ran out of descriptors. Here instead:
 - the head is capped: the request line (414), the number of header lines and the head's bytes (431);
   the answer to a refused head is sent at once, the connection half-closed and drained briefly (so
   the client reads the answer rather than a reset), then closed;
-- at most ``max_connections`` connections are open at once (reading, queued, answered or being sent).
-  A connection beyond it evicts the oldest one still sending its head (a client that sends its request
-  at once is never the oldest for long); when every open connection is past its head, the new one is
-  answered 503 and closed at once. The listen backlog is the kernel's, bounded by ``listen()``;
+- at most ``max_connections`` connections are open at once (reading, queued, answered or being sent),
+  and ``max_per_address`` from one client address (beyond: 503 at once). A connection beyond the cap
+  evicts the oldest one still sending its head (a client that sends its request at once is never the
+  oldest for long), else the one whose client has taken nothing of its reply for longest, if that is
+  STALLED_S or more; when every open connection is busy, the new one is answered 503 and closed at
+  once. A reply's client that takes nothing for ``stall_s`` loses its slot (a deadline by progress,
+  beside the whole reply's): clients that ask and never read cannot hold the slots that Prometheus'
+  scrapes and ``/healthz`` need (issue 40). The listen backlog is the kernel's, bounded by ``listen()``;
 - a fixed pool of ``workers`` threads, started with ``serve_forever``, turns complete heads into
   replies in memory with the ``PreparsedRequestHandler`` given (a ``BaseHTTPRequestHandler`` reading
   the buffered head and writing to a buffer), and hands them back to the I/O thread. One request per
@@ -55,6 +59,8 @@ class Limits:
     workers: int = 4                   # threads answering complete requests
     request_deadline_s: float = 5.0    # from accept to the head's last byte, however it trickles
     write_deadline_s: float = 10.0     # from the reply's first byte sent to its last
+    stall_s: float = 2.0               # a reply's client that takes nothing this long is cut off
+    max_per_address: int = 8           # open at once from one client address (503 beyond)
     max_request_line: int = 8192       # bytes, its line ending included (414 beyond)
     max_headers: int = 64              # header lines (431 beyond)
     max_head_bytes: int = 32768        # request line and headers (431 beyond)
@@ -65,6 +71,7 @@ class Limits:
 LIMITS = Limits()
 ACCEPT_BATCH = 16          # accepts per turn of the loop: the heads already accepted are read first
 ACCEPT_PAUSE_S = 0.1       # accept() out of descriptors or memory: stop accepting this long
+STALLED_S = 0.5            # a reply whose client took nothing this long may be evicted for a new connection
 _READING, _DRAINING, _ANSWERING, _SENDING = 0, 1, 2, 3
 
 
@@ -80,12 +87,16 @@ class _Conn:
     """An accepted connection: the I/O thread's while it reads its head, drains or sends its reply;
     a worker's between (``head`` set, ``out`` filled)."""
 
-    __slots__ = ("addr", "buf", "deadline", "drain_left", "head", "lines", "out", "scan", "sock", "state")
+    __slots__ = ("addr", "buf", "deadline", "drain_left", "head", "host", "lines", "out", "progress", "scan", "sock",
+                 "started", "state")
 
     def __init__(self, sock: socket.socket, addr: Any, deadline: float) -> None:
         self.sock = sock
         self.addr = addr
+        self.host = _host(addr)
         self.deadline = deadline
+        self.started = 0.0          # sending: when the reply's first byte went out, and its last progress
+        self.progress = 0.0
         self.buf = bytearray()
         self.scan = 0               # where the line being read starts in buf
         self.lines = 0              # complete lines so far: the request line, then headers
@@ -144,6 +155,7 @@ class BoundedHTTPServer(HTTPServer):
         self._handler = handler
         self._lock = threading.Lock()
         self._open = 0                                  # accepted and not yet closed
+        self._by_host: dict[str, int] = {}              # open connections by client address
         self._conns: dict[_Conn, None] = {}             # reading or draining, in accept order: the oldest first
         self._sending: dict[_Conn, None] = {}
         self._requests: queue.SimpleQueue[_Conn | None] = queue.SimpleQueue()      # to the workers
@@ -241,11 +253,17 @@ class BoundedHTTPServer(HTTPServer):
                     return False
                 continue                                # ECONNABORTED and the like: that client left
             sock.setblocking(False)
+            host = _host(addr)
             with self._lock:
                 full = self._open >= limits.max_connections
+                crowded = self._by_host.get(host, 0) >= limits.max_per_address
+            if crowded:                                 # that address holds its share already
+                self._count("per-address")
+                self._answer_and_close(sock, 503)
+                continue
             if full:
-                victim = next(iter(self._conns), None)  # the oldest still sending its head, or draining
-                if victim is None:                      # every slot is past its head: refuse this one
+                victim = self._victim(time.monotonic())
+                if victim is None:                      # every slot is busy: refuse this one
                     self._count("full")
                     self._answer_and_close(sock, 503)
                     continue
@@ -253,10 +271,20 @@ class BoundedHTTPServer(HTTPServer):
                 self._close(sel, victim, 503 if victim.state == _READING else None)
             with self._lock:
                 self._open += 1
+                self._by_host[host] = self._by_host.get(host, 0) + 1
             c = _Conn(sock, addr, time.monotonic() + limits.request_deadline_s)
             self._conns[c] = None
             sel.register(sock, selectors.EVENT_READ, c)
         return True
+
+    def _victim(self, now: float) -> _Conn | None:
+        """The connection a new one may take the slot of: the oldest still sending its head (or
+        draining), else the reply whose client has taken nothing for longest, STALLED_S or more."""
+        victim = next(iter(self._conns), None)
+        if victim is not None:
+            return victim
+        stalled = min(self._sending, key=lambda c: c.progress, default=None)
+        return stalled if stalled is not None and now - stalled.progress >= STALLED_S else None
 
     def _on_readable(self, sel: selectors.BaseSelector, c: _Conn) -> None:
         if c.state == _DRAINING:
@@ -360,7 +388,9 @@ class BoundedHTTPServer(HTTPServer):
                 c = self._replies.get_nowait()
             except queue.Empty:
                 return
-            c.state, c.deadline = _SENDING, time.monotonic() + self.limits.write_deadline_s
+            now = time.monotonic()
+            c.state, c.started, c.progress = _SENDING, now, now
+            c.deadline = now + min(self.limits.write_deadline_s, self.limits.stall_s)
             self._sending[c] = None
             sel.register(c.sock, selectors.EVENT_WRITE, c)
             self._send(sel, c)
@@ -373,6 +403,10 @@ class BoundedHTTPServer(HTTPServer):
                 return
             except OSError:
                 break                                   # the client is gone
+            if n > 0:
+                now = time.monotonic()
+                c.progress = now
+                c.deadline = min(c.started + self.limits.write_deadline_s, now + self.limits.stall_s)
             if n < c.out[0].nbytes:
                 c.out[0] = c.out[0][n:]
                 return
@@ -384,7 +418,8 @@ class BoundedHTTPServer(HTTPServer):
             if c.state == _READING:
                 self._count("deadline")
             elif c.state == _SENDING:
-                self._count("write-deadline")
+                whole = c.started + self.limits.write_deadline_s <= now
+                self._count("write-deadline" if whole else "stalled")
             self._close(sel, c, 408 if c.state == _READING else None)
 
     def _close(self, sel: selectors.BaseSelector, c: _Conn, answer: int | None = None) -> None:
@@ -402,6 +437,9 @@ class BoundedHTTPServer(HTTPServer):
             c.sock.close()
         with self._lock:
             self._open -= 1
+            left = self._by_host.pop(c.host, 0) - 1
+            if left > 0:
+                self._by_host[c.host] = left
 
     # -- the workers ----------------------------------------------------------------------------
 
@@ -444,6 +482,11 @@ class BoundedHTTPServer(HTTPServer):
             self._replies.put(c)
             with contextlib.suppress(OSError):          # full: the I/O thread is already woken
                 self._waker_w.send(b"\0")
+
+
+def _host(addr: Any) -> str:
+    """A client's address without its port (what ``max_per_address`` counts by)."""
+    return str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> bool:

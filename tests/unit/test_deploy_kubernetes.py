@@ -265,16 +265,18 @@ def test_networkpolicy_lets_only_prometheus_reach_the_metrics_port() -> None:
     assert np["spec"] == {
         "podSelector": {"matchLabels": POD_LABELS},
         "policyTypes": ["Ingress"],
-        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
-                              {"namespaceSelector": {},
+        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
                                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}],
                      "ports": [{"port": 9464, "protocol": "TCP"}]}]}
     assert selects(np["spec"]["podSelector"], the("DaemonSet")["spec"]["template"]["metadata"]["labels"])
     port = container()["ports"][0]["containerPort"]
     monitoring = {"kubernetes.io/metadata.name": "monitoring"}
     team = {"kubernetes.io/metadata.name": "ml-team"}
-    assert allowed(np, monitoring, {"app.kubernetes.io/name": "grafana-agent"}, port)
-    assert allowed(np, team, {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"}, port)
+    prometheus = {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"}
+    assert allowed(np, monitoring, prometheus, port)
+    # issue 40: a tenant's pod labelled as Prometheus in its own namespace is not
+    assert not allowed(np, team, prometheus, port)
+    assert not allowed(np, monitoring, {"app.kubernetes.io/name": "grafana-agent"}, port)
     assert not allowed(np, team, {"app": "notebook"}, port)
     assert not allowed(np, {"kubernetes.io/metadata.name": "gputop"}, POD_LABELS, port)
     assert not allowed(np, monitoring, {}, 22)
