@@ -69,7 +69,13 @@ BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pend_cap_t, pend_capture, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, u64, exec_mmap, MAX_MMAPS);  // thread -> the struct file being mapped (or 1)
+// fair share of the events (life.bpf.h): processes with a rescan asked and not yet taken (tgid -> when),
+// and each tenant's events in its window and the events it lost
+BPF_TABLE("lru_hash", u32, u64, rescan_pending, MAX_PROCS * 4);
+BPF_TABLE("lru_hash", struct tenant_t, struct share_t, tenant_events, MAX_TENANTS);
 #ifdef FILE_KEYS
+// files named to user space (-> when, under which change time): once per COALESCE_NS
+BPF_TABLE("lru_hash", struct file_key_t, struct named_t, file_pending, MAX_MMAPS);
 // files user space has classified (struct known_file_t): FILE_PROBED (its mappings still start a
 // rescan: code ranges), FILE_NOT_CUDA (no event at all); least recently used ones make room
 BPF_TABLE("lru_hash", struct file_key_t, struct known_file_t, known_files, MAX_FILES);

@@ -16,14 +16,14 @@
     !defined(KS_CLAIMED) || !defined(KS_GEN_SHIFT) || !defined(GEN_SHIFT) || !defined(GEN_MASK) || \
     !defined(CAPTURES_FORGOTTEN) || !defined(HIT_RETURN) || !defined(CODE_LAYER) || !defined(EV_FILE) || \
     !defined(FILE_NOT_CUDA) || !defined(CTIME_NSEC_MASK) || !defined(G_LOST) || !defined(NDROP) || \
-    !defined(DROP_GRAPHS)
+    !defined(DROP_GRAPHS) || !defined(COALESCE_NS) || !defined(EVENT_WINDOW_NS)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 #if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \
     !defined(MAX_NAME_PTRS) || !defined(MAX_ALLOCS) || !defined(MAX_CODE) || !defined(MAX_THREADS) || \
     !defined(MAX_GRAPHS) || !defined(MAX_GRAPH_NODES) || !defined(MAX_CAPTURES) || !defined(MAX_JOINED) || \
     !defined(MAX_CAPTURE_EVENTS) || !defined(MAX_MMAPS) || !defined(MAX_FILES) || !defined(EVENT_PAGES) || \
-    !defined(PID_GEN_WORDS)
+    !defined(MAX_TENANTS) || !defined(TENANT_EVENTS) || !defined(PID_GEN_WORDS)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags() and PID_GEN_WORDS: the map sizes are defined there"
 #endif
 
@@ -174,6 +174,19 @@ struct event_t {
     u16 gen;                    // the process's generation (gen_of) when the event was emitted
 };
 
+// Who emits an event (life.bpf.h): a uid, and for uid 0 the cgroup (0 for other uids). Its share of the
+// events: how many it emitted in the window that began at window_ns, and how many it lost, ever.
+struct tenant_t {
+    u32 uid;
+    u32 pad;
+    u64 cgroup;
+};
+struct share_t {
+    u64 window_ns;
+    u64 used;
+    u64 dropped;
+};
+
 #ifdef FILE_KEYS
 // Which file a process maps, read from the kernel's structs at offsets user space took from the
 // running kernel's BTF (OFF_*: bcc's headers may be another kernel's). With the file's name, up
@@ -189,6 +202,11 @@ struct file_key_t {
 struct known_file_t {
     u64 ctime;
     u64 state;
+};
+// When a file was last named to user space (life.bpf.h: once per COALESCE_NS), under which change time.
+struct named_t {
+    u64 ns;
+    u64 ctime;
 };
 struct file_event_t {
     struct event_t h;           // type EV_FILE

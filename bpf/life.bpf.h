@@ -2,20 +2,79 @@
 // rescan the process; with FILE_KEYS, the file named for user space if it has not classified it),
 // forks (a child inherits its parent's code ranges) and exits (the record's last counts, then the
 // PID's next generation), each an event on the ring buffer.
+//
+// The ring is shared by every tenant of the host, and user space drains it at its own pace (issue 40:
+// a loop of mmap and munmap of a probed library froze gputop). So events are coalesced where they
+// repeat and each tenant has a share of them (docs/SECURITY.md, "Fair share"):
+// - a rescan is asked once per process until user space takes it (rescan_pending: it deletes the
+//   entry before it reads the process's maps, so a later mapping asks again), or COALESCE_NS passed;
+// - a file is named once until user space classifies it (it deletes the file_pending entry then), or
+//   COALESCE_NS passed, under one change time (an inode number another file has now is named at
+//   once); meanwhile its mappings ask for a rescan;
+// - a tenant (a uid; for uid 0, a cgroup: containers run as root in pods of their own) emits at most
+//   TENANT_EVENTS per EVENT_WINDOW_NS; the rest are dropped and counted as its own (tenant_events).
 #ifndef __LIFE_BPF_H
 #define __LIFE_BPF_H
 
-static __always_inline void emit(u32 tgid, u32 type) {
+// the current task's tenant
+static __always_inline struct tenant_t tenant_of_current(void) {
+    struct tenant_t t = {};
+    t.uid = (u32)bpf_get_current_uid_gid();
+    if (t.uid == 0)
+        t.cgroup = bpf_get_current_cgroup_id();
+    return t;
+}
+
+// 1 when the current task's tenant may emit one more event in this window; else its loss is counted
+static __always_inline int tenant_share(void) {
+    struct tenant_t t = tenant_of_current();
+    u64 now = bpf_ktime_get_ns();
+    struct share_t *s = tenant_events.lookup(&t);
+    if (!s) {
+        struct share_t fresh = {.window_ns = now};
+        tenant_events.insert(&t, &fresh);       // another CPU's may be there already: use that one
+        s = tenant_events.lookup(&t);
+        if (!s)
+            return 1;                           // no room even for an LRU entry: the ring decides
+    }
+    if (now - s->window_ns >= EVENT_WINDOW_NS) {
+        s->window_ns = now;                     // racy across CPUs: a window may start twice, never late
+        s->used = 0;
+    }
+    if (s->used >= TENANT_EVENTS) {
+        __sync_fetch_and_add(&s->dropped, 1);
+        drop(DROP_EVENTS);
+        return 0;
+    }
+    __sync_fetch_and_add(&s->used, 1);
+    return 1;
+}
+
+// one event; 1 when it is on the ring
+static __always_inline int emit(u32 tgid, u32 type) {
+    if (!tenant_share())
+        return 0;
     struct event_t *e = events.ringbuf_reserve(sizeof(struct event_t));
     if (!e) {
         drop(DROP_EVENTS);
-        return;
+        return 0;
     }
     e->ts = bpf_ktime_get_ns();
     e->tgid = tgid;
     e->gen = gen_of(tgid);
     e->type = type;
     events.ringbuf_submit(e, 0);
+    return 1;
+}
+
+// ask user space to rescan process tgid (EV_MMAP), unless a request of it is pending
+static __always_inline void ask_rescan(u32 tgid) {
+    u64 now = bpf_ktime_get_ns();
+    u64 *asked = rescan_pending.lookup(&tgid);
+    if (asked && now - *asked < COALESCE_NS)
+        return;
+    if (emit(tgid, EV_MMAP))
+        rescan_pending.update(&tgid, &now);
 }
 
 TRACEPOINT_PROBE(sched, sched_process_exec) {
@@ -59,16 +118,26 @@ static __always_inline void emit_file(u32 tgid, u64 file) {
     if (known) {
         if (known->ctime == ctime) {
             if (known->state == FILE_PROBED)
-                emit(tgid, EV_MMAP);
+                ask_rescan(tgid);
             return;
         }
         known_files.delete(&key);
     }
+    u64 now = bpf_ktime_get_ns();
+    struct named_t *named = file_pending.lookup(&key);
+    if (named && named->ctime == ctime && now - named->ns < COALESCE_NS) {
+        ask_rescan(tgid);               // named already: its process's maps name it again
+        return;
+    }
+    struct named_t naming = {.ns = now, .ctime = ctime};
+    if (!tenant_share())
+        return;
     struct file_event_t *e = events.ringbuf_reserve(sizeof(struct file_event_t));
     if (!e) {
         drop(DROP_EVENTS);
         return;
     }
+    file_pending.update(&key, &naming);
     e->h.ts = bpf_ktime_get_ns();
     e->h.tgid = tgid;
     e->h.gen = gen_of(tgid);
@@ -126,7 +195,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_mmap) {
         return 0;
     }
 #endif
-    emit(tid >> 32, EV_MMAP);
+    ask_rescan(tid >> 32);
     return 0;
 }
 

@@ -160,10 +160,13 @@ class Containers:
         self._retired: dict[str, Part] = {}
         self._seen: dict[str, float] = {}      # container -> monotonic time a process of it was last exported
 
-    def retire(self, p: ProcSample) -> None:
-        """``p``'s last sample leaves the export: its totals stay in its container's."""
+    def retire(self, p: ProcSample, now: float | None = None) -> None:
+        """``p``'s last sample leaves the export: its totals stay in its container's (``now``: the
+        container was seen then, for one never listed by ``rows``)."""
         if p.total is None:
             return
+        if now is not None:
+            self._seen[p.container or ""] = max(now, self._seen.get(p.container or "", now))
         part = self._retired.setdefault(p.container or "", Part())
         part.add(p, live=False)
         part.trim_kernels(RETIRED_KERNELS)

@@ -21,6 +21,7 @@ from prometheus_client.utils import floatToGoString
 
 from gputop import __version__
 from gputop.counters import BY_FIELD, GPU, PROC, Kind, Quantity
+from gputop.exporter.admission import MAX_PROCESSES, Admission
 from gputop.exporter.aggregate import ContainerRow, Containers, same_process
 from gputop.model import (
     LOG2_BUCKETS,
@@ -52,7 +53,7 @@ COPY_FINITE = LOG2_BUCKETS - 1
 class ExportOptions:
     exited_grace_s: float = 300.0
     kernel_metrics: int = 0             # top N kernels per process as series (0: none)
-    max_processes: int | None = None    # cap on processes exported (None: all)
+    max_processes: int = MAX_PROCESSES  # processes with series of their own (the rest summed: admission.py)
     cmdline_label: bool = False         # command lines can hold secrets: off by default
     node: str | None = None             # node label of gputop_build_info (None: the snapshot's host)
     interval_s: float | None = None     # the collector's refresh interval (None: not known, no series)
@@ -156,6 +157,8 @@ class SnapshotCollector(Collector):
         self._exported: dict[int, ProcSample] = {}
         self._containers = Containers(options.exited_grace_s)
         self._rows: list[ContainerRow] = []
+        # per process: which processes have series of their own, and the sums of the others
+        self._admission = Admission(options.max_processes, options.exited_grace_s)
 
     # ------------------------------------------------------------ the collector thread's side
 
@@ -168,17 +171,19 @@ class SnapshotCollector(Collector):
             if refresh is not None:
                 self.refreshes += 1
                 self._refresh = refresh
-            gone = {pid: v for pid, v in self._gone.items() if now - v[1] <= self.options.exited_grace_s}
-            for p in snap.processes:
-                if p.state == "exited":
-                    if p.total is not None:
-                        gone[p.pid] = (p, now)
-                elif p.total is not None:
-                    gone.pop(p.pid, None)       # a new traced process under that PID
-            self._gone = gone
             self._snap = snap
             if self.options.aggregate == "container":
+                gone = {pid: v for pid, v in self._gone.items() if now - v[1] <= self.options.exited_grace_s}
+                for p in snap.processes:
+                    if p.state == "exited":
+                        if p.total is not None:
+                            gone[p.pid] = (p, now)
+                    elif p.total is not None:
+                        gone.pop(p.pid, None)       # a new traced process under that PID
+                self._gone = gone
                 self._aggregate(snap, now)
+            else:
+                self._admission.update(snap.processes, now)
             self.version += 1
 
     def _aggregate(self, snap: Snapshot, now: float) -> None:
@@ -246,14 +251,18 @@ class SnapshotCollector(Collector):
             self._container_rows(fam, rows, procs)
             yield from fam
             return
-        cap = self.options.max_processes
-        kept = procs if cap is None else procs[:cap]
-        fam.gauge("gputop_exporter_processes", "Processes exported (running, or exited within the grace period).",
-                  ()).add_metric([], float(len(kept)))
-        fam.gauge("gputop_exporter_processes_omitted", "Processes left out by --max-processes at this scrape.",
-                  ()).add_metric([], float(len(procs) - len(kept)))
+        with self._lock:
+            admission = self._admission
+            kept, others, omitted = admission.admitted(now), admission.others, admission.omitted
+        fam.gauge("gputop_exporter_processes", "Processes with series of their own (running, or exited within the "
+                  "grace period while they fit under --max-processes).", ()).add_metric([], float(len(kept)))
+        fam.gauge("gputop_exporter_processes_omitted", "Running processes without series of their own "
+                  "(over --max-processes): summed per container in the series with pid=\"\".",
+                  ()).add_metric([], float(omitted))
         for p in kept:
             self._process(fam, p)
+        for row in others:
+            self._process(fam, row.sample)
         yield from fam
 
     def _container_rows(self, fam: _Families, rows: Sequence[ContainerRow], procs: Sequence[ProcSample]) -> None:
@@ -323,6 +332,11 @@ class SnapshotCollector(Collector):
         if bpf.dropped is not None:
             fam.counter("gputop_dropped_records", "Records the BPF maps had no room for.",
                         ()).add_metric([], float(bpf.dropped))
+        if bpf.dropped_by_tenant:
+            tenants = fam.counter("gputop_tenant_dropped_events", "Events a tenant (uid:N; cgroup:ID for uid 0) "
+                                  "lost over its share of the BPF ring (docs/SECURITY.md, Fair share).", ("tenant",))
+            for tenant, n in sorted(bpf.dropped_by_tenant.items()):
+                tenants.add_metric([sanitize(tenant, 64)], float(n))
         for name, value, doc in (("gputop_probes", bpf.probes, "Probes attached."),
                                  ("gputop_probes_failed", bpf.probes_failed, "Probes the kernel refused."),
                                  ("gputop_probed_objects", bpf.objects, "ELF objects probed.")):
@@ -345,7 +359,9 @@ class SnapshotCollector(Collector):
         if self.options.aggregate == "container":
             return ("container",), [sanitize(p.container or "", CONTAINER_LIMIT)]
         names: tuple[str, ...] = ("pid", "comm", "container")
-        values = [str(p.pid), sanitize(p.comm or "", COMM_LIMIT), sanitize(p.container or "", CONTAINER_LIMIT)]
+        # pid 0: the sum of a container's processes without series of their own (admission.py)
+        values = [str(p.pid) if p.pid else "", sanitize(p.comm or "", COMM_LIMIT),
+                  sanitize(p.container or "", CONTAINER_LIMIT)]
         if self.options.cmdline_label:
             names += ("cmdline",)
             values.append(sanitize(p.cmdline or "", CMDLINE_LIMIT))

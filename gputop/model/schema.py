@@ -206,6 +206,9 @@ class SourceStatus:
     objects: int | None = None
     probes: int | None = None
     dropped: int | None = None
+    #: events lost by each tenant over its share of them (``uid:N``; ``cgroup:ID`` for uid 0), for those that
+    #: lost any (docs/SECURITY.md, "Fair share"); also in ``dropped``
+    dropped_by_tenant: Mapping[str, int] | None = None
     #: the BPF programs' run time, ns of CPU per second of the interval: its exact hits x the run time
     #: per hit sampled in the latest statistics window (``stats_age_s`` old), + the tracepoints' time
     overhead_ns_per_s: float | None = None
@@ -232,8 +235,8 @@ class SourceStatus:
 
 
 #: the fields of ``SourceStatus`` that only the BPF source (``sources["bpf"]``), and only UVM's, writes
-BPF_ONLY = ("objects", "probes", "dropped", "overhead_ns_per_s", "probe_hits_per_s", "cost_ns_per_s", "trap_ns",
-            "stats_age_s", "headers", "attach", "probes_failed")
+BPF_ONLY = ("objects", "probes", "dropped", "dropped_by_tenant", "overhead_ns_per_s", "probe_hits_per_s",
+            "cost_ns_per_s", "trap_ns", "stats_age_s", "headers", "attach", "probes_failed")
 UVM_ONLY = ("scope",)
 
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from gputop.errors import EX_ERROR, EX_NOPERM, EX_OK, EX_USAGE, GputopError
+from gputop.exporter.admission import MAX_PROCESSES
 from gputop.exporter.metrics import AGGREGATES, BUCKETS, ExportOptions, LivenessCollector, SnapshotCollector
 from gputop.exporter.sdnotify import Notifier
 from gputop.exporter.server import (
@@ -84,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel-metrics", type=natural_arg, default=0, metavar="N",
                    help=f"export the top N kernels of each process (at most {TOP_KERNELS}; default 0: none)")
     p.add_argument("--max-processes", type=natural_arg, default=None, metavar="N",
-                   help="export at most N processes, those with the most launches (default: all)")
+                   help=f"series of their own for at most N processes, the busiest newcomers first; the others "
+                   f"summed per container (pid=\"\") (default {MAX_PROCESSES}; docs/metrics.md, Cardinality)")
     p.add_argument("--aggregate", choices=AGGREGATES, default="process",
                    help="one row of series per process (default), or per container: fewer series under PID churn "
                    "(docs/metrics.md, Cardinality)")
@@ -120,7 +122,8 @@ def main(argv: Sequence[str]) -> int:
             unit += " and its drop-in deploy/systemd/perf-event-uprobes.conf (CAP_SYS_ADMIN)"
         raise GputopError(refusal[0], f"run the exporter as root, or with the capabilities of {unit}", EX_NOPERM)
     options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
-                            max_processes=args.max_processes, cmdline_label=args.cmdline_label, node=args.node,
+                            max_processes=MAX_PROCESSES if args.max_processes is None else args.max_processes,
+                            cmdline_label=args.cmdline_label, node=args.node,
                             interval_s=args.delay, aggregate=args.aggregate, buckets=args.buckets)
     collector = SnapshotCollector(options)
     registry = CollectorRegistry(auto_describe=False)

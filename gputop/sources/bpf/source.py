@@ -81,7 +81,7 @@ class BpfSource:
         self.records = Records(self.names, self.procs, self.graph_kernels)
         self.forgetting = Forgetting(table, self.procs, self.attacher, self.names, self.records,
                                      self.slots, self.graph_kernels)
-        self.events = Events(self.procs, self.attacher, self.scanner, self.forgetting, clock)
+        self.events = Events(self.procs, self.attacher, self.scanner, self.forgetting, clock, self.table)
         self.reader = Reader(self.program, self.procs, self.attacher, self.records, self.events, self.slots,
                              self.cost)
 
@@ -139,7 +139,7 @@ class BpfSource:
     # the parts' state by the names tests/bpf reach for (the events pending, object reads, known maps)
 
     @property
-    def _rescan(self) -> set[int]:
+    def _rescan(self) -> dict[int, None]:
         return self.procs.rescan
 
     @property
@@ -222,9 +222,12 @@ class BpfSource:
     def poll(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for exec/mmap/fork/exit events and attach to new CUDA objects.
 
-        Every RESCAN_S, also rescan every process (events can be lost) and sweep dead ones.
-        Returns True when something happened (a rescan attached probes or a process exited).
+        Every RESCAN_S, also rescan every process (events can be lost) and sweep dead ones. At most
+        events.DRAIN_AT_ONCE events are taken at a time, and RESCANS_AT_ONCE processes rescanned: a
+        tenant that maps files in a loop cannot hold the collector here (issue 40). Returns True when
+        something happened (a rescan attached probes or a process exited).
         """
+        self.events.begin_drain()
         self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
         with self.attacher.reads.budget():
             # the trap cost (cached per kernel), measured on a background thread once a snapshot is out

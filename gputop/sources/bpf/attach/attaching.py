@@ -152,6 +152,7 @@ class Attacher:
                     table.pop(k, None)
                 else:
                     table[k] = table.Leaf(ctime_ns, FILE_PROBED if probed else FILE_NOT_CUDA)
+            self._named_again(key)
 
     def release_unmapped(self, mapped: set[ObjectKey]) -> None:
         """After a full scan: detach and forget the objects no known process has mapped for
@@ -187,6 +188,14 @@ class Attacher:
             table, k = known
             with contextlib.suppress(Exception):
                 table.pop(k, None)
+            self._named_again(key)
+
+    def _named_again(self, key: ObjectKey) -> None:
+        """The file is classified (or no longer): the BPF side's note that it named the file goes, so its
+        next mapping is named again where known_files does not say what it is (bpf/life.bpf.h)."""
+        table = self._program.table("file_pending")
+        with contextlib.suppress(Exception):
+            table.pop(table.Key(discovery.kernel_dev(key[0]), key[1]), None)
 
     def _known_file(self, key: ObjectKey) -> tuple[Any, Any] | None:
         """The BPF side's ``known_files`` and the object's key there; None where files are not named

@@ -48,6 +48,11 @@ CODE_CUDA, CODE_LAYER = 1, 2
 #: exit without one, a fork, a mapped file gputop could not name (file_event_t)
 EV_EXEC, EV_MMAP, EV_EXIT, EV_EXIT_IDLE, EV_FORK, EV_FILE = 1, 2, 3, 4, 5, 6
 
+#: fair share of the events (bpf/life.bpf.h): a rescan asked or a file named is not asked again for
+#: COALESCE_NS unless user space took it; each tenant's events are counted over EVENT_WINDOW_NS windows
+COALESCE_NS = 1_000_000_000
+EVENT_WINDOW_NS = 1_000_000_000
+
 #: known_files' states: a file user space probed (its mappings still start a rescan: code ranges), and
 #: one that is not a CUDA object (its mappings send nothing)
 FILE_PROBED, FILE_NOT_CUDA = 1, 2
@@ -88,6 +93,8 @@ LIMITS: dict[str, int] = {
     "MAX_MMAPS": 1024,              # exec_mmap: threads inside an executable mmap (LRU)
     "MAX_FILES": 16384,             # known_files: files user space classified (LRU)
     "EVENT_PAGES": 64,              # events: the ring buffer's pages (a power of two)
+    "MAX_TENANTS": 4096,            # tenant_events: tenants' shares of the events (LRU)
+    "TENANT_EVENTS": 2048,          # events a tenant may emit in EVENT_WINDOW_NS (the rest: its drops)
 }
 
 

@@ -1,10 +1,18 @@
 """The ring buffer's events (exec, mmap, fork, exit, and files the BPF side could not classify) and
 what they start once a poll has drained them: the last records of exited processes, an exec's old
 image forgotten, rescans of the processes named, the unknown files reached, objects whose reads
-finished probed, and every RESCAN_S a full rescan and a sweep (events can be lost)."""
+finished probed, and every RESCAN_S a full rescan and a sweep (events can be lost).
+
+Bounded against tenants that produce events faster than they can be handled (issue 40, docs/SECURITY.md
+"Fair share"): the BPF side coalesces them and gives each tenant a share (bpf/life.bpf.h); here a poll
+takes at most DRAIN_AT_ONCE events (the rest wait on the ring, which drops what it has no room for)
+and a handle() rescans at most RESCANS_AT_ONCE processes, the longest waiting first. A rescan asked
+is taken off the BPF side's rescan_pending before the process's maps are read, so that a mapping
+made after the read asks again. Events lost on the BPF side bring the next full rescan forward."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +21,7 @@ from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.attach.attaching import Attacher, ObjectKey
 from gputop.sources.bpf.attach.scanning import Scanner
 from gputop.sources.bpf.common.abi import (
+    DROP_KINDS,
     EV_EXEC,
     EV_EXIT,
     EV_EXIT_IDLE,
@@ -27,7 +36,9 @@ from gputop.sources.bpf.lifecycle.procid import ident, pid_of
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
 
 RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exec/mmap/fork events
-EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches: full rescan this soon
+EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches, events lost: full rescan this soon
+DRAIN_AT_ONCE = 1024  # events taken by one poll
+RESCANS_AT_ONCE = 64  # processes rescanned by one handle()
 
 
 class _Event(ctypes.Structure):
@@ -45,7 +56,7 @@ class _FileEvent(ctypes.Structure):
 
 class Events:
     def __init__(self, procs: ProcTable, attacher: Attacher, scanner: Scanner, forgetting: Forgetting,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], table: Callable[[str], Any]) -> None:
         self._procs = procs          # the processes' events pending are noted there (proctable.py)
         self._attacher = attacher
         self._scanner = scanner
@@ -55,9 +66,22 @@ class Events:
         #: (pid, names or None, change time in ns)
         self.unknown_files: dict[ObjectKey, tuple[int, list[bytes] | None, int]] = {}
         self.last_full_scan = 0.0
+        self._table = table         # the program's maps by name (loaded after this is made)
+        self._drained = 0           # events taken by this poll
+        self._lost = 0              # events the BPF side could not emit, as last read
 
-    def on_event(self, _cpu: int, data: Any, size: int) -> None:
-        """bcc's ring-buffer callback: note what one event asks for (handled by ``handle``)."""
+    def begin_drain(self) -> None:
+        """A poll starts: it takes DRAIN_AT_ONCE events at most."""
+        self._drained = 0
+
+    def on_event(self, _cpu: int, data: Any, size: int) -> int:
+        """bcc's ring-buffer callback: note what one event asks for (handled by ``handle``); -1 (libbpf:
+        stop this poll, the rest stays on the ring) once DRAIN_AT_ONCE were taken."""
+        self._note(data, size)
+        self._drained += 1
+        return -1 if self._drained >= DRAIN_AT_ONCE else 0
+
+    def _note(self, data: Any, size: int) -> None:
         ev = ctypes.cast(data, ctypes.POINTER(_Event)).contents
         tgid, kind, gen = int(ev.tgid), int(ev.type), int(ev.gen)
         me = ident(tgid, gen)
@@ -96,7 +120,9 @@ class Events:
             if me not in reused and pid_of(me) not in procs.final:
                 forgetting.forget_image(me)
         if procs.rescan:
-            changed = self._scanner.scan(procs.take_rescan()) > 0 or changed
+            pids = procs.take_rescan(RESCANS_AT_ONCE)
+            self._unpend(pids)
+            changed = self._scanner.scan(pids) > 0 or changed
         exited = procs.take_exited()
         if exited:                # after the rescans: the newest maps name their kernels
             forgetting.take_final(exited)
@@ -105,6 +131,8 @@ class Events:
         if self._attacher.reads.running():
             self._attacher.reads.check_stuck()
             changed = self._scanner.attach_read() > 0 or changed
+        if self._events_lost():
+            self._rescan_early()
         if self._clock() - self.last_full_scan >= RESCAN_S:
             self.last_full_scan = self._clock()
             changed = self._scanner.scan(None) > 0 or changed
@@ -125,7 +153,7 @@ class Events:
                 continue
             ref = discovery.reach(key[0], key[1], names, pid) if names else None
             if ref is None:
-                self.last_full_scan = min(self.last_full_scan, self._clock() - RESCAN_S + EARLY_RESCAN_S)
+                self._rescan_early()
                 continue
             if attacher.known_as(ref.key, ctime):       # the same file on a stacked fs
                 attacher.classified(key, probed=ref.key in attacher.objects, ctime_ns=ctime)
@@ -134,6 +162,24 @@ class Events:
                 if ref.key != key:
                     attacher.classified(key, probed=True, ctime_ns=ctime)
         return new
+
+    def _rescan_early(self) -> None:
+        """The next full rescan within EARLY_RESCAN_S."""
+        self.last_full_scan = min(self.last_full_scan, self._clock() - RESCAN_S + EARLY_RESCAN_S)
+
+    def _unpend(self, pids: list[int]) -> None:
+        """Take the rescans of ``pids`` off the BPF side's rescan_pending: their next mapping asks again."""
+        pending = self._table("rescan_pending")
+        for pid in pids:
+            with contextlib.suppress(KeyError):
+                del pending[pending.Key(pid)]
+
+    def _events_lost(self) -> bool:
+        """Whether the BPF side lost events (a full ring, a tenant over its share) since the last call."""
+        table = self._table("dropped")
+        lost = int(table[table.Key(DROP_KINDS.index("events"))].value)
+        more, self._lost = lost > self._lost, lost
+        return more
 
     def take_execed(self) -> frozenset[int]:
         """The processes that exec'd since the last call."""

@@ -7,6 +7,7 @@ only through its methods (docs/collector.md, "Bounded maps and process exit").""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -37,7 +38,8 @@ class ProcTable:
         self.announced: dict[int, int] = {}
         self._scan: Callable[[int], int] | None = None     # generations as the scan under way began
         # ---------------------------------------------------------------- events pending (events.py)
-        self.rescan: set[int] = set()             # processes to scan again
+        #: processes to scan again, in the order asked (a dict: taken oldest first, RESCANS_AT_ONCE at a time)
+        self.rescan: dict[int, None] = {}
         self.reimaged: set[int] = set()           # identities (procid) whose exec replaced their image
         self.execed: set[int] = set()             # processes that exec'd since the last take_execed()
         self.exited: set[int] = set()             # identities (procid) whose exit event came
@@ -125,7 +127,7 @@ class ProcTable:
         self.exited.add(me)
 
     def note_rescan(self, pid: int) -> None:
-        self.rescan.add(pid)
+        self.rescan.setdefault(pid)
 
     def note_exec(self, tgid: int, me: int, ts_ns: int) -> None:
         """Process ``me`` exec'd at ``ts_ns``: after its last scan, that replaced its image (one
@@ -134,9 +136,12 @@ class ProcTable:
         if ts_ns > self.scanned_ns.get(tgid, 0):
             self.reimaged.add(me)
 
-    def take_rescan(self) -> list[int]:
-        pids = sorted(self.rescan)
-        self.rescan.clear()
+    def take_rescan(self, at_most: int | None = None) -> list[int]:
+        """The processes to rescan, the longest waiting first: ``at_most`` of them (default all); the
+        rest stay noted."""
+        pids = list(itertools.islice(self.rescan, at_most))
+        for pid in pids:
+            del self.rescan[pid]
         return pids
 
     def take_reimaged(self) -> set[int]:

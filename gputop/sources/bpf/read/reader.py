@@ -51,6 +51,16 @@ class Reader:
         out["objects"] = self._attacher.dropped()
         return out
 
+    def dropped_by_tenant(self) -> dict[str, int]:
+        """Events each tenant lost over its share (bpf/life.bpf.h), for those that lost any: ``uid:N``, or
+        ``cgroup:ID`` for uid 0 (containers run as root, a pod each)."""
+        out: dict[str, int] = {}
+        for k, v in self._program.table("tenant_events").items():
+            if v.dropped:
+                tenant = f"cgroup:{int(k.cgroup)}" if k.uid == 0 else f"uid:{int(k.uid)}"
+                out[tenant] = out.get(tenant, 0) + int(v.dropped)
+        return out
+
     def _inflight_sync_ns(self) -> dict[int, int]:
         """Time spent so far in syncs that have not returned, by process (a hung sync shows)."""
         now = time.monotonic_ns()            # CLOCK_MONOTONIC, as bpf_ktime_get_ns
@@ -93,6 +103,7 @@ class Reader:
         headers = self._program.headers
         probes = up.probes if up is not None else 0
         status = SourceStatus("ok", reason, objects=len(self._attacher.objects), probes=probes, dropped=dropped,
+                              dropped_by_tenant=self.dropped_by_tenant() or None,
                               headers=headers.detail if headers else None,
                               attach=up.mode if up else None, probes_failed=len(up.failed) if up else None)
         self.snapshots += 1
