@@ -61,11 +61,32 @@ def _int(text: str) -> int:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_int=_int)
 
 
+#: what decoding a line may build, estimated before it is decoded: bytes of Python objects per byte of
+#: the line, beyond BUILD_SPARE. A snapshot's JSON builds about 2 (keys, numbers and text in objects of
+#: tens of bytes); a line of many small objects or arrays builds up to 36 ({} is two bytes, a dict 64
+#: and its slot 8: a 64 MiB line of them peaked at 1.73 GB, issue 40).
+BUILD_PER_BYTE = 6
+BUILD_SPARE = 16 << 20
+_CONTAINER_BYTES, _VALUE_BYTES = 72, 8
+
+
+def too_dense(line: str) -> bool:
+    """Whether decoding ``line`` would build more than BUILD_PER_BYTE bytes of objects per byte of it
+    (beyond BUILD_SPARE): an estimate from its brackets and commas, counted at C speed."""
+    if len(line) * BUILD_PER_BYTE < BUILD_SPARE // 4:
+        return False
+    containers = line.count("{") + line.count("[")
+    return _CONTAINER_BYTES * containers + _VALUE_BYTES * line.count(",") > BUILD_PER_BYTE * len(line) + BUILD_SPARE
+
+
 def decode(path: Path, lineno: int, line: str) -> dict[str, Any]:
     where = f"{path}:{lineno}"
     hint = "a recording holds one JSON snapshot per line (gputop --record FILE)"
     if line.startswith("\ufeff"):
         raise RecordingError(f"{where}: not JSON (a byte order mark at column 1)", hint)
+    if too_dense(line):
+        raise RecordingError(f"{where}: more objects and arrays than a snapshot holds in {len(line)} characters "
+                             "(decoding it would take many times its size in memory)", hint)
     try:
         d = _DECODER.decode(line)
     except json.JSONDecodeError as e:

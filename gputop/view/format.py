@@ -251,29 +251,55 @@ def _collapse(name: str, depth: int, kinds: str = "<(") -> str:
     return "".join(out)
 
 
-def _max_depth(name: str) -> int:
-    level = deepest = 0
+def _collapsed_lengths(name: str) -> dict[int, int]:
+    """``len(_collapse(name, d))`` for every depth ``d`` from 1 to the deepest, in one pass. As
+    ``_collapse`` goes, a bracket that opens level ``d`` starts hiding (``<…``) until its closing one
+    (kept): a character stays when it is at a level below ``d``, an opening bracket when its level is
+    ``d`` or less (two characters at ``d``), a closing one when its level before it closes is ``d`` or
+    less. (Collapsing one level after another took time that grew with the square of the depth: 4,095
+    nested brackets kept the details screen busy 7 s, issue 40.)"""
+    plain: dict[int, int] = {}      # characters other than brackets, by the level they are at
+    opens: dict[int, int] = {}      # opening brackets, by their level once open
+    closes: dict[int, int] = {}     # closing brackets, by the level they close
+    level = 0
     for ch in name:
         if ch in "<(":
             level += 1
-            deepest = max(deepest, level)
+            opens[level] = opens.get(level, 0) + 1
         elif ch in ">)":
+            closes[level] = closes.get(level, 0) + 1
             level -= 1
-    return deepest
+        else:
+            plain[level] = plain.get(level, 0) + 1
+    deepest = max(opens, default=0)
+    levels = sorted(set(plain) | set(opens) | set(closes))
+    out: dict[int, int] = {}
+    below = 0                       # plain characters and opening brackets below level d
+    i = 0
+    closed = 0                      # closing brackets at levels up to d
+    for d in range(1, deepest + 1):
+        while i < len(levels) and levels[i] < d:
+            lv = levels[i]
+            below += plain.get(lv, 0) + opens.get(lv, 0)
+            closed += closes.get(lv, 0)
+            i += 1
+        out[d] = below + 2 * opens.get(d, 0) + closed + closes.get(d, 0)
+    return out
 
 
 def kernel_name(name: str, width: int) -> str:
     """A demangled kernel name shortened to ``width``: drop a leading ``void`` and the parameter
-    list, then collapse template arguments from the innermost out, then cut."""
+    list, then collapse template arguments from the innermost out (to the deepest level at which the
+    name fits, found in one pass: ``_collapsed_lengths``), then cut."""
     if name.startswith("void "):
         name = name[5:]
     if len(name) <= width:
         return name
     name = _collapse(name, 1, "(")
-    depth = _max_depth(name)
-    while depth >= 1 and len(name) > width:
-        name = _collapse(name, depth)
-        depth -= 1
+    if len(name) > width:
+        lengths = _collapsed_lengths(name)
+        if lengths:
+            name = _collapse(name, max((d for d, n in lengths.items() if n <= width), default=1))
     return fit(name, width)
 
 

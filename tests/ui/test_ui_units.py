@@ -94,6 +94,28 @@ def test_kernel_name_collapses_templates_before_cutting() -> None:
 # -- columns ----------------------------------------------------------------------------------
 
 
+
+def test_a_deeply_nested_kernel_name_is_shortened_in_two_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40: 14 names of 4,095 nested brackets kept the details screen busy (Esc took 6.8 s): the
+    templates were collapsed one level at a time, each pass over the whole name. Now the level that
+    fits is found in one pass and the name collapsed once (besides the parameter list), whatever the
+    depth, with the same result as level by level."""
+    calls: list[int] = []
+    collapse = fmt._collapse
+    monkeypatch.setattr(fmt, "_collapse", lambda name, depth, kinds="<(": calls.append(depth) or collapse(
+        name, depth, kinds))
+    deep = "k" + "<" * 4095 + "int" + ">" * 4095 + "(float*)"
+    assert fmt.kernel_name(deep, 60) == "k" + "<" * 27 + "…" + ">" * 27 + "(…)"     # the deepest level that fits
+    assert calls == [1, 27], calls                  # the parameter list, then the level found
+    mid = "k<" + "a<" * 10 + "int" + ">" * 10 + ", b<c>>(int)"
+    assert fmt.kernel_name(mid, 30) == "k<a<a<a<a<a<…>>>>>, b<c>>(…)"
+    assert fmt.kernel_name(mid, 14) == "k<…>(…)"
+    assert fmt.kernel_name("a<b<c<d>>, e<f>>(x)", 12) == "a<…>(…)"
+    # the one-pass lengths are those of collapsing level by level
+    for name in (deep[:-8], "a<b<c<d>>, e<f>>", ">>x<y<z>", "k<a<b>>>(c<d)"):
+        lengths = fmt._collapsed_lengths(name)
+        assert lengths == {d: len(collapse(name, d)) for d in lengths}, name
+
 def test_every_issue_column_exists_and_sort_keys_are_their_names() -> None:
     headers = [c.header for c in columns.COLUMNS]
     assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "GKERN/s", "H2D/s", "D2H/s",

@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from gputop.model import (
     snapshot_to_json,
 )
 from gputop.record import RecordingError, read_recording
+from gputop.record.lines import too_dense
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -522,3 +523,30 @@ def test_a_control_character_in_a_string_is_said_once(tmp_path: Path) -> None:
     with pytest.raises(RecordingError) as e:
         list(read_recording(path))
     assert str(e.value).endswith("r.jsonl:1: not JSON (Invalid control character at column 12)")
+
+
+def test_a_line_of_many_small_objects_is_refused_before_it_is_decoded(tmp_path: Path) -> None:
+    """Issue 40: one 64 MiB line of {} (a valid snapshot's keys, then 33 million empty objects in an
+    unknown field) peaked replay at 1.73 GB, the objects built before any check. The line is refused
+    from its brackets and commas, counted before decoding: the read stays within three times the line
+    (its bytes and its text), and the good lines around it are read."""
+    import tracemalloc
+
+    head = snapshot_to_json(GOOD[1])[:-1]
+    filler = ",".join(["{}"] * ((63 << 20) // 3))      # just under the 64 MiB a line may hold
+    line = (head + ',"future_field":[' + filler + "]}").encode()
+    path = _file(tmp_path, line)
+    notices: list[str] = []
+    tracemalloc.start()
+    try:
+        got = list(read_recording(path, notice=notices.append))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == [GOOD[0], GOOD[2]]
+    assert len(notices) == 1 and "more objects and arrays than a snapshot holds" in notices[0], notices
+    assert peak < 3 * len(line), (peak, len(line))
+    # a snapshot of 10,000 processes as the writer writes it is read
+    big = replace(GOOD[1], processes=GOOD[1].processes * 10_000)
+    text = snapshot_to_json(big)
+    assert len(text) > 4 << 20 and not too_dense(text)

@@ -85,3 +85,31 @@ def test_json_keeps_raw_text_and_writes_invalid_utf8_as_visible_escapes() -> Non
     assert sanitize(d["comm"]) == sanitize(HOSTILE) == "\\x1b[2J\\x1b[31mEVIL\\x07\\x9b\\u{202e}ok"
     # text without lone surrogates is written as json.dumps writes it
     assert snapshot_to_json(snap) == json.dumps(snapshot_to_dict(snap), separators=(",", ":"))
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("pyth\u043en", "pyth\\u{043e}n"),                  # a Cyrillic o among Latin letters
+    ("pa\u0443pal", "pa\\u{0443}pal"),
+    ("\u0414\u043c\u0438\u0442\u0440\u0438\u0439", "\u0414\u043c\u0438\u0442\u0440\u0438\u0439"),    # all Cyrillic
+    ("\u0430\u0431\u0432a", "\u0430\u0431\u0432\\x61"),           # a Latin a among Cyrillic letters
+    ("caf\u00e9 na\u00efve", "caf\u00e9 na\u00efve"),              # Latin with accents
+    ("\u65e5\u672c\u8a9e\u30c6\u30ad\u30b9\u30c8", "\u65e5\u672c\u8a9e\u30c6\u30ad\u30b9\u30c8"),  # Han and katakana
+    ("torch \u0440ython", "torch \\u{0440}ython"),           # words apart: only the mixed one
+    ("a\ufe0fb", "a\\u{fe0f}b"),                            # variation selectors
+    ("x\U000e0100y", "x\\u{e0100}y"),
+    ("a\u180bb", "a\\u{180b}b"),                            # Mongolian free variation selector
+    ("\u2800", "\\u{2800}"),                                # Braille blank
+    ("a\u3000b", "a\\u{3000}b"),                            # ideographic space
+    ("a\u00a0b", "a\\xa0b"),                                # no-break space
+    ("e\u0301\u0301\u0301\u0301", "e\u0301\u0301\\u{0301}\\u{0301}"),   # a combining stack: two kept
+])
+def test_look_alike_and_invisible_characters_are_escaped(raw: str, shown: str) -> None:
+    """Issue 40: these passed the sanitiser, so two names could read the same (a process named
+    "pythоn" beside "python"); each is escaped, in both cutting modes."""
+    assert sanitize(raw) == shown
+    assert sanitize_middle(raw, 100) == shown
+
+
+def test_two_names_that_read_the_same_are_shown_apart() -> None:
+    names = ["python", "pyth\u043en", "python\ufe0f", "python\u2800", "py\u00adthon", "python\u3000"]
+    assert len({sanitize(n) for n in names}) == len(names)
