@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 COMM_LIMIT = 64
 CONTAINER_LIMIT = 128
 CMDLINE_LIMIT = 512
+USER_LIMIT = 64
 KERNEL_LIMIT = 128
 
 #: finite ``le`` bounds exported per histogram (values are integers, so bucket k is ``le`` 2^(k+1) - 1);
@@ -55,6 +56,7 @@ class ExportOptions:
     kernel_metrics: int = 0             # top N kernels per process as series (0: none)
     max_processes: int = MAX_PROCESSES  # processes with series of their own (the rest summed: admission.py)
     cmdline_label: bool = False         # command lines can hold secrets: off by default
+    user_label: bool = False            # the process's user as a label (issue 40: tell tenants apart)
     node: str | None = None             # node label of gputop_build_info (None: the snapshot's host)
     interval_s: float | None = None     # the collector's refresh interval (None: not known, no series)
     aggregate: str = "process"          # "process": series per PID; "container": per container (AGGREGATES)
@@ -362,6 +364,9 @@ class SnapshotCollector(Collector):
         # pid 0: the sum of a container's processes without series of their own (admission.py)
         values = [str(p.pid) if p.pid else "", sanitize(p.comm or "", COMM_LIMIT),
                   sanitize(p.container or "", CONTAINER_LIMIT)]
+        if self.options.user_label:
+            names += ("user",)
+            values.append(sanitize(p.user or "", USER_LIMIT))
         if self.options.cmdline_label:
             names += ("cmdline",)
             values.append(sanitize(p.cmdline or "", CMDLINE_LIMIT))

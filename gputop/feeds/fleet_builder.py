@@ -65,13 +65,17 @@ def _pkey(m: Mapping[str, str]) -> tuple[str, int] | None:
         return None
 
 
+#: the labels of a process's series kept (``user``: exporters run with --user-label)
+_LABELS = ("comm", "cmdline", "container", "user")
+
+
 class _Proc:
     """Counts of one process being gathered from the families."""
 
     __slots__ = ("gauges", "gpu", "hists", "interval", "kernels", "labels", "seen", "total", "windowed")
 
     def __init__(self, m: Mapping[str, str]) -> None:
-        self.labels = {k: m[k] for k in ("comm", "cmdline", "container") if k in m}    # not the whole sample
+        self.labels = {k: m[k] for k in _LABELS if k in m}    # not the whole sample
         self.total: dict[str, Any] = {}
         self.interval: dict[str, Any] = {}
         self.gauges: dict[str, float] = {}
@@ -86,7 +90,7 @@ class _Proc:
     def learn(self, m: Mapping[str, str]) -> None:
         """Labels another series of the process carries where the first one had none (a series
         exported before the exporter knew the name is still there until its next scrape)."""
-        for k in ("comm", "cmdline", "container"):
+        for k in _LABELS:
             if m.get(k) and not self.labels.get(k):
                 self.labels[k] = m[k]
 
@@ -350,7 +354,7 @@ def _proc_sample(p: _Proc, pid: int, instance: str, node: str | None, window_s: 
         pid=pid, comm=m.get("comm") or None, state="exited" if exited is not None and exited >= 0.5 else "running",
         start_time=start if start is not None and start > 0 else None, last_seen=p.seen,
         stale=False, warming_up=(not p.windowed) if p.seen is not None else None,
-        cmdline=m.get("cmdline") or None, container=m.get("container") or None,
+        cmdline=m.get("cmdline") or None, container=m.get("container") or None, user=m.get("user") or None,
         interval=interval, total=total, rates=rates,
         grid_blocks_avg=avg("grid_blocks_sum", HIST_COUNTS[0]),
         block_threads_avg=avg("block_threads_sum", HIST_COUNTS[1]),

@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(+Inf, _count and _sum only)")
     p.add_argument("--cmdline-label", action="store_true",
                    help="add each process's command line as a label (command lines can hold secrets)")
+    p.add_argument("--user-label", action="store_true",
+                   help="add each process's user as a label (tells tenants apart; the fleet view shows it)")
     p.add_argument("--node", default=os.environ.get("GPUTOP_NODE") or None,
                    help="node name in gputop_build_info (default $GPUTOP_NODE, else the hostname)")
     src = p.add_mutually_exclusive_group()
@@ -111,8 +113,9 @@ def main(argv: Sequence[str]) -> int:
     if args.kernel_metrics > TOP_KERNELS:
         raise GputopError(f"--kernel-metrics {args.kernel_metrics}: gputop keeps the top {TOP_KERNELS} kernels "
                           "of each process", f"choose at most --kernel-metrics {TOP_KERNELS}", EX_USAGE)
-    if args.aggregate == "container" and (args.max_processes is not None or args.cmdline_label):
-        flag = "--max-processes" if args.max_processes is not None else "--cmdline-label"
+    if args.aggregate == "container" and (args.max_processes is not None or args.cmdline_label or args.user_label):
+        flag = ("--max-processes" if args.max_processes is not None else "--cmdline-label" if args.cmdline_label
+                else "--user-label")
         raise GputopError(f"{flag} applies to per-process series, not to --aggregate container",
                           f"drop {flag}, or export per process", EX_USAGE)
     refusal = privileges_error() if args.bpf else None
@@ -123,7 +126,7 @@ def main(argv: Sequence[str]) -> int:
         raise GputopError(refusal[0], f"run the exporter as root, or with the capabilities of {unit}", EX_NOPERM)
     options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
                             max_processes=MAX_PROCESSES if args.max_processes is None else args.max_processes,
-                            cmdline_label=args.cmdline_label, node=args.node,
+                            cmdline_label=args.cmdline_label, user_label=args.user_label, node=args.node,
                             interval_s=args.delay, aggregate=args.aggregate, buckets=args.buckets)
     collector = SnapshotCollector(options)
     registry = CollectorRegistry(auto_describe=False)

@@ -9,6 +9,8 @@ and the innermost PID from the ``NSpid`` line of ``/proc/PID/status``.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -17,7 +19,7 @@ from typing import TypeVar
 
 import psutil
 
-__all__ = ["HostProc", "HostSource", "cpu_pct", "parse_container", "parse_nspid"]
+__all__ = ["HostProc", "HostSource", "cpu_pct", "delegated", "parse_container", "parse_nspid"]
 
 T = TypeVar("T")
 
@@ -30,7 +32,7 @@ class HostProc:
     cmdline: str | None
     user: str | None
     #: container id (64 hex digits) from the cgroup path, or the Kubernetes pod UID when only the pod
-    #: is known; None on the host
+    #: is known, ``?`` before it when unverified (``delegated``); None on the host
     container: str | None
     #: innermost PID (from NSpid in /proc/PID/status) when it differs from ``pid``
     nspid: int | None
@@ -88,6 +90,67 @@ def parse_container(cgroup_text: str) -> str | None:
                     pod = m.group(1).replace("_", "-")
                     break
     return pod
+
+
+#: the deepest cgroup path looked at
+_MAX_CGROUP_DEPTH = 64
+
+
+@functools.cache
+def cgroup2_root() -> str | None:
+    """Where the cgroup2 hierarchy is mounted (``0::/path`` in /proc/PID/cgroup is relative to it):
+    /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host; None without one."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f.read(1 << 20).splitlines():
+                fields = line.split(" - ", 1)
+                if len(fields) == 2 and fields[1].split(" ", 1)[0] == "cgroup2":
+                    return fields[0].split(" ")[4].replace("\\040", " ")
+    except OSError:
+        pass
+    return None
+
+
+def delegated(cgroup_text: str, root: str | None = None) -> bool:
+    """Whether the cgroup that names a process's container (``parse_container``) lies in a subtree a user
+    controls: a directory from the cgroup2 root down to it not owned by root. systemd delegates a
+    subtree by giving its directory to the user (``user@UID.service``, rootless containers), and a
+    user may create cgroups of any name there, one named like another pod's container among them
+    (issue 40): such an id is shown unverified (``?`` before it). False on cgroup v1 (no delegation),
+    or when the path cannot be walked (gone). Each directory is opened below its parent without
+    following a link (O_PATH | O_NOFOLLOW): as root, no path a user controls is followed."""
+    root = root or cgroup2_root()
+    line = next((ln for ln in cgroup_text.splitlines() if ln.startswith("0::")), None)
+    if line is None or root is None:
+        return False
+    components = [c for c in line[3:].strip().split("/") if c][:_MAX_CGROUP_DEPTH]
+    named = parse_container(line)
+    # the directories down to the one that names the container (the shortest prefix that names it)
+    names = next((i for i in range(1, len(components) + 1)
+                  if parse_container("0::/" + "/".join(components[:i])) == named), None)
+    if named is None or names is None:
+        return False
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags)
+    except OSError:
+        return False
+    try:
+        if os.fstat(fd).st_uid != 0:
+            return True
+        for name in components[:names]:
+            if name in (".", ".."):
+                return True                     # not a path the kernel writes
+            nxt = os.open(name, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            if os.fstat(fd).st_uid != 0:
+                return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def parse_nspid(status_text: str, pid: int) -> int | None:
@@ -151,6 +214,14 @@ def _mem_total() -> int | None:
         return int(psutil.virtual_memory().total)
     except (OSError, RuntimeError):   # pragma: no cover - /proc/meminfo is always there on Linux
         return None
+
+
+def _container(cgroup: str | None) -> str | None:
+    """The container id of a process, ``?`` before it where a user could have named its cgroup so."""
+    container = parse_container(cgroup) if cgroup is not None else None
+    if container is not None and cgroup is not None and delegated(cgroup):
+        return "?" + container
+    return container
 
 
 def _read_text(path: str) -> str | None:
@@ -276,7 +347,7 @@ class HostSource:
             comm=comm,
             cmdline=" ".join(cmd) if cmd else None,
             user=user,
-            container=parse_container(cgroup) if cgroup is not None else None,
+            container=_container(cgroup),
             nspid=parse_nspid(status_text, p.pid) if status_text is not None else None,
             start_time=_field(p.create_time),
         )

@@ -167,6 +167,12 @@ def test_labels_are_sanitised_and_the_command_line_only_on_request(clock: Clock)
     c.update(snap(proc(41)))
     labels = dict(next(k for k in scrape(c) if k[0] == "gputop_kernel_launches_total")[1])
     assert labels["cmdline"] == "wl_dynamic --token=SECRET"
+    assert "user" not in labels
+    # --user-label (issue 40: two tenants' processes told apart); a forged name escaped like any other
+    c = SnapshotCollector(ExportOptions(user_label=True), clock)
+    c.update(snap(proc(41, user="alice"), proc(42, user="bob\x1b[0m")))
+    users = {dict(k[1])["pid"]: dict(k[1])["user"] for k in scrape(c) if k[0] == "gputop_kernel_launches_total"}
+    assert users == {"41": "alice", "42": "bob\\x1b[0m"}
 
 
 def test_exited_processes_stay_for_the_grace_period_then_go(clock: Clock) -> None:

@@ -62,7 +62,7 @@ def test_snapshot_from_fixed_results() -> None:
         totals=[sample("gputop_kernel_launches_total", 7000, **p, **a),
                 sample("gputop_memcpy_bytes_total", 4000, direction="h2d", **p, **a),
                 sample("gputop_memcpy_calls_total", 4, direction="h2d", **p, **a),
-                sample("gputop_kernel_launches_total", 10, **p, **b)],
+                sample("gputop_kernel_launches_total", 10, user="bob", **p, **b)],     # --user-label
         gauges=[sample("gputop_process_sm_utilization_ratio", 0.25, gpu="1", **p, **a)],
         increases={"gputop_kernel_launches_total": [sample("", 6000.4, **p, **a),
                                                     sample("", 3.0, pid="99", comm="gone", **a)],
@@ -84,6 +84,7 @@ def test_snapshot_from_fixed_results() -> None:
     assert one.user is None and one.cpu_pct is None and one.container is None
     two = procs[("n2", 4242)]
     assert two.interval is None and two.rates is None          # unknown, not 0
+    assert two.user == "bob"                                   # an exporter run with --user-label
     assert [(g.node, g.index, g.util_pct, g.sm_clock_mhz) for g in snap.gpus] == [("n2", 0, 50.0, 1980.0)]
     assert snap.sources["bpf"].status == "unavailable" and snap.sources["bpf"].reason == "off on 1 of 2 nodes: n2"
     assert snap.sources["prometheus"].status == "ok"

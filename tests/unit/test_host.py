@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import signal
@@ -342,3 +343,45 @@ def test_an_exec_keeping_the_name_is_read_again_when_told() -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_container_id_from_a_cgroup_a_user_made_is_shown_unverified() -> None:
+    """Issue 40: where cgroups are delegated (systemd's user@UID.service, rootless containers), a tenant
+    moved its process into a cgroup it named like another pod's container, and its row showed that
+    container's id. On the host's real cgroup2 hierarchy: a cgroup given to uid 65534, in it one it made
+    named cri-containerd-<id>.scope, a process moved there: its container is ?<id>. The same name made
+    by root reads <id>."""
+    from gputop.sources.host import HostSource, cgroup2_root
+
+    root = cgroup2_root()
+    assert root is not None, "no cgroup2 hierarchy mounted"
+    cid = "ab" * 32
+    base = Path(root) / f"gputop-test-{os.getpid()}"
+    made: list[Path] = []
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for owner in ("tenant", "root"):
+            d = base / owner
+            d.mkdir(parents=True)
+            made.append(d)
+            if owner == "tenant":
+                os.chown(d, 65534, 65534)               # delegated: the user may make cgroups in it
+                subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "mkdir",
+                                str(d / f"cri-containerd-{cid}.scope")], check=True)
+            else:
+                (d / f"cri-containerd-{cid}.scope").mkdir()
+            made.append(d / f"cri-containerd-{cid}.scope")
+            p = subprocess.Popen(["sleep", "30"])
+            procs.append(p)
+            (d / f"cri-containerd-{cid}.scope" / "cgroup.procs").write_text(str(p.pid))
+        rows = HostSource().read([p.pid for p in procs])
+        assert [rows[p.pid].container for p in procs] == ["?" + cid, cid]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for d in reversed(made):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        with contextlib.suppress(OSError):
+            base.rmdir()
