@@ -111,6 +111,7 @@ def test_bpf_required_without_privileges_exits_77(tmp_path) -> None:
     assert res.stderr == f"gputop: tracing is off ({NOPERM}): NVML and host data only. To trace: {ENABLE_HINT}\n"
     snap = json.loads(res.stdout)
     assert snap["sources"]["bpf"] == {"status": "unavailable", "reason": NOPERM, "objects": None, "probes": None,
-                                      "dropped": None, "overhead_ns_per_s": None, "probe_hits_per_s": None,
+                                      "dropped": None, "dropped_by_tenant": None, "overhead_ns_per_s": None,
+                                      "probe_hits_per_s": None,
                                       "cost_ns_per_s": None, "trap_ns": None, "stats_age_s": None, "headers": None,
                                       "attach": None, "probes_failed": None}
