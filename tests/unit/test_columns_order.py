@@ -55,12 +55,12 @@ def fleet(nodes: int, procs: int, seed: int = 9) -> tuple[ProcSample, ...]:
 
 @pytest.fixture(scope="module")
 def procs() -> tuple[ProcSample, ...]:
-    return fleet(1000, 64)
+    return fleet(250, 64)       # 16,000 rows: ties of every kind (64,000 took 28 s of the quick tier)
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_every_column_sorts_64000_processes_as_before(procs: tuple[ProcSample, ...], reverse: bool) -> None:
-    assert len(procs) == 64_000
+def test_every_column_sorts_16000_processes_as_before(procs: tuple[ProcSample, ...], reverse: bool) -> None:
+    assert len(procs) == 16_000
     order = columns.ProcOrder(procs)
     for key in columns.SORT_KEYS:
         assert columns._values(key, procs) == [columns.BY_KEY[key].value(p) for p in procs], key
