@@ -73,8 +73,10 @@ static __always_inline void ask_rescan(u32 tgid) {
     u64 *asked = rescan_pending.lookup(&tgid);
     if (asked && now - *asked < COALESCE_NS)
         return;
-    if (emit(tgid, EV_MMAP))
-        rescan_pending.update(&tgid, &now);
+    // noted before the event is out: user space may take it (and delete the note) at once
+    rescan_pending.update(&tgid, &now);
+    if (!emit(tgid, EV_MMAP))
+        rescan_pending.delete(&tgid);
 }
 
 TRACEPOINT_PROBE(sched, sched_process_exec) {
@@ -137,7 +139,7 @@ static __always_inline void emit_file(u32 tgid, u64 file) {
         drop(DROP_EVENTS);
         return;
     }
-    file_pending.update(&key, &naming);
+    file_pending.update(&key, &naming);     // before the submit: user space deletes it once it classifies
     e->h.ts = bpf_ktime_get_ns();
     e->h.tgid = tgid;
     e->h.gen = gen_of(tgid);
