@@ -106,42 +106,61 @@ int map_handle(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return alloc_call(ctx, a->kind & 0xff, PT_REGS_PARM1(ctx), 0, size, 0, F_MAP);
 }
 
+// one block of an allocation's range put into the trie (1: a new entry, 0: there already, -1: no room) or,
+// del, taken out (1: it was there)
 static __always_inline int range_put(u32 tgid, u64 a, u32 bits, u32 kind, int del) {
     struct range_key_t k = {};
     range_key(&k, tgid, a, 64 - bits);
-    if (del) {
-        ranges.delete(&k);
+    if (del)
+        return ranges.delete(&k) == 0;
+    int rc = ranges.insert(&k, &kind);
+    if (rc == 0)
+        return 1;
+    if (rc == -EEXIST && ranges.update(&k, &kind) == 0)
         return 0;
-    }
-    if (ranges.update(&k, &kind) != 0) {
-        drop(DROP_RANGES);
-        return -1;
-    }
-    return 0;
+    lose(DROP_RANGES, SH_RANGES);
+    return -1;
 }
 
 // the allocation's range [base, base+size) as aligned power-of-two blocks in the LPM trie:
-// ascending bits align the start, descending bits fill the rest (at most 2 blocks per bit)
+// ascending bits align the start, descending bits fill the rest (at most 2 blocks per bit); the
+// blocks made or taken out are charged to (or given back to) the process's tenant, whose share is
+// looked at once per range
 static __always_inline void add_ranges(u32 tgid, u64 base, u64 size, u32 kind, int del) {
     u64 a = base, end = base + size;
     if (end <= base)
         return;
+    struct tenant_t *o = del ? 0 : share_take(tgid, SH_RANGES);
+    if (!del && !o) {
+        lose(DROP_RANGES, SH_RANGES);
+        return;
+    }
+    s64 n = 0;
     for (u32 k = 0; k < 63; k++) {
         u64 blk = 1ull << k;
         if ((a & blk) && a + blk <= end) {
-            if (range_put(tgid, a, k, kind, del))
-                return;
+            int r = range_put(tgid, a, k, kind, del);
+            if (r < 0)
+                goto out;
+            n += r;
             a += blk;
         }
     }
     for (int k = 62; k >= 0; k--) {
         u64 blk = 1ull << k;
         if (a + blk <= end) {
-            if (range_put(tgid, a, k, kind, del))
-                return;
+            int r = range_put(tgid, a, k, kind, del);
+            if (r < 0)
+                goto out;
+            n += r;
             a += blk;
         }
     }
+out:
+    if (o)
+        share_add(o, SH_RANGES, n - 1);     // one was reserved
+    else if (del)
+        share_give(tgid, SH_RANGES, n);
 }
 
 int alloc_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
@@ -168,8 +187,15 @@ int alloc_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
         size *= read_u64(pa->out + 8);
     struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = flags == F_HANDLE ? ptr | HANDLE_TAG : ptr};
     struct alloc_t a = {.size = size, .kind = kind};
-    if (allocs.update(&k, &a) != 0) {
-        drop(DROP_ALLOCS);
+    struct tenant_t *o = share_take(tgid, SH_ALLOCS);
+    // a new entry is charged; an address already there (its free was not seen) is replaced, not charged
+    int rc = o ? allocs.insert(&k, &a) : -ENOSPC;
+    if (rc != 0 && o)
+        share_add(o, SH_ALLOCS, -1);    // not made here: the reservation goes back
+    if (rc == -EEXIST)
+        rc = allocs.update(&k, &a);
+    if (rc != 0) {
+        lose(DROP_ALLOCS, SH_ALLOCS);
         return 0;
     }
     if (flags != F_HANDLE)
@@ -193,7 +219,8 @@ static __always_inline int free_key(struct pt_regs *ctx, u64 addr) {
         return 0;
     u64 size = a->size;
     u32 kind = a->kind;
-    allocs.delete(&k);
+    if (allocs.delete(&k) == 0)
+        share_give(tgid, SH_ALLOCS, 1);
     if (!(addr & HANDLE_TAG))
         add_ranges(tgid, k.addr, size, kind, 1);
     __sync_fetch_and_add(&p->live_bytes, -(s64)size);

@@ -96,10 +96,13 @@ int begin_capture_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
     // gputop did not see that graph built
     u64 gid = graph ? graph_writable(tgid, graph) : gid_new(tgid, 0, 0);
     struct cap_t cap = {.origin = k.addr, .seq = bpf_ktime_get_ns(), .gid = gid};
-    int rc = capturing.insert(&k, &cap);
+    struct tenant_t *o = share_take(tgid, SH_CAPTURES);
+    int rc = o ? capturing.insert(&k, &cap) : -ENOSPC;
+    if (rc != 0 && o)
+        share_add(o, SH_CAPTURES, -1);
     if (rc != 0) {
         if (rc != -EEXIST)              // another thread's return marked it (the driver's twin)
-            drop(DROP_CAPTURES);
+            lose(DROP_CAPTURES, SH_CAPTURES);
         return 0;
     }
     u32 begun = CAPTURES_BEGUN;
@@ -123,6 +126,7 @@ static __always_inline int end_capture_at(struct pt_regs *ctx, int ptsz) {
     graph_call(ctx, OP_END, PT_REGS_PARM2(ctx), gid, 0);
     if (!c || capturing.delete(&k) != 0)
         return 0;
+    share_give(tgid, SH_CAPTURES, 1);
     u32 ended = CAPTURES_ENDED;
     u64 *n = capture_n.lookup(&ended);
     if (n)

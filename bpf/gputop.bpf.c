@@ -6,7 +6,8 @@
 // the names of the constants gputop/sources/bpf/common/abi.py passes as -D, with the map sizes), this file
 // the maps, and one *.bpf.h per concern the helpers and handlers, each after what it uses:
 //   bits.bpf.h      shared helpers: drops, hit counts, user and kernel reads, log2 buckets, bounded indices
-//   identity.bpf.h  a process is (tgid, generation): its keys, its record
+//   identity.bpf.h  a process is (tgid, generation): its keys
+//   share.bpf.h     each tenant's share of the tables: who owns a process's entries, what a tenant holds
 //   calls.bpf.h     each call counted once: nested calls, the runtime's own calls, driver-level layers
 //   names.bpf.h     kernel names: registrations, captured names, handles and what they stand for
 //   graph.bpf.h     kernels inside CUDA graphs: contents, graph calls read at return
@@ -73,6 +74,12 @@ BPF_TABLE("lru_hash", u64, u64, exec_mmap, MAX_MMAPS);  // thread -> the struct 
 // and each tenant's events in its window and the events it lost
 BPF_TABLE("lru_hash", u32, u64, rescan_pending, MAX_PROCS * 4);
 BPF_TABLE("lru_hash", struct tenant_t, struct share_t, tenant_events, MAX_TENANTS);
+// fair share of the tables (share.bpf.h): each process's owner (the tenant its entries are charged to),
+// what each tenant holds and lost by class (the BPF side's) and what user space gave back of it
+BPF_HASH(owners, u64, struct tenant_t, MAX_PROCS * 4);  // key: pkey(tgid)
+BPF_HASH(tenant_held, struct tenant_t, struct held_t, MAX_TENANTS);
+BPF_HASH(tenant_credit, struct tenant_t, struct credit_t, MAX_TENANTS);
+BPF_PERCPU_ARRAY(zero_held, struct held_t, 1);
 #ifdef FILE_KEYS
 // files named to user space (-> when, under which change time): once per COALESCE_NS
 BPF_TABLE("lru_hash", struct file_key_t, struct named_t, file_pending, MAX_MMAPS);
@@ -114,6 +121,7 @@ BPF_TABLE("lru_hash", u64, struct pending_t, pend_graph, MAX_THREADS);
 
 #include "bits.bpf.h"
 #include "identity.bpf.h"
+#include "share.bpf.h"
 #include "calls.bpf.h"
 #include "names.bpf.h"
 #include "graph.bpf.h"

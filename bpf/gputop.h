@@ -16,14 +16,15 @@
     !defined(KS_CLAIMED) || !defined(KS_GEN_SHIFT) || !defined(GEN_SHIFT) || !defined(GEN_MASK) || \
     !defined(CAPTURES_FORGOTTEN) || !defined(HIT_RETURN) || !defined(CODE_LAYER) || !defined(EV_FILE) || \
     !defined(FILE_NOT_CUDA) || !defined(CTIME_NSEC_MASK) || !defined(G_LOST) || !defined(NDROP) || \
-    !defined(DROP_GRAPHS) || !defined(COALESCE_NS) || !defined(EVENT_WINDOW_NS)
+    !defined(DROP_GRAPHS) || !defined(COALESCE_NS) || !defined(EVENT_WINDOW_NS) || !defined(NSHARE) || \
+    !defined(SH_GRAPH_NODES)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 #if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \
     !defined(MAX_NAME_PTRS) || !defined(MAX_ALLOCS) || !defined(MAX_CODE) || !defined(MAX_THREADS) || \
     !defined(MAX_GRAPHS) || !defined(MAX_GRAPH_NODES) || !defined(MAX_CAPTURES) || !defined(MAX_JOINED) || \
     !defined(MAX_CAPTURE_EVENTS) || !defined(MAX_MMAPS) || !defined(MAX_FILES) || !defined(EVENT_PAGES) || \
-    !defined(MAX_TENANTS) || !defined(TENANT_EVENTS) || !defined(PID_GEN_WORDS)
+    !defined(MAX_TENANTS) || !defined(TENANT_EVENTS) || !defined(TENANT_SHARE_PCT) || !defined(PID_GEN_WORDS)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags() and PID_GEN_WORDS: the map sizes are defined there"
 #endif
 
@@ -185,6 +186,16 @@ struct share_t {
     u64 window_ns;
     u64 used;
     u64 dropped;
+};
+// A tenant's share of the tables, by class (SH_*: abi.SHARE_KINDS): the entries the BPF side made and
+// deleted (held, its own), the entries it could not make over the tenant's share (lost); and the
+// entries user space deleted (released, user space's own). The tenant holds held - released.
+struct held_t {
+    s64 held[NSHARE];
+    u64 lost[NSHARE];
+};
+struct credit_t {
+    s64 released[NSHARE];
 };
 
 #ifdef FILE_KEYS

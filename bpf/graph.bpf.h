@@ -24,10 +24,16 @@ static __always_inline struct gid_t *gid_get(u32 tgid, u64 gid) {
 static __always_inline u64 gid_new(u32 tgid, u64 kernels, u32 flags) {
     struct gid_t g = {.kernels = kernels, .flags = flags};
     struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = bpf_ktime_get_ns()};
+    struct tenant_t *o = share_take(tgid, SH_GRAPHS);
+    if (!o) {
+        lose(DROP_GRAPHS, SH_GRAPHS);
+        return 0;
+    }
     if (gids.insert(&k, &g) != 0) {
         k.addr++;                       // the same nanosecond on another CPU
         if (gids.insert(&k, &g) != 0) {
-            drop(DROP_GRAPHS);
+            share_add(o, SH_GRAPHS, -1);
+            lose(DROP_GRAPHS, SH_GRAPHS);
             return 0;
         }
     }
@@ -40,11 +46,13 @@ static __always_inline int gnode_add(u32 tgid, u64 gid, u64 item) {
     u64 *c = gnodes.lookup(&k);
     if (!c) {
         u64 z = 0;
-        gnodes.insert(&k, &z);          // (or another CPU just did)
+        struct tenant_t *o = share_take(tgid, SH_GRAPH_NODES);
+        if (o && gnodes.insert(&k, &z) != 0)     // (another CPU just did, or no room)
+            share_add(o, SH_GRAPH_NODES, -1);
         c = gnodes.lookup(&k);
     }
     if (!c) {
-        drop(DROP_GRAPHS);
+        lose(DROP_GRAPHS, SH_GRAPH_NODES);
         return -1;
     }
     __sync_fetch_and_add(c, 1);
@@ -55,11 +63,13 @@ static __always_inline int gpart_add(u32 tgid, u64 gid, u64 item) {
     u64 *c = gparts.lookup(&k);
     if (!c) {
         u64 z = 0;
-        gparts.insert(&k, &z);
+        struct tenant_t *o = share_take(tgid, SH_GRAPHS);
+        if (o && gparts.insert(&k, &z) != 0)     // (another CPU just did, or no room)
+            share_add(o, SH_GRAPHS, -1);
         c = gparts.lookup(&k);
     }
     if (!c) {
-        drop(DROP_GRAPHS);
+        lose(DROP_GRAPHS, SH_GRAPHS);
         return -1;
     }
     __sync_fetch_and_add(c, 1);
@@ -135,20 +145,36 @@ static __always_inline void graph_put(u32 tgid, u64 handle, u64 gid, u64 frozen)
     struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = handle};
     struct graph_t gr = {.gid = gid, .frozen = frozen};
     if (!gid) {
-        graphs.delete(&k);
+        if (graphs.delete(&k) == 0)
+            share_give(tgid, SH_GRAPHS, 1);
         return;
     }
-    if (graphs.update(&k, &gr) != 0)
-        drop(DROP_GRAPHS);
+    int had = graphs.lookup(&k) != 0;
+    struct tenant_t *o = had ? 0 : share_take(tgid, SH_GRAPHS);
+    int rc = had ? graphs.update(&k, &gr) : o ? graphs.insert(&k, &gr) : -ENOSPC;
+    if (rc != 0 && o)
+        share_add(o, SH_GRAPHS, -1);    // not made here: the reservation goes back
+    if (rc == -EEXIST)
+        rc = graphs.update(&k, &gr);
+    if (rc != 0)
+        lose(DROP_GRAPHS, SH_GRAPHS);
 }
 static __always_inline void exec_put(u32 tgid, u64 handle, u64 gid) {
     struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = handle};
     if (!gid) {
-        execs.delete(&k);
+        if (execs.delete(&k) == 0)
+            share_give(tgid, SH_GRAPHS, 1);
         return;
     }
-    if (execs.update(&k, &gid) != 0)
-        drop(DROP_GRAPHS);
+    int had = execs.lookup(&k) != 0;        // (as graph_put)
+    struct tenant_t *o = had ? 0 : share_take(tgid, SH_GRAPHS);
+    int rc = had ? execs.update(&k, &gid) : o ? execs.insert(&k, &gid) : -ENOSPC;
+    if (rc != 0 && o)
+        share_add(o, SH_GRAPHS, -1);    // not made here: the reservation goes back
+    if (rc == -EEXIST)
+        rc = execs.update(&k, &gid);
+    if (rc != 0)
+        lose(DROP_GRAPHS, SH_GRAPHS);
 }
 
 // What graph calls do to graphs, read at their return (graph_return): op, out-pointer, two arguments
@@ -275,15 +301,18 @@ int graph_destroy(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
         return 0;
     if (!gr->frozen) {
         struct tkey_t gk = {.tgid = tgid, .gen = gen_of(tgid), .addr = gr->gid};
-        gids.delete(&gk);               // its gnodes and gparts entries: user space sweeps them
+        if (gids.delete(&gk) == 0)      // its gnodes and gparts entries: user space sweeps them
+            share_give(tgid, SH_GRAPHS, 1);
     }
-    graphs.delete(&k);
+    if (graphs.delete(&k) == 0)
+        share_give(tgid, SH_GRAPHS, 1);
     return 0;
 }
 // cudaGraphExecDestroy(exec), cuGraphExecDestroy: the content stays (its launches are counted)
 static __always_inline int exec_forget(struct pt_regs *ctx) {
     struct tkey_t k = {.tgid = current_tgid(), .gen = gen_of(current_tgid()), .addr = PT_REGS_PARM1(ctx)};
-    execs.delete(&k);
+    if (execs.delete(&k) == 0)
+        share_give(k.tgid, SH_GRAPHS, 1);
     return 0;
 }
 int graph_exec_destroy(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return exec_forget(ctx); }

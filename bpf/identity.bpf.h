@@ -1,4 +1,5 @@
-// A process is (tgid, generation) (gputop.bpf.c, pid_gen): its generation, its keys, its record.
+// A process is (tgid, generation) (gputop.bpf.c, pid_gen): its generation and its keys (its record:
+// share.bpf.h, which charges it to its tenant).
 #ifndef __IDENTITY_BPF_H
 #define __IDENTITY_BPF_H
 
@@ -26,38 +27,6 @@ static __always_inline void gen_bump(u32 tgid) {
     u32 sh = (tgid & 7) * 8;
     u64 lane = (*(volatile u64 *)w >> sh) & GEN_MASK;
     __sync_fetch_and_add(w, lane == GEN_MASK ? -((u64)GEN_MASK << sh) : 1ULL << sh);
-}
-
-// the process's record, made if it has none; 0 when the table is full (not counted as dropped:
-// the caller that gives the call up counts it, once)
-static __always_inline struct proc_t *proc_make(u32 tgid) {
-    u64 pk = pkey(tgid);
-    struct proc_t *p = procs.lookup(&pk);
-    if (p)
-        return p;
-    u32 z = 0;
-    struct proc_t *zero = zero_proc.lookup(&z);
-    if (!zero)
-        return 0;
-    // insert, not update: a record another CPU just created must not be replaced under it
-    int created = procs.insert(&pk, zero) == 0;
-    p = procs.lookup(&pk);
-    if (p && created)
-        bpf_get_current_comm(p->comm, sizeof(p->comm));
-    return p;
-}
-
-// the process's record, or 0 when it has none
-static __always_inline struct proc_t *proc_of(u32 tgid) {
-    u64 pk = pkey(tgid);
-    return procs.lookup(&pk);
-}
-
-static __always_inline struct proc_t *proc_get(u32 tgid) {
-    struct proc_t *p = proc_make(tgid);
-    if (!p)
-        drop(DROP_PROCS);
-    return p;
 }
 
 // the key of (process, address) in the LPM tries (ranges, code): tgid, gen and address, big-endian,

@@ -5,6 +5,24 @@
 #ifndef __LAUNCH_BPF_H
 #define __LAUNCH_BPF_H
 
+// the pair's kernels entry, made if it has none (the pair's first launch: its name is read); 0 when the
+// table is full or its tenant's share is (the caller that gives the launch up counts the loss)
+static __always_inline struct kstat_t *kernel_make(u32 tgid, u32 gen, u64 func) {
+    struct tkey_t k = {.tgid = tgid, .gen = gen, .addr = func};
+    struct kstat_t *ks = kernels.lookup(&k);
+    if (ks)
+        return ks;
+    struct tenant_t *o = share_take(tgid, SH_KERNELS);
+    if (!o)
+        return 0;
+    struct kstat_t zero = {};
+    if (kernels.insert(&k, &zero) == 0)
+        name_at_launch(tgid, func);
+    else
+        share_add(o, SH_KERNELS, -1);
+    return kernels.lookup(&k);
+}
+
 // the pair's launch slot, claimed if free (after its `kernels` entry exists); 0: count in the entry
 static __always_inline struct kslot_t *kslot_of(u32 tgid, u32 gen, u64 func, u64 grid, u64 block) {
     u32 i = (u32)(((func ^ ((u64)tgid << 40)) * 0x9E3779B97F4A7C15ULL) >> 32) & (MAX_KSLOTS - 1);
@@ -18,14 +36,8 @@ static __always_inline struct kslot_t *kslot_of(u32 tgid, u32 gen, u64 func, u64
     if (s->owner != 0 || !proc_make(tgid))  // a new pair: its process's record first (its name); the
                                             // slow path counts a full table's drop
         return 0;
-    struct tkey_t k = {.tgid = tgid, .gen = gen, .addr = func};
-    if (!kernels.lookup(&k)) {
-        struct kstat_t zero = {};
-        kernels.insert(&k, &zero);
-        if (!kernels.lookup(&k))
-            return 0;                   // no room: the slow path drops it
-        name_at_launch(tgid, func);     // the pair's first launch
-    }
+    if (!kernel_make(tgid, gen, func))
+        return 0;                       // no room: the slow path drops it
     if (__sync_val_compare_and_swap(&s->owner, 0, who | KS_CLAIMED) != 0)
         return 0;
     s->func = func;
@@ -108,20 +120,13 @@ static __always_inline int count_launch(u32 tgid, u64 func, u64 gx, u64 gy, u64 
     __sync_fetch_and_add(&p->block_hist[idx_mask(bb, NB - 1)], 1);
     // a process's launches and grid/block sums are those of its kernels (user space adds them
     // up) plus the record's own counters, which take only launches whose kernel had no room
-    struct tkey_t k = {.tgid = tgid, .gen = gen, .addr = func};
-    struct kstat_t *ks = kernels.lookup(&k);
+    struct kstat_t *ks = kernel_make(tgid, gen, func);
     if (!ks) {
-        struct kstat_t zero = {};
-        kernels.insert(&k, &zero);
-        ks = kernels.lookup(&k);
-        if (!ks) {
-            drop(DROP_KERNELS);
-            __sync_fetch_and_add(&p->launches, 1);
-            __sync_fetch_and_add(&p->grid_sum, grid);
-            __sync_fetch_and_add(&p->block_sum, block);
-            return 0;
-        }
-        name_at_launch(tgid, func);     // the pair's first launch
+        lose(DROP_KERNELS, SH_KERNELS);
+        __sync_fetch_and_add(&p->launches, 1);
+        __sync_fetch_and_add(&p->grid_sum, grid);
+        __sync_fetch_and_add(&p->block_sum, block);
+        return 0;
     }
     __sync_fetch_and_add(&ks->launches, 1);
     __sync_fetch_and_add(&ks->grid_sum, grid);

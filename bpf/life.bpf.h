@@ -16,15 +16,6 @@
 #ifndef __LIFE_BPF_H
 #define __LIFE_BPF_H
 
-// the current task's tenant
-static __always_inline struct tenant_t tenant_of_current(void) {
-    struct tenant_t t = {};
-    t.uid = (u32)bpf_get_current_uid_gid();
-    if (t.uid == 0)
-        t.cgroup = bpf_get_current_cgroup_id();
-    return t;
-}
-
 // 1 when the current task's tenant may emit one more event in this window; else its loss is counted
 static __always_inline int tenant_share(void) {
     struct tenant_t t = tenant_of_current();
@@ -211,8 +202,8 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     if (p) {
         p->exited_ns = bpf_ktime_get_ns();
         emit(tgid, EV_EXIT);
-    } else if (tracked.lookup(&pk)) {
-        emit(tgid, EV_EXIT_IDLE);       // no record to show: just forget it
+    } else if (tracked.lookup(&pk) || owners.lookup(&pk)) {
+        emit(tgid, EV_EXIT_IDLE);       // no record to show: just forget it (and give its entries back)
     } else {
         return 0;
     }

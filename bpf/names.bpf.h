@@ -12,6 +12,12 @@ static __always_inline void track(u32 tgid) {
 
 static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
     struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = addr};
+    int had = names.lookup(&k) != 0;
+    struct tenant_t *o = had ? 0 : share_take(tgid, SH_NAMES);
+    if (!had && !o) {
+        lose(DROP_NAMES, SH_NAMES);
+        return;
+    }
     track(tgid);
     u32 z = 0;
     // a name is 256 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
@@ -20,8 +26,14 @@ static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
         return;
     __builtin_memset(n, 0, sizeof(*n));
     bpf_probe_read_user_str(n->name, NAME_LEN, (void *)user_str);
-    if (names.update(&k, n) != 0)
-        drop(DROP_NAMES);
+    // a new entry is inserted (charged once: another CPU's insert of it fails here and updates)
+    int rc = o ? names.insert(&k, n) : names.update(&k, n);
+    if (rc != 0 && o)
+        share_add(o, SH_NAMES, -1);        // not made here: the reservation goes back
+    if (rc == -EEXIST)
+        rc = names.update(&k, n);
+    if (rc != 0)
+        lose(DROP_NAMES, SH_NAMES);
 }
 
 // A registered kernel's name, read at the pair's first launch while the process's memory holds it
@@ -42,9 +54,20 @@ int register_function(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = PT_REGS_PARM2(ctx)};
     struct name_ptr_t v = {.ptr = PT_REGS_PARM4(ctx), .boot_ns = bpf_ktime_get_boot_ns()};
+    int had = name_ptrs.lookup(&k) != 0;
+    struct tenant_t *o = had ? 0 : share_take(tgid, SH_NAME_PTRS);
+    if (!had && !o) {
+        lose(DROP_NAMES, SH_NAME_PTRS);
+        return 0;
+    }
     track(tgid);
-    if (name_ptrs.update(&k, &v) != 0)
-        drop(DROP_NAMES);
+    int rc = o ? name_ptrs.insert(&k, &v) : name_ptrs.update(&k, &v);     // (as put_name)
+    if (rc != 0 && o)
+        share_add(o, SH_NAME_PTRS, -1);        // not made here: the reservation goes back
+    if (rc == -EEXIST)
+        rc = name_ptrs.update(&k, &v);
+    if (rc != 0)
+        lose(DROP_NAMES, SH_NAME_PTRS);
     return 0;
 }
 
@@ -87,9 +110,20 @@ int getfn_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
     }
     struct tkey_t dst = {.tgid = tgid, .gen = gen_of(tgid), .addr = handle};
     u64 src_addr = pn->name;
+    int had = aliases.lookup(&dst) != 0;
+    struct tenant_t *o = had ? 0 : share_take(tgid, SH_NAMES);
+    if (!had && !o) {
+        lose(DROP_NAMES, SH_NAMES);
+        return 0;
+    }
     track(tgid);
-    if (aliases.update(&dst, &src_addr) != 0)
-        drop(DROP_NAMES);
+    int rc = o ? aliases.insert(&dst, &src_addr) : aliases.update(&dst, &src_addr);   // (as put_name)
+    if (rc != 0 && o)
+        share_add(o, SH_NAMES, -1);        // not made here: the reservation goes back
+    if (rc == -EEXIST)
+        rc = aliases.update(&dst, &src_addr);
+    if (rc != 0)
+        lose(DROP_NAMES, SH_NAMES);
     return 0;
 }
 

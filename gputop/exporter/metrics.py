@@ -335,10 +335,13 @@ class SnapshotCollector(Collector):
             fam.counter("gputop_dropped_records", "Records the BPF maps had no room for.",
                         ()).add_metric([], float(bpf.dropped))
         if bpf.dropped_by_tenant:
-            tenants = fam.counter("gputop_tenant_dropped_events", "Events a tenant (uid:N; cgroup:ID for uid 0) "
-                                  "lost over its share of the BPF ring (docs/SECURITY.md, Fair share).", ("tenant",))
-            for tenant, n in sorted(bpf.dropped_by_tenant.items()):
-                tenants.add_metric([sanitize(tenant, 64)], float(n))
+            tenants = fam.counter("gputop_tenant_dropped", "What a tenant (uid:N; cgroup:ID for uid 0) lost, by kind: "
+                                  "events over its share of the BPF ring, or calls whose table entry (procs, kernels, "
+                                  "names, ...) its share of that table or a full table had no room for "
+                                  "(docs/SECURITY.md, Fair share).", ("tenant", "kind"))
+            for tenant, kinds in sorted(bpf.dropped_by_tenant.items()):
+                for kind, n in sorted(kinds.items()):
+                    tenants.add_metric([sanitize(tenant, 64), sanitize(kind, 32)], float(n))
         for name, value, doc in (("gputop_probes", bpf.probes, "Probes attached."),
                                  ("gputop_probes_failed", bpf.probes_failed, "Probes the kernel refused."),
                                  ("gputop_probed_objects", bpf.objects, "ELF objects probed.")):

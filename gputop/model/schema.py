@@ -206,9 +206,10 @@ class SourceStatus:
     objects: int | None = None
     probes: int | None = None
     dropped: int | None = None
-    #: events lost by each tenant over its share of them (``uid:N``; ``cgroup:ID`` for uid 0), for those that
-    #: lost any (docs/SECURITY.md, "Fair share"); also in ``dropped``
-    dropped_by_tenant: Mapping[str, int] | None = None
+    #: what each tenant that lost any lost (``uid:N``; ``cgroup:ID`` for uid 0), by kind: ``events`` over its
+    #: share of the ring, and calls whose table entry (``procs``, ``kernels``, ``names``... : the share
+    #: classes) its share or a full table had no room for (docs/SECURITY.md, "Fair share"); also in ``dropped``
+    dropped_by_tenant: Mapping[str, Mapping[str, int]] | None = None
     #: the BPF programs' run time, ns of CPU per second of the interval: its exact hits x the run time
     #: per hit sampled in the latest statistics window (``stats_age_s`` old), + the tracepoints' time
     overhead_ns_per_s: float | None = None

@@ -282,7 +282,7 @@ def test_process_exit_removes_records(run_workload, workloads, bpf_source) -> No
 
 
 def test_dropped_kernels_are_counted(workloads, tmp_path) -> None:
-    src = BpfSource(limits={"MAX_KERNELS": 2})
+    src = BpfSource(limits={"MAX_KERNELS": 2, "TENANT_SHARE_PCT": 100})
     src.start()
     try:
         go = tmp_path / "go"

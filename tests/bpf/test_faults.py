@@ -282,7 +282,7 @@ def test_full_process_table_drops_and_says_so(workloads: Workloads, tmp_path: Pa
     """Room for two process records: the two processes that got one stay exact, the third's calls
     are counted as dropped, its counts are unknown (null, never 0), and the header and batch mode
     show the dropped count. (Exact on a host where no other CUDA process takes the two places.)"""
-    src = BpfSource(limits={"MAX_PROCS": 2})
+    src = BpfSource(limits={"MAX_PROCS": 2, "TENANT_SHARE_PCT": 100})
     sampler = Sampler(SamplerConfig(interval_s=0.2, use_nvml=False), bpf=src)
     sampler.open_bpf()
     assert sampler.bpf_error is None

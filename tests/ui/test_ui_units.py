@@ -434,6 +434,11 @@ def test_header_shows_status_and_cost(scenario: list[Snapshot]) -> None:
     bpf = replace(scenario[0].sources["bpf"], probes_failed=2, dropped=5)
     text = header_content(HeaderState(replace(scenario[0], sources={**scenario[0].sources, "bpf": bpf}))).plain
     assert "BPF ok 212p/7obj 2 failed dropped 5" in text
+    # the tenant that lost most, all kinds summed (docs/SECURITY.md, "Fair share")
+    bpf = replace(bpf, dropped=2030, dropped_by_tenant={"uid:65534": {"events": 1000, "procs": 1000},
+                                                        "cgroup:77": {"kernels": 30}})
+    text = header_content(HeaderState(replace(scenario[0], sources={**scenario[0].sources, "bpf": bpf}))).plain
+    assert "dropped 2.03k (uid:65534 2.00k)" in text
 
 
 def test_gpu_line_shows_na_for_unknowns() -> None:

@@ -108,6 +108,19 @@ def test_counters_are_the_snapshot_totals(clock: Clock) -> None:
     assert m[("gputop_probes", ())] == 137
 
 
+def test_tenant_losses_are_a_counter_by_tenant_and_kind(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(), clock)
+    s = snap(proc(41))
+    lost = {"uid:65534": {"events": 1000, "procs": 12}, "cgroup:9": {"kernels": 110}}
+    bpf = dataclasses.replace(s.sources["bpf"], dropped=1122, dropped_by_tenant=lost)
+    c.update(dataclasses.replace(s, sources={**s.sources, "bpf": bpf}))
+    m = scrape(c)
+    assert {k: v for k, v in m.items() if k[0] == "gputop_tenant_dropped_total"} == {
+        ("gputop_tenant_dropped_total", lbl(kind="events", tenant="uid:65534")): 1000,
+        ("gputop_tenant_dropped_total", lbl(kind="procs", tenant="uid:65534")): 12,
+        ("gputop_tenant_dropped_total", lbl(kind="kernels", tenant="cgroup:9")): 110}
+
+
 def test_unknown_values_are_absent_series_never_zero(clock: Clock) -> None:
     c = SnapshotCollector(ExportOptions(), clock)
     nvml_only = ProcSample(pid=7, comm="nvml_only", gpu_index=1, gpu_mem_bytes=None, gpu_util_pct=None)

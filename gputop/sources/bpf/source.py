@@ -25,6 +25,7 @@ from gputop.sources.bpf.lifecycle.events import Events
 from gputop.sources.bpf.lifecycle.forgetting import Forgetting
 from gputop.sources.bpf.lifecycle.procid import PidGens
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
+from gputop.sources.bpf.lifecycle.shares import Shares
 from gputop.sources.bpf.names.naming import Naming
 from gputop.sources.bpf.program import kheaders
 from gputop.sources.bpf.program.privileges import coverage_gaps, privileges_error
@@ -72,7 +73,8 @@ class BpfSource:
         table = self.program.table
         self.cost = SelfCost(self._prog_stats, clock)
         self.slots = LaunchSlots(table)           # the launch fast path's slots (launchslots.py)
-        self.graph_kernels = GraphKernels(table)
+        self.shares = Shares(table)               # each tenant's share of the tables (shares.py)
+        self.graph_kernels = GraphKernels(table, self.shares)
         #: every piece of per-process state, each PID's generation (procid.py) with it (proctable.py)
         self.procs = ProcTable(PidGens(table))
         self.attacher = Attacher(self.program, self.procs, clock)
@@ -80,10 +82,10 @@ class BpfSource:
         self.scanner = Scanner(self.procs, self.attacher, self.names)
         self.records = Records(self.names, self.procs, self.graph_kernels)
         self.forgetting = Forgetting(table, self.procs, self.attacher, self.names, self.records,
-                                     self.slots, self.graph_kernels)
+                                     self.slots, self.graph_kernels, self.shares)
         self.events = Events(self.procs, self.attacher, self.scanner, self.forgetting, clock, self.table)
         self.reader = Reader(self.program, self.procs, self.attacher, self.records, self.events, self.slots,
-                             self.cost)
+                             self.cost, self.shares)
 
     # ------------------------------------------------------------ what the program and its parts hold
 

@@ -50,8 +50,9 @@ def _source(name: str, st: SourceStatus | None) -> Content:
             parts.append((f" {st.probes_failed} failed", "$warning bold"))
         if st.dropped:
             parts.append((f" dropped {fmt.si(st.dropped)}", "$warning bold"))
-            if st.dropped_by_tenant:        # the tenant that lost most over its share (docs/SECURITY.md)
-                tenant, n = max(st.dropped_by_tenant.items(), key=lambda kv: (kv[1], kv[0]))
+            if st.dropped_by_tenant:        # the tenant that lost most (docs/SECURITY.md, "Fair share")
+                tenant, n = max(((t, sum(kinds.values())) for t, kinds in st.dropped_by_tenant.items()),
+                                key=lambda kv: (kv[1], kv[0]))
                 parts.append((f" ({fmt.text(tenant)} {fmt.si(n)})", "$warning"))
     return Content.assemble(*parts)
 

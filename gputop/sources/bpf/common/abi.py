@@ -70,9 +70,22 @@ G_UNKNOWN, G_LOST = 1, 2
 DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs")
 NDROP = len(DROP_KINDS)
 
+#: the classes of table entries a tenant has a share of (bpf/share.bpf.h), by index: process owners,
+#: records, (process, kernel) pairs, names and aliases, registrations, allocations, their address
+#: ranges, captures under way, graph contents with graphs, execs and parts, graph nodes. The C side
+#: names index i SH_<KIND>.
+SHARE_KINDS = ("owners", "procs", "kernels", "names", "name_ptrs", "allocs", "ranges", "captures", "graphs",
+               "graph_nodes")
+NSHARE = len(SHARE_KINDS)
+#: the class each table's entries are charged as (the tables user space deletes entries of)
+SHARE_OF = {"procs": "procs", "owners": "owners", "kernels": "kernels", "names": "names", "aliases": "names",
+            "name_ptrs": "name_ptrs", "allocs": "allocs", "ranges": "ranges", "capturing": "captures",
+            "gids": "graphs", "graphs": "graphs", "execs": "graphs", "gparts": "graphs", "gnodes": "graph_nodes"}
+
 #: every constant above, by name: what cflags passes
 SHARED: dict[str, int] = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}
 SHARED.update({f"DROP_{kind.upper()}": i for i, kind in enumerate(DROP_KINDS)})
+SHARED.update({f"SH_{kind.upper()}": i for i, kind in enumerate(SHARE_KINDS)})
 
 #: the maps' sizes (entries), each map's in one place; a test may pass smaller ones (``cflags(limits)``).
 #: ``tracked`` holds MAX_PROCS x 4 and ``ranges`` MAX_ALLOCS x 8 (bpf/gputop.bpf.c)
@@ -95,6 +108,7 @@ LIMITS: dict[str, int] = {
     "EVENT_PAGES": 64,              # events: the ring buffer's pages (a power of two)
     "MAX_TENANTS": 4096,            # tenant_events: tenants' shares of the events (LRU)
     "TENANT_EVENTS": 2048,          # events a tenant may emit in EVENT_WINDOW_NS (the rest: its drops)
+    "TENANT_SHARE_PCT": 50,         # the part of each table (share class) one tenant may hold, percent
 }
 
 

@@ -10,9 +10,11 @@ from typing import Any
 
 from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.attach.attaching import Attacher
+from gputop.sources.bpf.common.abi import SHARE_OF
 from gputop.sources.bpf.lifecycle.procid import Doomed, ident, pid_of
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.lifecycle.purge import delete_by_pid, delete_ranges
+from gputop.sources.bpf.lifecycle.shares import Shares, Tenant
 from gputop.sources.bpf.names.naming import Naming
 from gputop.sources.bpf.read.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.bpf.read.graphs import GraphKernels
@@ -22,7 +24,8 @@ from gputop.sources.bpf.read.records import Records
 
 class Forgetting:
     def __init__(self, table: Callable[[str], Any], procs: ProcTable, attacher: Attacher,
-                 names: Naming, records: Records, slots: LaunchSlots, graph_kernels: GraphKernels) -> None:
+                 names: Naming, records: Records, slots: LaunchSlots, graph_kernels: GraphKernels,
+                 shares: Shares) -> None:
         self._table = table
         self._procs = procs          # what is kept of each process (proctable.py): its methods change it
         self._attacher = attacher
@@ -30,6 +33,7 @@ class Forgetting:
         self._records = records
         self._slots = slots
         self._graph_kernels = graph_kernels
+        self._shares = shares        # what is deleted is given back to the tenant it was charged to
 
     def take_final(self, idents: Iterable[int]) -> None:
         """At their exit: keep the last records of the processes ``idents`` (with their kernels'
@@ -70,11 +74,12 @@ class Forgetting:
         launch) and the old program's symbols (its maps as last scanned); not from the process's
         memory, which is the new program's now."""
         pid, only = pid_of(me), Doomed(frozenset({me}))
-        self._delete_by_pid(only, ("name_ptrs",))
+        owners = self._shares.owners(only)
+        self._delete_by_pid(only, owners, ("name_ptrs",))
         # names kept already (a scan saw the new image first: Naming.keep_unmapped) come first
         named = self._names.old_names(me, self._names.launched(me), self._procs.maps_of(pid))
         self._attacher.code.delete(only)
-        self._delete_by_pid(only, ("names", "aliases"))
+        self._delete_by_pid(only, owners, ("names", "aliases"))
         self._attacher.code.forget({pid})
         self._names.namer.forget(pid)
         self._names.namer.keep(pid, named)
@@ -119,25 +124,37 @@ class Forgetting:
             self._procs.release(pid, doomed)
 
     def _delete_tables(self, doomed: Doomed) -> None:
-        """Delete what the BPF side holds about processes that are gone."""
+        """Delete what the BPF side holds about processes that are gone, and give it back to the tenants
+        it was charged to (their owners, read first and deleted last)."""
         gone = set(doomed.all_pids)
         self._graph_kernels.keep(gone, self._names.namer.name)
+        owners = self._shares.owners(doomed)
         for name in ("procs", "tracked"):
             table = self._table(name)
+            deleted: dict[int, int] = {}
             for me in doomed.idents:
-                table.pop(table.Key(me), None)
+                if table.pop(table.Key(me), None) is not None:
+                    deleted[me] = 1
             if doomed.pids:
                 for k in [k for k in table if pid_of(int(k.value)) in doomed.pids]:
-                    table.pop(k, None)
-        self._slots.forget(doomed)           # their launch slots, and captures they left under way
-        self._delete_by_pid(doomed, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
-                                     "capture_events", *GRAPH_TABLES))
-        delete_ranges(self._table("ranges"), doomed)
+                    if table.pop(k, None) is not None:
+                        deleted[int(k.value)] = 1
+            if name in SHARE_OF:
+                self._shares.give_back(owners, deleted, SHARE_OF[name])
+        # their launch slots, and captures they left under way
+        self._shares.give_back(owners, self._slots.forget(doomed), SHARE_OF["capturing"])
+        self._delete_by_pid(doomed, owners, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
+                                             "capture_events", *GRAPH_TABLES))
+        self._shares.give_back(owners, delete_ranges(self._table("ranges"), doomed), SHARE_OF["ranges"])
+        self._shares.forget_owners(owners)
         self._attacher.code.delete(doomed)
         self._attacher.code.forget(gone)
         for pid in gone:
             self._names.namer.forget(pid)
 
-    def _delete_by_pid(self, doomed: Doomed, tables: tuple[str, ...]) -> None:
+    def _delete_by_pid(self, doomed: Doomed, owners: dict[int, Tenant], tables: tuple[str, ...]) -> None:
         for name in tables:
-            delete_by_pid(self._table(name), doomed)
+            deleted = delete_by_pid(self._table(name), doomed)
+            kind = SHARE_OF.get(name)
+            if kind is not None:
+                self._shares.give_back(owners, deleted, kind)

@@ -12,11 +12,14 @@ kernels by function.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gputop.sources.bpf.common.abi import G_LOST, G_UNKNOWN
+from gputop.sources.bpf.common.abi import G_LOST, G_UNKNOWN, SHARE_OF
+from gputop.sources.bpf.lifecycle.procid import Doomed, key_ident
+from gputop.sources.bpf.lifecycle.shares import Shares
 
 __all__ = ["G_LOST", "G_UNKNOWN", "TABLES", "Content", "GraphKernels", "by_function", "kernels_of"]
 
@@ -100,8 +103,10 @@ class GraphKernels:
     node and part tables are read only when a newly launched content appears (and, to sweep the
     entries of destroyed graphs, at most every SWEEP_S)."""
 
-    def __init__(self, table: Callable[[str], Any], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, table: Callable[[str], Any], shares: Shares,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._table = table
+        self._shares = shares           # the entries the sweep deletes are given back to their tenant
         self._clock = clock
         self._cache: dict[int, dict[int, dict[int, int]]] = {}     # pid -> gid -> functions
         self._kept: dict[int, dict[int, int] | None] = {}          # exited processes' last result
@@ -125,13 +130,19 @@ class GraphKernels:
     def _sweep(self) -> None:
         """Delete node and part entries whose content is gone (its graph destroyed before anything
         held it). The tables are read before the contents: a content is created before its entries."""
-        tables = [self._table(name) for name in ("gnodes", "gparts")]
+        names = ("gnodes", "gparts")
+        tables = [self._table(name) for name in names]
         keys = [[k for k, _ in t.items()] for t in tables]
         live = {(int(k.tgid), int(k.addr)) for k, _ in self._table("gids").items()}
+        swept: list[Counter[int]] = []
         for t, ks in zip(tables, keys):
+            swept.append(Counter())
             for k in ks:
-                if (int(k.tgid), int(k.gid)) not in live:
-                    t.pop(k, None)
+                if (int(k.tgid), int(k.gid)) not in live and t.pop(k, None) is not None:
+                    swept[-1][key_ident(k)] += 1
+        owners = self._shares.owners(Doomed(frozenset(me for c in swept for me in c)))
+        for name, deleted in zip(names, swept):
+            self._shares.give_back(owners, deleted, SHARE_OF[name])
 
     def read(self, pids: Iterable[int] | None = None) -> dict[int, dict[int, int] | None]:
         """Graph kernel launches by function of the processes with graph contents (all, or ``pids``)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,8 +177,9 @@ class LaunchSlots:
         out.kernels = {me: [(addr, KernelCount(*c)) for addr, c in ks.items()] for me, ks in merged.items()}
         return out
 
-    def forget(self, doomed: Doomed) -> None:
-        """Free the slots of processes that are gone, and count their captures as over."""
+    def forget(self, doomed: Doomed) -> Counter[int]:
+        """Free the slots of processes that are gone, and count their captures as over; the captures
+        deleted, by process identity."""
         words = self._map()
         known = {me: self._final_funcs.pop(me) for me in doomed.idents if me in self._final_funcs}
         unknown = Doomed(doomed.idents - set(known), doomed.pids)
@@ -190,17 +192,18 @@ class LaunchSlots:
             words[base:base + owner] = memoryview(bytes(8 * owner)).cast("Q")
             words[base + owner] = 0
         table = self._table("capturing")
-        deleted = 0
+        deleted: Counter[int] = Counter()
         for k in [k for k in table if doomed.hit(key_ident(k))]:
             try:
                 del table[k]
             except KeyError:                    # its end (another thread) deleted it first
                 continue
-            deleted += 1
+            deleted[key_ident(k)] += 1
         if deleted:
-            self.forgotten_captures += deleted
+            self.forgotten_captures += deleted.total()
             counters = self._table("capture_n")
             counters[counters.Key(CAPTURES_FORGOTTEN)] = counters.Leaf(self.forgotten_captures)
+        return deleted
 
     def close(self) -> None:
         if self._words is not None:

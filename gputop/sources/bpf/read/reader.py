@@ -16,6 +16,7 @@ from gputop.sources.bpf.cost.selfcost import SelfCost
 from gputop.sources.bpf.lifecycle.events import Events
 from gputop.sources.bpf.lifecycle.procid import pid_of
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
+from gputop.sources.bpf.lifecycle.shares import Shares, tenant_label
 from gputop.sources.bpf.program.program import Program
 from gputop.sources.bpf.read.launchslots import LaunchSlots
 from gputop.sources.bpf.read.readings import BpfReading, IdleProc, RawProc
@@ -24,7 +25,7 @@ from gputop.sources.bpf.read.records import Records
 
 class Reader:
     def __init__(self, program: Program, procs: ProcTable, attacher: Attacher, records: Records,
-                 events: Events, slots: LaunchSlots, cost: SelfCost) -> None:
+                 events: Events, slots: LaunchSlots, cost: SelfCost, shares: Shares) -> None:
         self._program = program
         self._procs = procs          # what is kept of each process (proctable.py): its methods change it
         self._attacher = attacher
@@ -32,6 +33,7 @@ class Reader:
         self._events = events
         self._slots = slots
         self._cost = cost
+        self._shares = shares
         self.gaps: str | None = None         # why some processes may go untraced (capabilities)
         self.snapshots = 0                       # reads so far (the trap calibration waits for one)
 
@@ -51,14 +53,15 @@ class Reader:
         out["objects"] = self._attacher.dropped()
         return out
 
-    def dropped_by_tenant(self) -> dict[str, int]:
-        """Events each tenant lost over its share (bpf/life.bpf.h), for those that lost any: ``uid:N``, or
-        ``cgroup:ID`` for uid 0 (containers run as root, a pod each)."""
-        out: dict[str, int] = {}
+    def dropped_by_tenant(self) -> dict[str, dict[str, int]]:
+        """What each tenant that lost any lost, by kind: ``events`` over its share of the ring
+        (bpf/life.bpf.h), and entries of each table class (abi.SHARE_KINDS) over its share of the table
+        or to a full one (bpf/share.bpf.h). Tenants are ``uid:N``, or ``cgroup:ID`` for uid 0."""
+        out = self._shares.lost()
         for k, v in self._program.table("tenant_events").items():
             if v.dropped:
-                tenant = f"cgroup:{int(k.cgroup)}" if k.uid == 0 else f"uid:{int(k.uid)}"
-                out[tenant] = out.get(tenant, 0) + int(v.dropped)
+                mine = out.setdefault(tenant_label((int(k.uid), int(k.cgroup))), {})
+                mine["events"] = mine.get("events", 0) + int(v.dropped)
         return out
 
     def _inflight_sync_ns(self) -> dict[int, int]:
