@@ -65,6 +65,19 @@ static __always_inline u64 idx_below(u64 i, u64 n) {
 _Static_assert(D_UNK == NDIR - 1, "a direction out of range counts as unknown: D_UNK is the last");
 _Static_assert((NB & (NB - 1)) == 0 && (NPREFETCH & (NPREFETCH - 1)) == 0, "masks need powers of two");
 
+// the value at p before n was added to it: one atomic fetch-and-add (Linux 5.12+, LLVM 12+). A program
+// built without BPF's atomics (gputop/sources/bpf/common/linux.py's NO_CMPXCHG defines the builtin
+// away) reads, then adds: CPUs doing it at once may each see the value before the others' adds.
+static __always_inline s64 fetch_add(s64 *p, s64 n) {
+#ifdef __sync_val_compare_and_swap
+    s64 was = *(volatile s64 *)p;
+    __sync_fetch_and_add(p, n);
+    return was;
+#else
+    return __sync_fetch_and_add(p, n);
+#endif
+}
+
 static __always_inline u64 read_u64(u64 addr) {
     u64 v = 0;
     bpf_probe_read_user(&v, sizeof(v), (void *)addr);

@@ -46,14 +46,15 @@ static __always_inline struct held_t *held_of(struct tenant_t *t) {
 }
 
 // One more entry of class c for tenant t, reserved (charged) when it has room: 1; else 0. Reserved
-// before the entry is made (one atomic add: CPUs making entries at once cannot pass the share together),
+// before the entry is made (one atomic add: CPUs making entries at once cannot pass the share together;
+// without BPF's atomics, fetch_add, each may pass it by one),
 // given back (share_add -1) when the entry could not be made after all.
 static __always_inline int share_reserve(struct tenant_t *t, u32 c) {
     struct held_t *h = held_of(t);
     if (!h)
         return 0;
     struct credit_t *cr = tenant_credit.lookup(t);
-    s64 was = __sync_fetch_and_add(&h->held[idx_below(c, NSHARE)], 1);
+    s64 was = fetch_add(&h->held[idx_below(c, NSHARE)], 1);
     if (was - (cr ? cr->released[idx_below(c, NSHARE)] : 0) >= share_cap(c)) {
         __sync_fetch_and_add(&h->held[idx_below(c, NSHARE)], -1);
         return 0;

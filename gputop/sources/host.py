@@ -111,46 +111,59 @@ def cgroup2_root() -> str | None:
     return None
 
 
+def cgroup_dirs(components: list[str], root: str | None = None) -> list[os.stat_result] | None:
+    """The cgroup2 root's directory and each directory below it down ``components`` (a path in
+    /proc/PID/cgroup's ``0::/path``, split), as fstat sees them; None when the path cannot be walked
+    (gone, no cgroup2, a component the kernel never writes). Each directory is opened below its parent
+    without following a link (O_PATH | O_NOFOLLOW): as root, no path a user controls is followed."""
+    root = root or cgroup2_root()
+    if root is None or any(name in (".", "..") for name in components):
+        return None
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags)
+    except OSError:
+        return None
+    try:
+        out = [os.fstat(fd)]
+        for name in components[:_MAX_CGROUP_DEPTH]:
+            nxt = os.open(name, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            out.append(os.fstat(fd))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return out
+
+
+def cgroup_components(cgroup_text: str) -> list[str] | None:
+    """The cgroup2 path of ``0::/path`` in /proc/PID/cgroup's text, split; None without that line."""
+    line = next((ln for ln in cgroup_text.splitlines() if ln.startswith("0::")), None)
+    return None if line is None else [c for c in line[3:].strip().split("/") if c][:_MAX_CGROUP_DEPTH]
+
+
 def delegated(cgroup_text: str, root: str | None = None) -> bool:
     """Whether the cgroup that names a process's container (``parse_container``) lies in a subtree a user
     controls: a directory from the cgroup2 root down to it not owned by root. systemd delegates a
     subtree by giving its directory to the user (``user@UID.service``, rootless containers), and a
     user may create cgroups of any name there, one named like another pod's container among them
     (issue 40): such an id is shown unverified (``?`` before it). False on cgroup v1 (no delegation),
-    or when the path cannot be walked (gone). Each directory is opened below its parent without
-    following a link (O_PATH | O_NOFOLLOW): as root, no path a user controls is followed."""
-    root = root or cgroup2_root()
-    line = next((ln for ln in cgroup_text.splitlines() if ln.startswith("0::")), None)
-    if line is None or root is None:
+    or when the path cannot be walked (gone): ``cgroup_dirs``."""
+    components = cgroup_components(cgroup_text)
+    if components is None:
         return False
-    components = [c for c in line[3:].strip().split("/") if c][:_MAX_CGROUP_DEPTH]
-    named = parse_container(line)
+    named = parse_container("0::/" + "/".join(components))
     # the directories down to the one that names the container (the shortest prefix that names it)
     names = next((i for i in range(1, len(components) + 1)
                   if parse_container("0::/" + "/".join(components[:i])) == named), None)
     if named is None or names is None:
         return False
-    flags = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
-    try:
-        fd = os.open(root, flags)
-    except OSError:
-        return False
-    try:
-        if os.fstat(fd).st_uid != 0:
-            return True
-        for name in components[:names]:
-            if name in (".", ".."):
-                return True                     # not a path the kernel writes
-            nxt = os.open(name, flags, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-            if os.fstat(fd).st_uid != 0:
-                return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return False
+    if any(name in (".", "..") for name in components[:names]):
+        return True                             # not a path the kernel writes
+    dirs = cgroup_dirs(components[:names], root)
+    return dirs is not None and any(st.st_uid != 0 for st in dirs)
 
 
 def parse_nspid(status_text: str, pid: int) -> int | None:

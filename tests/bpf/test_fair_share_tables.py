@@ -8,6 +8,7 @@ the review's 4,200 sleeping processes against 4,096 records are 20 against 16 he
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,11 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from support import SCAN_WAIT_S
+from support import SCAN_WAIT_S, build_native
 from test_counts import FUSED, SAXPY, UNFUSED
-from test_hostile_objects_live import NOBODY, _as_nobody, nobody_dir  # noqa: F401 (a fixture)
+from test_driver_layer import DRIVER_OPS, check_driver_ops
+from test_driver_layer import env as layer_env
+from test_hostile_objects_live import _MAPPER, NOBODY, USER_PYTHON, _as_nobody, nobody_dir  # noqa: F401 (a fixture)
 
 from gputop.sources.bpf import BpfReading, BpfSource
+from gputop.sources.bpf.common import linux as bpfsys
 
 ATTACKER = f"uid:{NOBODY}"
 
@@ -38,7 +42,7 @@ class _Workload:
     """The test bed's workload started with --wait (as uid 65534 with ``nobody``), its probes attached."""
 
     def __init__(self, src: BpfSource, d: Path, argv: list[str], nobody: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, objects: int | None = None) -> None:
         self.src = src
         self.go = d / f"go-{time.monotonic_ns()}"
         self.proc = subprocess.Popen([argv[0], "--wait", str(self.go), *argv[1:]], stdout=subprocess.PIPE, text=True,
@@ -49,6 +53,10 @@ class _Workload:
         assert line.startswith("ready"), line
         self.pid = int(line.split()[1])
         src.scan([self.pid], wait_s=SCAN_WAIT_S)
+        deadline = time.monotonic() + 20
+        while objects is not None and len(src.objects) < objects:      # a new object's read may outlast the scan
+            assert time.monotonic() < deadline, f"objects probed: {len(src.objects)} of {objects}"
+            src.poll(0.05)
         self.go.touch()
 
     def wait(self) -> None:
@@ -180,3 +188,67 @@ def test_a_tenant_holding_captures_open_leaves_room_for_anothers(workloads: Any,
             assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (40, 7, 1)
         finally:
             _gone(src, attack)
+
+
+@contextmanager
+def _mapper(*paths: Path) -> Iterator[int]:
+    """A uid 65534 process mapping each of ``paths`` executable (one mapping per path given) until the
+    block ends: its pid."""
+    p = subprocess.Popen([USER_PYTHON, "-c", _MAPPER, *map(str, paths)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, preexec_fn=_as_nobody, text=True, cwd="/")
+    try:
+        assert p.stdout is not None
+        yield int(p.stdout.readline().split()[1])
+    finally:
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait(10)
+
+
+def test_a_tenant_mapping_a_runtime_many_times_leaves_room_for_anothers_code(workloads: Any, testbed: Any,
+                                                                           nobody_dir: Path) -> None:  # noqa: F811
+    """One process of uid 65534 mapping the probed runtime 100 times against a code trie of 512 entries
+    (the review: 30,000 times against 262,144; every process started afterwards had its driver calls
+    through a layer counted twice, 1,600 for 800): it holds its 256 and loses the rest; a victim's
+    calls through a driver-level layer (its text in the trie) count once each."""
+    layer = build_native("driver_layer.c", "driver_layer_tail/libvgpu_test.so", "-O2", "-shared", "-fPIC", "-ldl")
+    with _source(MAX_CODE=512) as src, _mapper(*[testbed.libcudart] * 100) as pid:
+        src.scan([pid])
+        lost = _lost(src.read()).get(ATTACKER, {})
+        assert lost.get("code", 0) >= 1, lost
+        victim = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cuda", str(testbed.libcuda), *DRIVER_OPS],
+                           env=layer_env(layer, testbed))
+        victim.wait()
+        check_driver_ops(src.read().procs[victim.pid])
+        assert set(_lost(src.read())) == {ATTACKER}
+
+
+def test_a_tenant_mapping_many_objects_leaves_descriptors_for_anothers(workloads: Any, testbed: Any,
+                                                                       nobody_dir: Path,  # noqa: F811
+                                                                       monkeypatch: Any) -> None:
+    """uid 65534 mapping 8 copies of the runtime, its own files, with 400 descriptors left for probes (the
+    review: 400 objects took 19,741 of 20,000 descriptors; a victim's own runtime copy went unprobed,
+    20,000 launches lost): it holds at most half of them and loses the other copies (each counted once);
+    a victim's own copy is probed and counted exactly."""
+    with _source() as src:
+        monkeypatch.setattr(bpfsys, "FD_RESERVE", bpfsys.fd_budget() + bpfsys.FD_RESERVE - (bpfsys.fds_open() + 400))
+        copies = []
+        for i in range(8):
+            (nobody_dir / f"c{i}").mkdir()
+            copies.append(nobody_dir / f"c{i}" / "libcudart.so.12")
+            shutil.copyfile(testbed.libcudart, copies[-1])
+            os.chown(copies[-1], NOBODY, NOBODY)
+        (nobody_dir / "victim").mkdir()
+        mine = nobody_dir / "victim" / "libcudart.so.12"
+        shutil.copyfile(testbed.libcudart, mine)
+        before = len(src.objects)           # what the start's scan found on the host
+        with _mapper(*copies) as pid:
+            src.scan([pid])
+            src.scan([pid])
+            probed = len(src.objects) - before
+            lost = _lost(src.read()).get(ATTACKER, {}).get("objects", 0)
+            assert 1 <= probed < 8 and lost == 8 - probed, (probed, lost)
+            victim = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(mine),
+                                                 "launch:2000:1,1,1:1,1,1:0"], objects=before + probed + 1)
+            victim.wait()
+            assert src.read().procs[victim.pid].counters["launches"] == 2000

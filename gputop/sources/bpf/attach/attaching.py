@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,8 +20,9 @@ from gputop.sources.bpf.attach.coderanges import CodeRanges
 from gputop.sources.bpf.attach.objreads import ObjectReads, Pending
 from gputop.sources.bpf.attach.uprobes import UprobeAttacher
 from gputop.sources.bpf.common.abi import FILE_NOT_CUDA, FILE_PROBED
-from gputop.sources.bpf.common.linux import fd_room
+from gputop.sources.bpf.common.linux import fd_budget, fd_room, fds_open
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
+from gputop.sources.bpf.lifecycle.shares import Tenant
 from gputop.sources.bpf.program.program import Program
 
 ObjectKey = tuple[int, int]
@@ -52,7 +54,15 @@ class Attacher:
         self.uprobes: UprobeAttacher | None = None          # set once the program is loaded
         self._dropped = 0               # objects that went unprobed for want of descriptors
         self._fd_starved: set[ObjectKey] = set()          # those mapped now
-        self.code = CodeRanges(program.table, procs, self._probed)
+        #: each tenant's share of the probes' descriptors (docs/SECURITY.md, "Fair share"): the objects
+        #: charged to one (its processes alone map them, or it owns the file) with their descriptors,
+        #: what each holds, and the objects each could not have probed over its share (once each)
+        self._charged: dict[ObjectKey, tuple[Tenant, int]] = {}
+        self._fds_held: Counter[Tenant] = Counter()
+        self._share_starved: dict[ObjectKey, Tenant] = {}
+        self.lost: Counter[Tenant] = Counter()
+        self._fds_base: int | None = None       # descriptors open before the first object was probed
+        self.code = CodeRanges(program.table, procs, self._probed, program.share("MAX_CODE"))
 
     def _probed(self, key: ObjectKey) -> symbols.ObjectSymbols | None:
         return self.symcache.get(key) if key in self.objects else None
@@ -106,6 +116,9 @@ class Attacher:
             if syms is None or not wanted:
                 return self._reject(ref, ctime_ns)
             assert self.uprobes is not None
+            tenant = self._tenant(fd, users)
+            if tenant is not None and not self._fd_share_room(ref.key, tenant, 2 * len(wanted)):
+                return False
             if not fd_room(2 * len(wanted)):     # at most an entry and a return probe each
                 self._fd_starved.add(ref.key)       # no descriptors left for its probes: see fd_room
                 return False
@@ -117,13 +130,44 @@ class Attacher:
             self.objects[ref.key] = ref.path
             for pid, pmaps in (users or {}).items():      # code ranges first, then the probes
                 self.code.add(pid, pmaps)
+            fds = fds_open()
             self.uprobes.attach(f"/proc/self/fd/{fd}", [(probe, addr, off) for probe, addr in wanted
                                                         if (off := syms.offset_of_vaddr(addr)) is not None],
                                 name=ref.path, owner=ref.key)
+            after = fds_open()
+            if tenant is not None and fds is not None and after is not None:
+                self._charged[ref.key] = (tenant, after - fds)
+                self._fds_held[tenant] += after - fds
         finally:
             os.close(fd)
         self.classified(ref.key, probed=True, ctime_ns=ctime_ns)
         return True
+
+    def _tenant(self, fd: int, users: dict[int, list[discovery.Mapping]] | None) -> Tenant | None:
+        """The tenant an object's probes are charged to: the one whose processes alone map it; with
+        none known (its process gone), the file's owner other than root. None: mapped by several
+        tenants, or a root-owned file no known process maps (nobody's to lose: FD_RESERVE alone)."""
+        tenants = {t for pid in users or {} if (t := self.code.tenant_of(pid)) is not None}
+        if tenants:
+            return tenants.pop() if len(tenants) == 1 else None
+        uid = os.fstat(fd).st_uid
+        return (uid, 0) if uid != 0 else None
+
+    def _fd_share_room(self, key: ObjectKey, tenant: Tenant, wanted: int) -> bool:
+        """Whether ``tenant`` may hold ``wanted`` more descriptors for probes: TENANT_SHARE_PCT of those
+        fd_budget leaves beyond what was open before the first probe; an object it may not is its
+        loss, counted once."""
+        budget = fd_budget()
+        if self._fds_base is None:
+            self._fds_base = fds_open() or 0
+        pct = self._program.limit("TENANT_SHARE_PCT")
+        if budget is None or self._fds_held[tenant] + wanted <= (budget - self._fds_base) * pct // 100:
+            self._share_starved.pop(key, None)
+            return True
+        if key not in self._share_starved:
+            self._share_starved[key] = tenant
+            self.lost[tenant] += 1
+        return False
 
     def finished(self) -> Iterator[discovery.ObjectRef]:
         """The objects whose reads finished after their scan stopped waiting, still to be probed (each
@@ -174,11 +218,15 @@ class Attacher:
             del self.objects[key]
             del since[key]
             self._unclassify(key)
+            charged = self._charged.pop(key, None)
+            if charged is not None:         # its descriptors go back to the tenant they were charged to
+                self._fds_held[charged[0]] -= charged[1]
         for key in [k for k in self.symcache if k not in mapped and k not in self.objects]:
             del self.symcache[key]         # programs named from: read again if mapped again
         self.rejected = {k: t for k, t in self.rejected.items() if k in mapped}
         self._dropped += len(self._fd_starved - mapped)
         self._fd_starved &= mapped
+        self._share_starved = {k: t for k, t in self._share_starved.items() if k in mapped}
 
     def _unclassify(self, key: ObjectKey) -> None:
         """The BPF side names the object's next mapping again (as one never seen): a process that maps

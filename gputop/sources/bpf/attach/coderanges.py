@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -15,16 +16,25 @@ from gputop.sources.bpf.common.abi import CODE_CUDA, CODE_LAYER
 from gputop.sources.bpf.common.linux import aligned_blocks
 from gputop.sources.bpf.lifecycle.procid import Doomed, ident
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
+from gputop.sources.bpf.lifecycle.shares import Tenant, tenant_of_pid
 
 
 class CodeRanges:
     def __init__(self, table: Callable[[str], Any], procs: ProcTable,
-                 probed: Callable[[tuple[int, int]], symbols.ObjectSymbols | None]) -> None:
+                 probed: Callable[[tuple[int, int]], symbols.ObjectSymbols | None], share: int,
+                 tenant_of: Callable[[int], Tenant | None] = tenant_of_pid) -> None:
         self._table = table
         self._procs = procs
         self._probed = probed           # a probed object's symbols (None: not probed, or not read)
         self.done: set[tuple[int, int, tuple[int, int]]] = set()     # (pid, mapping start, object) put in
         self.dropped = 0
+        #: a tenant's share of the trie (entries: docs/SECURITY.md, "Fair share"), what each holds, the
+        #: tenant of each process with entries, and the mappings each tenant lost to its share or a full trie
+        self._share = share
+        self.tenant_of = tenant_of        # the tenant of a process (shares.tenant_of_pid)
+        self._held: Counter[Tenant] = Counter()
+        self._owner: dict[int, Tenant] = {}
+        self.lost: Counter[Tenant] = Counter()
         self._layers = False        # the BPF side told a driver-level layer is probed (rule 7)
         #: the keys of the ``code`` trie by process: only user space writes that trie, so a
         #: process's entries are deleted by key, without a walk through everyone's
@@ -42,6 +52,7 @@ class CodeRanges:
         code = self._table("code")
         gen = self._procs.scanned(pid)
         me = ident(pid, gen)
+        tenant = self._owner.get(me)        # read at the process's first entry
         # the key's owner: tgid and generation, big-endian (tgid alone in a program without generations)
         owner = pid.to_bytes(4, "big") + (gen.to_bytes(4, "big") if len(code.Key().data) == 16 else b"")
         added = False
@@ -62,17 +73,28 @@ class CodeRanges:
                 if lo >= hi:
                     continue
                 for addr, bits in aligned_blocks(m.start + lo - m.offset, m.start + hi - m.offset):
+                    if tenant is None:
+                        tenant = self.tenant_of(pid)
+                        if tenant is None:  # gone (or its cgroup): nothing to put in for it
+                            return
+                    if self._held[tenant] >= self._share:
+                        self.lost[tenant] += 1      # its own calls may count twice: its loss, no one else's
+                        self.dropped += 1
+                        return
                     k = code.Key()
                     k.prefixlen = 8 * len(owner) + 64 - bits
                     for i, byte in enumerate(owner + addr.to_bytes(8, "big")):
                         k.data[i] = byte
                     try:
                         code[k] = kind
-                        added = True
-                        self._keys.setdefault(me, []).append(bytes(k))
                     except Exception:
+                        self.lost[tenant] += 1
                         self.dropped += 1
                         return
+                    added = True
+                    self._keys.setdefault(me, []).append(bytes(k))
+                    self._owner[me] = tenant
+                    self._held[tenant] += 1
         if added:
             tracked = self._table("tracked")
             try:
@@ -88,9 +110,15 @@ class CodeRanges:
         """Delete the ``code`` trie's entries of the processes ``doomed`` names, by the keys put there."""
         table = self._table("code")
         for me in [me for me in self._keys if doomed.hit(me)]:
-            for raw in self._keys.pop(me):
+            keys = self._keys.pop(me)
+            for raw in keys:
                 with contextlib.suppress(KeyError):
                     del table[table.Key.from_buffer_copy(raw)]
+            tenant = self._owner.pop(me, None)
+            if tenant is not None:
+                self._held[tenant] -= len(keys)
+                if self._held[tenant] <= 0:
+                    del self._held[tenant]
 
     def forget(self, pids: set[int]) -> None:
         """The mappings of ``pids`` get their ranges again when next scanned (an exec, a new process)."""

@@ -181,6 +181,20 @@ def raise_fd_limit() -> int:
     return soft
 
 
+def fd_budget() -> int | None:
+    """The descriptors gputop may hold for probes: its soft limit less FD_RESERVE (None: no limit)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else max(0, soft - FD_RESERVE)
+
+
+def fds_open() -> int | None:
+    """The descriptors this process has open now (None: /proc/self/fd unreadable)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
 def fd_room(wanted: int) -> bool:
     """Whether ``wanted`` more descriptors leave FD_RESERVE free under the soft limit."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

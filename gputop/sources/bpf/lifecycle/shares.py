@@ -6,10 +6,12 @@ writer), so the tenant's room comes back. And what each tenant lost, to its shar
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gputop.sources import host
 from gputop.sources.bpf.common.abi import SHARE_KINDS
 from gputop.sources.bpf.lifecycle.procid import Doomed
 
@@ -21,6 +23,40 @@ def tenant_label(tenant: Tenant) -> str:
     """``uid:N``, or ``cgroup:ID`` for uid 0 (containers run as root, a pod each)."""
     uid, cgroup = tenant
     return f"cgroup:{cgroup}" if uid == 0 else f"uid:{uid}"
+
+
+#: what is read of /proc/PID/status and /proc/PID/cgroup (both a few hundred bytes; a cgroup path is at
+#: most PATH_MAX)
+_PROC_READ = 1 << 16
+
+
+def _read_proc(pid: int, name: str) -> str | None:
+    try:
+        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, _PROC_READ).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def tenant_of_pid(pid: int) -> Tenant | None:
+    """The tenant the BPF side charges a process's entries to (``tenant_of_current``): its real uid, and
+    for uid 0 its cgroup's id (the cgroup2 directory's inode number: the kernfs id that
+    bpf_get_current_cgroup_id gives); None when the process is gone or its cgroup cannot be walked."""
+    status = _read_proc(pid, "status")
+    uid = next((ln.split()[1] for ln in (status or "").splitlines() if ln.startswith("Uid:") and len(ln.split()) > 1),
+               None)
+    if uid is None or not uid.isdigit():
+        return None
+    if int(uid) != 0:
+        return int(uid), 0
+    components = host.cgroup_components(_read_proc(pid, "cgroup") or "")
+    dirs = host.cgroup_dirs(components) if components is not None else None
+    return (0, dirs[-1].st_ino) if dirs else None
 
 
 class Shares:

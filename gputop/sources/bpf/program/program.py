@@ -166,6 +166,15 @@ class Program:
                                  f"check the kernel headers ({headers.detail}); run gputop doctor") from e
         steps("compile")
 
+    def limit(self, name: str) -> int:
+        """A map size or share as this program is built with (abi.LIMITS, or the test's)."""
+        return self._limits.get(name, abi.LIMITS[name])
+
+    def share(self, size: str, times: int = 1) -> int:
+        """The entries one tenant may hold of a table of ``times`` x ``size`` entries (TENANT_SHARE_PCT of it,
+        as bpf/share.bpf.h's share_cap)."""
+        return self.limit(size) * times * self.limit("TENANT_SHARE_PCT") // 100
+
     def table(self, name: str) -> Any:
         return self.bpf[name.encode()]
 

@@ -55,9 +55,16 @@ class Reader:
 
     def dropped_by_tenant(self) -> dict[str, dict[str, int]]:
         """What each tenant that lost any lost, by kind: ``events`` over its share of the ring
-        (bpf/life.bpf.h), and entries of each table class (abi.SHARE_KINDS) over its share of the table
-        or to a full one (bpf/share.bpf.h). Tenants are ``uid:N``, or ``cgroup:ID`` for uid 0."""
+        (bpf/life.bpf.h), entries of each table class (abi.SHARE_KINDS) over its share of the table
+        or to a full one (bpf/share.bpf.h), ``code``: mappings whose code ranges its share of the code
+        trie (coderanges.py) had no room for, and ``objects``: objects its share of the probes'
+        descriptors had no room for (attaching.py). Tenants are ``uid:N``, or ``cgroup:ID`` for uid 0."""
         out = self._shares.lost()
+        # filled by user space: the code trie, and the probes' descriptors
+        for kind, lost in (("code", self._attacher.code.lost), ("objects", self._attacher.lost)):
+            for tenant, n in lost.items():
+                mine = out.setdefault(tenant_label(tenant), {})
+                mine[kind] = mine.get(kind, 0) + n
         for k, v in self._program.table("tenant_events").items():
             if v.dropped:
                 mine = out.setdefault(tenant_label((int(k.uid), int(k.cgroup))), {})
