@@ -13,7 +13,7 @@ from typing import Any
 from gputop import counters
 from gputop.counters import BY_FIELD, GPU, SCALARS
 from gputop.feeds.fleet_client import Sample, sample_value
-from gputop.feeds.fleet_health import fleet_sources, nodes_down, per_container
+from gputop.feeds.fleet_health import fleet_sources, nodes_down, omitted, per_container
 from gputop.feeds.fleet_pods import Pod, add_pod
 from gputop.feeds.fleet_queries import (
     COUNTER_FAMILIES,
@@ -160,6 +160,8 @@ class SnapshotBuilder:
         self.pods: dict[str, Pod | None] = {}
         #: targets whose exporter runs with --aggregate container (no per-process series)
         self.per_container: set[str] = set()
+        #: targets with processes over --max-processes (summed per container in pid="" series), how many
+        self.omitted: dict[str, float] = {}
 
     def _proc(self, m: Mapping[str, str]) -> _Proc:
         key = (m.get("instance", ""), m.get("pid", ""))
@@ -187,6 +189,8 @@ class SnapshotBuilder:
                     self.up[m["instance"]] = sample_value(s)
                 elif part == "containers":
                     self.per_container.add(m["instance"])
+                elif part == "omitted":
+                    self.omitted[m["instance"]] = sample_value(s)
         elif job == "source_up":
             self.source_up = samples
         elif job == "gpus":
@@ -284,6 +288,9 @@ class SnapshotBuilder:
         grouped = sorted(i for i in self.per_container if not nodes or self.node_of.get(i) in nodes)
         if grouped:
             said.append(per_container(grouped, self.name))
+        capped = {i: self.omitted[i] for i in sorted(self.omitted) if not nodes or self.node_of.get(i) in nodes}
+        if capped:
+            said.append(omitted(capped, self.name))
         sources["prometheus"] = SourceStatus("ok", reason="; ".join(said) or None)
         return Snapshot(time=at, interval_s=window_s, host=host, sources=sources, gpus=tuple(gpus),
                         processes=tuple(out))

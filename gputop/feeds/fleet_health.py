@@ -42,6 +42,14 @@ def per_container(instances: Sequence[str], name: Any) -> str:
     return f"{', '.join(shown)}{more} {verb} per container (no process rows)"
 
 
+def omitted(counts: Mapping[str, float], name: Any) -> str:
+    """``node-a: 1200 processes over --max-processes (summed per container, no rows)``: exporters that
+    give only their busiest processes series of their own."""
+    shown = [f"{name(i) or i}: {int(n)}" for i, n in list(counts.items())[:DOWN_SHOWN]]
+    more = ", …" if len(counts) > DOWN_SHOWN else ""
+    return f"{', '.join(shown)}{more} processes over --max-processes (summed per container, no rows)"
+
+
 def fleet_sources(samples: list[Sample], node_of: Mapping[str, str], nodes: frozenset[str]) -> dict[str, SourceStatus]:
     """Each source once for the fleet: ok when every node reports it up, else which nodes do not."""
     up: dict[str, list[str]] = {}

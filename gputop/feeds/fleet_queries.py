@@ -136,13 +136,15 @@ def watch_selector(keys: Sequence[tuple[str, int]]) -> str:
 def info_query(match: str) -> str:
     """Each target's node name, folded into one query with, for the jobs that scrape gputop
     exporters, each target's ``up``, and the node names of the last NAME_LOOKBACK (a target whose
-    scrapes fail has no current ``gputop_build_info``: Prometheus marks its series stale)."""
+    scrapes fail has no current ``gputop_build_info``: Prometheus marks its series stale); the targets
+    that export per container, and those with processes over --max-processes (summed, not rows)."""
     m = match
     known = f"last_over_time(gputop_build_info{{{m}}}[{NAME_LOOKBACK}])"
     targets = f"(up{{{m}}} and on(job) {known})"
     grouped = f"count by (job, instance) (gputop_container_processes{{{m}}})"
+    omitted = f"gputop_exporter_processes_omitted{{{m}}} > 0"
     return (f"gputop_build_info{{{m}}} or {_tagged(known, 'known')} or {_tagged(targets, 'up')}"
-            f" or {_tagged(grouped, 'containers')}")
+            f" or {_tagged(grouped, 'containers')} or {_tagged(omitted, 'omitted')}")
 
 
 def last_scrape_query(match: str, instances: Iterable[str]) -> str:

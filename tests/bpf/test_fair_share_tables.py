@@ -252,3 +252,50 @@ def test_a_tenant_mapping_many_objects_leaves_descriptors_for_anothers(workloads
                                                  "launch:2000:1,1,1:1,1,1:0"], objects=before + probed + 1)
             victim.wait()
             assert src.read().procs[victim.pid].counters["launches"] == 2000
+
+
+def test_a_tenants_idle_processes_give_their_records_to_its_active_ones(workloads: Any, nobody_dir: Path,  # noqa: F811
+                                                                        monkeypatch: Any) -> None:
+    """Within one tenant, idle processes never push out active ones: 10 sleeping processes of uid 65534
+    that launched once each hold its 8 records (2 launches lost); once idle for RETIRE_IDLE_S (1 s here)
+    their records are retired (their counts kept in user space, still listed), and a process of the
+    same tenant started afterwards is counted exactly. When the sleepers exit, each is shown exited
+    with its launch, then forgotten, and the tenant holds nothing."""
+    from gputop.sources.bpf.read import retire
+
+    monkeypatch.setattr(retire, "RETIRE_IDLE_S", 1.0)
+    with _source(MAX_PROCS=16) as src:
+        sleepers = _Workload(src, nobody_dir, [str(workloads.dynamic), "--procs", "10", "launch:1:1,1,1:1,1,1:0",
+                                               "sleep:60000"], nobody=True)
+        try:
+            _until(src, "the sleepers' launches", lambda r: _lost(r).get(ATTACKER, {}).get("procs") == 2
+                   and sum(raw.counters["launches"] == 1 for raw in r.procs.values()) == 8)
+            time.sleep(1.2)
+            reading = _until(src, "their records retired", lambda r: src.retired.retired == 8)
+            assert sum(raw.counters["launches"] == 1 for raw in reading.procs.values()) == 8
+            assert "procs" not in src.shares.held().get(ATTACKER, {})
+            active = _Workload(src, nobody_dir, [str(workloads.dynamic), "launch:1700:2,1,1:32,1,1:0"], nobody=True)
+            active.wait()
+            reading = src.read()
+            assert reading.procs[active.pid].counters["launches"] == 1700
+            assert _lost(reading) == {ATTACKER: {"procs": 2}}
+            pids = {pid for pid, raw in reading.procs.items() if raw.counters["launches"] == 1}
+        finally:
+            sleepers.proc.kill()
+            sleepers.proc.wait()
+            subprocess.run(["pkill", "-KILL", "-u", str(NOBODY), "-f", "wl_"], check=False)
+        shown: dict[int, int] = {}
+        deadline = time.monotonic() + 20
+        while set(shown) != pids:
+            assert time.monotonic() < deadline, f"shown exited: {sorted(shown)} of {sorted(pids)}"
+            src.poll(0.05)
+            reading = src.read()
+            shown.update({pid: raw.counters["launches"] for pid, raw in reading.procs.items()
+                          if pid in pids and raw.exited})
+            src.forget(*[pid for pid, raw in reading.procs.items() if raw.exited])
+        assert set(shown.values()) == {1}
+        deadline = time.monotonic() + 20
+        while src.retired.bases or ATTACKER in src.shares.held():
+            assert time.monotonic() < deadline, (src.retired.bases, src.shares.held())
+            src.poll(0.05)
+            src.forget(*[pid for pid, raw in src.read().procs.items() if raw.exited])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,29 @@ def test_not_btf() -> None:
     with pytest.raises(ValueError):
         btf.Btf(b"\0" * 64)
     assert btf.file_offsets.__wrapped__(Path("/nonexistent-vmlinux")) is None
+
+
+def test_a_file_is_probed_only_while_it_is_the_one_read(tmp_path: Path) -> None:
+    """Before its probes are attached, an object's probed pages are read through its descriptor (the page
+    cache's read path, under the file's invalidate lock: ext4 on Linux 6.16+ warns when uprobe_register
+    reads a page whose extent is not cached, issue 40), and the file must still be the one read: a file
+    whose change time moved (written, truncated, chmod) or that no longer holds every probed offset is
+    not probed now."""
+    from gputop.sources.bpf.attach.attaching import PAGE, change_time, stable_for_probes
+
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(bytes(range(256)) * (4 * PAGE // 256))
+    fd = os.open(lib, os.O_RDONLY)
+    try:
+        ctime = change_time(os.fstat(fd))
+        offsets = [10, PAGE + 1, 3 * PAGE + 7]
+        assert stable_for_probes(fd, offsets, ctime)
+        assert not stable_for_probes(fd, [*offsets, 4 * PAGE], ctime)          # past the end
+        time.sleep(0.01)
+        os.chmod(lib, 0o600)
+        assert not stable_for_probes(fd, offsets, ctime)                       # changed since it was read
+        assert stable_for_probes(fd, offsets, change_time(os.fstat(fd)))
+        os.truncate(lib, PAGE)
+        assert not stable_for_probes(fd, offsets, change_time(os.fstat(fd)))   # the offsets are gone
+    finally:
+        os.close(fd)

@@ -196,6 +196,39 @@ def test_a_node_exporting_per_container_is_said_not_dropped_silently(tmp_path: P
     assert json.loads(res.stdout)["sources"]["prometheus"]["reason"] == "node-c exports per container (no process rows)"
 
 
+def test_a_node_with_processes_over_max_processes_is_said(tmp_path: Path) -> None:
+    """node-b's exporter gives its busiest processes series of their own and sums the 1,200 others per
+    container (pid=""): the fleet view shows its rows, and says that the sums are not among them."""
+    t_end = int(time.time()) // STEP_S * STEP_S
+    every = range(t_end - 10 * 60, t_end + 1, STEP_S)
+
+    def lab(inst: str, **more: str) -> str:
+        labels = sorted({"instance": inst, "job": "gputop", **more}.items())
+        return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+    lines = ["# TYPE gputop_build_info gauge"]
+    for inst, node in ((A, "node-a"), (B, "node-b")):
+        lines += [f"gputop_build_info{lab(inst, node=node, version='0.1.0')} 1 {t}" for t in every]
+    lines.append("# TYPE up gauge")
+    lines += [f"up{lab(inst)} 1 {t}" for inst in (A, B) for t in every]
+    lines.append("# TYPE gputop_kernel_launches counter")
+    for inst, pid in ((A, "100"), (B, "200"), (B, "")):
+        lines += [f"gputop_kernel_launches_total{lab(inst, pid=pid, comm='loop', container='')} "
+                  f"{100 * (t - every[0])} {t}" for t in every]
+    lines.append("# TYPE gputop_exporter_processes_omitted gauge")
+    lines += [f"gputop_exporter_processes_omitted{lab(inst)} {n} {t}" for inst, n in ((A, 0), (B, 1200)) for t in every]
+    lines.append("# EOF")
+    om = tmp_path / "fleet.om"
+    om.write_text("\n".join(lines) + "\n")
+    with tsdb_prometheus(om, tmp_path / "data") as url:
+        reader = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
+        snap = reader.read(t_end, frozenset(), 5.0)[0]
+        reader.close()
+    assert snap.sources["prometheus"].reason == (
+        "node-b: 1200 processes over --max-processes (summed per container, no rows)")
+    assert [(p.node, p.pid) for p in snap.processes] == [("node-a", 100), ("node-b", 200)]
+
+
 def test_a_prometheus_without_a_function_the_fleet_needs_is_named(tmp_path: Path) -> None:
     """Debian 11's Prometheus 2.24 has no last_over_time (2.26): its refusal said "check --match", which
     sent users to their matchers. A function the server lacks is named with what the fleet needs: a

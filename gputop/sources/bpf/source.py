@@ -36,6 +36,7 @@ from gputop.sources.bpf.read.launchslots import LaunchSlots
 from gputop.sources.bpf.read.reader import Reader
 from gputop.sources.bpf.read.readings import BpfReading, RawProc
 from gputop.sources.bpf.read.records import Records
+from gputop.sources.bpf.read.retire import Retired
 
 if TYPE_CHECKING:                       # typing.ParamSpec is Python 3.10+; the annotations are never evaluated
     from typing import Concatenate, ParamSpec
@@ -81,11 +82,14 @@ class BpfSource:
         self.names = Naming(table, self.procs, self.attacher)
         self.scanner = Scanner(self.procs, self.attacher, self.names)
         self.records = Records(self.names, self.procs, self.graph_kernels)
+        #: records of idle processes retired from the kernel when records run short (retire.py)
+        self.retired = Retired(table, self.shares, self.program.share("MAX_PROCS"), self.program.limit("MAX_PROCS"),
+                               clock)
         self.forgetting = Forgetting(table, self.procs, self.attacher, self.names, self.records,
-                                     self.slots, self.graph_kernels, self.shares)
+                                     self.slots, self.graph_kernels, self.shares, self.retired)
         self.events = Events(self.procs, self.attacher, self.scanner, self.forgetting, clock, self.table)
         self.reader = Reader(self.program, self.procs, self.attacher, self.records, self.events, self.slots,
-                             self.cost, self.shares)
+                             self.cost, self.shares, self.retired)
 
     # ------------------------------------------------------------ what the program and its parts hold
 

@@ -116,12 +116,15 @@ class Attacher:
             if syms is None or not wanted:
                 return self._reject(ref, ctime_ns)
             assert self.uprobes is not None
-            tenant = self._tenant(fd, users)
-            if tenant is not None and not self._fd_share_room(ref.key, tenant, 2 * len(wanted)):
-                return False
             if not fd_room(2 * len(wanted)):     # at most an entry and a return probe each
                 self._fd_starved.add(ref.key)       # no descriptors left for its probes: see fd_room
                 return False
+            tenant = self._tenant(fd, users)
+            if tenant is not None and not self._fd_share_room(ref.key, tenant, 2 * len(wanted)):
+                return False
+            probes = [(probe, addr, off) for probe, addr in wanted if (off := syms.offset_of_vaddr(addr)) is not None]
+            if not stable_for_probes(fd, [off for _p, _a, off in probes], ctime_ns):
+                return False                # being changed: not probed now (the next scan tries again)
             if ref.key in self._fd_starved:          # it was counted dropped: it stays counted
                 self._fd_starved.discard(ref.key)
                 self._dropped += 1
@@ -131,9 +134,7 @@ class Attacher:
             for pid, pmaps in (users or {}).items():      # code ranges first, then the probes
                 self.code.add(pid, pmaps)
             fds = fds_open()
-            self.uprobes.attach(f"/proc/self/fd/{fd}", [(probe, addr, off) for probe, addr in wanted
-                                                        if (off := syms.offset_of_vaddr(addr)) is not None],
-                                name=ref.path, owner=ref.key)
+            self.uprobes.attach(f"/proc/self/fd/{fd}", probes, name=ref.path, owner=ref.key)
             after = fds_open()
             if tenant is not None and fds is not None and after is not None:
                 self._charged[ref.key] = (tenant, after - fds)
@@ -167,6 +168,7 @@ class Attacher:
         if key not in self._share_starved:
             self._share_starved[key] = tenant
             self.lost[tenant] += 1
+            self._dropped += 1              # and among the objects dropped
         return False
 
     def finished(self) -> Iterator[discovery.ObjectRef]:
@@ -256,6 +258,27 @@ class Attacher:
     def dropped(self) -> int:
         """Objects that went unprobed for want of descriptors since start (those mapped now included)."""
         return self._dropped + len(self._fd_starved)
+
+
+#: the page size the page cache reads in (probes are placed in pages of it)
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def stable_for_probes(fd: int, offsets: list[int], ctime_ns: int) -> bool:
+    """Read each page that will hold a probe through ``fd`` (the page cache's own read path, under the
+    file's invalidate lock), then whether the file is still the one read (change time ``ctime_ns``,
+    every offset inside it). uprobe_register reads a page it does not find cached without that lock,
+    which ext4 on Linux 6.16+ takes for a WARNING (ext4_check_map_extents_env: a panic under
+    kernel.panic_on_warn) where the page's extent is not cached either: a file being truncated and
+    written again (issue 40). A file that changed is not probed now: libraries do not change while
+    mapped, and the next scan tries again."""
+    try:
+        for page in sorted({off - off % PAGE for off in offsets}):
+            os.pread(fd, 1, page)
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return change_time(st) == ctime_ns and all(off < st.st_size for off in offsets)
 
 
 def change_time(st: os.stat_result) -> int:

@@ -20,12 +20,13 @@ from gputop.sources.bpf.read.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.bpf.read.graphs import GraphKernels
 from gputop.sources.bpf.read.launchslots import LaunchSlots
 from gputop.sources.bpf.read.records import Records
+from gputop.sources.bpf.read.retire import Retired
 
 
 class Forgetting:
     def __init__(self, table: Callable[[str], Any], procs: ProcTable, attacher: Attacher,
                  names: Naming, records: Records, slots: LaunchSlots, graph_kernels: GraphKernels,
-                 shares: Shares) -> None:
+                 shares: Shares, retired: Retired) -> None:
         self._table = table
         self._procs = procs          # what is kept of each process (proctable.py): its methods change it
         self._attacher = attacher
@@ -34,21 +35,22 @@ class Forgetting:
         self._slots = slots
         self._graph_kernels = graph_kernels
         self._shares = shares        # what is deleted is given back to the tenant it was charged to
+        self._retired = retired      # records of idle processes kept here (retire.py)
 
     def take_final(self, idents: Iterable[int]) -> None:
         """At their exit: keep the last records of the processes ``idents`` (with their kernels'
         names) and delete everything the kernel holds about them. (A new process under one of these
         PIDs has its own generation: its counts never reached these.) A PID whose earlier final is
         still to be shown keeps this one in the kernel meanwhile: read() shows it next."""
-        table, final = self._table("procs"), self._procs.final
+        final = self._procs.final
         records: dict[int, Any] = {}
         for me in sorted(idents):
             if pid_of(me) in final or any(pid_of(r) == pid_of(me) for r in records):
                 continue
-            try:
-                records[me] = table[table.Key(me)]
-            except KeyError:                    # shown and forgotten already
+            v = self._retired.record(me)        # the kernel's record, with what was retired of it
+            if v is None:                       # shown and forgotten already
                 continue
+            records[me] = v
         if not records:
             return
         kernels = self._slots.counts(self._table("kernels").items(), set(records))
@@ -61,6 +63,9 @@ class Forgetting:
         """A process without a record exited (its exit event): a listed one's BPF entries go now and
         its listing once a read reported it exited (then forget()); another's everything now."""
         me = ident(tgid, gen)
+        if self._retired.mark_exited(me):       # its record was retired: shown exited with its counts
+            self.take_final({me})
+            return
         if tgid in self._procs.cuda_pids:
             self._delete_tables(Doomed(frozenset({me})))
             self._procs.idle_exit(tgid, gen)
@@ -88,6 +93,10 @@ class Forgetting:
         """Forget processes that are gone but left no record to report their exit."""
         procs = self._table("procs")
         alive = set(discovery.all_pids())
+        gone_retired = {me for me in self._retired.bases if pid_of(me) not in alive}
+        for me in gone_retired:                 # retired, and their exit not told
+            self._retired.mark_exited(me)
+        self.take_final(gone_retired)
         recorded = {pid_of(int(k.value)) for k in procs}
         dead = {pid for pid in self._attacher.code.pids() | set(self._procs.maps)
                 if pid not in alive and pid not in recorded}
@@ -118,6 +127,7 @@ class Forgetting:
         if not doomed:
             return
         self._delete_tables(doomed)
+        self._retired.forget(doomed)
         for pid in doomed.all_pids:
             self._names.drop_generation(pid)
             # (False: what user space knows of this PID is a newer process's, and it stays)

@@ -21,11 +21,12 @@ from gputop.sources.bpf.program.program import Program
 from gputop.sources.bpf.read.launchslots import LaunchSlots
 from gputop.sources.bpf.read.readings import BpfReading, IdleProc, RawProc
 from gputop.sources.bpf.read.records import Records
+from gputop.sources.bpf.read.retire import Retired
 
 
 class Reader:
     def __init__(self, program: Program, procs: ProcTable, attacher: Attacher, records: Records,
-                 events: Events, slots: LaunchSlots, cost: SelfCost, shares: Shares) -> None:
+                 events: Events, slots: LaunchSlots, cost: SelfCost, shares: Shares, retired: Retired) -> None:
         self._program = program
         self._procs = procs          # what is kept of each process (proctable.py): its methods change it
         self._attacher = attacher
@@ -34,6 +35,7 @@ class Reader:
         self._slots = slots
         self._cost = cost
         self._shares = shares
+        self._retired = retired      # records of idle processes kept in user space (retire.py)
         self.gaps: str | None = None         # why some processes may go untraced (capabilities)
         self.snapshots = 0                       # reads so far (the trap calibration waits for one)
 
@@ -88,7 +90,8 @@ class Reader:
         # the records before their kernels: a record that says its process exited was read after
         # its every launch, so the kernel entries read next hold them all (the other way round, a
         # process exiting in between showed exited with part of its launches, then was forgotten)
-        records = self._one_record_per_pid(table("procs").items())
+        items = list(table("procs").items())
+        records = self._one_record_per_pid(self._retired.items(items))
         kernels = self._slots.counts(table("kernels").items())
         inflight = self._inflight_sync_ns()
         reported: dict[int, int] = {}
@@ -101,6 +104,7 @@ class Reader:
         kept.report(reported)
         procs.update(kept.final)
         procs = self._records.with_graph_kernels(procs)
+        self._retired.retire(items, kernels)        # records short: idle ones go (after this reading)
         drops = self.dropped()
         dropped = sum(drops.values())
         me = os.getpid()
@@ -148,6 +152,6 @@ class Reader:
         reports once: where the first interval starts (counts made while the probes were being
         attached belong to the totals, not to an interval of known length)."""
         table = self._program.table
-        records = self._one_record_per_pid(table("procs").items())
+        records = self._one_record_per_pid(self._retired.items(table("procs").items()))
         kernels = self._slots.counts(table("kernels").items())
         return {pid_of(me): self._records.raw(me, v, kernels, 0, named=False) for me, v in records.items()}
