@@ -77,7 +77,9 @@ BPF_TABLE("lru_hash", struct tenant_t, struct share_t, tenant_events, MAX_TENANT
 // fair share of the tables (share.bpf.h): each process's owner (the tenant its entries are charged to),
 // what each tenant holds and lost by class (the BPF side's) and what user space gave back of it
 BPF_HASH(owners, u64, struct tenant_t, MAX_PROCS * 4);  // key: pkey(tgid)
-BPF_HASH(tenant_held, struct tenant_t, struct held_t, MAX_TENANTS);
+// (LRU: a host that ran more tenants than MAX_TENANTS since gputop started, pod after pod, makes room by
+// forgetting the one unused longest, which holds nothing by then; user space keeps what it had lost)
+BPF_TABLE("lru_hash", struct tenant_t, struct held_t, tenant_held, MAX_TENANTS);
 BPF_HASH(tenant_credit, struct tenant_t, struct credit_t, MAX_TENANTS);
 BPF_PERCPU_ARRAY(zero_held, struct held_t, 1);
 #ifdef FILE_KEYS

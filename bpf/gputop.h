@@ -28,6 +28,15 @@
 #error "compile with gputop/sources/bpf/common/abi.py's cflags() and PID_GEN_WORDS: the map sizes are defined there"
 #endif
 
+// what map operations return (Linux's errno values, fixed for every architecture: asm-generic/errno-base.h,
+// which not every kernel's headers bring in here)
+#ifndef EEXIST
+#define EEXIST 17
+#endif
+#ifndef ENOSPC
+#define ENOSPC 28
+#endif
+
 // entries of one batch call (copies, prefetches) counted; the rest are dropped (DROP_BATCH)
 #define BATCH_MAX 64
 

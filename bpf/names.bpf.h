@@ -22,8 +22,11 @@ static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
     u32 z = 0;
     // a name is 256 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
     struct name_t *n = name_scratch.lookup(&z);
-    if (!n)
+    if (!n) {
+        if (o)
+            share_add(o, SH_NAMES, -1);
         return;
+    }
     __builtin_memset(n, 0, sizeof(*n));
     bpf_probe_read_user_str(n->name, NAME_LEN, (void *)user_str);
     // a new entry is inserted (charged once: another CPU's insert of it fails here and updates)

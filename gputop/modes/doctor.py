@@ -300,8 +300,23 @@ def _trap_cost() -> Check:
                  "gputop shows its cost as N/A (the BPF programs' run time is still shown)", needed_for_bpf=False)
 
 
+def _fair_share() -> Check:
+    """What each tenant of this host may hold of what gputop keeps, and where its losses show."""
+    from gputop.sources.bpf.common import abi
+    from gputop.sources.bpf.common import linux as bpfsys
+
+    pct = abi.LIMITS["TENANT_SHARE_PCT"]
+    budget = bpfsys.fd_budget()
+    fds = "the probes' descriptors" if budget is None else f"the probes' {budget:,} descriptors"
+    return Check("fair share", "OK",
+                 f"each tenant (a uid; a cgroup for uid 0) may hold {pct} % of each BPF table, of the code trie and of "
+                 f"{fds}, and emit {abi.LIMITS['TENANT_EVENTS']:,} process events a second; what a tenant loses is "
+                 "its own, shown per tenant: the header, sources.bpf.dropped_by_tenant (JSON), "
+                 "gputop_tenant_dropped_total", needed_for_bpf=False)
+
+
 CHECKS: tuple[Callable[[], Check | list[Check]], ...] = (
-    _privileges, _kernel, _tracefs, _bcc, _headers, _compile, _trap_cost, _nvml, _cuda_objects,
+    _privileges, _kernel, _tracefs, _bcc, _headers, _compile, _trap_cost, _nvml, _cuda_objects, _fair_share,
 )
 
 

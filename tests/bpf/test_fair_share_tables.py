@@ -299,3 +299,32 @@ def test_a_tenants_idle_processes_give_their_records_to_its_active_ones(workload
             assert time.monotonic() < deadline, (src.retired.bases, src.shares.held())
             src.poll(0.05)
             src.forget(*[pid for pid, raw in src.read().procs.items() if raw.exited])
+
+
+def test_tenants_the_kernel_forgets_keep_what_they_lost(workloads: Any, testbed: Any, nobody_dir: Path) -> None:  # noqa: F811
+    """The tenants' counters are an LRU table (a node that ran more tenants than MAX_TENANTS since gputop
+    started, pod after pod, must not refuse the next one): three tenants, each losing its launches of
+    one kernel past its share, against a table of 2 tenants; what the forgotten ones lost is still
+    shown, never less than before."""
+    ops = [f"cu_launch:5:1,1,1:1,1,1:{0x7000 + 16 * i:x}" for i in range(3)]
+    with _source(MAX_KERNELS=4, MAX_TENANTS=2) as src:
+        seen: dict[str, dict[str, int]] = {}
+        for uid in (NOBODY, NOBODY - 1, NOBODY - 2):
+            def as_uid(uid: int = uid) -> None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            p = subprocess.Popen([str(workloads.dlopen), "--cudart", str(testbed.libcudart), "--cuda",
+                                  str(testbed.libcuda), "--wait", str(nobody_dir / f"go{uid}"), *ops],
+                                 stdout=subprocess.PIPE, text=True, preexec_fn=as_uid, cwd="/")
+            assert p.stdout is not None
+            pid = int(p.stdout.readline().split()[1])
+            src.scan([pid], wait_s=SCAN_WAIT_S)
+            (nobody_dir / f"go{uid}").touch()
+            assert p.wait(30) == 0
+            reading = _until(src, f"uid {uid}'s loss", lambda r, uid=uid: f"uid:{uid}" in _lost(r))
+            lost = _lost(reading)
+            for tenant, kinds in seen.items():
+                assert lost.get(tenant, {}).get("kernels", 0) >= kinds["kernels"], (tenant, lost)
+            seen = lost
+        assert seen == {f"uid:{u}": {"kernels": 5} for u in (NOBODY, NOBODY - 1, NOBODY - 2)}

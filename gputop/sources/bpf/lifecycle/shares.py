@@ -63,6 +63,10 @@ class Shares:
     def __init__(self, table: Callable[[str], Any]) -> None:
         self._table = table
         self._released: dict[Tenant, list[int]] = {}       # what was given back, by tenant and class
+        #: each tenant's losses as last read, and those of tenants the LRU table forgot since (counters
+        #: never go down: a tenant forgotten and back again adds to what it had lost)
+        self._lost_seen: dict[Tenant, list[int]] = {}
+        self._lost_gone: dict[Tenant, list[int]] = {}
 
     def owners(self, doomed: Doomed) -> dict[int, Tenant]:
         """The owner of each process ``doomed`` names that has one (identity -> tenant): read before
@@ -114,14 +118,27 @@ class Shares:
 
     def lost(self) -> dict[str, dict[str, int]]:
         """What each tenant that lost any lost, by class: calls whose entry a full table or the tenant's
-        share had no room for (bpf/share.bpf.h, ``lose``)."""
+        share had no room for (bpf/share.bpf.h, ``lose``). Tenants the BPF side's LRU table forgot keep
+        what they had lost; their credit goes with them (a tenant back again starts from nothing held)."""
+        now = {(int(k.uid), int(k.cgroup)): [int(x) for x in v.lost] for k, v in self._table("tenant_held").items()}
+        for tenant in [t for t in self._lost_seen if t not in now]:
+            gone = self._lost_gone.setdefault(tenant, [0] * len(SHARE_KINDS))
+            for i, n in enumerate(self._lost_seen.pop(tenant)):
+                gone[i] += n
+        self._lost_seen.update(now)
+        for tenant in [t for t in self._released if t not in now]:
+            del self._released[tenant]
+            credit = self._table("tenant_credit")
+            credit.pop(credit.Key(uid=tenant[0], cgroup=tenant[1]), None)
         out: dict[str, dict[str, int]] = {}
-        for k, v in self._table("tenant_held").items():
-            label = tenant_label((int(k.uid), int(k.cgroup)))
-            for i, kind in enumerate(SHARE_KINDS):
-                if v.lost[i]:
-                    mine = out.setdefault(label, {})
-                    mine[kind] = mine.get(kind, 0) + int(v.lost[i])
+        for tenant in {*now, *self._lost_gone}:
+            zero = [0] * len(SHARE_KINDS)
+            counts = [a + b for a, b in zip(now.get(tenant, zero), self._lost_gone.get(tenant, zero))]
+            kinds = {kind: n for kind, n in zip(SHARE_KINDS, counts) if n}
+            if kinds:
+                mine = out.setdefault(tenant_label(tenant), {})
+                for kind, n in kinds.items():
+                    mine[kind] = mine.get(kind, 0) + n
         return out
 
     def held(self) -> dict[str, dict[str, int]]:

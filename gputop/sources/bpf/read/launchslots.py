@@ -200,7 +200,7 @@ class LaunchSlots:
                 continue
             deleted[key_ident(k)] += 1
         if deleted:
-            self.forgotten_captures += deleted.total()
+            self.forgotten_captures += sum(deleted.values())
             counters = self._table("capture_n")
             counters[counters.Key(CAPTURES_FORGOTTEN)] = counters.Leaf(self.forgotten_captures)
         return deleted
