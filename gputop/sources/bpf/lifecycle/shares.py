@@ -6,6 +6,7 @@ writer), so the tenant's room comes back. And what each tenant lost, to its shar
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -102,7 +103,12 @@ class Shares:
             leaf = table.Leaf()
             for j, v in enumerate(released):
                 leaf.released[j] = v
-            table[key] = leaf
+            try:
+                table[key] = leaf
+            except Exception:           # full: the credits of tenants the LRU forgot go, once more
+                self._forget_gone_tenants()
+                with contextlib.suppress(Exception):    # still full: it seems to hold more (its loss)
+                    table[key] = leaf
 
     def forget_owners(self, owners: Mapping[int, Tenant]) -> None:
         """Delete the owners entries of processes whose entries are all gone, and give them back."""
@@ -126,10 +132,7 @@ class Shares:
             for i, n in enumerate(self._lost_seen.pop(tenant)):
                 gone[i] += n
         self._lost_seen.update(now)
-        for tenant in [t for t in self._released if t not in now]:
-            del self._released[tenant]
-            credit = self._table("tenant_credit")
-            credit.pop(credit.Key(uid=tenant[0], cgroup=tenant[1]), None)
+        self._forget_gone_tenants(set(now))
         out: dict[str, dict[str, int]] = {}
         for tenant in {*now, *self._lost_gone}:
             zero = [0] * len(SHARE_KINDS)
@@ -140,6 +143,15 @@ class Shares:
                 for kind, n in kinds.items():
                     mine[kind] = mine.get(kind, 0) + n
         return out
+
+    def _forget_gone_tenants(self, present: set[Tenant] | None = None) -> None:
+        """The credit of tenants the BPF side's LRU table forgot goes too (back, one starts from nothing)."""
+        if present is None:
+            present = {(int(k.uid), int(k.cgroup)) for k in self._table("tenant_held")}
+        credit = self._table("tenant_credit")
+        for k in [k for k in credit if (int(k.uid), int(k.cgroup)) not in present]:
+            credit.pop(k, None)
+            self._released.pop((int(k.uid), int(k.cgroup)), None)
 
     def held(self) -> dict[str, dict[str, int]]:
         """What each tenant holds now, by class (charged by the BPF side less what was given back)."""
