@@ -176,17 +176,21 @@ def test_whole_names_are_kept_whole(tmp_path: Path) -> None:
     assert syms is not None and [len(n) for n in syms._names] == [4095]
 
 
-def test_a_demangling_bomb_costs_half_a_second_once() -> None:
+def test_a_demangling_bomb_costs_half_a_second_a_few_times() -> None:
     """The review's c++filt stall: names of 250 bytes whose demangled form doubles per level
     (10 s timeouts, a 109 MB name in every JSON line). A run is killed after 0.5 s (the name
-    stays mangled) and a demangled name is cut at 4 KiB; both are cached."""
+    stays mangled); a failed run is tried again DEMANGLE_TRIES times in all (a busy host's run may
+    miss its deadline: its name must not stay mangled for good), then the name is kept as it is; a
+    demangled name is cut at 4 KiB; both are cached."""
     d = symbols.Demangler()
     bomb = demangling_bomb(24)               # 400 MB demangled
+    for _ in range(symbols.DEMANGLE_TRIES):
+        t0 = time.monotonic()
+        assert d(bomb) == bomb
+        first = time.monotonic() - t0
+        assert first >= symbols.DEMANGLE_TIMEOUT_S / 2
     t0 = time.monotonic()
-    assert d(bomb) == bomb
-    first = time.monotonic() - t0
-    t0 = time.monotonic()
-    assert d(bomb) == bomb                   # cached: no second run
+    assert d(bomb) == bomb                   # cached: no more runs
     assert time.monotonic() - t0 < first / 10
     small = d(demangling_bomb(10))           # 24 KB demangled: cut
     assert small is not None and len(small) == symbols.DEMANGLED_MAX + 1 and small.endswith("…")
@@ -285,3 +289,17 @@ def test_reads_nobody_came_back_for_do_not_block_later_ones(tmp_path: Path, test
     finally:
         os.close(fd)
         reads.close()
+
+
+def test_a_demangling_run_that_failed_once_is_tried_again(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A c++filt run killed at its deadline on a busy host (two QEMU guests beside the BPF tests) left
+    its name mangled for good: kernels shown as _Z10fused_stepPfS_i ever after. A failed run is not the
+    name's answer: the next call runs it again."""
+    real = symbols._cxxfilt
+    fails = iter([True])
+    monkeypatch.setattr(symbols, "_cxxfilt", lambda name: None if next(fails, False) else real(name))
+    d = symbols.Demangler()
+    assert d("_Z10fused_stepPfS_i") == "_Z10fused_stepPfS_i"          # this run failed
+    assert not d.settled("_Z10fused_stepPfS_i")                        # (a kernel's name is not kept)
+    assert d("_Z10fused_stepPfS_i") == "fused_step(float*, float*, int)"
+    assert d.settled("_Z10fused_stepPfS_i")

@@ -205,6 +205,8 @@ DEMANGLE_INPUT_MAX = 1024
 DEMANGLED_MAX = 4096
 #: one c++filt run's wall time and address space
 DEMANGLE_TIMEOUT_S = 0.5
+#: runs of one name before it is kept as it is (a failed run is not taken as its answer)
+DEMANGLE_TRIES = 3
 _DEMANGLE_AS_BYTES = 256 << 20
 
 
@@ -218,6 +220,7 @@ class Demangler:
 
     def __init__(self, cache_size: int = 65536) -> None:
         self._done: dict[str, str] = {}
+        self._failed: dict[str, int] = {}      # names whose runs failed, and how many times
         self._cache_size = cache_size
         self.deadline: float | None = None
 
@@ -232,6 +235,11 @@ class Demangler:
         finally:
             self.deadline = deadline
 
+    def settled(self, name: str) -> bool:
+        """Whether ``name``'s demangled form is known for good (not C++, demangled, or kept as it is after
+        DEMANGLE_TRIES failed runs); False while a failed run is still to be tried again."""
+        return not name.startswith("_Z") or len(name) > DEMANGLE_INPUT_MAX or name in self._done
+
     def __call__(self, name: str) -> str | None:
         """``name`` demangled (or as it is: not C++, too long, or a run that failed); None when
         this refresh's time for demangling is spent."""
@@ -242,7 +250,18 @@ class Demangler:
             return out
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return None
-        out = _cxxfilt(name) or name
+        out = _cxxfilt(name)
+        if out is None:
+            # a run that failed (killed at its deadline: a busy host, or a name built to be slow) is
+            # tried again at later refreshes, DEMANGLE_TRIES in all; then the name stays as it is
+            tries = self._failed.get(name, 0) + 1
+            if tries < DEMANGLE_TRIES:
+                if len(self._failed) >= self._cache_size:
+                    self._failed.clear()
+                self._failed[name] = tries
+                return name
+            self._failed.pop(name, None)
+            out = name
         if len(self._done) >= self._cache_size:
             self._done.clear()
         self._done[name] = out

@@ -69,8 +69,11 @@ class KernelNamer:
         res = self._resolve(pid, addr)
         if res[0] is None and self._reading:
             return res                  # its object is still being read: tried again next refresh
-        if res[0] is not None and res[0].startswith("_Z") and symbols.DEMANGLER(res[0]) is None:
-            return res                  # not demangled yet (this refresh's budget is spent): not kept
+        if res[0] is not None and res[0].startswith("_Z"):
+            again = symbols.DEMANGLER(res[0])
+            if again is None or not symbols.DEMANGLER.settled(res[0]):
+                return res              # not demangled yet (the refresh's budget spent, a run failed): not kept
+            res = (again, res[1])
         if res[0] is not None:
             self._done[key] = res
             self._missed.pop(key, None)
