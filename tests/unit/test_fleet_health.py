@@ -158,22 +158,29 @@ def test_batch_exits_1_after_its_output_when_a_node_is_down(fleet: tuple[str, in
     assert (procs[200]["warming_up"], procs[300]["state"], procs[100]["stale"]) == (True, "exited", False)
 
 
+def _lab(inst: str, **more: str) -> str:
+    labels = sorted({"instance": inst, "job": "gputop", **more}.items())
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
+def _two_nodes(every: range, second: str) -> list[str]:
+    """OpenMetrics lines of two targets, A (node-a) and B (``second``), up over ``every``."""
+    lines = ["# TYPE gputop_build_info gauge"]
+    for inst, node in ((A, "node-a"), (B, second)):
+        lines += [f"gputop_build_info{_lab(inst, node=node, version='0.1.0')} 1 {t}" for t in every]
+    lines.append("# TYPE up gauge")
+    lines += [f"up{_lab(inst)} 1 {t}" for inst in (A, B) for t in every]
+    return lines
+
+
 def test_a_node_exporting_per_container_is_said_not_dropped_silently(tmp_path: Path) -> None:
     """node-c's exporter runs with --aggregate container: its series have no pid. The fleet view says
     so (no process rows from it), keeps node-a's rows, and `-b` exits 0: nothing failed."""
     t_end = int(time.time()) // STEP_S * STEP_S
     every = range(t_end - 10 * 60, t_end + 1, STEP_S)
     c = "ab" * 32
-
-    def lab(inst: str, **more: str) -> str:
-        labels = sorted({"instance": inst, "job": "gputop", **more}.items())
-        return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
-
-    lines = ["# TYPE gputop_build_info gauge"]
-    for inst, node in ((A, "node-a"), (B, "node-c")):
-        lines += [f"gputop_build_info{lab(inst, node=node, version='0.1.0')} 1 {t}" for t in every]
-    lines.append("# TYPE up gauge")
-    lines += [f"up{lab(inst)} 1 {t}" for inst in (A, B) for t in every]
+    lab = _lab
+    lines = _two_nodes(every, "node-c")
     lines.append("# TYPE gputop_kernel_launches counter")
     a = lab(A, pid="100", comm="trainer", container="")
     lines += [f"gputop_kernel_launches_total{a} {100 * (t - every[0])} {t}" for t in every]
@@ -201,16 +208,8 @@ def test_a_node_with_processes_over_max_processes_is_said(tmp_path: Path) -> Non
     container (pid=""): the fleet view shows its rows, and says that the sums are not among them."""
     t_end = int(time.time()) // STEP_S * STEP_S
     every = range(t_end - 10 * 60, t_end + 1, STEP_S)
-
-    def lab(inst: str, **more: str) -> str:
-        labels = sorted({"instance": inst, "job": "gputop", **more}.items())
-        return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
-
-    lines = ["# TYPE gputop_build_info gauge"]
-    for inst, node in ((A, "node-a"), (B, "node-b")):
-        lines += [f"gputop_build_info{lab(inst, node=node, version='0.1.0')} 1 {t}" for t in every]
-    lines.append("# TYPE up gauge")
-    lines += [f"up{lab(inst)} 1 {t}" for inst in (A, B) for t in every]
+    lab = _lab
+    lines = _two_nodes(every, "node-b")
     lines.append("# TYPE gputop_kernel_launches counter")
     for inst, pid in ((A, "100"), (B, "200"), (B, "")):
         lines += [f"gputop_kernel_launches_total{lab(inst, pid=pid, comm='loop', container='')} "
