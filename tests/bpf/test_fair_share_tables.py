@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import SCAN_WAIT_S, build_native
 from test_counts import FUSED, SAXPY, UNFUSED
 from test_driver_layer import DRIVER_OPS, check_driver_ops
@@ -26,6 +27,10 @@ from gputop.sources.bpf import BpfReading, BpfSource
 from gputop.sources.bpf.common import linux as bpfsys
 
 ATTACKER = f"uid:{NOBODY}"
+#: the tables of the module's source (one compile for the tests that use them: ``src``)
+SMALL = {"MAX_PROCS": 16, "MAX_KERNELS": 16, "MAX_NAME_PTRS": 64, "MAX_CAPTURES": 8, "MAX_CODE": 512}
+#: what each source's tenants had lost when the running test began (``_lost`` is what they lost since)
+_BEFORE: dict[int, dict[str, dict[str, int]]] = {}
 
 
 @contextmanager
@@ -35,7 +40,31 @@ def _source(**limits: int) -> Iterator[BpfSource]:
     try:
         yield src
     finally:
+        _BEFORE.pop(id(src), None)
         src.close()
+
+
+@pytest.fixture(scope="module")
+def small() -> Iterator[BpfSource]:
+    with _source(**SMALL) as src:
+        yield src
+
+
+@pytest.fixture
+def src(small: BpfSource) -> BpfSource:
+    """The module's source with the processes of the tests before forgotten, and its losses noted."""
+    deadline = time.monotonic() + 20
+    while True:
+        small.poll(0.05)
+        small.forgetting.sweep()            # processes gone without a record (a mapper): their code ranges
+        reading = small.read()
+        exited = [pid for pid, raw in reading.procs.items() if raw.exited]
+        if not exited and ATTACKER not in small.shares.held():
+            break
+        small.forget(*exited)
+        assert time.monotonic() < deadline, f"still held: {small.shares.held()}"
+    _BEFORE[id(small)] = _raw_lost(reading)
+    return small
 
 
 class _Workload:
@@ -77,8 +106,19 @@ def _until(src: BpfSource, what: str, ok: Any, timeout_s: float = 20) -> BpfRead
         assert time.monotonic() < deadline, f"{what}: {reading.status.dropped_by_tenant}"
 
 
-def _lost(reading: BpfReading) -> dict[str, dict[str, int]]:
+def _raw_lost(reading: BpfReading) -> dict[str, dict[str, int]]:
     return {t: dict(kinds) for t, kinds in (reading.status.dropped_by_tenant or {}).items()}
+
+
+def _lost(src: BpfSource, reading: BpfReading) -> dict[str, dict[str, int]]:
+    """What each tenant lost since the test began."""
+    before = _BEFORE.get(id(src), {})
+    out: dict[str, dict[str, int]] = {}
+    for tenant, kinds in _raw_lost(reading).items():
+        since = {k: n - before.get(tenant, {}).get(k, 0) for k, n in kinds.items()}
+        if any(since.values()):
+            out[tenant] = {k: n for k, n in since.items() if n}
+    return out
 
 
 def _gone(src: BpfSource, attack: _Workload) -> None:
@@ -95,99 +135,99 @@ def _gone(src: BpfSource, attack: _Workload) -> None:
         assert time.monotonic() < deadline, f"still held: {src.shares.held()}"
 
 
-def test_idle_processes_of_one_tenant_leave_room_for_another(workloads: Any, nobody_dir: Path) -> None:  # noqa: F811
+def test_idle_processes_of_one_tenant_leave_room_for_another(src: BpfSource, workloads: Any,
+                                                             nobody_dir: Path) -> None:  # noqa: F811
     """20 sleeping processes of uid 65534 that launched once each against 16 process records (the
     review: 4,200 against 4,096 blinded a victim, 5,100 launches lost): the attacker holds its 8, loses
     12 launches, and three processes of another tenant started afterwards are counted exactly."""
-    with _source(MAX_PROCS=16) as src:
-        attack = _Workload(src, nobody_dir, [str(workloads.dynamic), "--procs", "20", "launch:1:1,1,1:1,1,1:0",
-                                             "sleep:60000"], nobody=True)
-        try:
-            # its 8 records with their launch, the other 12 launches its loss
-            _until(src, "the attacker's launches", lambda r: _lost(r).get(ATTACKER, {}).get("procs") == 12
-                   and sum(raw.counters["launches"] == 1 for raw in r.procs.values()) == 8)
-            victims = _Workload(src, nobody_dir, [str(workloads.dynamic), "--procs", "3", "launch:1700:2,1,1:32,1,1:0"])
-            victims.wait()
-            reading = _until(src, "the victims", lambda r: sum(raw.counters["launches"] == 1700
-                                                               for raw in r.procs.values()) == 3)
-            assert sorted(raw.counters["launches"] for raw in reading.procs.values()
-                          if raw.counters["launches"] != 1) == [1700] * 3
-            assert _lost(reading) == {ATTACKER: {"procs": 12}}
-            assert reading.status.dropped == 12
-        finally:
-            _gone(src, attack)
+    dropped = src.dropped()["procs"]
+    attack = _Workload(src, nobody_dir, [str(workloads.dynamic), "--procs", "20", "launch:1:1,1,1:1,1,1:0",
+                                         "sleep:60000"], nobody=True)
+    try:
+        # its 8 records with their launch, the other 12 launches its loss
+        _until(src, "the attacker's launches", lambda r: _lost(src, r).get(ATTACKER, {}).get("procs") == 12
+               and sum(raw.counters["launches"] == 1 for raw in r.procs.values()) == 8)
+        victims = _Workload(src, nobody_dir, [str(workloads.dynamic), "--procs", "3", "launch:1700:2,1,1:32,1,1:0"])
+        victims.wait()
+        reading = _until(src, "the victims", lambda r: sum(raw.counters["launches"] == 1700
+                                                           for raw in r.procs.values()) == 3)
+        assert sorted(raw.counters["launches"] for raw in reading.procs.values()
+                      if raw.counters["launches"] != 1) == [1700] * 3
+        # (its processes may lose code ranges too: the trie is 512 here, 15 a mapping of the runtime)
+        assert set(_lost(src, reading)) == {ATTACKER} and _lost(src, reading)[ATTACKER]["procs"] == 12
+        assert src.dropped()["procs"] - dropped == 12
+    finally:
+        _gone(src, attack)
 
 
-def test_a_tenant_with_many_kernels_leaves_room_for_anothers(workloads: Any, testbed: Any, nobody_dir: Path) -> None:  # noqa: F811
+def test_a_tenant_with_many_kernels_leaves_room_for_anothers(src: BpfSource, workloads: Any, testbed: Any,
+                                                             nobody_dir: Path) -> None:  # noqa: F811
     """One process of uid 65534 launching 40 distinct kernels against a table of 16 (the review: 16,500
     from one process emptied a victim's per-kernel list): it keeps 8, its other launches count in its
     record; a victim's three kernels each have their entry and exact counts."""
-    with _source(MAX_KERNELS=16) as src:
-        ops = [f"cu_launch:3:1,1,1:1,1,1:{0x7000 + 16 * i:x}" for i in range(40)]
-        attack = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(testbed.libcudart),
-                                             "--cuda", str(testbed.libcuda), *ops, "sleep:60000"], nobody=True)
-        try:
-            reading = _until(src, "the attacker's launches", lambda r: attack.pid in r.procs
-                             and r.procs[attack.pid].counters["launches"] == 120)
-            assert len(reading.procs[attack.pid].kernels) == 8
-            assert _lost(reading) == {ATTACKER: {"kernels": 32 * 3}}
-            victim = _Workload(src, nobody_dir, [str(workloads.dynamic), "launch:300:1,1,1:1,1,1:0",
-                                                 "launch:200:1,1,1:1,1,1:1", "launch:100:1,1,1:1,1,1:2"])
-            victim.wait()
-            raw = src.read().procs[victim.pid]
-            assert sorted((k.name, k.launches) for k in raw.kernels) == sorted([(FUSED, 300), (UNFUSED, 200),
-                                                                                (SAXPY, 100)])
-            assert ATTACKER in src.shares.held()
-        finally:
-            _gone(src, attack)
-        # its room came back: the same tenant's next process has its 8 again
-        again = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(testbed.libcudart),
-                                            "--cuda", str(testbed.libcuda), *ops[:8]], nobody=True)
-        again.wait()
-        assert len(src.read().procs[again.pid].kernels) == 8
+    ops = [f"cu_launch:3:1,1,1:1,1,1:{0x7000 + 16 * i:x}" for i in range(40)]
+    attack = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(testbed.libcudart),
+                                         "--cuda", str(testbed.libcuda), *ops, "sleep:60000"], nobody=True)
+    try:
+        reading = _until(src, "the attacker's launches", lambda r: attack.pid in r.procs
+                         and r.procs[attack.pid].counters["launches"] == 120)
+        assert len(reading.procs[attack.pid].kernels) == 8
+        assert _lost(src, reading) == {ATTACKER: {"kernels": 32 * 3}}
+        victim = _Workload(src, nobody_dir, [str(workloads.dynamic), "launch:300:1,1,1:1,1,1:0",
+                                             "launch:200:1,1,1:1,1,1:1", "launch:100:1,1,1:1,1,1:2"])
+        victim.wait()
+        raw = src.read().procs[victim.pid]
+        assert sorted((k.name, k.launches) for k in raw.kernels) == sorted([(FUSED, 300), (UNFUSED, 200),
+                                                                            (SAXPY, 100)])
+        assert ATTACKER in src.shares.held()
+    finally:
+        _gone(src, attack)
+    # its room came back: the same tenant's next process has its 8 again
+    again = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(testbed.libcudart),
+                                        "--cuda", str(testbed.libcuda), *ops[:8]], nobody=True)
+    again.wait()
+    assert len(src.read().procs[again.pid].kernels) == 8
 
 
-def test_a_tenant_registering_a_million_names_leaves_anothers_names(workloads: Any, testbed: Any,
-                                                                   nobody_dir: Path) -> None:  # noqa: F811  # noqa: F811
+def test_a_tenant_registering_a_million_names_leaves_anothers_names(src: BpfSource, workloads: Any, testbed: Any,
+                                                                   nobody_dir: Path) -> None:  # noqa: F811
     """uid 65534 registering 400 kernels against a table of 64 registrations (the review: 1.1 million
     in 6 s; a victim's names shown as addresses): it keeps 32; a victim's kernels are named."""
-    with _source(MAX_NAME_PTRS=64) as src:
-        attack = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(testbed.libcudart),
-                                             "register_many:400:flood", "sleep:60000"], nobody=True)
-        try:
-            _until(src, "the attacker's registrations",
-                   lambda r: _lost(r).get(ATTACKER, {}).get("name_ptrs", 0) >= 400 - 32)
-            victim = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(testbed.libcudart),
-                                                 "register:0:victim_a(int)", "launch:10:1,1,1:1,1,1:0",
-                                                 "register:1:victim_b(int)", "launch:20:1,1,1:1,1,1:1"])
-            victim.wait()
-            reading = src.read()
-            raw = reading.procs[victim.pid]
-            assert sorted((k.name, k.launches) for k in raw.kernels) == [("victim_a(int)", 10), ("victim_b(int)", 20)]
-            assert set(_lost(reading)) == {ATTACKER}
-        finally:
-            _gone(src, attack)
+    attack = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(testbed.libcudart),
+                                         "register_many:400:flood", "sleep:60000"], nobody=True)
+    try:
+        _until(src, "the attacker's registrations",
+               lambda r: _lost(src, r).get(ATTACKER, {}).get("name_ptrs", 0) >= 400 - 32)
+        victim = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(testbed.libcudart),
+                                             "register:0:victim_a(int)", "launch:10:1,1,1:1,1,1:0",
+                                             "register:1:victim_b(int)", "launch:20:1,1,1:1,1,1:1"])
+        victim.wait()
+        reading = src.read()
+        raw = reading.procs[victim.pid]
+        assert sorted((k.name, k.launches) for k in raw.kernels) == [("victim_a(int)", 10), ("victim_b(int)", 20)]
+        assert set(_lost(src, reading)) == {ATTACKER}
+    finally:
+        _gone(src, attack)
 
 
-def test_a_tenant_holding_captures_open_leaves_room_for_anothers(workloads: Any, testbed: Any,
+def test_a_tenant_holding_captures_open_leaves_room_for_anothers(src: BpfSource, workloads: Any, testbed: Any,
                                                                  nobody_dir: Path) -> None:  # noqa: F811
     """12 processes of uid 65534 each beginning a capture it never ends, against 8 captures under way
     (the review: 1,100 against 1,024; a victim's captured launches shown as run): it holds 4; a victim's
     capture is one, its launches into it captured, not run."""
-    with _source(MAX_CAPTURES=8) as src:
-        # the shim runtime's captures succeed (its calls enter the real driver: tests/native/shim_runtime.c)
-        shim = [str(workloads.dlopen), "--cudart", str(workloads.shim_runtime)]
-        env = {"SHIM_LIBCUDA": str(testbed.libcuda)}
-        attack = _Workload(src, nobody_dir, [*shim, "--procs", "12", "g_begin:2:0", "sleep:60000"], nobody=True,
-                           env=env)
-        try:
-            _until(src, "the attacker's captures", lambda r: _lost(r).get(ATTACKER, {}).get("captures") == 8)
-            victim = _Workload(src, nobody_dir, [*shim, "capture:40:7"], env=env)
-            victim.wait()
-            c = src.read().procs[victim.pid].counters
-            assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (40, 7, 1)
-        finally:
-            _gone(src, attack)
+    # the shim runtime's captures succeed (its calls enter the real driver: tests/native/shim_runtime.c)
+    shim = [str(workloads.dlopen), "--cudart", str(workloads.shim_runtime)]
+    env = {"SHIM_LIBCUDA": str(testbed.libcuda)}
+    attack = _Workload(src, nobody_dir, [*shim, "--procs", "12", "g_begin:2:0", "sleep:60000"], nobody=True,
+                       env=env)
+    try:
+        _until(src, "the attacker's captures", lambda r: _lost(src, r).get(ATTACKER, {}).get("captures") == 8)
+        victim = _Workload(src, nobody_dir, [*shim, "capture:40:7"], env=env)
+        victim.wait()
+        c = src.read().procs[victim.pid].counters
+        assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (40, 7, 1)
+    finally:
+        _gone(src, attack)
 
 
 @contextmanager
@@ -205,22 +245,23 @@ def _mapper(*paths: Path) -> Iterator[int]:
         p.wait(10)
 
 
-def test_a_tenant_mapping_a_runtime_many_times_leaves_room_for_anothers_code(workloads: Any, testbed: Any,
+def test_a_tenant_mapping_a_runtime_many_times_leaves_room_for_anothers_code(src: BpfSource, workloads: Any,
+                                                                           testbed: Any,
                                                                            nobody_dir: Path) -> None:  # noqa: F811
     """One process of uid 65534 mapping the probed runtime 100 times against a code trie of 512 entries
     (the review: 30,000 times against 262,144; every process started afterwards had its driver calls
     through a layer counted twice, 1,600 for 800): it holds its 256 and loses the rest; a victim's
     calls through a driver-level layer (its text in the trie) count once each."""
     layer = build_native("driver_layer.c", "driver_layer_tail/libvgpu_test.so", "-O2", "-shared", "-fPIC", "-ldl")
-    with _source(MAX_CODE=512) as src, _mapper(*[testbed.libcudart] * 100) as pid:
+    with _mapper(*[testbed.libcudart] * 100) as pid:
         src.scan([pid])
-        lost = _lost(src.read()).get(ATTACKER, {})
+        lost = _lost(src, src.read()).get(ATTACKER, {})
         assert lost.get("code", 0) >= 1, lost
         victim = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cuda", str(testbed.libcuda), *DRIVER_OPS],
                            env=layer_env(layer, testbed))
         victim.wait()
         check_driver_ops(src.read().procs[victim.pid])
-        assert set(_lost(src.read())) == {ATTACKER}
+        assert set(_lost(src, src.read())) == {ATTACKER}
 
 
 def test_a_tenant_mapping_many_objects_leaves_descriptors_for_anothers(workloads: Any, testbed: Any,
@@ -231,7 +272,9 @@ def test_a_tenant_mapping_many_objects_leaves_descriptors_for_anothers(workloads
     20,000 launches lost): it holds at most half of them and loses the other copies (each counted once);
     a victim's own copy is probed and counted exactly."""
     with _source() as src:
-        monkeypatch.setattr(bpfsys, "FD_RESERVE", bpfsys.fd_budget() + bpfsys.FD_RESERVE - (bpfsys.fds_open() + 400))
+        budget, open_now = bpfsys.fd_budget(), bpfsys.fds_open()
+        assert budget is not None and open_now is not None
+        monkeypatch.setattr(bpfsys, "FD_RESERVE", budget + bpfsys.FD_RESERVE - (open_now + 400))
         copies = []
         for i in range(8):
             (nobody_dir / f"c{i}").mkdir()
@@ -246,7 +289,7 @@ def test_a_tenant_mapping_many_objects_leaves_descriptors_for_anothers(workloads
             src.scan([pid])
             src.scan([pid])
             probed = len(src.objects) - before
-            lost = _lost(src.read()).get(ATTACKER, {}).get("objects", 0)
+            lost = _lost(src, src.read()).get(ATTACKER, {}).get("objects", 0)
             assert 1 <= probed < 8 and lost == 8 - probed, (probed, lost)
             victim = _Workload(src, nobody_dir, [str(workloads.dlopen), "--cudart", str(mine),
                                                  "launch:2000:1,1,1:1,1,1:0"], objects=before + probed + 1)
@@ -254,7 +297,8 @@ def test_a_tenant_mapping_many_objects_leaves_descriptors_for_anothers(workloads
             assert src.read().procs[victim.pid].counters["launches"] == 2000
 
 
-def test_a_tenants_idle_processes_give_their_records_to_its_active_ones(workloads: Any, nobody_dir: Path,  # noqa: F811
+def test_a_tenants_idle_processes_give_their_records_to_its_active_ones(src: BpfSource, workloads: Any,
+                                                                        nobody_dir: Path,  # noqa: F811
                                                                         monkeypatch: Any) -> None:
     """Within one tenant, idle processes never push out active ones: 10 sleeping processes of uid 65534
     that launched once each hold its 8 records (2 launches lost); once idle for RETIRE_IDLE_S (1 s here)
@@ -264,41 +308,42 @@ def test_a_tenants_idle_processes_give_their_records_to_its_active_ones(workload
     from gputop.sources.bpf.read import retire
 
     monkeypatch.setattr(retire, "RETIRE_IDLE_S", 1.0)
-    with _source(MAX_PROCS=16) as src:
-        sleepers = _Workload(src, nobody_dir, [str(workloads.dynamic), "--procs", "10", "launch:1:1,1,1:1,1,1:0",
-                                               "sleep:60000"], nobody=True)
-        try:
-            _until(src, "the sleepers' launches", lambda r: _lost(r).get(ATTACKER, {}).get("procs") == 2
-                   and sum(raw.counters["launches"] == 1 for raw in r.procs.values()) == 8)
-            time.sleep(1.2)
-            reading = _until(src, "their records retired", lambda r: src.retired.retired == 8)
-            assert sum(raw.counters["launches"] == 1 for raw in reading.procs.values()) == 8
-            assert "procs" not in src.shares.held().get(ATTACKER, {})
-            active = _Workload(src, nobody_dir, [str(workloads.dynamic), "launch:1700:2,1,1:32,1,1:0"], nobody=True)
-            active.wait()
-            reading = src.read()
-            assert reading.procs[active.pid].counters["launches"] == 1700
-            assert _lost(reading) == {ATTACKER: {"procs": 2}}
-            pids = {pid for pid, raw in reading.procs.items() if raw.counters["launches"] == 1}
-        finally:
-            sleepers.proc.kill()
-            sleepers.proc.wait()
-            subprocess.run(["pkill", "-KILL", "-u", str(NOBODY), "-f", "wl_"], check=False)
-        shown: dict[int, int] = {}
-        deadline = time.monotonic() + 20
-        while set(shown) != pids:
-            assert time.monotonic() < deadline, f"shown exited: {sorted(shown)} of {sorted(pids)}"
-            src.poll(0.05)
-            reading = src.read()
-            shown.update({pid: raw.counters["launches"] for pid, raw in reading.procs.items()
-                          if pid in pids and raw.exited})
-            src.forget(*[pid for pid, raw in reading.procs.items() if raw.exited])
-        assert set(shown.values()) == {1}
-        deadline = time.monotonic() + 20
-        while src.retired.bases or ATTACKER in src.shares.held():
-            assert time.monotonic() < deadline, (src.retired.bases, src.shares.held())
-            src.poll(0.05)
-            src.forget(*[pid for pid, raw in src.read().procs.items() if raw.exited])
+    retired = src.retired.retired
+    sleepers = _Workload(src, nobody_dir, [str(workloads.dynamic), "--procs", "10", "launch:1:1,1,1:1,1,1:0",
+                                           "sleep:60000"], nobody=True)
+    try:
+        _until(src, "the sleepers' launches", lambda r: _lost(src, r).get(ATTACKER, {}).get("procs") == 2
+               and sum(raw.counters["launches"] == 1 for raw in r.procs.values()) == 8)
+        time.sleep(1.2)
+        reading = _until(src, "their records retired", lambda r: src.retired.retired - retired == 8)
+        assert sum(raw.counters["launches"] == 1 for raw in reading.procs.values()) == 8
+        assert "procs" not in src.shares.held().get(ATTACKER, {})
+        active = _Workload(src, nobody_dir, [str(workloads.dynamic), "launch:1700:2,1,1:32,1,1:0"], nobody=True)
+        active.wait()
+        reading = src.read()
+        assert reading.procs[active.pid].counters["launches"] == 1700
+        # (its kernels' share is its 8 sleepers' pairs here: the active one's launches count in its record)
+        assert set(_lost(src, reading)) == {ATTACKER} and _lost(src, reading)[ATTACKER]["procs"] == 2
+        pids = {pid for pid, raw in reading.procs.items() if raw.counters["launches"] == 1}
+    finally:
+        sleepers.proc.kill()
+        sleepers.proc.wait()
+        subprocess.run(["pkill", "-KILL", "-u", str(NOBODY), "-f", "wl_"], check=False)
+    shown: dict[int, int] = {}
+    deadline = time.monotonic() + 20
+    while set(shown) != pids:
+        assert time.monotonic() < deadline, f"shown exited: {sorted(shown)} of {sorted(pids)}"
+        src.poll(0.05)
+        reading = src.read()
+        shown.update({pid: raw.counters["launches"] for pid, raw in reading.procs.items()
+                      if pid in pids and raw.exited})
+        src.forget(*[pid for pid, raw in reading.procs.items() if raw.exited])
+    assert set(shown.values()) == {1}
+    deadline = time.monotonic() + 20
+    while src.retired.bases or ATTACKER in src.shares.held():
+        assert time.monotonic() < deadline, (src.retired.bases, src.shares.held())
+        src.poll(0.05)
+        src.forget(*[pid for pid, raw in src.read().procs.items() if raw.exited])
 
 
 def test_tenants_the_kernel_forgets_keep_what_they_lost(workloads: Any, testbed: Any, nobody_dir: Path) -> None:  # noqa: F811
@@ -322,8 +367,8 @@ def test_tenants_the_kernel_forgets_keep_what_they_lost(workloads: Any, testbed:
             src.scan([pid], wait_s=SCAN_WAIT_S)
             (nobody_dir / f"go{uid}").touch()
             assert p.wait(30) == 0
-            reading = _until(src, f"uid {uid}'s loss", lambda r, uid=uid: f"uid:{uid}" in _lost(r))
-            lost = _lost(reading)
+            reading = _until(src, f"uid {uid}'s loss", lambda r, uid=uid: f"uid:{uid}" in _lost(src, r))
+            lost = _lost(src, reading)
             for tenant, kinds in seen.items():
                 assert lost.get(tenant, {}).get("kernels", 0) >= kinds["kernels"], (tenant, lost)
             seen = lost
