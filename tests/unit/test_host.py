@@ -385,3 +385,26 @@ def test_a_container_id_from_a_cgroup_a_user_made_is_shown_unverified() -> None:
                 d.rmdir()
         with contextlib.suppress(OSError):
             base.rmdir()
+
+
+def test_a_process_tenant_is_read_as_the_bpf_side_takes_it() -> None:
+    """shares.tenant_of_pid: a uid other than 0 is the tenant; for uid 0, its cgroup2 directory's inode
+    (bpf_get_current_cgroup_id's kernfs id); a process gone has none."""
+    from gputop.sources.bpf.lifecycle.shares import tenant_of_pid
+    from gputop.sources.host import cgroup2_root
+
+    line = next(ln for ln in Path("/proc/self/cgroup").read_text().splitlines() if ln.startswith("0::"))
+    root = cgroup2_root()
+    assert root is not None
+    me = tenant_of_pid(os.getpid())
+    assert me == ((0, os.stat(root + line[3:].rstrip("/")).st_ino) if os.getuid() == 0 else (os.getuid(), 0))
+    p = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+    try:
+        deadline = time.monotonic() + 5
+        while tenant_of_pid(p.pid) != (65534, 0):
+            assert time.monotonic() < deadline, tenant_of_pid(p.pid)
+            time.sleep(0.01)
+    finally:
+        p.kill()
+        p.wait()
+    assert tenant_of_pid(p.pid) is None

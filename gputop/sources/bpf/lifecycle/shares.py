@@ -47,7 +47,7 @@ def _read_proc(pid: int, name: str) -> str | None:
 def tenant_of_pid(pid: int) -> Tenant | None:
     """The tenant the BPF side charges a process's entries to (``tenant_of_current``): its real uid, and
     for uid 0 its cgroup's id (the cgroup2 directory's inode number: the kernfs id that
-    bpf_get_current_cgroup_id gives); None when the process is gone or its cgroup cannot be walked."""
+    bpf_get_current_cgroup_id gives; 0 where no cgroup2 path can be walked); None when the process is gone."""
     status = _read_proc(pid, "status")
     uid = next((ln.split()[1] for ln in (status or "").splitlines() if ln.startswith("Uid:") and len(ln.split()) > 1),
                None)
@@ -57,7 +57,8 @@ def tenant_of_pid(pid: int) -> Tenant | None:
         return int(uid), 0
     components = host.cgroup_components(_read_proc(pid, "cgroup") or "")
     dirs = host.cgroup_dirs(components) if components is not None else None
-    return (0, dirs[-1].st_ino) if dirs else None
+    # no cgroup2 to walk (a cgroup v1 host, a cgroup gone meanwhile): root's share as one tenant
+    return (0, dirs[-1].st_ino if dirs else 0)
 
 
 class Shares:
