@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -163,6 +164,19 @@ def _lab(inst: str, **more: str) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
 
 
+@contextmanager
+def _fleet(tmp_path: Path, lines: list[str], t_end: int) -> Iterator[tuple[str, Snapshot]]:
+    """A real Prometheus holding ``lines`` (OpenMetrics, closed here) and the fleet view's snapshot at
+    ``t_end`` read through it: (its URL, the snapshot), while it runs."""
+    om = tmp_path / "fleet.om"
+    om.write_text("\n".join([*lines, "# EOF"]) + "\n")
+    with tsdb_prometheus(om, tmp_path / "data") as url:
+        reader = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
+        snap = reader.read(t_end, frozenset(), 5.0)[0]
+        reader.close()
+        yield url, snap
+
+
 def _two_nodes(every: range, second: str) -> list[str]:
     """OpenMetrics lines of two targets, A (node-a) and B (``second``), up over ``every``."""
     lines = ["# TYPE gputop_build_info gauge"]
@@ -179,7 +193,7 @@ def test_a_node_exporting_per_container_is_said_not_dropped_silently(tmp_path: P
     t_end = int(time.time()) // STEP_S * STEP_S
     every = range(t_end - 10 * 60, t_end + 1, STEP_S)
     c = "ab" * 32
-    lab = _lab
+    lab = _lab                          # (short: it labels every series below)
     lines = _two_nodes(every, "node-c")
     lines.append("# TYPE gputop_kernel_launches counter")
     a = lab(A, pid="100", comm="trainer", container="")
@@ -187,13 +201,7 @@ def test_a_node_exporting_per_container_is_said_not_dropped_silently(tmp_path: P
     lines += [f"gputop_kernel_launches_total{lab(B, container=c)} {50 * (t - every[0])} {t}" for t in every]
     lines.append("# TYPE gputop_container_processes gauge")
     lines += [f"gputop_container_processes{lab(B, container=c)} 3 {t}" for t in every]
-    lines.append("# EOF")
-    om = tmp_path / "fleet.om"
-    om.write_text("\n".join(lines) + "\n")
-    with tsdb_prometheus(om, tmp_path / "data") as url:
-        reader = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
-        snap = reader.read(t_end, frozenset(), 5.0)[0]
-        reader.close()
+    with _fleet(tmp_path, lines, t_end) as (url, snap):
         assert snap.sources["prometheus"].reason == "node-c exports per container (no process rows)"
         assert [(p.node, p.pid) for p in snap.processes] == [("node-a", 100)]
         res = subprocess.run([sys.executable, "-m", "gputop.cli", "--prometheus", url, "--window", f"{WINDOW_S}s",
@@ -208,7 +216,7 @@ def test_a_node_with_processes_over_max_processes_is_said(tmp_path: Path) -> Non
     container (pid=""): the fleet view shows its rows, and says that the sums are not among them."""
     t_end = int(time.time()) // STEP_S * STEP_S
     every = range(t_end - 10 * 60, t_end + 1, STEP_S)
-    lab = _lab
+    lab = _lab                          # (short: it labels every series below)
     lines = _two_nodes(every, "node-b")
     lines.append("# TYPE gputop_kernel_launches counter")
     for inst, pid in ((A, "100"), (B, "200"), (B, "")):
@@ -216,16 +224,10 @@ def test_a_node_with_processes_over_max_processes_is_said(tmp_path: Path) -> Non
                   f"{100 * (t - every[0])} {t}" for t in every]
     lines.append("# TYPE gputop_exporter_processes_omitted gauge")
     lines += [f"gputop_exporter_processes_omitted{lab(inst)} {n} {t}" for inst, n in ((A, 0), (B, 1200)) for t in every]
-    lines.append("# EOF")
-    om = tmp_path / "fleet.om"
-    om.write_text("\n".join(lines) + "\n")
-    with tsdb_prometheus(om, tmp_path / "data") as url:
-        reader = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
-        snap = reader.read(t_end, frozenset(), 5.0)[0]
-        reader.close()
-    assert snap.sources["prometheus"].reason == (
-        "node-b: 1200 processes over --max-processes (summed per container, no rows)")
-    assert [(p.node, p.pid) for p in snap.processes] == [("node-a", 100), ("node-b", 200)]
+    with _fleet(tmp_path, lines, t_end) as (_url, snap):
+        assert snap.sources["prometheus"].reason == (
+            "node-b: 1200 processes over --max-processes (summed per container, no rows)")
+        assert [(p.node, p.pid) for p in snap.processes] == [("node-a", 100), ("node-b", 200)]
 
 
 def test_a_prometheus_without_a_function_the_fleet_needs_is_named(tmp_path: Path) -> None:
