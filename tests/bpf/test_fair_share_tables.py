@@ -286,8 +286,8 @@ def test_a_tenant_mapping_many_objects_leaves_descriptors_for_anothers(workloads
         shutil.copyfile(testbed.libcudart, mine)
         before = len(src.objects)           # what the start's scan found on the host
         with _mapper(*copies) as pid:
-            src.scan([pid])
-            src.scan([pid])
+            src.scan([pid], wait_s=SCAN_WAIT_S)
+            src.scan([pid], wait_s=SCAN_WAIT_S)
             probed = len(src.objects) - before
             lost = _lost(src, src.read()).get(ATTACKER, {}).get("objects", 0)
             assert 1 <= probed < 8 and lost == 8 - probed, (probed, lost)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import SCAN_WAIT_S
 
 from gputop.sources.bpf import BpfSource
 from gputop.sources.bpf.attach import attaching
@@ -244,7 +245,9 @@ def _map_and_release(src: BpfSource, copies: list[str], cwd: Path
     try:
         assert mapper.stdout is not None
         pid = int(mapper.stdout.readline().split()[1])
-        src.scan([pid])
+        # every copy read before the count (the default wait, 0.25 s, is what a busy CI host outlasted:
+        # 4 of 6 copies probed at the count)
+        src.scan([pid], wait_s=SCAN_WAIT_S)
         during = state()
     finally:
         assert mapper.stdin is not None
