@@ -356,11 +356,11 @@ def test_an_object_without_descriptors_for_its_probes_counts_dropped_once(bpf_so
         assert mapper.stdout is not None
         pid = int(mapper.stdout.readline().split()[1])
         monkeypatch.setattr(bpfsys, "FD_RESERVE", 1 << 40)
-        src.scan([pid])
-        src.scan([pid])
+        src.scan([pid], wait_s=SCAN_WAIT_S)
+        src.scan([pid], wait_s=SCAN_WAIT_S)
         assert (len(src.objects), src.dropped()["objects"]) == (objects, before + 1)
         monkeypatch.undo()
-        src.scan([pid])
+        src.scan([pid], wait_s=SCAN_WAIT_S)
         assert (len(src.objects), src.dropped()["objects"]) == (objects + 1, before + 1)
     finally:
         assert mapper.stdin is not None
