@@ -10,7 +10,19 @@ static __always_inline void track(u32 tgid) {
     tracked.update(&pk, &one);
 }
 
+// The name at user_str, kept for (tgid, addr). A copy that fails or is empty is never a name: the BPF
+// side cannot fault a page in, and a registered name often sits on a page of its library the process
+// has not touched yet (a fresh `import torch`: most of them). Nothing is kept then; user space reads
+// the name from the process or its file (naming.py) and never takes an empty one.
 static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
+    u32 z = 0;
+    // a name is 256 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
+    struct name_t *n = name_scratch.lookup(&z);
+    if (!n)
+        return;
+    __builtin_memset(n, 0, sizeof(*n));
+    if (bpf_probe_read_user_str(n->name, NAME_LEN, (void *)user_str) <= 1)
+        return;                         // not read (or nothing there): no name, no loss
     struct tkey_t k = {.tgid = tgid, .gen = gen_of(tgid), .addr = addr};
     int had = names.lookup(&k) != 0;
     struct tenant_t *o = had ? 0 : share_take(tgid, SH_NAMES);
@@ -19,16 +31,6 @@ static __always_inline void put_name(u32 tgid, u64 addr, u64 user_str) {
         return;
     }
     track(tgid);
-    u32 z = 0;
-    // a name is 256 bytes: build it in a per-CPU scratch slot, not on the 512-byte stack
-    struct name_t *n = name_scratch.lookup(&z);
-    if (!n) {
-        if (o)
-            share_add(o, SH_NAMES, -1);
-        return;
-    }
-    __builtin_memset(n, 0, sizeof(*n));
-    bpf_probe_read_user_str(n->name, NAME_LEN, (void *)user_str);
     // a new entry is inserted (charged once: another CPU's insert of it fails here and updates)
     int rc = o ? names.insert(&k, n) : names.update(&k, n);
     if (rc != 0 && o)

@@ -158,6 +158,47 @@ def test_a_registered_name_survives_the_process(bpf_source: BpfSource, workloads
         bpf_source.forget(pid)
 
 
+def test_a_registered_name_on_a_page_not_yet_present_is_named(bpf_source: BpfSource, workloads: Workloads,
+                                                              testbed: support.Testbed, tmp_path: Path) -> None:
+    """Issue 34's bare addresses (a fresh `import torch`: most of libtorch_cuda.so's registered names on
+    pages the process had not touched): a kernel registered under a constant of a library that is on
+    a page never touched, launched 40 times with gputop running. The BPF side cannot copy it (no name
+    entry: an empty copy is never a name); the kernel is named exactly, from the process's memory while
+    it runs, and from the library's file once it has exited (its record kept at exit)."""
+    lib = build_native("untouched_names.c", "libuntouched_names.so", "-shared", "-fPIC")
+    want = "gputop::test::untouched_name(float*)"      # stub 1's own symbol is unfused_step's
+    go, scanned = tmp_path / "go", tmp_path / "scanned"
+    # the one that exits is scanned (as a periodic rescan would) once it mapped the library, then launches
+    running, gone = (start([workloads.dlopen, "--cudart", testbed.libcudart, "--wait", go, f"register_in:1:{lib}",
+                            *middle, "launch:40:1,1,1:1,1,1:1", *tail])
+                     for middle, tail in (([], ["sleep:60000"]), ([f"await:0:{scanned}"], [])))
+    try:
+        for _p, pid in (running, gone):
+            bpf_source.scan([pid], wait_s=SCAN_WAIT_S)
+        go.touch()
+        deadline = time.monotonic() + 30
+        while not any(k.tgid == gone[1] for k in bpf_source.table("name_ptrs")):
+            time.sleep(0.02)
+            assert time.monotonic() < deadline, "the registration never showed"
+        bpf_source.scan([gone[1]], wait_s=SCAN_WAIT_S)
+        scanned.touch()
+        drive(bpf_source, gone[0])
+        while bpf_source.read().procs.get(running[1]) is None or not any(
+                k.launches == 40 for k in bpf_source.read().procs[running[1]].kernels):
+            bpf_source.poll(0.05)
+            assert time.monotonic() < deadline, "the running process's launches never showed"
+        assert not [k for k in bpf_source.table("names") if k.tgid in (running[1], gone[1])]   # never copied
+        for pid, exited in ((running[1], False), (gone[1], True)):
+            raw = bpf_source.read().procs[pid]
+            assert raw.exited is exited
+            assert [(k.launches, k.name) for k in raw.kernels] == [(40, want)], pid
+    finally:
+        running[0].kill()
+        running[0].wait()
+        for _p, pid in (running, gone):
+            bpf_source.forget(pid)
+
+
 def test_fork_after_cuda_initialisation(bpf_source: BpfSource, workloads: Workloads, tmp_path: Path) -> None:
     """The parent launches 100 times, then forks a worker that launches 250 times: two records,
     exactly 100 and 250 (the child inherits the parent's mappings, not its counts)."""

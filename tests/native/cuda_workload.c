@@ -86,10 +86,13 @@
 //   cu_g_node:N:H      N cuGraphAddNode of CUfunction H (hex)
 //   by_handle:N:K      __cudaGetKernel(&h, stub K), then N cudaLaunchKernel(h, ...) (nvcc 12.8+ stubs)
 //   register:K:NAME    __cudaRegisterFunction(NULL, stub K, NAME, NAME, ...) (no launch)
+//   register_in:K:LIB  __cudaRegisterFunction of stub K under the name LIB holds UNTOUCHED_AT bytes into its
+//                      gputop_untouched (a constant on a page this process never touched; no launch)
 //   register_many:N:PREFIX   N registrations, as `import torch` makes: stubs 0..2 as PREFIX_0..2, then
 //                      N-3 made-up stub addresses as PREFIX_kNNNNNN (names kept in memory, as a program's are)
 //   fork:N             fork a child that makes N launches of stub 0; wait for it
 //   sleep:MS
+//   await:0:FILE       wait until FILE exists
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -101,6 +104,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#define UNTOUCHED_AT (256 * 1024)      // tests/native/untouched_names.c: where its name is
 
 typedef struct { unsigned x, y, z; } dim3;
 typedef struct {
@@ -595,6 +600,12 @@ static void run_op(const char *op) {
     char name[32] = {0}, a[1024] = {0}, b[64] = {0}, c[64] = {0}, e[64] = {0};
     long n = 0;
     sscanf(op, "%31[^:]:%ld:%1023[^:]:%63[^:]:%63[^:]:%63s", name, &n, a, b, c, e);
+    if (!strcmp(name, "await")) {          // await:0:FILE   until FILE exists
+        struct stat st;
+        while (stat(a, &st) != 0)
+            usleep(2000);
+        return;
+    }
     if (!strcmp(name, "sleep")) {
         usleep((useconds_t)n * 1000);
         return;
@@ -659,6 +670,19 @@ static void run_op(const char *op) {
             api.register_function(NULL, stub, nm, nm, -1, NULL, NULL, NULL, NULL, NULL);
         }
         return;                         // the names stay allocated for the process's life
+    }
+    if (!strcmp(name, "register_in")) {
+        // the name is a constant of another object (tests/native/untouched_names.c), on a page of it
+        // this process never touches: the registration passes its address, as nvcc's code does
+        NEED(register_function);
+        const char *blob = dlsym(must_dlopen(a), "gputop_untouched");
+        if (!blob) {
+            fprintf(stderr, "cuda_workload: %s has no gputop_untouched\n", a);
+            exit(3);
+        }
+        api.register_function(NULL, (const char *)stubs[n % 3], blob + UNTOUCHED_AT, blob + UNTOUCHED_AT, -1,
+                              NULL, NULL, NULL, NULL, NULL);
+        return;
     }
     if (!strcmp(name, "register")) {
         NEED(register_function);

@@ -184,6 +184,31 @@ def read_registered_name(pid: int, ptr: int, boot_ns: int) -> bytes | None:
     return name or None
 
 
+def read_string_in_file(pid: int, m: Mapping, offset: int) -> bytes | None:
+    """The NUL-terminated string at ``offset`` of the file ``m`` maps (a kernel name registered from a
+    constant of that object, read after its process is gone or while its page is not present), at
+    most REGISTERED_NAME_MAX bytes, through a descriptor checked to be that file (open_object); None
+    when it cannot be opened, or nothing is there."""
+    path = open_path(pid, m)
+    fd = open_object(path, m.dev, m.inode) if path else None
+    if fd is None:
+        return None
+    try:
+        out = b""
+        while len(out) < REGISTERED_NAME_MAX:
+            chunk = os.pread(fd, min(mmap.PAGESIZE, REGISTERED_NAME_MAX - len(out)), offset + len(out))
+            if not chunk:
+                break
+            out += chunk
+            if b"\0" in chunk:
+                break
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return out.split(b"\0", 1)[0] or None
+
+
 def all_pids() -> list[int]:
     return [int(d.name) for d in PROC.iterdir() if d.name.isdigit()]
 

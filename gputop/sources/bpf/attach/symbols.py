@@ -46,6 +46,8 @@ class ObjectSymbols:
     _names: list[str] = field(default_factory=list)
     #: (vaddr, offset, filesz) of executable PT_LOAD segments, to map file offsets to vaddrs
     segments: list[tuple[int, int, int]] = field(default_factory=list)
+    #: (vaddr, offset, filesz) of read-only data PT_LOAD segments (.rodata: registered kernel names)
+    rodata: list[tuple[int, int, int]] = field(default_factory=list)
     #: every function the object exports (.dynsym) has a CUDA name: it is the runtime or the driver
     all_exports_cuda: bool = False
     #: first code bytes of the functions in _KEEP_CODE
@@ -99,6 +101,14 @@ class ObjectSymbols:
             if seg_vaddr <= vaddr < seg_vaddr + size:
                 return off + (vaddr - seg_vaddr)
         return None
+
+    def offset_of_constant(self, vaddr: int) -> int | None:
+        """The file offset of ``vaddr`` in a segment whose memory is the file's (read-only data or
+        code: a string constant's bytes as loaded); None elsewhere (writable data, not in the file)."""
+        for seg_vaddr, off, size in self.rodata:
+            if seg_vaddr <= vaddr < seg_vaddr + size:
+                return off + (vaddr - seg_vaddr)
+        return self.offset_of_vaddr(vaddr)
 
     def jump_target(self, name: str) -> int | None:
         """Where function ``name`` jumps if it is only a jump (a thunk); -1 if it has a body of its
@@ -164,7 +174,7 @@ def read_symbols(obj: int | str, path: str | None = None, budget_s: float = elfr
 
 
 def _read(elf: elfread.ElfReader, path: str) -> ObjectSymbols:
-    out = ObjectSymbols(path, elf.elf_type, segments=elf.segments())
+    out = ObjectSymbols(path, elf.elf_type, segments=elf.segments(), rodata=elf.segments(executable=False))
     entries: dict[int, tuple[int, str]] = {}
     exports: list[str] = []
     kept = 0

@@ -100,11 +100,12 @@ class ElfReader:
             raise ElfError(f"{what} table cut short")
         return data
 
-    def segments(self) -> list[tuple[int, int, int]]:
-        """(vaddr, offset, filesz) of the executable PT_LOAD segments."""
+    def segments(self, *, executable: bool = True) -> list[tuple[int, int, int]]:
+        """(vaddr, offset, filesz) of the executable PT_LOAD segments; with ``executable=False``, of the
+        read-only data ones (neither executable nor writable: their memory is the file's)."""
         data = self._table(self._phoff, self._phentsize, _PHDR.size, self._phnum, "program header")
         return [(vaddr, off, filesz) for p_type, flags, off, vaddr, _pa, filesz, _msz, _al in _PHDR.iter_unpack(data)
-                if p_type == 1 and flags & 1]
+                if p_type == 1 and (flags & 1 if executable else not flags & 3)]
 
     def sections(self) -> list[Section]:
         if not self._shoff:

@@ -74,7 +74,7 @@ class KernelNamer:
             if again is None or not symbols.DEMANGLER.settled(res[0]):
                 return res              # not demangled yet (the refresh's budget spent, a run failed): not kept
             res = (again, res[1])
-        if res[0] is not None:
+        if res[0]:
             self._done[key] = res
             self._missed.pop(key, None)
         else:
@@ -85,8 +85,8 @@ class KernelNamer:
         cut: str | None = None
         for _ in range(MAX_ALIAS_HOPS + 1):
             raw = self._captured(pid, addr)
-            if raw is not None:
-                text = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            text = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape") if raw is not None else ""
+            if text:                    # an empty one is no name (a copy that failed): never taken
                 # only a name that fills the BPF buffer may be cut (one read from the process's
                 # memory at its registration can be longer, and is whole)
                 if len(text) != NAME_LEN - 1:
@@ -101,16 +101,21 @@ class KernelNamer:
             name = cut + "…"
         return name, obj
 
-    def _from_elf(self, pid: int, addr: int) -> Resolved:
+    def maps(self, pid: int) -> list[discovery.Mapping]:
+        """``pid``'s executable mappings as its kernels are named with: read once a refresh (those user
+        space last knew once it is gone), or an old image's (maps_as)."""
         maps = self._fresh_maps.get(pid)
         if maps is None:
             maps = discovery.read_maps(pid) or self._known_maps(pid)
             self._fresh_maps[pid] = maps
             if maps:
                 self._saw_maps(pid, maps)
-        for m in maps:
+        return maps
+
+    def _from_elf(self, pid: int, addr: int) -> Resolved:
+        for m in self.maps(pid):
             if m.start <= addr < m.end:
-                syms = self._symbols_of(pid, m)
+                syms = self.symbols_of(pid, m)
                 if syms is None:
                     return None, m.path
                 vaddr = syms.vaddr_of_offset(addr - m.start + m.offset)
@@ -122,7 +127,9 @@ class KernelNamer:
     def _demangled(name: str) -> str:
         return symbols.DEMANGLER(name) or name
 
-    def _symbols_of(self, pid: int, m: discovery.Mapping) -> symbols.ObjectSymbols | None:
+    def symbols_of(self, pid: int, m: discovery.Mapping) -> symbols.ObjectSymbols | None:
+        """The symbols of the object ``m`` maps (cached by file identity); None while its read is pending
+        (then this resolution is retried next refresh) or when it cannot be read."""
         key = (m.dev, m.inode)
         if self._symcache.get(key) is None:
             path = discovery.open_path(pid, m)

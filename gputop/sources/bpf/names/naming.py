@@ -51,18 +51,42 @@ class Naming:
 
     def _captured_name(self, pid: int, addr: int) -> bytes | None:
         """The name the BPF side captured: at the call (driver look-ups) or at the kernel's first launch
-        (registrations, up to NAME_LEN - 1 bytes); a registered name that fills it is read whole from
-        the process's memory while the process still holds it."""
+        (registrations, up to NAME_LEN - 1 bytes). A registered name it could not copy (its page not
+        present yet: the BPF side cannot fault one in) or that fills its buffer is read whole from the
+        process's memory while the process still holds it, else from the object file the name is a
+        constant of (after an exit or an exec)."""
         v = self._by_key("names", pid, addr)
-        copy = bytes(v.name) if v is not None else None
-        if copy is not None and len(copy.split(b"\0", 1)[0]) < NAME_LEN - 1:
+        copy = bytes(v.name).split(b"\0", 1)[0] if v is not None else b""
+        if copy and len(copy) < NAME_LEN - 1:
             return copy
         p = self._by_key("name_ptrs", pid, addr)        # registered: read from the process itself
-        if p is None or self._memory_stale:
-            return copy
+        if p is None:
+            return copy or None
         ptr, boot_ns = int(p.ptr), int(p.boot_ns)
-        whole = self._mem_reads.call(lambda: discovery.read_registered_name(pid, ptr, boot_ns))
-        return copy if whole is None else whole
+        whole = None
+        if not self._memory_stale:
+            whole = self._mem_reads.call(lambda: discovery.read_registered_name(pid, ptr, boot_ns))
+        if whole is None:
+            whole = self._registered_in_file(pid, ptr)
+        return whole or copy or None
+
+    def _registered_in_file(self, pid: int, ptr: int) -> bytes | None:
+        """The registered name at ``ptr`` read from the object that holds it, a constant of its read-only
+        data (or code): found from the executable mapping nearest below ``ptr`` (an object's read-only
+        data follows its code, or is in the code's segment), the address taken to the file through the
+        object's load bias and segments."""
+        below = [m for m in self.namer.maps(pid) if m.start <= ptr]
+        if not below:
+            return None
+        m = max(below, key=lambda m: m.start)
+        syms = self.namer.symbols_of(pid, m)
+        base = syms.vaddr_of_offset(m.offset) if syms is not None else None
+        if syms is None or base is None:
+            return None
+        offset = syms.offset_of_constant(ptr - (m.start - base))
+        if offset is None:
+            return None
+        return self._mem_reads.call(lambda: discovery.read_string_in_file(pid, m, offset))
 
     def _alias(self, pid: int, addr: int) -> int | None:
         v = self._by_key("aliases", pid, addr)
