@@ -25,7 +25,7 @@ has_candidate() {
     [ -n "$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}' | grep -v '(none)')" ]
 }
 
-want=(bpfcc-tools python3-bpfcc binutils gcc libc6-dev)
+want=(bpfcc-tools python3-bpfcc binutils llvm gcc libc6-dev)
 [ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86)
 python3 -c 'import venv, ensurepip' 2>/dev/null || want+=(python3-venv)
 missing=()

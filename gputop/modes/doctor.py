@@ -315,8 +315,25 @@ def _fair_share() -> Check:
                  "gputop_tenant_dropped_total", needed_for_bpf=False)
 
 
+def _demangling() -> Check:
+    """The demanglers kernel names go through (symbols.Demangler)."""
+    from gputop.sources.bpf.attach import symbols
+
+    gnu, llvm = symbols.cxxfilt_path(), symbols.llvm_cxxfilt_path()
+    if gnu is None and llvm is None:
+        return Check("kernel names", "WARN", "no c++filt or llvm-cxxfilt this user may run: C++ kernel names stay "
+                     "mangled", "install binutils (c++filt) and llvm (llvm-cxxfilt)", needed_for_bpf=False)
+    if llvm is None:
+        return Check("kernel names", "WARN", f"demangled by {gnu}; no llvm-cxxfilt: the names binutils cannot "
+                     "demangle stay mangled (PyTorch's CUTLASS GEMMs among them)", "install llvm (llvm-cxxfilt)",
+                     needed_for_bpf=False)
+    how = f"demangled by {gnu}, and by {llvm} where it cannot" if gnu else f"demangled by {llvm}"
+    return Check("kernel names", "OK", how, needed_for_bpf=False)
+
+
 CHECKS: tuple[Callable[[], Check | list[Check]], ...] = (
-    _privileges, _kernel, _tracefs, _bcc, _headers, _compile, _trap_cost, _nvml, _cuda_objects, _fair_share,
+    _privileges, _kernel, _tracefs, _bcc, _headers, _compile, _trap_cost, _nvml, _cuda_objects, _demangling,
+    _fair_share,
 )
 
 

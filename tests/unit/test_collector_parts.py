@@ -175,8 +175,10 @@ def test_doctor_reports_every_check_and_exits_0_here() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     names = [ln.split(":")[0][6:] for ln in res.stdout.splitlines() if ln[:4] in ("OK  ", "WARN", "FAIL")]
     for n in ("privileges", "kernel", "uprobes", "kprobes", "BTF", "tracefs", "bcc", "kernel headers",
-              "BPF compile", "uprobe attach", "NVML", "CUDA objects", "fair share"):
+              "BPF compile", "uprobe attach", "NVML", "CUDA objects", "kernel names", "fair share"):
         assert n in names, names
+    assert ("OK    kernel names: demangled by /usr/bin/c++filt, and by /usr/bin/llvm-cxxfilt where it cannot"
+            in res.stdout)
     assert "OK    fair share: each tenant (a uid; a cgroup for uid 0) may hold 50 % of each BPF table" in res.stdout
     release = tuple(int(x) for x in re.findall(r"\d+", platform.release())[:2])
     # uprobe_multi links arrived in Linux 6.6, and bcc loads programs for them where its load_func

@@ -295,9 +295,9 @@ def test_a_demangling_run_that_failed_once_is_tried_again(monkeypatch) -> None: 
     """A c++filt run killed at its deadline on a busy host (two QEMU guests beside the BPF tests) left
     its name mangled for good: kernels shown as _Z10fused_stepPfS_i ever after. A failed run is not the
     name's answer: the next call runs it again."""
-    real = symbols._cxxfilt
+    real = symbols._demangle
     fails = iter([True])
-    monkeypatch.setattr(symbols, "_cxxfilt", lambda name: None if next(fails, False) else real(name))
+    monkeypatch.setattr(symbols, "_demangle", lambda name: None if next(fails, False) else real(name))
     d = symbols.Demangler()
     assert d("_Z10fused_stepPfS_i") == "_Z10fused_stepPfS_i"          # this run failed
     assert not d.settled("_Z10fused_stepPfS_i")                        # (a kernel's name is not kept)

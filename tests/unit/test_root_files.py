@@ -545,13 +545,13 @@ def test_a_program_planted_on_path_is_passed_over(tmp_path: Path, alice: Path, m
     real = shutil.which("c++filt")
     assert real is not None
     monkeypatch.setenv("PATH", f"{planted.parent}:{Path(real).parent}")
-    symbols._cxxfilt_path.cache_clear()
+    symbols.cxxfilt_path.cache_clear()
     try:
         assert shutil.which("c++filt") == str(planted)          # what a plain lookup would have run
         assert safefiles.which("c++filt") == real
         assert symbols._cxxfilt("_Z3fooi") == "foo(int)"
     finally:
-        symbols._cxxfilt_path.cache_clear()
+        symbols.cxxfilt_path.cache_clear()
     monkeypatch.setenv("PATH", str(planted.parent))
     assert safefiles.which("c++filt") is None
     assert not marker.exists()

@@ -8,6 +8,7 @@ has its CUDA entry points as local symbols in ``.symtab`` only). Tables are cach
 from __future__ import annotations
 
 import bisect
+import glob
 import os
 import re
 import resource
@@ -208,8 +209,9 @@ def _read(elf: elfread.ElfReader, path: str) -> ObjectSymbols:
     return out
 
 
-#: a mangled name longer than this is not demangled (it is kept as it is)
-DEMANGLE_INPUT_MAX = 1024
+#: a mangled name longer than this is not demangled (it is kept as it is): a registered name's cap
+#: (discovery.REGISTERED_NAME_MAX); PyTorch's longest is 2,301 bytes (a CUTLASS GEMM)
+DEMANGLE_INPUT_MAX = 4096
 #: a demangled name longer than this is cut, ending in "…" (a name's demangled form can double with
 #: each level of nesting: 250 bytes demangle to 400 MB)
 DEMANGLED_MAX = 4096
@@ -220,8 +222,16 @@ DEMANGLE_TRIES = 3
 _DEMANGLE_AS_BYTES = 256 << 20
 
 
+#: nvcc's name for a kernel of internal linkage: a prefix of the file's hash before its mangled name
+_NV_STATIC = re.compile(r"__nv_static_\d+__\w+?_(?=_Z)")
+
+
 class Demangler:
-    """C++ names demangled with binutils' ``c++filt``, one bounded run per new name, cached.
+    """C++ names demangled with binutils' ``c++filt`` (as ``abi::__cxa_demangle`` does, what PyTorch's
+    profiler shows) and, for a name it leaves as it is, LLVM's ``llvm-cxxfilt`` where the host has it
+    (binutils 2.40 cannot demangle 475 of PyTorch's kernel names, its CUTLASS GEMMs among them); one
+    bounded run per new name, cached. nvcc's internal-linkage prefix (``__nv_static_…__``) is dropped
+    before the mangled name.
 
     Each run is bounded in time (DEMANGLE_TIMEOUT_S, then killed), memory (its address space)
     and output (DEMANGLED_MAX: reading stops there and the run is killed). ``deadline`` bounds
@@ -248,19 +258,25 @@ class Demangler:
     def settled(self, name: str) -> bool:
         """Whether ``name``'s demangled form is known for good (not C++, demangled, or kept as it is after
         DEMANGLE_TRIES failed runs); False while a failed run is still to be tried again."""
+        prefix = _NV_STATIC.match(name)
+        if prefix is not None:
+            return self.settled(name[prefix.end():])
         return not name.startswith("_Z") or len(name) > DEMANGLE_INPUT_MAX or name in self._done
 
     def __call__(self, name: str) -> str | None:
         """``name`` demangled (or as it is: not C++, too long, or a run that failed); None when
         this refresh's time for demangling is spent."""
         if not name.startswith("_Z") or len(name) > DEMANGLE_INPUT_MAX:
-            return name
+            prefix = _NV_STATIC.match(name)
+            if prefix is None:
+                return name
+            return self(name[prefix.end():])
         out = self._done.get(name)
         if out is not None:
             return out
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return None
-        out = _cxxfilt(name)
+        out = _demangle(name)
         if out is None:
             # a run that failed (killed at its deadline: a busy host, or a name built to be slow) is
             # tried again at later refreshes, DEMANGLE_TRIES in all; then the name stays as it is
@@ -279,13 +295,60 @@ class Demangler:
 
 
 @lru_cache(maxsize=1)
-def _cxxfilt_path() -> str | None:
+def cxxfilt_path() -> str | None:
     return safefiles.which("c++filt")
 
 
+#: Debian's versioned LLVM installs (llvm-N): their tools are not on PATH by that name
+_LLVM_DIRS = "/usr/lib/llvm-*/bin"
+
+
+@lru_cache(maxsize=1)
+def llvm_cxxfilt_path() -> str | None:
+    """LLVM's demangler: ``llvm-cxxfilt`` on PATH, else the newest versioned one (``llvm-cxxfilt-N`` on
+    PATH, ``/usr/lib/llvm-N/bin``), each only where no other user can change it (safefiles)."""
+    found = safefiles.which("llvm-cxxfilt")
+    if found is not None:
+        return found
+    cands: list[tuple[int, str]] = []
+    for d in [*(os.environ.get("PATH") or os.defpath).split(os.pathsep)]:
+        with suppress(OSError):
+            for entry in os.listdir(d) if d else ():
+                m = re.fullmatch(r"llvm-cxxfilt-(\d+)", entry)
+                if m:
+                    cands.append((int(m[1]), os.path.join(os.path.abspath(d), entry)))
+    for path in glob.glob(os.path.join(_LLVM_DIRS, "llvm-cxxfilt")):
+        m = re.search(r"/llvm-(\d+)/bin/", path)
+        if m:
+            cands.append((int(m[1]), path))
+    for _v, path in sorted(cands, reverse=True):
+        if os.access(path, os.X_OK) and safefiles.untrusted_program(path) is None:
+            return path
+    return None
+
+
+def _demangle(name: str) -> str | None:
+    """``name`` as c++filt demangles it, else as llvm-cxxfilt does; as it is when neither can; None
+    when a run failed (tried again later: Demangler)."""
+    gnu = _cxxfilt(name)
+    if gnu is not None and gnu != name:
+        return gnu
+    if llvm_cxxfilt_path() is None:
+        return gnu
+    llvm = _run(llvm_cxxfilt_path(), name)
+    if llvm is not None and llvm != name:
+        return llvm
+    failed = llvm is None or (gnu is None and cxxfilt_path() is not None)
+    return None if failed else name
+
+
 def _cxxfilt(name: str) -> str | None:
-    """One bounded c++filt run; None when it failed, was killed, or printed nothing."""
-    exe = _cxxfilt_path()
+    return _run(cxxfilt_path(), name)
+
+
+def _run(exe: str | None, name: str) -> str | None:
+    """One bounded run of a demangler that reads names on its input (c++filt, llvm-cxxfilt); None when it
+    failed, was killed, or printed nothing."""
     if exe is None:
         return None
     try:
