@@ -3,6 +3,8 @@
 #   ./test.sh [PYTEST OPTIONS]        the whole suite (what CI runs): the tiers below, each given the options
 #   ./test.sh TESTS... [PYTEST ARGS]  the tests named (paths, node ids), in one pytest, as given
 #   ./test.sh --quick [PYTEST ARGS]   the inner loop: lint, types, unit and UI tests, a few BPF smoke tests
+#   ./test.sh --torch [PYTEST ARGS]   on demand: kernel names with the default PyTorch wheel (tests/torch;
+#                                     several GB, installed once into .cache/torch)
 # The whole suite's tiers (docs/architecture.md, "Test bed and test tiers"), for 2 CPUs:
 #   1. CPU-bound: unit and artefacts tests on every CPU (pytest-xdist), beside the kernel matrix's suite
 #      on this machine's kernel (bullseye-on-host) and the container image's build; then the tests
@@ -120,6 +122,15 @@ if [ "${1:-}" = "--quick" ]; then
         tests/bpf/test_batch.py::test_batch_json_exact_counts_and_exit "$@"
     tally $?
     finish_bg
+    finish
+fi
+
+if [ "${1:-}" = "--torch" ]; then
+    shift
+    "$ROOT/scripts/setup.sh" --torch || exit $?
+    echo "== PyTorch tier: tests/torch"
+    GPUTOP_TORCH=1 "${PYTEST[@]}" tests/torch "$@"
+    tally $?
     finish
 fi
 

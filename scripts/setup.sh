@@ -2,10 +2,13 @@
 # Idempotent set-up for a Debian 11+ / Ubuntu 22.04+ host, run as root (Debian 11, 12, 13: tests/matrix).
 #   scripts/setup.sh          system packages gputop needs + .venv with gputop installed
 #   scripts/setup.sh --test   the same, plus test tools and the GPU-less test bed
+#   scripts/setup.sh --torch  --test's, plus the default PyTorch wheel in .cache/torch (./test.sh --torch)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODE=run
+TORCH=0
 [ "${1:-}" = "--test" ] && MODE=test
+[ "${1:-}" = "--torch" ] && MODE=test && TORCH=1
 
 say() { echo "setup: $*" >&2; }
 if [ "$(id -u)" -ne 0 ]; then
@@ -103,4 +106,17 @@ fi
 
 if [ $MODE = test ]; then
     "$ROOT/scripts/testbed.sh"
+fi
+
+# the default torch wheel as users install it (a CUDA build, several GB; this host's pip settings may
+# prefer a CPU-only build: they are left out), into a venv of its own, once
+if [ $TORCH = 1 ] && ! "$ROOT/.cache/torch/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    say "installing the default torch wheel into $ROOT/.cache/torch (several GB, once)"
+    python3 -m venv "$ROOT/.cache/torch"
+    if ! PIP_CONFIG_FILE=/dev/null "$ROOT/.cache/torch/bin/python" -m pip install -q --disable-pip-version-check \
+        torch; then
+        echo "gputop: error: installing torch into $ROOT/.cache/torch failed" >&2
+        echo "hint: see pip's output above; the PyTorch tier needs the package index and about 6 GB of disk" >&2
+        exit 1
+    fi
 fi

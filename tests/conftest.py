@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -60,3 +61,7 @@ def workloads(testbed: Testbed) -> Workloads:
         dlopen=build_native("cuda_workload.c", "wl_dlopen", "-ldl", "-lpthread"),
         shim_runtime=build_native("shim_runtime.c", "libshimcudart.so", "-shared", "-fPIC", "-ldl"),
     )
+
+
+#: the PyTorch tier (tests/torch) runs on demand only: ./test.sh --torch
+collect_ignore = [] if os.environ.get("GPUTOP_TORCH") else ["torch"]

@@ -90,7 +90,7 @@ class KernelNamer:
                 # only a name that fills the BPF buffer may be cut (one read from the process's
                 # memory at its registration can be longer, and is whole)
                 if len(text) != NAME_LEN - 1:
-                    return self._demangled(text), None
+                    return self._demangled(text), self._object_at(pid, addr)
                 cut = text
             target = self._alias(pid, addr)
             if target is None or target == addr:
@@ -111,6 +111,10 @@ class KernelNamer:
             if maps:
                 self._saw_maps(pid, maps)
         return maps
+
+    def _object_at(self, pid: int, addr: int) -> str | None:
+        """The object mapped at ``addr`` (a host stub's; None for a driver handle, which is no code address)."""
+        return next((m.path for m in self.maps(pid) if m.start <= addr < m.end), None)
 
     def _from_elf(self, pid: int, addr: int) -> Resolved:
         for m in self.maps(pid):
