@@ -199,6 +199,45 @@ def test_a_registered_name_on_a_page_not_yet_present_is_named(bpf_source: BpfSou
             bpf_source.forget(pid)
 
 
+def test_kernels_registered_before_gputop_started_get_their_device_names(workloads: Workloads,
+                                                                        testbed: support.Testbed,
+                                                                        tmp_path: Path) -> None:
+    """Issue 34 item 3: a process that registered its kernels before gputop started (the usual case on a
+    GPU host), the library's host stubs named apart from their device functions (as an extended lambda's
+    are): gputop, started afterwards, names each launched kernel by the device name the library's
+    registration code gives it (regcode.py), not by its stub's symbol (host_side_stub, second_stub)."""
+    lib = build_native("registered_kernels.c", "libregistered_kernels.so", "-O2", "-shared", "-fPIC",
+                       f"-L{testbed.libcudart.parent}", "-l:libcudart.so.12")
+    go = tmp_path / "go"
+    p = subprocess.Popen([str(workloads.dlopen), "--cudart", str(testbed.libcudart), f"lib_register:0:{lib}",
+                          f"await:0:{go}", "lib_launch:30:0", "lib_launch:20:1", "sleep:60000"],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().startswith("ready")
+    pid = p.pid
+    src = BpfSource()
+    try:
+        assert p.stdout.readline().strip() == "registered"
+        src.start()                             # after the registrations: none of them seen
+        src.scan([pid], wait_s=SCAN_WAIT_S)
+        go.touch()
+        deadline = time.monotonic() + 30
+        while True:
+            src.poll(0.05)
+            raw = src.read().procs.get(pid)
+            names = {k.launches: (k.name, k.object) for k in raw.kernels} if raw else {}
+            if names.get(30, (None,))[0] and names.get(20, (None,))[0]:
+                break
+            assert time.monotonic() < deadline, names
+        assert names == {30: ("void gputop::test::device_lambda<main::{lambda(float)#1}>(main::{lambda(float)#1})",
+                              str(lib)),
+                         20: ("second_kernel", str(lib))}
+        assert not [k for k in src.table("name_ptrs") if k.tgid == pid]        # nothing was seen registered
+    finally:
+        p.kill()
+        p.wait()
+        src.close()
+
+
 def test_fork_after_cuda_initialisation(bpf_source: BpfSource, workloads: Workloads, tmp_path: Path) -> None:
     """The parent launches 100 times, then forks a worker that launches 250 times: two records,
     exactly 100 and 250 (the child inherits the parent's mappings, not its counts)."""

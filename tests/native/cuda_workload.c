@@ -88,6 +88,8 @@
 //   register:K:NAME    __cudaRegisterFunction(NULL, stub K, NAME, NAME, ...) (no launch)
 //   register_in:K:LIB  __cudaRegisterFunction of stub K under the name LIB holds UNTOUCHED_AT bytes into its
 //                      gputop_untouched (a constant on a page this process never touched; no launch)
+//   lib_register:0:LIB registered_kernels.c's register_kernels() (its calls of __cudaRegisterFunction), prints
+//                      "registered"      lib_launch:N:K   N launches of that library's stub K
 //   register_many:N:PREFIX   N registrations, as `import torch` makes: stubs 0..2 as PREFIX_0..2, then
 //                      N-3 made-up stub addresses as PREFIX_kNNNNNN (names kept in memory, as a program's are)
 //   fork:N             fork a child that makes N launches of stub 0; wait for it
@@ -596,6 +598,8 @@ static void graph_op(const char *name, long n, const char *a) {
     }
 }
 
+static void *(*kernel_stub)(int);      // lib_register's library
+
 static void run_op(const char *op) {
     char name[32] = {0}, a[1024] = {0}, b[64] = {0}, c[64] = {0}, e[64] = {0};
     long n = 0;
@@ -670,6 +674,30 @@ static void run_op(const char *op) {
             api.register_function(NULL, stub, nm, nm, -1, NULL, NULL, NULL, NULL, NULL);
         }
         return;                         // the names stay allocated for the process's life
+    }
+    if (!strcmp(name, "lib_register")) {   // tests/native/registered_kernels.c, as its constructor would
+        void *lib = must_dlopen(a);
+        void (*reg)(void **) = (void (*)(void **))dlsym(lib, "register_kernels");
+        kernel_stub = (void *(*)(int))dlsym(lib, "kernel_stub");
+        if (!reg || !kernel_stub) {
+            fprintf(stderr, "cuda_workload: %s is not registered_kernels.c\n", a);
+            exit(3);
+        }
+        reg(NULL);
+        printf("registered\n");
+        fflush(stdout);
+        return;
+    }
+    if (!strcmp(name, "lib_launch")) {
+        NEED(launch);
+        if (!kernel_stub) {
+            fprintf(stderr, "cuda_workload: lib_launch before lib_register\n");
+            exit(3);
+        }
+        dim3 one = {1, 1, 1};
+        for (long i = 0; i < n; i++)
+            api.launch(kernel_stub(atoi(a)), one, one, NULL, 0, NULL);
+        return;
     }
     if (!strcmp(name, "register_in")) {
         // the name is a constant of another object (tests/native/untouched_names.c), on a page of it

@@ -8,8 +8,9 @@ suite leaves this folder out. What is asserted, on kernels chosen from what the 
   3 of 5 kernels as bare addresses); each launched kernel is named exactly as its registered name
   demangles (c++filt, else llvm-cxxfilt; cut at the documented cap), launches exact: a short name, one
   longer than the BPF side's 255 bytes, a CUTLASS GEMM only LLVM demangles, an extended lambda's;
-- gputop after the process: the same names for the kernels whose host stub is named as the device
-  function (every kernel but extended lambdas, whose stubs nvcc names apart: issue 34 item 3).
+- gputop after the process: the same names, the extended lambda's too (its host stub is named apart
+  from its device function: the name comes from libtorch_cuda.so's registration code, regcode.py), in the
+  first reading that shows the kernels (the object was read when the process was scanned).
 """
 
 from __future__ import annotations
@@ -105,13 +106,14 @@ def _demangled(name: str) -> str:
 
 
 def _names(src: BpfSource, pid: int, want: dict[int, int], timeout_s: float = 120) -> dict[int, Any]:
-    """launches -> kernel record, once every count in ``want`` shows, each with a name"""
+    """launches -> kernel record, once every count in ``want`` shows: each named in that first reading"""
     deadline = time.monotonic() + timeout_s
     while True:
         src.poll(0.1)
         raw = src.read().procs.get(pid)
         got = {k.launches: k for k in raw.kernels} if raw else {}
-        if all(n in got and got[n].name for n in want.values()):
+        if all(n in got for n in want.values()):
+            assert all(got[n].name for n in want.values()), {n: k.name for n, k in got.items()}
             return got
         assert time.monotonic() < deadline, {n: (k.name, k.object) for n, k in got.items()}
 
@@ -156,8 +158,7 @@ def test_pytorch_kernels_are_named_whichever_started_first(sources: list[BpfSour
         late = _names(after, job.pid, again)
         for what, stub in chosen.items():
             k = late[again[stub]]
-            if what != "extended lambda":
-                assert k.name == _demangled(names[stub]), what
+            assert k.name == _demangled(names[stub]), what
             assert k.object is not None and k.object.endswith("libtorch_cuda.so"), (what, k.object)
     finally:
         job.close()

@@ -114,6 +114,10 @@ class Attacher:
             self._pending.pop(ref.key, None)
             wanted = catalogue.probes_for(syms.functions, syms.jump_target) if syms else []
             if syms is None or not wanted:
+                if syms is not None and syms.registered:
+                    # an object of kernels (libtorch_cuda.so): kept while mapped, so that the first
+                    # reading that shows its kernels names them (its read takes most of a second)
+                    self.symcache[ref.key] = syms
                 return self._reject(ref, ctime_ns)
             assert self.uprobes is not None
             if not fd_room(2 * len(wanted)):     # at most an entry and a return probe each

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from gputop import safefiles
+from gputop.sources.bpf.attach import regcode
 from gputop.sources.bpf.attach.catalogue import is_driver_layer, is_runtime_wrapper
 from gputop.sources.bpf.common import elfread
 
@@ -49,6 +50,8 @@ class ObjectSymbols:
     segments: list[tuple[int, int, int]] = field(default_factory=list)
     #: (vaddr, offset, filesz) of read-only data PT_LOAD segments (.rodata: registered kernel names)
     rodata: list[tuple[int, int, int]] = field(default_factory=list)
+    #: host stub -> its device name's vaddr, from the object's registration code (regcode.py)
+    registered: dict[int, int] = field(default_factory=dict)
     #: every function the object exports (.dynsym) has a CUDA name: it is the runtime or the driver
     all_exports_cuda: bool = False
     #: first code bytes of the functions in _KEEP_CODE
@@ -206,6 +209,12 @@ def _read(elf: elfread.ElfReader, path: str) -> ObjectSymbols:
         out._addrs.append(addr)
         out._ends.append(addr + size)
         out._names.append(name)
+    # objects that call (or define) the registration function: nvcc's code, not a random call's arguments;
+    # the symbols stand without them when the object's time runs out first
+    if elf.machine == elfread.EM_X86_64 and elf.string_tables_mention((b"__cudaRegisterFunction",)):
+        with suppress(elfread.ElfError):
+            out.registered = regcode.registrations(elf.fd, out.segments, elf.deadline,
+                                                   absolute=elf.elf_type == "ET_EXEC")
     return out
 
 

@@ -35,6 +35,7 @@ _PHDR = struct.Struct("<IIQQQQQQ")
 _SYM = struct.Struct("<IBBHQQ")
 SHT_SYMTAB, SHT_STRTAB, SHT_DYNSYM = 2, 3, 11
 _MAX_SECTIONS = 1 << 16
+EM_X86_64 = 62
 _ET = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC", 3: "ET_DYN", 4: "ET_CORE"}
 
 
@@ -82,7 +83,7 @@ class ElfReader:
         head = pread_full(fd, _EHDR.size, 0)
         if len(head) < _EHDR.size or head[:6] != b"\x7fELF\x02\x01":
             raise ElfError("not a 64-bit little-endian ELF object")
-        (_ident, e_type, _machine, _version, _entry, self._phoff, self._shoff, _flags, _ehsize,
+        (_ident, e_type, self.machine, _version, _entry, self._phoff, self._shoff, _flags, _ehsize,
          self._phentsize, self._phnum, self._shentsize, self._shnum, _shstrndx) = _EHDR.unpack(head)
         self.elf_type = _ET.get(e_type, f"0x{e_type:x}")
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Optional
 
-from gputop.sources.bpf.attach import discovery, symbols
+from gputop.sources.bpf.attach import discovery, regcode, symbols
 from gputop.sources.bpf.attach.objreads import Pending
 from gputop.sources.bpf.common.abi import NAME_LEN  # names as long as NAME_LEN - 1 may be cut: ELF is preferred then
 
@@ -31,6 +31,10 @@ Resolved = tuple[Optional[str], Optional[str]]   # (name, object path)
 SymbolReader = Callable[[tuple[int, int], int, str], "symbols.ObjectSymbols | None"]
 
 
+#: reads a NUL-terminated string of a mapped object's file: (pid, mapping, file offset) -> bytes
+StringReader = Callable[[int, discovery.Mapping, int], Optional[bytes]]
+
+
 def _read_now(_key: tuple[int, int], fd: int, path: str) -> symbols.ObjectSymbols | None:
     return symbols.read_symbols(fd, path)
 
@@ -40,8 +44,9 @@ class KernelNamer:
                  symcache: dict[tuple[int, int], symbols.ObjectSymbols | None],
                  known_maps: Callable[[int], list[discovery.Mapping]],
                  saw_maps: Callable[[int, list[discovery.Mapping]], None], clock: Callable[[], float] = time.monotonic,
-                 read: SymbolReader = _read_now) -> None:
+                 read: SymbolReader = _read_now, read_string: StringReader = discovery.read_string_in_file) -> None:
         self._read = read
+        self._read_string = read_string
         self._reading = False           # the last resolution waits for an object's read
         self._captured = captured
         self._alias = alias
@@ -123,9 +128,22 @@ class KernelNamer:
                 if syms is None:
                     return None, m.path
                 vaddr = syms.vaddr_of_offset(addr - m.start + m.offset)
-                sym = syms.name_at(vaddr) if vaddr is not None else None
+                if vaddr is None:
+                    return None, m.path
+                device = self._registered_in_code(pid, m, syms, vaddr)
+                sym = device or syms.name_at(vaddr)
                 return (self._demangled(sym) if sym else None), m.path
         return None, None
+
+    def _registered_in_code(self, pid: int, m: discovery.Mapping, syms: symbols.ObjectSymbols,
+                            vaddr: int) -> str | None:
+        """The device name the object's registration code gives the host stub at ``vaddr`` (regcode.py):
+        a kernel of a process gputop did not see register (started before it); an extended lambda's
+        stub is named apart from its device function, and a stripped object has no stub symbols."""
+        at = syms.registered.get(vaddr)
+        offset = syms.offset_of_constant(at) if at is not None else None
+        raw = self._read_string(pid, m, offset) if offset is not None else None
+        return raw.decode("ascii") if raw and regcode.is_name(raw) else None
 
     @staticmethod
     def _demangled(name: str) -> str:

@@ -26,7 +26,8 @@ class Naming:
         reads = attacher.reads
         self.namer = KernelNamer(self._captured_name, self._alias, attacher.symcache, procs.maps_of,
                                  lambda pid, maps: procs.saw_maps({pid: maps}),
-                                 read=lambda key, fd, path: reads.read(key, fd, path, cuda_only=False))
+                                 read=lambda key, fd, path: reads.read(key, fd, path, cuda_only=False),
+                                 read_string=self._string_in_file)
         #: reads of processes' memory (kernel names at their registration), bounded in time
         self._mem_reads = BoundedCalls("gputop-mem", MEM_READ_S)
         #: the generation whose names a pid's kernels are being resolved with (_by_key)
@@ -86,6 +87,9 @@ class Naming:
         offset = syms.offset_of_constant(ptr - (m.start - base))
         if offset is None:
             return None
+        return self._string_in_file(pid, m, offset)
+
+    def _string_in_file(self, pid: int, m: discovery.Mapping, offset: int) -> bytes | None:
         return self._mem_reads.call(lambda: discovery.read_string_in_file(pid, m, offset))
 
     def _alias(self, pid: int, addr: int) -> int | None:
