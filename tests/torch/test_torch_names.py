@@ -4,6 +4,7 @@ libcudart.so.13, named by gputop started before the process and by gputop starte
 
 Run on demand (`./test.sh --torch`: the wheel is several GB, kept in .cache/torch between runs); the whole
 suite leaves this folder out. What is asserted, on kernels chosen from what the process registered:
+- every registered name (all 24,615) is demangled by gputop's demangler, none left mangled;
 - gputop first: most registered names sit on pages the process has not touched (the condition that left
   3 of 5 kernels as bare addresses); each launched kernel is named exactly as its registered name
   demangles (c++filt, else llvm-cxxfilt; cut at the documented cap), launches exact: a short name, one
@@ -132,6 +133,10 @@ def test_pytorch_kernels_are_named_whichever_started_first(sources: list[BpfSour
         absent = [s for s, here in zip(stubs, _present(job.pid, [reg[s] for s in stubs])) if not here]
         assert len(absent) > len(stubs) // 2, (len(absent), len(stubs))      # the names' pages, mostly absent
         names = {s: _read_string(job.pid, reg[s]) for s in absent}
+        every = [_read_string(job.pid, reg[s]) for s in stubs]
+        demangler = symbols.Demangler()
+        left = [n for n in every if demangler.without_deadline(n) == n]
+        assert not left, (len(left), left[:3])                          # every registered name demangled
         gnu_fails = [s for s in absent if names[s].startswith("_ZN7cutlass") and len(names[s]) > 1024]
         chosen = {
             "short": next(s for s in absent if 40 < len(names[s]) < 120 and "Ul" not in names[s]),
