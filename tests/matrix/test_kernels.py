@@ -345,5 +345,14 @@ def test_a_classified_files_mappings_are_not_named_again(run: Run) -> None:
 
 def test_a_short_lived_process_is_counted(run: Run) -> None:
     p = run.last("short")
-    assert (p["state"], p["comm"]) == ("exited", "wl_dlopen")
-    assert p["total"]["launches"] == 7
+    # a flake seen twice in CI-like runs (the process listed exited, comm null, no launches: no record at its
+    # exit) is not explained yet: what each snapshot said meanwhile comes with the failure
+    pid = run.result["pids"]["short"]
+    seen = [(round(s["time"] % 1000, 2), s["sources"]["bpf"]["probe_hits_per_s"], s["sources"]["bpf"]["objects"],
+             s["sources"]["bpf"]["probes"], s["sources"]["bpf"]["dropped"],
+             [(r["state"], r["comm"], r["interval"]["launches"]) for r in s["processes"] if r["pid"] == pid])
+            for s in run.snapshots[-8:]]
+    why = f"short {pid}, times {run.result['times']}; the last snapshots (time, hits/s, objects, probes, " \
+          f"dropped, its rows): {seen}"
+    assert (p["state"], p["comm"]) == ("exited", "wl_dlopen"), why
+    assert p["total"]["launches"] == 7, why
