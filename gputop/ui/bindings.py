@@ -16,8 +16,8 @@ def of(group: list[Binding]) -> list[BindingType]:
 #: anywhere in the app (the App's BINDINGS)
 GLOBAL: list[Binding] = [
     Binding("q", "quit", "Quit", tooltip="quit gputop (on a details, compare or help screen: go back)"),
-    Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit gputop from anywhere"),
-    Binding("h,question_mark", "help", "Help", key_display="?", tooltip="show this help"),
+    Binding("ctrl+c,f10", "quit", "Quit", show=False, priority=True, tooltip="quit gputop from anywhere (F10: htop's)"),
+    Binding("h,question_mark,f1", "help", "Help", key_display="?", tooltip="show this help"),
     Binding("p", "pause", "Pause", tooltip="pause or resume refreshing (the collector keeps counting)"),
     Binding(
         "plus,equals_sign",
@@ -83,13 +83,21 @@ REPLAY_ONLY: list[Binding] = [
 #: the main screen
 MAIN: list[Binding] = [
     Binding(
-        "slash",
+        "slash,f4,backslash",
         "filter",
         "Filter",
         key_display="/",
-        tooltip="filter by command, user or PID (Enter keeps it, Esc clears it)",
+        tooltip="filter by command, user or PID, hiding the rest (Enter keeps it, Esc clears it; htop's F4)",
     ),
-    Binding("s", "sort_menu", "Sort", tooltip="choose the sort column; also shows or hides columns"),
+    Binding(
+        "f3",
+        "search",
+        "Search",
+        key_display="F3",
+        show=False,
+        tooltip="search: select the next process whose command, user or PID matches, hiding none (htop's F3)",
+    ),
+    Binding("s,f6", "sort_menu", "Sort", tooltip="choose the sort column; also shows or hides columns (htop's F6)"),
     Binding(
         "less_than_sign",
         "sort_move(-1)",
@@ -116,17 +124,18 @@ MAIN: list[Binding] = [
         tooltip="compare the two tagged last (or the selected process against --baseline)",
     ),
     Binding(
-        "k", "signal", "Kill", tooltip="send a signal to the tagged or selected processes, after confirming"
+        "k,f9", "signal", "Kill",
+        tooltip="send a signal to the tagged or selected processes, after confirming (htop's F9)",
     ),
     Binding("U", "untag_all", "Untag all", show=False, tooltip="untag every tagged process"),
     Binding("f5", "tree", "Tree", key_display="F5", show=False,
             tooltip="tree view: processes under their parent (PPID), as htop's F5; again: flat"),
-    Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
+    Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="close the search, else clear the filter"),
 ]
 
 #: the main screen, where `k` cannot send (read-only, replay): say why (hidden, not in the help)
 SIGNAL_REFUSED: list[Binding] = [
-    Binding("k", "signal_refused", "Kill", show=False, tooltip="say why no signal can be sent"),
+    Binding("k,f9", "signal_refused", "Kill", show=False, tooltip="say why no signal can be sent"),
 ]
 
 #: the process table (when it has focus); the mouse also works: click a row, click a header to sort
@@ -158,7 +167,7 @@ COMPARE: list[Binding] = [
 ]
 
 HELP: list[Binding] = [
-    Binding("escape,q,h,question_mark", "close", "Close", key_display="Esc", tooltip="close the help"),
+    Binding("escape,q,h,question_mark,f1", "close", "Close", key_display="Esc", tooltip="close the help"),
 ]
 
 SIGNAL: list[Binding] = [

@@ -293,7 +293,8 @@ def check_columns(keys: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _matches(p: ProcSample, query: str) -> bool:
+def matches(p: ProcSample, query: str) -> bool:
+    """Whether ``query`` finds ``p``: the filter's and the search's test (``filter_processes``)."""
     q = query.strip().lower()
     if not q:
         return True
@@ -306,7 +307,7 @@ def _matches(p: ProcSample, query: str) -> bool:
 def filter_processes(procs: Iterable[ProcSample], query: str) -> list[ProcSample]:
     """Keep processes whose command, user, node, pod or namespace contains ``query`` (case-insensitive)
     or whose PID is it."""
-    return [p for p in procs if _matches(p, query)]
+    return [p for p in procs if matches(p, query)]
 
 
 def sort_processes(procs: Sequence[ProcSample], key: str, reverse: bool = False) -> list[ProcSample]:
@@ -418,7 +419,7 @@ class ProcOrder:
             return order
         match = self._matches.get(q)
         if match is None:
-            match = self._matches[q] = [_matches(p, q) for p in self.procs]
+            match = self._matches[q] = [matches(p, q) for p in self.procs]
         return [i for i in order if match[i]]
 
     def rows(self, key: str, reverse: bool = False, query: str = "") -> list[ProcSample]:

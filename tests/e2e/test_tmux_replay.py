@@ -123,3 +123,25 @@ def test_resize_in_tmux_never_crashes(dashboard: TmuxSession, keys: tuple[str, .
     dashboard.wait_for(lambda s: "PID USER" in s and "COMMAND" in s, timeout=5)
     dashboard.send_keys("q")
     assert dashboard.wait_exit(timeout=10) == 0
+
+
+def test_htops_function_keys_in_tmux(dashboard: TmuxSession) -> None:
+    """Issue 35 item 3, as it was found: F1 opens and closes the help; F3 finds a process without hiding
+    the others (Enter keeps it selected: Enter again opens its details); F10 quits from the details."""
+    dashboard.wait_for(lambda s: "gpu-node-07" in s and "4242" in s, timeout=20)
+    dashboard.send_keys("p")
+    screen = dashboard.wait_for("PAUSED", timeout=5)
+    listed = len(table(screen)[1])
+    dashboard.send_keys("F1")
+    dashboard.wait_for("gputop — keys", timeout=5)
+    dashboard.send_keys("F1")
+    dashboard.wait_for(lambda s: "gputop — keys" not in s and "LAUNCH/s" in s, timeout=5)
+    dashboard.send_keys("F3")
+    dashboard.send_keys("triton", literal=True)
+    dashboard.send_keys("Enter")
+    screen = dashboard.wait_for(lambda s: "search by" not in s, timeout=5)
+    assert len(table(screen)[1]) == listed                   # nothing hidden
+    dashboard.send_keys("Enter")
+    dashboard.wait_for(lambda s: "5120" in s and "LAUNCH/s▼" not in s, timeout=5)    # its details
+    dashboard.send_keys("F10")
+    assert dashboard.wait_exit(timeout=10) == 0

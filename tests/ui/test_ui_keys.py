@@ -363,6 +363,71 @@ def test_ctrl_c_quits_even_from_the_filter_line() -> None:
     run(None, body)
 
 
+# -- htop's function keys (issue 35 item 3) ---------------------------------------------------
+
+
+def test_htops_function_keys_do_what_htops_do() -> None:
+    """F1 help (F1 again closes it), F4 filter, F6 sort menu, F9 kill, F10 quits from any screen."""
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        await push(pilot, feed, three())
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("f1")
+        assert isinstance(app.screen, MainScreen)
+        await pilot.press("f4", *"bob", "enter")
+        assert app.filter_text == "bob" and pids(app) == [20]
+        await pilot.press("escape", "backslash", *"gam", "enter")    # htop's other filter key
+        assert pids(app) == [30]
+        await pilot.press("escape", "f6")
+        assert isinstance(app.screen, SortScreen)
+        await pilot.press("escape", "f9")
+        assert isinstance(app.screen, SignalScreen)
+        await pilot.press("escape")
+        await pilot.press("enter")                                  # details, then F10 quits from there
+        assert isinstance(app.screen, DetailsScreen)
+        await pilot.press("f10")
+        await pilot.pause()
+        assert not app.is_running
+
+    app = run(None, body)
+    assert app.return_code == 0
+
+
+def test_f3_search_selects_the_next_match_and_hides_nothing() -> None:
+    """htop's F3 beside its F4: typing moves the selection to the first match from it, F3 to the next one
+    (wrapping), every row still listed; Enter keeps the selection, Esc closes the search and leaves the
+    filter as it was; no match says so and the selection stays."""
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        await push(pilot, feed, snapshot(
+            proc(10, "alpha", 500.0, user="alice"), proc(20, "beta", 9000.0, user="bob"),
+            proc(30, "gamma", 40.0, user="carol"), proc(40, "alphabet", 20.0, user="dave")))
+        assert pids(app) == [20, 10, 30, 40] and table(app).selected_pid == 20
+        await pilot.press("f3", *"alph")
+        await pilot.pause()
+        assert table(app).selected_pid == 10 and pids(app) == [20, 10, 30, 40]
+        await pilot.press("f3")
+        assert table(app).selected_pid == 40
+        await pilot.press("f3")                                     # wraps
+        assert table(app).selected_pid == 10
+        await pilot.press("enter")
+        assert isinstance(app.focused, ProcTable) and table(app).selected_pid == 10
+        await pilot.press("f3", *"carol")
+        await pilot.pause()
+        assert table(app).selected_pid == 30
+        await pilot.press("escape")                                 # closes the search only
+        assert app.filter_text == "" and pids(app) == [20, 10, 30, 40] and table(app).selected_pid == 30
+        await pilot.press("f3", *"nobody")
+        await pilot.pause()
+        assert table(app).selected_pid == 30 and any("no process matches 'nobody'" in n for n in notes(app))
+        await pilot.press("escape", "slash", *"a", "enter", "f3", *"40")    # searching within a filter
+        await pilot.pause()
+        assert app.filter_text == "a" and table(app).selected_pid == 40
+        await pilot.press("escape")
+        assert app.filter_text == "a"
+
+    run(None, body)
+
+
 def test_mouse_click_selects_and_double_click_opens_details() -> None:
     async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
         await push(pilot, feed, three())

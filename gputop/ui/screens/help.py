@@ -23,14 +23,16 @@ NUMBER_STYLE = (
 
 
 #: keys by the names the footer, the summary line, the README and docs use
-KEY_NAMES = {"space": "Space", "escape": "Esc", "enter": "Enter", "f5": "F5", "ctrl+c": "Ctrl+C",
+KEY_NAMES = {"space": "Space", "escape": "Esc", "enter": "Enter", "ctrl+c": "Ctrl+C", "backslash": "\\",
+             **{f"f{n}": f"F{n}" for n in range(1, 13)},
              "pageup": "PgUp", "pagedown": "PgDn", "home": "Home", "end": "End", "tab": "Tab",
              "backspace": "⌫"}
 
 
 def key_names(app: App[object], b: Binding) -> str:
     """Every key of a binding, as shown to the user ("Esc/q/⌫")."""
-    return "/".join(KEY_NAMES.get(k) or app.get_key_display(Binding(k, b.action)) for k in b.key.split(","))
+    names = [KEY_NAMES.get(k) or app.get_key_display(Binding(k, b.action)) for k in b.key.split(",")]
+    return (" " if "/" in names else "/").join(names)         # "/ F4 \\", not "//F4/\\"
 
 
 def help_content(app: App[object], fleet: bool = False) -> Content:

@@ -28,8 +28,9 @@ class MainScreen(LiveScreen):
     BINDINGS = bindings.of(bindings.MAIN + bindings.SIGNAL_REFUSED)
     AUTO_FOCUS = "ProcTable"
     DEFAULT_CSS = """
-    MainScreen #filter { height: 1; border: none; padding: 0 1; display: none; background: $panel; }
-    MainScreen #filter.-shown { display: block; }
+    MainScreen #filter, MainScreen #search { height: 1; border: none; padding: 0 1; display: none;
+                                             background: $panel; }
+    MainScreen #filter.-shown, MainScreen #search.-shown { display: block; }
     """
 
     def compose(self) -> ComposeResult:
@@ -41,6 +42,8 @@ class MainScreen(LiveScreen):
         yield ProcTable(id="procs")
         what = "command, node or PID" if self.gapp.is_fleet else "command, user or PID"
         yield Input(placeholder=f"filter by {what} — Enter keeps it, Esc clears it", id="filter")
+        yield Input(placeholder=f"search by {what} — F3 the next one, Enter keeps it selected, Esc closes",
+                    id="search")
         yield Footer()
 
     #: the shown snapshot's processes, sorted and filtered (``update_view``)
@@ -123,10 +126,42 @@ class MainScreen(LiveScreen):
         self.table.focus()
 
     def action_clear_filter(self) -> None:
+        search = self.query_one("#search", Input)
+        if search.has_class("-shown"):          # Esc closes the search first; the filter stays
+            self._close_search()
+            return
         box = self.query_one("#filter", Input)
         box.value = ""
         box.remove_class("-shown")
         self.gapp.set_filter("")
+        self.table.focus()
+
+    # -- search (htop's F3: the selection moves, every row stays) -------------------------------
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.has_class("-shown") and box.value:        # F3 again: the next match
+            self._find(box.value, after=True)
+            return
+        box.add_class("-shown")
+        box.focus()
+
+    @on(Input.Changed, "#search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        if event.value:
+            self._find(event.value, after=False)
+
+    @on(Input.Submitted, "#search")
+    def _search_done(self) -> None:
+        self._close_search()
+
+    def _find(self, query: str, *, after: bool) -> None:
+        if not self.table.find(query, after=after):
+            self.gapp.say(f"no process matches {query!r}", timeout=3)
+
+    def _close_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.value = ""
+        box.remove_class("-shown")
         self.table.focus()
 
     # -- sorting ---------------------------------------------------------------------------

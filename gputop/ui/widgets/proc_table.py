@@ -27,6 +27,7 @@ from gputop.ui import bindings
 from gputop.ui.widgets import strips
 from gputop.ui.widgets.table_layout import GUTTER, Layout, layout
 from gputop.view import format as fmt
+from gputop.view.columns import matches
 
 #: what a row's line shows: its cells' text, tagged, exited, under the cursor
 LineKey = tuple[tuple[str, ...], bool, bool, bool]
@@ -214,6 +215,18 @@ class ProcTable(ScrollView, can_focus=True):
     @property
     def cursor_row(self) -> int:
         return self._cursor
+
+    def find(self, query: str, *, after: bool) -> bool:
+        """Select the first row from the selected one (``after``: from the next one) that ``query`` finds,
+        wrapping around (htop's search); False when none does (the selection stays)."""
+        n = len(self._rows)
+        start = self._cursor + (1 if after else 0)
+        for i in range(n):
+            index = (start + i) % n
+            if matches(self._rows[index], query):
+                self._set_cursor(index)
+                return True
+        return False
 
     def select_pid(self, pid: int) -> bool:
         for i, p in enumerate(self._rows):
