@@ -92,6 +92,8 @@ def table(snap: Snapshot, sort: str = columns.DEFAULT_SORT, reverse: bool = Fals
     (live: ``-d``), as the dashboard's header does; None (a recording): the snapshot's own, rounded."""
     # the dashboard header's words (fmt.source_state): "BPF ok  NVML off  UVM CPU only"
     src = "  ".join(f"{fmt.SOURCE_LABELS.get(k, fmt.text(k).upper())} {fmt.source_state(k, v)}"
+                    # the fleet view with a node down: which, where the status is
+                    + (f": {fmt.text(v.reason)}" if v.status == "degraded" and v.reason else "")
                     for k, v in snap.sources.items())
     bpf = snap.sources.get("bpf")
     cost = ""

@@ -291,7 +291,8 @@ class SnapshotBuilder:
         capped = {i: self.omitted[i] for i in sorted(self.omitted) if not nodes or self.node_of.get(i) in nodes}
         if capped:
             said.append(omitted(capped, self.name))
-        sources["prometheus"] = SourceStatus("ok", reason="; ".join(said) or None)
+        # a node down: what is shown of it is not current (degraded); the other clauses are notes
+        sources["prometheus"] = SourceStatus("degraded" if down else "ok", reason="; ".join(said) or None)
         return Snapshot(time=at, interval_s=window_s, host=host, sources=sources, gpus=tuple(gpus),
                         processes=tuple(out))
 

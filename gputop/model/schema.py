@@ -200,7 +200,7 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class SourceStatus:
-    status: str = "unavailable"  # "ok" | "unavailable" | "starting"
+    status: str = "unavailable"  # "ok" | "unavailable" | "starting" | "degraded" (fleet view: a node down)
     reason: str | None = None
     # BPF-only fields (None for other sources)
     objects: int | None = None

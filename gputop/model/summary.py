@@ -51,18 +51,29 @@ def _sum(values: list[Any]) -> float | None:
     return None if math.isnan(total) else total
 
 
+def current(p: ProcSample) -> bool:
+    """Whether ``p``'s rates are current, to be summed: not a down node's last row (``stale``), nor in the
+    fleet view a process that exited (its rate over the window reaches back before its exit). A local
+    process that exited shows its last interval, which is current."""
+    return not p.stale and not (p.instance is not None and p.state == "exited")
+
+
 def summarize(snap: Snapshot, procs: Sequence[ProcSample] | None = None) -> Summary:
     """Totals of ``procs`` (default: every process of ``snap``), htop's Tasks: line: how many are listed,
-    running, stopped and exited; the sums of their launches/s, graph kernels/s and H2D/D2H/D2D bytes/s
-    over the snapshot's interval (None when any of them is unknown, and with no process when neither
-    the BPF source nor Prometheus counts); the GPUs, and how many are busy (utilisation above 0 %: a
+    running, stopped and exited; the sums of their current launches/s, graph kernels/s and H2D/D2H/D2D
+    bytes/s over the snapshot's interval (``current``: not a down node's stale rows, nor the fleet's exited
+    ones; None when any of them is unknown, when every row is a down node's, and with no process when
+    neither the BPF source nor Prometheus counts); the GPUs, and how many are busy (utilisation above 0 %: a
     kernel ran in NVML's last sample period; None without GPUs or when a GPU's utilisation is unknown)."""
     ps = snap.processes if procs is None else procs
     states = Counter(map(_STATE, ps))
-    counted = any(st.status == "ok" for name, st in snap.sources.items() if name in ("bpf", "prometheus"))
+    counted = any(st.status in ("ok", "degraded") for name, st in snap.sources.items()
+                  if name in ("bpf", "prometheus"))
     sums: dict[str, float | None] = dict.fromkeys(("launches", "graph", "h2d", "d2h", "d2d"))
-    rates = list(map(_RATES, ps))
-    if (ps or counted) and not any(map(operator.is_, rates, repeat(None))):     # identity: no Rates.__eq__
+    rates = [p.rates for p in ps if current(p)]
+    # every row a down node's: what the fleet does now is unknown, not 0
+    unknown = bool(ps) and all(p.stale for p in ps)
+    if (ps or counted) and not unknown and not any(map(operator.is_, rates, repeat(None))):     # no Rates.__eq__
         sums["launches"] = _sum(list(map(_LAUNCHES, rates)))
         sums["graph"] = _sum(list(map(_GRAPH_KERNELS, rates)))
         by_dir = list(map(_MEMCPY, rates))

@@ -65,11 +65,13 @@ def _gpu(p: ProcSample) -> str:
     return fmt.text(p.gpu_index)
 
 
-def _node_text(p: ProcSample) -> str:
-    """The node, and for a node that is down (fleet view), since when its row is stale."""
+def _command_text(p: ProcSample) -> str:
+    """The command; a down node's row (fleet view) starts with since when it is stale: in the widest
+    column, whole, where the NODE column would cut it."""
+    text = fmt.text(fields.command(p))
     if not p.stale:
-        return fmt.text(p.node)
-    return f"{fmt.text(p.node)} stale since {fmt.clock(p.last_seen) if p.last_seen is not None else 'N/A'}"
+        return text
+    return f"[stale since {fmt.clock(p.last_seen) if p.last_seen is not None else 'N/A'}] {text}"
 
 
 _OWN: tuple[Column, ...] = (
@@ -90,7 +92,7 @@ _OWN: tuple[Column, ...] = (
         "COMMAND",
         16,
         fields.command,
-        lambda p: fmt.text(fields.command(p)),
+        _command_text,
         descending=False,
         align="left",
         flex=True,
@@ -170,7 +172,7 @@ _OWN: tuple[Column, ...] = (
         "NODE",
         12,
         lambda p: p.node,
-        _node_text,
+        lambda p: fmt.text(p.node),
         descending=False,
         align="left",
         cut="middle",

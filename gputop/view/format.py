@@ -368,7 +368,7 @@ def kernel_names(names: list[str], width: int) -> list[str]:
 
 #: the words the dashboard's header, batch's table and the docs use for a source's state; JSON (schema
 #: gputop/1) keeps its values: ``status`` ok | unavailable | starting, UVM's ``scope`` cpu | cpu+gpu
-STATE_WORDS = {"ok": "ok", "unavailable": "off", "starting": "starting"}
+STATE_WORDS = {"ok": "ok", "unavailable": "off", "starting": "starting", "degraded": "degraded"}
 #: each source's name as shown (its key in ``Snapshot.sources`` is the lower-case JSON key)
 SOURCE_LABELS = {"bpf": "BPF", "nvml": "NVML", "uvm": "UVM", "prometheus": "PROM"}
 

@@ -169,3 +169,22 @@ def test_the_column_menu_says_which_fleet_column_cannot_be_hidden() -> None:
                         "POD is shown in the fleet view only, and there always (while some process has a pod)"]
 
     run(body, feed=FleetFrameFeed(with_pods(fleet_frames(20))))
+
+
+def test_a_degraded_fleet_says_which_nodes_are_down_whole_at_80_columns() -> None:
+    """Issue 35 item 1: with nodes down the header said `PROM 2 of 2 nodes …` cut at 80 columns. The
+    degraded status and its nodes are never cut away: where they do not fit the first line, a line of
+    their own; the sources no node exports are not shown as `n/a`."""
+    from gputop.model import SourceStatus
+    from gputop.ui.widgets.header import HeaderState, header_lines
+
+    snap = fleet_frames(1)[0]
+    down = "2 of 3 nodes down: " + ", ".join(n for n, _i, _g in NODES[1:])
+    snap = replace(snap, sources={**{k: v for k, v in snap.sources.items() if k != "bpf"},
+                                  "prometheus": SourceStatus("degraded", reason=down)})
+    for width in (80, 100, 200):
+        lines = [ln.plain for ln in header_lines(HeaderState(snapshot=snap), width)]
+        assert all(len(ln) <= width for ln in lines)
+        assert any(f"PROM degraded: {down}" in ln for ln in lines), (width, lines)
+        assert "BPF n/a" not in "".join(lines)
+    assert len(header_lines(HeaderState(snapshot=snap), 80)) == 2

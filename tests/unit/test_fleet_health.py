@@ -103,17 +103,24 @@ def test_a_down_node_is_said_and_its_last_rows_stay_stale(fleet: tuple[str, int,
     finally:
         reader.close()
     prom = snap.sources["prometheus"]
-    assert (prom.status, prom.reason) == ("ok", "1 of 2 nodes down: node-b")
+    assert (prom.status, prom.reason) == ("degraded", "1 of 2 nodes down: node-b")       # not "ok" (issue 35)
     got = rows(snap)
     assert set(got) == {("node-a", 100), ("node-a", 200), ("node-a", 300), ("node-b", 400)}
     b = got[("node-b", 400)]
     assert (b.stale, b.last_seen, b.state, b.instance) == (True, float(t1), "running", B)   # as of its last sample
     assert b == replace(rows(before)[("node-b", 400)], stale=True)       # its last known row
     assert all(p.stale is False and p.last_seen == float(t_end) for k, p in got.items() if k[0] == "node-a")
-    assert BY_KEY["node"].render(b) == f"node-b stale since {time.strftime('%H:%M:%S', time.localtime(t1))}"
+    since = time.strftime('%H:%M:%S', time.localtime(t1))
+    assert BY_KEY["node"].render(b) == "node-b"
+    assert BY_KEY["command"].render(b) == f"[stale since {since}] other"       # whole, in the widest column
     assert BY_KEY["node"].render(got[("node-a", 100)]) == "node-a"
     text = header_content(HeaderState(snapshot=snap)).plain
-    assert "PROM 1 of 2 nodes down: node-b" in text, text
+    assert "PROM degraded: 1 of 2 nodes down: node-b" in text, text
+    # the totals are what runs now: node-a's running processes, not node-b's last rows nor the one killed
+    current = [p for p in snap.processes if not p.stale and p.state != "exited"]
+    assert {(p.node, p.pid) for p in current} == {("node-a", 100), ("node-a", 200)}
+    assert snap.summary.launches_per_s == pytest.approx(sum(p.rates.launches_per_s or 0.0 for p in current))
+    assert snap.summary.launches_per_s < sum(p.rates.launches_per_s or 0.0 for p in snap.processes)
     # a reader that never saw node-b up reads its rows at its last scrape (one query for when that
     # was, one refresh at that time), once
     fresh = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
@@ -152,11 +159,23 @@ def test_batch_exits_1_after_its_output_when_a_node_is_down(fleet: tuple[str, in
     assert res.returncode == 1, res.stderr
     assert res.stderr.splitlines() == ["gputop: error: 1 of 2 nodes down: node-b", HINT]
     doc = json.loads(res.stdout)
-    assert doc["sources"]["prometheus"] == {"status": "ok", "reason": "1 of 2 nodes down: node-b"}
+    assert doc["sources"]["prometheus"] == {"status": "degraded", "reason": "1 of 2 nodes down: node-b"}
     procs = {p["pid"]: p for p in doc["processes"]}
     assert set(procs) == {100, 200, 300, 400}
     assert (procs[400]["stale"], procs[400]["last_seen"], procs[400]["node"]) == (True, t1, "node-b")
     assert (procs[200]["warming_up"], procs[300]["state"], procs[100]["stale"]) == (True, "exited", False)
+    # the totals: node-a's running processes only (issue 35: the stale and the exited ones were summed)
+    assert doc["summary"]["launches_per_s"] == pytest.approx(
+        procs[100]["rates"]["launches_per_s"] + procs[200]["rates"]["launches_per_s"])
+    # the table says it where a reader looks first: the status line, and the stale row's command
+    res = subprocess.run([sys.executable, "-m", "gputop.cli", "--prometheus", url, "--window", f"{WINDOW_S}s",
+                          "-b", "-n", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"})
+    assert res.returncode == 1, res.stderr
+    lines = res.stdout.splitlines()
+    assert "PROM degraded: 1 of 2 nodes down: node-b" in lines[0], lines[0]
+    since = time.strftime("%H:%M:%S", time.localtime(t1))
+    assert any(ln.split()[0] == "400" and f"[stale since {since}] other" in ln for ln in lines[2:] if ln.split()), lines
 
 
 def _lab(inst: str, **more: str) -> str:

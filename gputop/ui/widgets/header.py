@@ -32,16 +32,20 @@ class HeaderState:
     error: str | None = None
     #: cells available (set by ``header_lines``)
     width: int = 10_000
+    #: the fleet view's PROM said as ``degraded`` alone (``header_lines``: its reason on a line of its own)
+    prom_brief: bool = False
 
 
-def _source(name: str, st: SourceStatus | None) -> Content:
+def _source(name: str, st: SourceStatus | None, brief: bool = False) -> Content:
     key = {v: k for k, v in fmt.SOURCE_LABELS.items()}.get(name, name.lower())
     label = fmt.source_state(key, st)       # the words batch mode and doctor use too
     if st is None:
         return Content.assemble((f"{name} ", "bold"), (label, _MUTED))
     style = _STATUS_STYLE.get(st.status, _MUTED)
-    if name == "PROM" and st.status == "ok" and st.reason:
-        label, style = fmt.text(st.reason), "$warning bold"     # the fleet view: "1 of 2 nodes down: …"
+    if name == "PROM" and st.status == "degraded":              # the fleet view: "degraded: 1 of 2 nodes down: …"
+        label, style = "degraded" if brief else f"degraded: {fmt.text(st.reason)}", "$error bold"
+    elif name == "PROM" and st.status == "ok" and st.reason:    # notes: nodes that export per container…
+        label, style = fmt.text(st.reason), "$warning"
     parts: list[tuple[str, str] | str] = [(f"{name} ", "bold"), (label, style)]
     if name == "BPF" and st.status == "ok":
         if st.probes is not None:
@@ -87,11 +91,13 @@ def header_pieces(state: HeaderState, compact: int = 0) -> list[Content]:
             pieces.append(Content.styled(" PAUSED ", "reverse $warning bold"))
         for label, key in (("BPF", "bpf"), ("NVML", "nvml"), ("UVM", "uvm")):
             st = snap.sources.get(key)
+            if st is None and "prometheus" in snap.sources:
+                continue        # the fleet view: a source no node exports is not one (not "BPF n/a")
             if label == "BPF" and st is not None and st.status == "ok" and (state.width < 60 or compact >= 1):
                 st = replace(st, probes=None)   # a narrow header keeps the states, not the counts
             pieces.append(_source(label, st))
         if "prometheus" in snap.sources:     # the fleet view: where the numbers come from
-            pieces.append(_source("PROM", snap.sources["prometheus"]))
+            pieces.append(_source("PROM", snap.sources["prometheus"], brief=state.prom_brief))
     if state.error:     # before the cost: a narrow header drops from its end
         pieces.append(Content.styled(fmt.text(state.error), "$error bold"))
     if snap is not None:
@@ -119,12 +125,21 @@ def header_lines(state: HeaderState, width: int) -> list[Content]:
     if width < ONE_LINE_FROM:
         return flow(header_pieces(state), max(1, width), indent=" ", max_lines=MAX_LINES)
     line = _one_line(state, width)
+    extra: list[Content] = []
+    prom = state.snapshot.sources.get("prometheus") if state.snapshot is not None else None
+    if prom is not None and prom.status == "degraded" and prom.reason:
+        said = f"PROM degraded: {fmt.text(prom.reason)}"
+        if said not in line.plain:
+            # the fleet view with nodes down: which ones is never cut away (it says what is not current)
+            state = replace(state, prom_brief=True)
+            line = _one_line(state, width)
+            extra.append(Content.assemble(" ", Content.styled(said, "$error bold")).truncate(width, ellipsis=True))
     if state.error and fmt.text(state.error) not in line.plain:
         # an error (a bad line in a recording, the recorder stopped) is never cut away: where it does not
         # fit the line, it takes a second one of its own
         error = Content.assemble(" ", Content.styled(fmt.text(state.error), "$error bold"))
-        return [_one_line(replace(state, error=None), width), error.truncate(width, ellipsis=True)]
-    return [line]
+        return [_one_line(replace(state, error=None), width), *extra, error.truncate(width, ellipsis=True)]
+    return [line, *extra]
 
 
 def _one_line(state: HeaderState, width: int) -> Content:

@@ -197,7 +197,8 @@ class ProcTable(ScrollView, can_focus=True):
                 cells = tuple(prefix + c if col.key == "command" else c
                               for (col, _), c in zip(cols, cells))
             self._cells[index] = cells
-        return (cells, p.key in self._tags, p.state == "exited", index == self._cursor)
+        # dim: an exited process, a down node's last row (fleet view): not what runs now
+        return (cells, p.key in self._tags, p.state == "exited" or bool(p.stale), index == self._cursor)
 
     @property
     def rows(self) -> Sequence[ProcSample]:
