@@ -308,7 +308,7 @@ Side by side in this run: reading the whole fleet as the dashboard does now take
 while a refresh is read: {ratio(r['pagedown_busy_whole_over_small'])}× the time it takes at {n_small:,} rows;
 sorting: {ratio(r['sort_busy_whole_over_small'])}× ({ratio(r['sort_whole_over_small'])}× paused). What each part does:
 
-- The dashboard reads for every process only what its table shows (14 queries) and everything
+- The dashboard reads for every process only what its table shows (15 queries) and everything
   for the one or two processes shown in details or compare ([fleet.md](fleet.md#how-the-numbers-are-computed)).
 - Answers are read and parsed in a child process (`gputop.feeds.fleet_worker`, niceness +10), which hands
   each snapshot back pickled in chunks of 500 processes; the feed's thread unpickles one chunk at a

@@ -137,15 +137,19 @@ PROC: tuple[Quantity, ...] = (
            Shows("launches", "LAUNCH/s", 9, "kernel launches per second", after="command", compare="launches/s"),),
            "rate(gputop_kernel_launches_total{S}[W])")),
     _Q("graph_launches", "graph_launches", "launches", "CUDA graph launches (cudaGraphLaunch, cuGraphLaunch).",
-       "gputop_graph_launches", label="graph launches", shown=Shown.COUNT, compare="graph launches",
-       compare_total="graph launch total"),
+       "gputop_graph_launches", label="graph launches", shown=Shown.SPECIAL, compare="graph launches",
+       compare_total="graph launch total", in_table=True,
+       rate=Rate("graph_launches_per_s", Per.SECOND, (
+           Shows("graph_launches", "GRAPH/s", 8, "CUDA graph launches per second (cudaGraphLaunch, cuGraphLaunch): "
+                 "a process that only replays graphs launches no kernel itself", after="block"),),
+           "rate(gputop_graph_launches_total{S}[W])")),
     _Q("graph_kernel_launches", "graph_kernel_launches", "launches", "Kernels run inside CUDA graph launches, "
        "derived from the graphs' structure (absent once a graph of unknown kernels ran).",
        "gputop_graph_kernel_launches", unknown_if="graph_unknown_launches", label="graph kernels",
        shown=Shown.SPECIAL, in_table=True,
        rate=Rate("graph_kernel_launches_per_s", Per.SECOND, (
            Shows("graph_kernels", "GKERN/s", 8, "kernels run inside CUDA graph launches per second (N/A: a graph "
-                 "of unknown kernels ran)", after="block"),))),
+                 "of unknown kernels ran)", after="graph_launches"),))),
     _Q("captured_launches", "captured_launches", "launches", "Launches recorded into a graph by stream capture.",
        "gputop_captured_launches", label="captured", shown=Shown.COUNT),
     _Q("grid_blocks_sum", "grid_sum", "blocks", "Blocks per grid of kernel launches (log2 buckets).",

@@ -81,6 +81,8 @@ class Rates:
     """Per-second rates over the snapshot's interval."""
 
     launches_per_s: float | None = None
+    #: CUDA graph launches per second
+    graph_launches_per_s: float | None = None
     #: kernels run inside graph launches per second (None as ``Counts.graph_kernel_launches``)
     graph_kernel_launches_per_s: float | None = None
     memcpy_bytes_per_s: Mapping[str, float] | None = None

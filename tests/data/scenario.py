@@ -181,6 +181,7 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
     tot = w.counts = _accumulate(w.counts, iv)
     rates = Rates(
         launches_per_s=launches / interval,
+        graph_launches_per_s=graph_launches / interval,
         graph_kernel_launches_per_s=graph_kernels / interval,
         memcpy_bytes_per_s={d: cb.bytes / interval for d, cb in memcpy.items()},
         uvm_faults_per_s=faults / interval,

@@ -93,9 +93,9 @@ def _table_rows(size: tuple[int, int]) -> list[str]:
 
 
 @pytest.mark.parametrize(("size", "cells"), [
-    ((100, 30), {4242: "python train.py --mo…ium --fused=0", 4243: "python train.py --mo…ium --fused=1",
-                 12001: "python -m vllm.entry…el llama-3-8b"}),
-    ((120, 40), {4242: "python train.py --model…dium --fused=0", 7300: "python eval.py --ckpt step_12000.pt",
+    ((100, 30), {4242: "python train.py --mo…um --fused=0", 4243: "python train.py --mo…um --fused=1",
+                 12001: "python -m vllm.entry…l llama-3-8b"}),
+    ((120, 40), {4242: "python train.py --mode…dium --fused=0", 7300: "python eval.py --ckpt step_12000.pt",
                  7007: "nbody -benchmark -numbodies=1048576"}),
 ], ids=["100x30", "120x40"])
 def test_command_gets_the_width_left_over_where_columns_scroll(size: tuple[int, int], cells: dict[int, str]) -> None:

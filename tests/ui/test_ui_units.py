@@ -118,9 +118,9 @@ def test_a_deeply_nested_kernel_name_is_shortened_in_two_passes(monkeypatch: pyt
 
 def test_every_issue_column_exists_and_sort_keys_are_their_names() -> None:
     headers = [c.header for c in columns.COLUMNS]
-    assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "GKERN/s", "H2D/s", "D2H/s",
-                       "D2D/s", "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "TIME+", "RSS", "%MEM",
-                       "LB", "NODE", "NAMESPACE", "POD"]
+    assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "GRAPH/s", "GKERN/s", "H2D/s",
+                       "D2H/s", "D2D/s", "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "TIME+", "RSS",
+                       "%MEM", "LB", "NODE", "NAMESPACE", "POD"]
     assert tuple(c.key for c in columns.COLUMNS) == columns.SORT_KEYS
     assert columns.DEFAULT_SORT == "launches"
 

@@ -29,11 +29,12 @@ def test_each_field_of_rates_is_the_rate_of_one_row() -> None:
 
 
 def test_rates_of_an_interval_exactly() -> None:
-    c = _counts(launches=500, graph_kernel_launches=None, sync_wait_s=0.25, uvm_cpu_faults=3,
+    c = _counts(launches=500, graph_launches=50, graph_kernel_launches=None, sync_wait_s=0.25, uvm_cpu_faults=3,
                 memcpy={"h2d": CallBytes(2, 1 << 20), "d2h": CallBytes(1, 4096), "d2d": CallBytes(0, 0),
                         "h2h": CallBytes(0, 0), "unknown": CallBytes(0, 0)})
     r = counters.rates(counters.counts_value(c), 2.0)          # a 0.5 s interval
     assert r.launches_per_s == 1000.0
+    assert r.graph_launches_per_s == 100.0      # a process that only replays graphs is not idle (issue 35)
     assert r.graph_kernel_launches_per_s is None                 # unknown stays unknown, never 0
     assert r.sync_wait_pct == 50.0
     assert r.uvm_faults_per_s == 6.0
@@ -56,7 +57,8 @@ def test_every_shown_rate_is_a_column_a_series_and_a_sort_order() -> None:
     keys = [c.key for c in columns.COLUMNS]
     for key, (_, shows) in SHOWS.items():
         assert keys.index(key) > keys.index(shows.after)
-    assert keys[:8] == ["pid", "user", "gpu", "command", "launches", "grid", "block", "graph_kernels"]
+    assert keys[:9] == ["pid", "user", "gpu", "command", "launches", "grid", "block", "graph_launches",
+                        "graph_kernels"]
 
 
 def _rates(v: float) -> Rates:

@@ -103,7 +103,7 @@ def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
 
     if q.field == "launches":
         return [(label, _per_s(fmt.si(fields.rate_in(p, q.field))), n(tot, q.field))]
-    if q.field == "graph_kernel_launches":
+    if q.field in ("graph_launches", "graph_kernel_launches"):
         return [(label, _per_s(fmt.si(fields.rate_in(p, q.field))), n(tot, q.field))]
     if q.field == "grid_blocks_sum":
         tot_grid = _avg(tot.grid_blocks_sum, tot.launches) if tot else None
