@@ -149,7 +149,7 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
             assert abs(statistics.median(rates[node]) / PACED_RATE - 1) <= bound, (node, rates[node])
             assert abs(statistics.median(charted[node]) / PACED_RATE - 1) <= bound, (node, charted[node])
         # details/compare's extra reads: one query for histograms and kernels, one query_range per chart
-        assert feed.queries - before == (1 + RATE_READS) * per_refresh + RATE_READS * (1 + 4)
+        assert feed.queries - before == (1 + RATE_READS) * per_refresh + RATE_READS * (1 + 5)
 
         # fleet health (docs/fleet.md): the workload killed is exited on both nodes as their exporters
         # say (its rates only fade), with its start time and last-seen
