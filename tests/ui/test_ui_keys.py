@@ -363,6 +363,28 @@ def test_ctrl_c_quits_even_from_the_filter_line() -> None:
     run(None, body)
 
 
+# -- an empty table says why (issue 35 items 4 and 6) -----------------------------------------
+
+
+def test_an_empty_table_says_why_or_what_to_run() -> None:
+    """With BPF on: what to run to see a process (gputop demo); with BPF off (a user without the
+    privileges saw an empty table and no word why): that none can be seen, why, and where to look."""
+    from gputop.model import SourceStatus
+
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        await push(pilot, feed, snapshot())
+        assert table(app)._message == "no CUDA process seen yet (gputop demo runs two to look at)"
+        off = snapshot()
+        off = replace(off, sources={**off.sources, "bpf": SourceStatus(
+            "unavailable", "needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE")})
+        await push(pilot, feed, off)
+        assert table(app)._message == (
+            "no CUDA process seen yet, and none can be: BPF is off: needs root, or CAP_BPF, CAP_PERFMON and "
+            "CAP_SYS_PTRACE (gputop doctor says what to fix)")
+
+    run(None, body)
+
+
 # -- htop's function keys (issue 35 item 3) ---------------------------------------------------
 
 

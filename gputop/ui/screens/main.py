@@ -8,7 +8,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
-from gputop.model import ProcKey, ProcSample, summarize
+from gputop.model import ProcKey, ProcSample, Snapshot, summarize
 from gputop.ui import bindings
 from gputop.ui.screens.base import LiveScreen
 from gputop.ui.widgets.gpu_panel import GpuPanel
@@ -82,7 +82,7 @@ class MainScreen(LiveScreen):
             elif snap.processes:
                 message = f"no process matches the filter {app.filter_text!r} (Esc clears it)"
             else:
-                message = "no CUDA process seen yet"
+                message = self._nothing_seen(snap)
         prefixes = None
         if app.tree_view and rows:       # F5: children under their parents, siblings in the sort's order
             ordered, prefixes = tree_order(list(rows))
@@ -93,6 +93,18 @@ class MainScreen(LiveScreen):
         pods = snap is not None and fleet and columns.has_pods(snap.processes)
         self.table.set_rows(rows, columns.visible(s.columns, fleet, pods), s.sort, descending, app.tags, message,
                             find)
+
+    def _nothing_seen(self, snap: Snapshot) -> str:
+        """What an empty table says (issue 35): why nothing can be seen, where that is the reason (BPF off:
+        a user without the privileges saw an empty table and no word why); else what to run to see one."""
+        app = self.gapp
+        bpf = snap.sources.get("bpf")
+        if app.is_fleet or app.caps.recorded:
+            return "no CUDA process seen yet"
+        if bpf is not None and bpf.status == "unavailable":
+            why = f": {fmt.text(bpf.reason)}" if bpf.reason else ""
+            return f"no CUDA process seen yet, and none can be: BPF is off{why} (gputop doctor says what to fix)"
+        return "no CUDA process seen yet (gputop demo runs two to look at)"
 
     def _show_summary(self, rows: Sequence[ProcSample]) -> None:
         """The summary line: the listed rows' counts and totals (``model.summarize``), the tagged ones
