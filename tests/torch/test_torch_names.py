@@ -145,26 +145,25 @@ def test_pytorch_kernels_are_named_whichever_started_first(sources: list[BpfSour
             "extended lambda": next(s for s in absent if "__nv_dl_wrapper" not in names[s]
                                     and "{lambda(" in _demangled(names[s])),
         }
-        counts = {s: 11 + i for i, s in enumerate(chosen.values())}
-        job.launch(counts)
-        got = _names(first, job.pid, counts)
-        for what, stub in chosen.items():
-            k = got[counts[stub]]
-            assert k.name == _demangled(names[stub]), what
-            assert k.object is not None and k.object.endswith("libtorch_cuda.so"), (what, k.object)
+
+        def launched_and_named(src: BpfSource, first_count: int) -> None:
+            """Each chosen kernel launched a count of its own: named exactly, from libtorch_cuda.so."""
+            counts = {s: first_count + i for i, s in enumerate(chosen.values())}
+            job.launch(counts)
+            got = _names(src, job.pid, counts)
+            for what, stub in chosen.items():
+                k = got[counts[stub]]
+                assert k.name == _demangled(names[stub]), what
+                assert k.object is not None and k.object.endswith("libtorch_cuda.so"), (what, k.object)
+
+        launched_and_named(first, 11)
         assert subprocess.run(["c++filt"], input=names[chosen["CUTLASS GEMM"]], capture_output=True,
                               text=True).stdout.strip() == names[chosen["CUTLASS GEMM"]]
 
         # gputop started after the process: no registration seen, names from the object
         after = _started(sources)
         after.scan([job.pid], wait_s=120)
-        again = {s: 21 + i for i, s in enumerate(chosen.values())}
-        job.launch(again)
-        late = _names(after, job.pid, again)
-        for what, stub in chosen.items():
-            k = late[again[stub]]
-            assert k.name == _demangled(names[stub]), what
-            assert k.object is not None and k.object.endswith("libtorch_cuda.so"), (what, k.object)
+        launched_and_named(after, 21)
     finally:
         job.close()
     print(f"{len(reg)} kernels registered, {len(absent)} of their names on pages not present", file=sys.stderr)

@@ -161,27 +161,34 @@ def read_registered_name(pid: int, ptr: int, boot_ns: int) -> bytes | None:
     start = start_boot_ns(pid)
     if start is None or boot_ns < start:
         return None
-    out = b""
     try:
         fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
+        out, _failed = _string_at(fd, ptr)     # what was read before a page that cannot be (cut there)
+    finally:
+        os.close(fd)
+    return out or None
+
+
+def _string_at(fd: int, at: int) -> tuple[bytes, bool]:
+    """The NUL-terminated string at ``at`` of ``fd`` (a process's memory, a file), at most
+    REGISTERED_NAME_MAX bytes, read page by page (it may end before a page that cannot be read), without
+    its NUL; and whether a read failed."""
+    out = b""
+    try:
         while len(out) < REGISTERED_NAME_MAX:
-            addr = ptr + len(out)
-            want = min(REGISTERED_NAME_MAX - len(out), mmap.PAGESIZE - addr % mmap.PAGESIZE)
-            chunk = os.pread(fd, want, addr)       # page by page: the name may end before an unmapped page
+            pos = at + len(out)
+            chunk = os.pread(fd, min(REGISTERED_NAME_MAX - len(out), mmap.PAGESIZE - pos % mmap.PAGESIZE), pos)
             if not chunk:
                 break
             out += chunk
             if b"\0" in chunk:
                 break
     except OSError:
-        pass
-    finally:
-        os.close(fd)
-    name = out.split(b"\0", 1)[0]
-    return name or None
+        return out.split(b"\0", 1)[0], True
+    return out.split(b"\0", 1)[0], False
 
 
 def read_string_in_file(pid: int, m: Mapping, offset: int) -> bytes | None:
@@ -194,19 +201,10 @@ def read_string_in_file(pid: int, m: Mapping, offset: int) -> bytes | None:
     if fd is None:
         return None
     try:
-        out = b""
-        while len(out) < REGISTERED_NAME_MAX:
-            chunk = os.pread(fd, min(mmap.PAGESIZE, REGISTERED_NAME_MAX - len(out)), offset + len(out))
-            if not chunk:
-                break
-            out += chunk
-            if b"\0" in chunk:
-                break
-    except OSError:
-        return None
+        out, failed = _string_at(fd, offset)
     finally:
         os.close(fd)
-    return out.split(b"\0", 1)[0] or None
+    return None if failed else out or None
 
 
 def all_pids() -> list[int]:
