@@ -16,7 +16,8 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")" && pwd)
 cd "$ROOT"
-"$ROOT/scripts/setup.sh" --test || exit $?
+# --torch: the test set-up and the torch wheel (setup.sh --torch does both)
+"$ROOT/scripts/setup.sh" "$([ "${1:-}" = "--torch" ] && echo --torch || echo --test)" || exit $?
 .venv/bin/ruff check gputop tests bench deploy scripts || exit 1
 if [ "${1:-}" != "--quick" ]; then
     .venv/bin/mypy gputop || exit 1
@@ -127,7 +128,6 @@ fi
 
 if [ "${1:-}" = "--torch" ]; then
     shift
-    "$ROOT/scripts/setup.sh" --torch || exit $?
     echo "== PyTorch tier: tests/torch"
     GPUTOP_TORCH=1 "${PYTEST[@]}" tests/torch "$@"
     tally $?

@@ -99,7 +99,6 @@ def summarize(snap: Snapshot, procs: Sequence[ProcSample] | None = None) -> Summ
 
 
 _STATE = operator.attrgetter("state")
-_RATES = operator.attrgetter("rates")
 _LAUNCHES = operator.attrgetter("launches_per_s")
 _GRAPH_KERNELS = operator.attrgetter("graph_kernel_launches_per_s")
 _MEMCPY = operator.attrgetter("memcpy_bytes_per_s")

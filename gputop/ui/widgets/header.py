@@ -128,12 +128,12 @@ def header_lines(state: HeaderState, width: int) -> list[Content]:
     extra: list[Content] = []
     prom = state.snapshot.sources.get("prometheus") if state.snapshot is not None else None
     if prom is not None and prom.status == "degraded" and prom.reason:
-        said = f"PROM degraded: {fmt.text(prom.reason)}"
-        if said not in line.plain:
+        said = _source("PROM", prom)            # "PROM degraded: 1 of 2 nodes down: …"
+        if said.plain not in line.plain:
             # the fleet view with nodes down: which ones is never cut away (it says what is not current)
             state = replace(state, prom_brief=True)
             line = _one_line(state, width)
-            extra.append(Content.assemble(" ", Content.styled(said, "$error bold")).truncate(width, ellipsis=True))
+            extra.append(Content.assemble(" ", said).truncate(width, ellipsis=True))
     if state.error and fmt.text(state.error) not in line.plain:
         # an error (a bad line in a recording, the recorder stopped) is never cut away: where it does not
         # fit the line, it takes a second one of its own

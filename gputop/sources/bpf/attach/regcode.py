@@ -75,30 +75,27 @@ def _last_load(code: bytes, lo: int, hi: int, base: int, reg: str, absolute: boo
     return best
 
 
-def _sites(code: bytes, base: int) -> list[tuple[int, int]]:
-    """(marker position, call target) of each call within reach after a thread-limit marker."""
+def _sites(code: bytes, base: int) -> list[tuple[int, int, int]]:
+    """(marker position, call position, call target) of each call within reach after a thread-limit
+    marker, in order."""
     out = []
     for m in _MARKER.finditer(code):
         for c in _CALL.finditer(code, m.end(), min(len(code), m.end() + _CALL_WITHIN)):
             if c.start() + 5 <= len(code):
                 rel = struct.unpack_from("<i", code, c.start() + 1)[0]
-                out.append((m.start(), base + c.start() + 5 + rel))
+                out.append((m.start(), c.start(), base + c.start() + 5 + rel))
     return out
 
 
 def _pairs(code: bytes, base: int, target: int, absolute: bool) -> dict[int, int]:
-    """host stub -> device name's vaddr, for the sites in ``code`` that call ``target``."""
+    """host stub -> device name's vaddr, for the sites in ``code`` that call ``target`` (each marker's
+    first such call)."""
     out: dict[int, int] = {}
     prev = 0
-    for at, tgt in _sites(code, base):
+    for at, call, tgt in _sites(code, base):
         if tgt != target or at < prev:
             continue
         lo = max(prev, at - _ARGS_BEFORE)
-        call = next((c.start() for c in _CALL.finditer(code, at + 6, min(len(code), at + 6 + _CALL_WITHIN))
-                     if c.start() + 5 <= len(code)
-                     and base + c.start() + 5 + struct.unpack_from("<i", code, c.start() + 1)[0] == target), None)
-        if call is None:
-            continue
         prev = call + 5
         stub = _last_load(code, lo, call, base, "rsi", absolute)
         name = _last_load(code, lo, call, base, "rcx", absolute)
@@ -135,7 +132,7 @@ def registrations(fd: int, segments: list[tuple[int, int, int]], deadline: float
     for vaddr, offset, size in _chunks(fd, segments, deadline):
         found = _sites(elfread.pread_full(fd, size, offset), vaddr)
         if found:
-            targets.update(t for _a, t in found)
+            targets.update(t for _a, _c, t in found)
             with_sites.append((vaddr, offset, size))
     if not targets:
         return {}

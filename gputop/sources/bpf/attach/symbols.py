@@ -101,18 +101,13 @@ class ObjectSymbols:
         return runs
 
     def offset_of_vaddr(self, vaddr: int) -> int | None:
-        for seg_vaddr, off, size in self.segments:
-            if seg_vaddr <= vaddr < seg_vaddr + size:
-                return off + (vaddr - seg_vaddr)
-        return None
+        return _offset_in(self.segments, vaddr)
 
     def offset_of_constant(self, vaddr: int) -> int | None:
         """The file offset of ``vaddr`` in a segment whose memory is the file's (read-only data or
         code: a string constant's bytes as loaded); None elsewhere (writable data, not in the file)."""
-        for seg_vaddr, off, size in self.rodata:
-            if seg_vaddr <= vaddr < seg_vaddr + size:
-                return off + (vaddr - seg_vaddr)
-        return self.offset_of_vaddr(vaddr)
+        at = _offset_in(self.rodata, vaddr)
+        return at if at is not None else _offset_in(self.segments, vaddr)
 
     def jump_target(self, name: str) -> int | None:
         """Where function ``name`` jumps if it is only a jump (a thunk); -1 if it has a body of its
@@ -134,6 +129,14 @@ class ObjectSymbols:
             if off <= file_offset < off + size:
                 return vaddr + (file_offset - off)
         return None
+
+
+def _offset_in(segments: list[tuple[int, int, int]], vaddr: int) -> int | None:
+    """The file offset of ``vaddr`` in one of ``segments`` ((vaddr, offset, filesz)); None outside them."""
+    for seg_vaddr, off, size in segments:
+        if seg_vaddr <= vaddr < seg_vaddr + size:
+            return off + (vaddr - seg_vaddr)
+    return None
 
 
 #: runtime-layer names (the rest of _CUDA_CODE is the driver's)
@@ -320,7 +323,7 @@ def llvm_cxxfilt_path() -> str | None:
     if found is not None:
         return found
     cands: list[tuple[int, str]] = []
-    for d in [*(os.environ.get("PATH") or os.defpath).split(os.pathsep)]:
+    for d in (os.environ.get("PATH") or os.defpath).split(os.pathsep):
         with suppress(OSError):
             for entry in os.listdir(d) if d else ():
                 m = re.fullmatch(r"llvm-cxxfilt-(\d+)", entry)

@@ -141,9 +141,14 @@ class KernelNamer:
         a kernel of a process gputop did not see register (started before it); an extended lambda's
         stub is named apart from its device function, and a stripped object has no stub symbols."""
         at = syms.registered.get(vaddr)
-        offset = syms.offset_of_constant(at) if at is not None else None
-        raw = self._read_string(pid, m, offset) if offset is not None else None
+        raw = self.constant_at(pid, m, syms, at) if at is not None else None
         return raw.decode("ascii") if raw and regcode.is_name(raw) else None
+
+    def constant_at(self, pid: int, m: discovery.Mapping, syms: symbols.ObjectSymbols, vaddr: int) -> bytes | None:
+        """The NUL-terminated string constant at ``vaddr`` of the object ``m`` maps, read from its file
+        (bounded: ``read_string``); None where that address is not the file's bytes."""
+        offset = syms.offset_of_constant(vaddr)
+        return self._read_string(pid, m, offset) if offset is not None else None
 
     @staticmethod
     def _demangled(name: str) -> str:

@@ -84,10 +84,7 @@ class Naming:
         base = syms.vaddr_of_offset(m.offset) if syms is not None else None
         if syms is None or base is None:
             return None
-        offset = syms.offset_of_constant(ptr - (m.start - base))
-        if offset is None:
-            return None
-        return self._string_in_file(pid, m, offset)
+        return self.namer.constant_at(pid, m, syms, ptr - (m.start - base))
 
     def _string_in_file(self, pid: int, m: discovery.Mapping, offset: int) -> bytes | None:
         return self._mem_reads.call(lambda: discovery.read_string_in_file(pid, m, offset))
