@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from gputop.sources.bpf import BpfSource
-from gputop.sources.bpf.attach import symbols
+from gputop.sources.bpf.attach import discovery, regcode, symbols
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -119,6 +119,28 @@ def _names(src: BpfSource, pid: int, want: dict[int, int], timeout_s: float = 12
         assert time.monotonic() < deadline, {n: (k.name, k.object) for n, k in got.items()}
 
 
+def _registration_code_names_what_the_process_registers(pid: int, reg: dict[int, int]) -> None:
+    """libtorch_cuda.so's registration code (regcode.py, read from the file as gputop reads it for a
+    process started before it) pairs each host stub with the name the process registered for it: all of
+    its 24,114 registrations, but one site whose 'name' is code bytes (refused: not a name)."""
+    (m,) = [m for m in discovery.read_maps(pid) if m.path.endswith("/libtorch_cuda.so")]
+    syms = symbols.read_symbols(m.path)
+    assert syms is not None
+    bias = m.start - (syms.vaddr_of_offset(m.offset) or 0)
+    with open(m.path, "rb") as f:
+        def constant(vaddr: int) -> bytes:
+            offset = syms.offset_of_constant(vaddr)
+            assert offset is not None
+            f.seek(offset)
+            return f.read(4096).split(b"\0", 1)[0]
+
+        named = {stub: constant(at) for stub, at in syms.registered.items()}
+    ours = {stub + bias for stub in named} & set(reg)
+    assert len(named) == len(ours) > 24_000, (len(named), len(ours))
+    wrong = [stub for stub, n in named.items() if _read_string(pid, reg[stub + bias]).encode() != n]
+    assert len(wrong) <= 1 and all(not regcode.is_name(named[stub]) for stub in wrong), wrong
+
+
 def test_pytorch_kernels_are_named_whichever_started_first(sources: list[BpfSource]) -> None:
     first = _started(sources)
     warm = Torch()                  # its runtime probed (a job's first process races gputop's attach)
@@ -135,8 +157,21 @@ def test_pytorch_kernels_are_named_whichever_started_first(sources: list[BpfSour
         names = {s: _read_string(job.pid, reg[s]) for s in absent}
         every = [_read_string(job.pid, reg[s]) for s in stubs]
         demangler = symbols.Demangler()
-        left = [n for n in every if demangler.without_deadline(n) == n]
+        ours = [demangler.without_deadline(n) for n in every]
+        left = [n for n, d in zip(every, ours) if d == n]
         assert not left, (len(left), left[:3])                          # every registered name demangled
+        # docs/collector.md's figures ("Kernel names"), printed with -s
+        gnu = subprocess.run(["c++filt"], input="\n".join(every) + "\n", capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+        llvm = subprocess.run(["llvm-cxxfilt"], input="\n".join(every) + "\n", capture_output=True, text=True,
+                              check=True).stdout.splitlines()
+        print(f"registered {len(every)}, names on pages not present {len(absent)}, longer than 255 bytes "
+              f"{sum(len(n) > 255 for n in every)}, longest {max(map(len, every))} bytes mangled and "
+              f"{max(map(len, llvm))} demangled; left mangled by c++filt "
+              f"{sum(n == g and n.startswith('_Z') for n, g in zip(every, gnu))}, nvcc's __nv_static_ prefix "
+              f"{sum(n.startswith('__nv_static_') for n in every)}, cut at {symbols.DEMANGLED_MAX} "
+              f"{sum(d.endswith('…') for d in ours)}", file=sys.stderr)
+        _registration_code_names_what_the_process_registers(job.pid, reg)
         gnu_fails = [s for s in absent if names[s].startswith("_ZN7cutlass") and len(names[s]) > 1024]
         chosen = {
             "short": next(s for s in absent if 40 < len(names[s]) < 120 and "Ul" not in names[s]),
@@ -166,4 +201,3 @@ def test_pytorch_kernels_are_named_whichever_started_first(sources: list[BpfSour
         launched_and_named(after, 21)
     finally:
         job.close()
-    print(f"{len(reg)} kernels registered, {len(absent)} of their names on pages not present", file=sys.stderr)
