@@ -15,6 +15,7 @@
 //   launch.bpf.h    kernel and graph launches: the launch slots (the fast path), the kernels table
 //   alloc.bpf.h     allocations, frees and the ranges they leave (which memory an address is)
 //   copy.bpf.h      memory copies by direction, one call or a batch
+//   memset.bpf.h    memsets: runtime and driver, 1D, 2D and 3D
 //   managed.bpf.h   managed memory: prefetches, CPU faults
 //   sync.bpf.h      time blocked in synchronisations
 //   life.bpf.h      process life and discovery: exec, executable mappings, fork, exit
@@ -131,6 +132,7 @@ BPF_TABLE("lru_hash", u64, struct pending_t, pend_graph, MAX_THREADS);
 #include "launch.bpf.h"
 #include "alloc.bpf.h"
 #include "copy.bpf.h"
+#include "memset.bpf.h"
 #include "managed.bpf.h"
 #include "sync.bpf.h"
 #include "life.bpf.h"

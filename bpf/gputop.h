@@ -70,6 +70,8 @@ struct proc_t {
     u64 uvm_cpu_faults;
     u64 sync_calls;
     u64 sync_ns;
+    u64 memset_calls;
+    u64 memset_bytes;
     u64 grid_sum;
     u64 block_sum;
     u64 capturing;              // captures under way in this process (streams that began one)

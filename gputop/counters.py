@@ -164,6 +164,13 @@ PROC: tuple[Quantity, ...] = (
            for d, name, after in (("h2d", "host-to-device", "graph_kernels"), ("d2h", "device-to-host", "h2d"),
                                   ("d2d", "device-to-device", "d2h"))),
            'rate(gputop_memcpy_bytes_total{S,direction=~"h2d|d2h|d2d"}[W])')),
+    _Q("memset_calls", "memset_calls", "calls", "Memsets (cudaMemset*, cuMemsetD*).", "gputop_memset_calls",
+       label="memsets", shown=Shown.CALLS_BYTES, bytes_field="memset_bytes", compare="memset calls",
+       compare_total="memset calls total"),
+    _Q("memset_bytes", "memset_bytes", "bytes", "Bytes set by memsets.", "gputop_memset_bytes", in_table=True,
+       rate=Rate("memset_bytes_per_s", Per.SECOND, (
+           Shows("memset", "MSET/s", 7, "bytes set by memsets per second (cudaMemset*, cuMemsetD*)", after="d2d",
+                 compare="memset B/s"),), "rate(gputop_memset_bytes_total{S}[W])")),
     _Q("alloc_calls", "alloc_calls", "calls", "Device, managed and pinned allocations.", "gputop_alloc_calls",
        label="allocations", shown=Shown.CALLS_BYTES, bytes_field="alloc_bytes", compare="alloc calls",
        compare_total="alloc calls total"),

@@ -125,11 +125,12 @@ def cuda_runtime(minor: str) -> CudaRuntime:
 #: families whose counts tests/bpf/test_support_table.py asserts exactly on every library that has them
 DRIVER_EXERCISED = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernel_ptsz", "cuMemPrefetchAsync_v2",
                               "cuGraphLaunch", "cuMemcpyHtoD_v2", "cuMemAlloc_v2",
-                              "cuMemAllocAsync", "cuMemCreate", "cuMemPrefetchAsync", "cuCtxSynchronize"})
+                              "cuMemAllocAsync", "cuMemCreate", "cuMemPrefetchAsync", "cuCtxSynchronize",
+                              "cuMemsetD8_v2"})
 RUNTIME_EXERCISED = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernel_ptsz", "cudaGraphLaunch",
                                "cudaMemcpy", "cudaMemcpyBatchAsync", "cudaMemcpyWithAttributesAsync", "cudaMalloc",
                                "cudaMemPrefetchAsync", "cudaMemPrefetchAsync_v2", "cudaMemPrefetchBatchAsync",
-                               "cudaStreamSynchronize", "__cudaRegisterFunction"})
+                               "cudaStreamSynchronize", "__cudaRegisterFunction", "cudaMemset"})
 #: exact: counted exactly by a named test; probed: defined and probed, its counts proven on other libraries
 #: (tests/bpf/test_counts.py, test_graph_kernels.py...); absent: not defined, not probed; not counted: defined,
 #: known, not counted by gputop

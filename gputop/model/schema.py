@@ -74,6 +74,9 @@ class Counts:
     uvm_thrashing: int | None = None
     sync_calls: int | None = None
     sync_wait_s: float | None = None
+    #: memsets (cudaMemset*, cuMemsetD*) and the bytes they set
+    memset_calls: int | None = None
+    memset_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class Rates:
     #: kernels run inside graph launches per second (None as ``Counts.graph_kernel_launches``)
     graph_kernel_launches_per_s: float | None = None
     memcpy_bytes_per_s: Mapping[str, float] | None = None
+    #: bytes set by memsets per second
+    memset_bytes_per_s: float | None = None
     uvm_faults_per_s: float | None = None
     #: share of the interval the process spent blocked in synchronisation calls
     sync_wait_pct: float | None = None

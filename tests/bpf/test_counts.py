@@ -91,6 +91,44 @@ def test_memcpy_every_kind(run_workload, workloads, testbed, rt) -> None:
     assert (raw.copy_hist[H2D][9], raw.copy_hist[H2D][12], raw.copy_hist[H2D][3]) == (3, 2, 8)
 
 
+#: every memset entry point, once or twice: (op, calls, bytes); widths of the 2D and 3D ones in bytes (runtime) or
+#: elements (driver), the driver's v1 names called with garbage in the registers' upper halves
+MEMSETS = (
+    ("memset:2:plain:100", 2, 200), ("memset:1:async:10", 1, 10), ("memset:1:ptds:10", 1, 10),
+    ("memset:1:ptsz:10", 1, 10),
+    ("memset2d:2:plain:4:5", 2, 40), ("memset2d:1:async:4:5", 1, 20), ("memset2d:1:ptds:4:5", 1, 20),
+    ("memset2d:1:ptsz:4:5", 1, 20),
+    ("memset3d:1:plain:4:5:6", 1, 120), ("memset3d:1:async:4:5:6", 1, 120), ("memset3d:3:ptds:4:5:6", 3, 360),
+    ("memset3d:1:ptsz:2:5:7", 1, 70),
+    ("cu_memset:1:plain:8:7", 1, 7), ("cu_memset:2:plain:16:7", 2, 28), ("cu_memset:1:plain:32:7", 1, 28),
+    ("cu_memset:1:v1:8:9", 1, 9), ("cu_memset:1:v1:16:7", 1, 14), ("cu_memset:1:v1:32:5", 1, 20),
+    ("cu_memset:1:ptds:32:7", 1, 28), ("cu_memset:1:ptsz:32:7", 1, 28), ("cu_memset:1:async:16:3", 1, 6),
+    ("cu_memset2d:1:plain:8:3:4", 1, 12), ("cu_memset2d:1:plain:16:3:4", 1, 24), ("cu_memset2d:1:plain:32:3:4", 1, 48),
+    ("cu_memset2d:1:v1:8:3:4", 1, 12), ("cu_memset2d:1:v1:16:3:4", 1, 24), ("cu_memset2d:1:v1:32:3:4", 1, 48),
+    ("cu_memset2d:1:ptsz:16:3:4", 1, 24), ("cu_memset2d:1:ptds:16:3:4", 1, 24), ("cu_memset2d:1:async:8:3:4", 1, 12),
+)
+
+
+@pytest.mark.attach_modes("links", "perf")
+@pytest.mark.both_runtimes
+def test_memsets_every_entry_point(run_workload, workloads, testbed, rt) -> None:
+    raw = run_workload([workloads.dlopen, "--cudart", rt.lib, "--cuda", testbed.libcuda,
+                        *(op for op, _calls, _bytes in MEMSETS)]).go_and_wait()
+    c = raw.counters
+    assert (c["memset_calls"], c["memset_bytes"]) == (sum(m[1] for m in MEMSETS), sum(m[2] for m in MEMSETS))
+    assert (c["memset_calls"], c["memset_bytes"]) == (35, 1396)
+    assert raw.memcpy_calls == (0, 0, 0, 0, 0) and c["launches"] == 0
+
+
+def test_a_runtime_memset_through_the_driver_counts_once(run_workload, workloads, testbed) -> None:
+    """The shim runtime's cudaMemset(Async) and cudaMemset2D call the real driver's cuMemsetD8_v2 (Async) and
+    cuMemsetD2D8_v2, as the runtime does on a GPU host: each counted where the application called."""
+    raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "--cuda", testbed.libcuda,
+                        "memset:3:plain:1000", "memset:2:async:10", "memset2d:1:plain:8:8", "cu_memset:4:plain:32:2"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda)}).go_and_wait()
+    assert (raw.counters["memset_calls"], raw.counters["memset_bytes"]) == (10, 3000 + 20 + 64 + 32)
+
+
 def test_allocations_and_sync(run_workload, rt) -> None:
     raw = run_workload([rt.dynamic, "malloc:6:4096", "malloc_host:2:100", "malloc_managed:3:8192",
                         "free:4", "sync:9", "device_sync:2"]).go_and_wait()

@@ -131,7 +131,7 @@ def driver_ops(b: DriverBranch, proc: bool = False) -> list[str]:
            "cu_memcpy2d:2:16:4:1:2",
            "cu_alloc_async:2:4096", "cu_alloc_pitch:1:64:8", "cu_create:1:2097152:1", "cu_free_async:1",
            "cu_prefetch:3:4096:0", "cu_prefetch:2:100:-1",
-           "cu_ctx_sync:6", "cu_g_launch:7"]
+           "cu_ctx_sync:6", "cu_g_launch:7", "cu_memset:2:plain:32:5", "cu_memset2d:1:plain:16:3:4"]
     if b.has("cuLaunchKernelEx"):
         ops.append("cu_launch_ex:20:4,1,1:32,4,1:def0")
     if not proc:
@@ -157,6 +157,7 @@ def check_driver(raw: RawProc, b: DriverBranch, proc: bool = False) -> None:
     assert c["live_bytes"] == 0                     # every allocation failed: nothing is live
     assert (raw.prefetch_calls, raw.prefetch_bytes) == ((3 + 2 * v2, 2 + v2), (3 * 4096 + 1024 * v2, 200 + 64 * v2))
     assert c["sync_calls"] == 6
+    assert (c["memset_calls"], c["memset_bytes"]) == (3, 2 * 20 + 24)
     # graph launches of execs gputop never saw built: counted, their kernels unknown (null), not 0
     assert (c["graph_launches"], c["graph_unknown_launches"]) == (7, 7)
 
@@ -274,7 +275,8 @@ def runtime_ops(rt: CudaRuntime) -> list[str]:
            "malloc:6:4096", "malloc_host:2:100", "malloc_managed:3:8192", "malloc_async:2:512", "malloc_pitch:1:64:8",
            "free:4", "free_async:1", "sync:9", "device_sync:2", "graph_launch:5",
            "capture:40:7",                          # no driver: the capture fails, so its 40 launches run
-           "prefetch:4:4096:0", "prefetch:3:100:-1"]
+           "prefetch:4:4096:0", "prefetch:3:100:-1",
+           "memset:3:plain:100", "memset2d:1:async:8:2", "memset3d:1:plain:2:3:4"]
     if rt.has("cudaMemPrefetchAsync_v2"):
         ops += ["prefetch_v2:2:256:0", "prefetch_v2:1:8:-1"]
     if rt.has("cudaMemPrefetchBatchAsync"):
@@ -306,6 +308,7 @@ def test_runtime_api_counted_exactly_on_each_runtime(source, cudart: CudaRuntime
     assert (c["managed_alloc_calls"], c["managed_alloc_bytes"]) == (3, 3 * 8192)
     assert (c["free_calls"], c["live_bytes"]) == (5, 0)
     assert c["sync_calls"] == 11
+    assert (c["memset_calls"], c["memset_bytes"]) == (5, 300 + 16 + 24)
     assert (c["graph_launches"], c["graph_unknown_launches"]) == (6, 6)
     v2 = cudart.has("cudaMemPrefetchAsync_v2")
     bp = cudart.has("cudaMemPrefetchBatchAsync")

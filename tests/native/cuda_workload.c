@@ -45,6 +45,11 @@
 //   cu_memcpy2d:N:W:H:ST:DT   cuMemCpy2D_v2 of W x H bytes, source/destination CUmemorytype ST/DT
 //                             (4 = unified: the last mapping or allocation)
 //   cu_memcpy3d:N:W:H:D:ST:DT cuMemcpy3D_v2 likewise
+//   memset:N:V:BYTES  memset2d:N:V:W:H  memset3d:N:V:W:H:D   cudaMemset / 2D / 3D (width in bytes) in variant V:
+//                             plain, async, ptds (cudaMemset_ptds...), ptsz (cudaMemsetAsync_ptsz...)
+//   cu_memset:N:V:BITS:COUNT  cu_memset2d:N:V:BITS:W:H   cuMemsetD<BITS>_v2 / cuMemsetD2D<BITS>_v2 (BITS 8, 16,
+//                             32) in variant V: plain, async, ptds, ptsz, v1 (the legacy names: 32-bit
+//                             counts, called with garbage in the registers' upper halves)
 //   cu_alloc32:N:BYTES  cu_free32:N  cu_htod32:N:BYTES  cu_dtoh32:N:BYTES  cu_dtod32:N:BYTES   (v1 names)
 //   classify_batch:N:BYTES    allocate 2 device + 1 pinned buffers, then N cudaMemcpyBatchAsync calls of 4
 //                             copies of BYTES each: h2d, d2h, d2d and pageable->device (unknown)
@@ -296,8 +301,11 @@ static void *must_dlopen(const char *path) {
 
 #define SYM(h, field, name) (api.field = (__typeof__(api.field))dlsym(h, name))
 
+static void *rt_handle, *cu_handle;     // for the ops that look their function up by name (memsets)
+
 static void bind_cudart(const char *path) {
     void *h = must_dlopen(path);
+    rt_handle = h;
     SYM(h, launch, "cudaLaunchKernel");
     SYM(h, launch_ptsz, "cudaLaunchKernel_ptsz");
     SYM(h, launch_coop, "cudaLaunchCooperativeKernel");
@@ -389,6 +397,7 @@ static void *cuda_sym(void *h, const char *name) {
 
 static void bind_cuda(const char *path) {
     void *h = must_dlopen(path);
+    cu_handle = h;
     CSYM(h, cu_launch, "cuLaunchKernel");
     CSYM(h, cu_launch_ex, "cuLaunchKernelEx");
     CSYM(h, cu_htod, "cuMemcpyHtoD_v2");
@@ -599,6 +608,65 @@ static void graph_op(const char *name, long n, const char *a) {
 }
 
 static void *(*kernel_stub)(int);      // lib_register's library
+
+static void *named_fn(int driver, const char *fmt, const char *x, const char *y) {
+    char sym[96];
+    snprintf(sym, sizeof(sym), fmt, x, y);
+    void *h = driver ? cu_handle : rt_handle;
+    void *f = h ? (driver ? cuda_sym(h, sym) : dlsym(h, sym)) : NULL;
+    if (!f) {
+        fprintf(stderr, "cuda_workload: %s not bound\n", sym);
+        exit(4);
+    }
+    return f;
+}
+
+// memset:N:V:BYTES ... cu_memset2d:N:V:BITS:W:H (see the OPs above); dst is host_buf: the real libraries fail
+// for lack of a driver before touching it, the shim runtime writes it
+static void memset_op(const char *name, long n, const char *v, const char *b, const char *c, const char *e) {
+    typedef struct { void *ptr; size_t pitch, xsize, ysize; } pitched;
+    typedef struct { size_t width, height, depth; } extent;
+    int async = !strcmp(v, "async") || !strcmp(v, "ptsz");
+    const char *tail = !strcmp(v, "ptds") ? "_ptds" : !strcmp(v, "ptsz") ? "Async_ptsz" : async ? "Async" : "";
+    if (!strcmp(name, "memset")) {
+        void *f = named_fn(0, "cudaMemset%s%s", tail, "");
+        for (long i = 0; i < n; i++)
+            async ? ((int (*)(void *, int, size_t, void *))f)(host_buf, 0, strtoull(b, NULL, 10), NULL)
+                  : ((int (*)(void *, int, size_t))f)(host_buf, 0, strtoull(b, NULL, 10));
+    } else if (!strcmp(name, "memset2d")) {
+        void *f = named_fn(0, "cudaMemset2D%s%s", tail, "");
+        size_t w = strtoull(b, NULL, 10), h = strtoull(c, NULL, 10);
+        for (long i = 0; i < n; i++)
+            async ? ((int (*)(void *, size_t, int, size_t, size_t, void *))f)(host_buf, w, 0, w, h, NULL)
+                  : ((int (*)(void *, size_t, int, size_t, size_t))f)(host_buf, w, 0, w, h);
+    } else if (!strcmp(name, "memset3d")) {
+        void *f = named_fn(0, "cudaMemset3D%s%s", tail, "");
+        unsigned long long d = 0;
+        sscanf(e, "%llu", &d);
+        extent x = {strtoull(b, NULL, 10), strtoull(c, NULL, 10), d};
+        pitched p = {host_buf, x.width, x.width, x.height};
+        for (long i = 0; i < n; i++)
+            async ? ((int (*)(pitched, int, extent, void *))f)(p, 0, x, NULL)
+                  : ((int (*)(pitched, int, extent))f)(p, 0, x);
+    } else {
+        // cu_memset:N:V:BITS:COUNT, cu_memset2d:N:V:BITS:W:H
+        int two = !strcmp(name, "cu_memset2d"), v1 = !strcmp(v, "v1");
+        const char *dtail = !strcmp(v, "ptds") ? "_v2_ptds" : !strcmp(v, "ptsz") ? "Async_ptsz" : async ? "Async"
+                          : v1 ? "" : "_v2";
+        void *f = named_fn(1, two ? "cuMemsetD2D%s%s" : "cuMemsetD%s%s", b, dtail);
+        // the v1 names take 32-bit counts: the upper halves of the registers carry garbage, as a caller's may
+        uint64_t junk = v1 ? 0xdead00000000ULL : 0;
+        uint64_t dst = 0x1000, w = strtoull(c, NULL, 10) | junk, h = two ? (strtoull(e, NULL, 10) | junk) : 0;
+        for (long i = 0; i < n; i++) {
+            if (two)
+                async ? ((int (*)(uint64_t, size_t, unsigned, uint64_t, uint64_t, void *))f)(dst, w, 0, w, h, NULL)
+                      : ((int (*)(uint64_t, size_t, unsigned, uint64_t, uint64_t))f)(dst, w, 0, w, h);
+            else
+                async ? ((int (*)(uint64_t, unsigned, uint64_t, void *))f)(dst, 0, w, NULL)
+                      : ((int (*)(uint64_t, unsigned, uint64_t))f)(dst, 0, w);
+        }
+    }
+}
 
 static void run_op(const char *op) {
     char name[32] = {0}, a[1024] = {0}, b[64] = {0}, c[64] = {0}, e[64] = {0};
@@ -865,6 +933,10 @@ static void run_op(const char *op) {
         api.malloc_managed((void **)&p, (size_t)n * 4096, 1);
         for (long i = 0; p && i < n; i++)
             p[i * 4096] = 1;
+        return;
+    }
+    if (!strncmp(name, "memset", 6) || !strncmp(name, "cu_memset", 9)) {
+        memset_op(name, n, a, b, c, e);
         return;
     }
     dim3 g, bl;

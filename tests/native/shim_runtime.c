@@ -11,6 +11,7 @@
 //    cuGraphAddKernelNode_v2, cuGraphLaunch), as the runtime does on a GPU host; driver graph calls
 //    (cuGraphCreate, cuGraphAddKernelNode_v2, cuGraphAddNode, cuGraphInstantiateWithFlags,
 //    cuGraphLaunch) succeed too, for --cuda;
+//  - memsets: cudaMemset(Async), cudaMemset2D call the real cuMemsetD8_v2 (Async), cuMemsetD2D8_v2;
 //  - allocations that succeed (device, pinned, managed: host memory from mmap), so copies with
 //    cudaMemcpyDefault can be classified and CPU faults on managed memory can be produced.
 // The path of libcuda.so.1 comes from $SHIM_LIBCUDA. SHIM_SYNC_MS sets the time a sync blocks.
@@ -250,6 +251,29 @@ int cudaStreamWaitEvent(void *stream, void *event, unsigned flags) {
     if (!f)
         f = (int (*)(void *, void *, unsigned))dlsym(libcuda(), "cuStreamWaitEvent");
     f(stream, event, flags);
+    return 0;
+}
+
+// memsets through the real driver's (cuMemsetD8_v2, cuMemsetD2D8_v2, Async), as the runtime does on a GPU host
+int cudaMemset(void *p, int v, size_t n) {
+    static int (*f)(uint64_t, unsigned char, size_t);
+    if (!f)
+        f = (int (*)(uint64_t, unsigned char, size_t))dlsym(libcuda(), "cuMemsetD8_v2");
+    f((uint64_t)(uintptr_t)p, (unsigned char)v, n);
+    return 0;
+}
+int cudaMemsetAsync(void *p, int v, size_t n, void *stream) {
+    static int (*f)(uint64_t, unsigned char, size_t, void *);
+    if (!f)
+        f = (int (*)(uint64_t, unsigned char, size_t, void *))dlsym(libcuda(), "cuMemsetD8Async");
+    f((uint64_t)(uintptr_t)p, (unsigned char)v, n, stream);
+    return 0;
+}
+int cudaMemset2D(void *p, size_t pitch, int v, size_t w, size_t h) {
+    static int (*f)(uint64_t, size_t, unsigned char, size_t, size_t);
+    if (!f)
+        f = (int (*)(uint64_t, size_t, unsigned char, size_t, size_t))dlsym(libcuda(), "cuMemsetD2D8_v2");
+    f((uint64_t)(uintptr_t)p, pitch, (unsigned char)v, w, h);
     return 0;
 }
 

@@ -218,8 +218,8 @@ def test_time_rss_mem_columns_exact_and_optional() -> None:
             await pilot.resize_terminal(160, 30)
             await pilot.pause()
             lay = t.current_layout
-            # at 160 columns the others fit alone: TIME+, RSS, %MEM start scrolled off (▶)
-            assert [c.key for c, _ in lay][-1] == "launch_bound" and lay.hidden_right == 3
+            # at 160 columns the others fit alone: MSET/s, TIME+, RSS, %MEM start scrolled off (▶)
+            assert [c.key for c, _ in lay][-1] == "launch_bound" and lay.hidden_right == 4
             # sorting by one of them shows it
             app.set_sort("cpu_time")
             await pilot.pause()

@@ -22,7 +22,7 @@ def proc(pid: int, launches: float | None = 1000.0, **kw: object) -> ProcSample:
         comm="python", cmdline="/usr/bin/python train.py", user="alice", gpu_index=0,
         rates=Rates(launches_per_s=launches, graph_launches_per_s=20.0, graph_kernel_launches_per_s=250.0,
                     memcpy_bytes_per_s={"h2d": 2048.0, "d2h": 1 << 20, "d2d": 0.0},
-                    uvm_faults_per_s=12.0, sync_wait_pct=25.0),
+                    memset_bytes_per_s=3 << 20, uvm_faults_per_s=12.0, sync_wait_pct=25.0),
         total=Counts(launches=5000, live_alloc_bytes=3 << 30), grid_blocks_avg=80.0, block_threads_avg=128.0,
         gpu_mem_bytes=4 << 30, gpu_util_pct=55.0, cpu_pct=97.5, launch_bound=True)
     base.update(kw)
@@ -59,7 +59,8 @@ def test_cells_are_the_dashboards_renders() -> None:
     header, (row,) = rows(batch.table(snap(p)))
     cells, command = split(header, row)
     assert cells == [c.render(p) for c in batch.TABLE_COLUMNS[:-1]]
-    assert cells == ["4242", "alice", "0", "1.00k", "80", "128", "20", "250", "2.00K", "1.00M", "0", "3.00G", "12",
+    assert cells == ["4242", "alice", "0", "1.00k", "80", "128", "20", "250", "2.00K", "1.00M", "0", "3.00M", "3.00G",
+                     "12",
                      "25%", "4.00G", "55%", "98%", "62:03.45", "1.50G", "2.3%", "◆"]
     assert command == "python train.py"          # the dashboard's COMMAND: program without its directory
 

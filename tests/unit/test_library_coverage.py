@@ -39,7 +39,7 @@ def test_each_driver_branch_offers_what_the_matrix_says(branch: DriverBranch) ->
     assert _first(cov.absent) == sm.DRIVER_ABSENT[branch.branch]
     assert _first(cov.uncounted) == sm.DRIVER_UNCOUNTED[branch.branch]
     counted = [f for f in catalogue.FEATURES if f.layer == "driver" and f.counted]
-    assert len(cov.present) + len(cov.absent) == len(counted) == 19
+    assert len(cov.present) + len(cov.absent) == len(counted) == 20
     # an absent family is not probed: no probe of the object names one of its symbols
     probed = {p.symbol for p, _addr in catalogue.probes_for(syms.functions)}
     assert not probed & {s for f in cov.absent for s in f.symbols}
@@ -78,8 +78,8 @@ def test_doctor_names_each_branch_s_version_and_what_it_lacks(branch: DriverBran
     finally:
         os.close(fd)
     assert line is not None and line.startswith(f"libcuda.so.1 (driver {branch.version}): ")
-    present = 19 - len(sm.DRIVER_ABSENT[branch.branch])
-    assert f"{present} of 19 families probed" in line
+    present = 20 - len(sm.DRIVER_ABSENT[branch.branch])
+    assert f"{present} of 20 families probed" in line
     if branch.branch == "470":
         assert "absent here, not probed: launches with attributes (cuLaunchKernelEx), " in line
 
@@ -124,5 +124,5 @@ def test_a_toolkit_runtime_is_named_by_its_file_s_version(tmp_path) -> None:  # 
         unnamed = library_line(fd, str(rt.lib), syms.functions)
     finally:
         os.close(fd)
-    assert named is not None and named.startswith("libcudart.so.12 (CUDA runtime 12.4.127): 13 of 17 families probed")
-    assert unnamed is not None and unnamed.startswith("libcudart.so.12 (CUDA runtime): 13 of 17 families probed")
+    assert named is not None and named.startswith("libcudart.so.12 (CUDA runtime 12.4.127): 14 of 18 families probed")
+    assert unnamed is not None and unnamed.startswith("libcudart.so.12 (CUDA runtime): 14 of 18 families probed")

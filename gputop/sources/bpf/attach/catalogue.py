@@ -116,6 +116,22 @@ COPY = (
                  "cuMemcpyBatchAsync_v2_ptsz"), "drv_memcpy_batch")
 )
 
+def _memset_driver(width: str, suffix: str) -> tuple[str, ...]:
+    """cuMemsetD<width>_<suffix> (or the 2D twin) with its Async and per-thread-stream names."""
+    v = f"_{suffix}" if suffix else ""
+    return (f"cuMemset{width}{v}", f"cuMemset{width}{v}_ptds", f"cuMemset{width}Async", f"cuMemset{width}Async_ptsz")
+
+
+MEMSET = (
+    _variants(("cudaMemset", "cudaMemset_ptds", "cudaMemsetAsync", "cudaMemsetAsync_ptsz"), "rt_memset")
+    + _variants(("cudaMemset2D", "cudaMemset2D_ptds", "cudaMemset2DAsync", "cudaMemset2DAsync_ptsz"), "rt_memset2d")
+    + _variants(("cudaMemset3D", "cudaMemset3D_ptds", "cudaMemset3DAsync", "cudaMemset3DAsync_ptsz"), "rt_memset3d")
+    + [p for w, h in (("D8", "drv_memset8"), ("D16", "drv_memset16"), ("D32", "drv_memset32"),
+                      ("D2D8", "drv_memset2d8"), ("D2D16", "drv_memset2d16"), ("D2D32", "drv_memset2d32"))
+       # the legacy v1 names (32-bit pointers and counts), for programs built against old headers
+       for p in [*_variants(_memset_driver(w, "v2"), h), Probe(f"cuMemset{w}", f"{h}_v1")]]
+)
+
 ALLOC = (
     _variants(("cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaMallocFromPoolAsync",
                "cudaMallocFromPoolAsync_ptsz", "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
@@ -166,7 +182,7 @@ NAMES = [
     *_variants(("cuKernelGetFunction", "__cudaGetKernel", "cudaGetKernel"), "kernel_getfn_enter", "getfn_return"),
 ]
 
-ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + ALLOC + PREFETCH + SYNC + NAMES)
+ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + MEMSET + ALLOC + PREFETCH + SYNC + NAMES)
 
 #: an object is probed when it defines at least one of these
 ANCHORS = frozenset(p.symbol for p in LAUNCH + COPY)
@@ -189,7 +205,7 @@ def is_runtime_wrapper(functions: dict[str, int]) -> bool:
 
 
 #: driver entry points that count something: an object defining one of these is a driver or a layer over it
-DRIVER_COUNTED = frozenset(p.symbol for p in (*LAUNCH, *GRAPH, *COPY, *ALLOC, *PREFETCH, *SYNC)
+DRIVER_COUNTED = frozenset(p.symbol for p in (*LAUNCH, *GRAPH, *COPY, *MEMSET, *ALLOC, *PREFETCH, *SYNC)
                            if p.symbol.startswith("cu") and not p.symbol.startswith("cuda")
                            and (p not in GRAPH or p.entry.startswith("drv_graph_launch")))
 
@@ -280,6 +296,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("runtime", "copies", ("cudaMemcpy",)),
     Feature("runtime", "batch copies (cudaMemcpyBatchAsync)", ("cudaMemcpyBatchAsync",)),
     Feature("runtime", "copies with attributes (cudaMemcpyWithAttributesAsync)", ("cudaMemcpyWithAttributesAsync",)),
+    Feature("runtime", "memsets", ("cudaMemset",)),
     Feature("runtime", "allocations", ("cudaMalloc",)),
     Feature("runtime", "prefetch (cudaMemPrefetchAsync)", PREFETCH_RT_PLAIN),
     Feature("runtime", "prefetch to a location (cudaMemPrefetchAsync_v2)", ("cudaMemPrefetchAsync_v2",)),
@@ -305,6 +322,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("driver", "copies", ("cuMemcpyHtoD_v2",)),
     Feature("driver", "batch copies (cuMemcpyBatchAsync)", ("cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2")),
     Feature("driver", "copies with attributes (cuMemcpyWithAttributesAsync)", ("cuMemcpyWithAttributesAsync",)),
+    Feature("driver", "memsets", ("cuMemsetD8_v2",)),
     Feature("driver", "allocations", ("cuMemAlloc_v2",)),
     Feature("driver", "stream-ordered allocations (cuMemAllocAsync)", ("cuMemAllocAsync",)),
     Feature("driver", "virtual memory (cuMemCreate)", ("cuMemCreate",)),
