@@ -42,6 +42,17 @@ static __always_inline u32 log2_bucket(u64 v) {
     return (r - (r >> 5) * (r - (NB - 1))) & (NB - 1);    // the mask tells the verifier r < NB
 }
 
+// floor(log2(v)) for v > 0, 0 to 63 (log2_bucket's steps without its clamp)
+static __always_inline u32 log2_u64(u64 v) {
+    u64 r, s;
+    r = (((v >> 32) + 0xffffffffULL) >> 32) << 5; v >>= r;
+    s = (((v >> 16) + 0xffffULL) >> 16) << 4; v >>= s; r |= s;
+    s = (((v >> 8) + 0xffULL) >> 8) << 3; v >>= s; r |= s;
+    s = (((v >> 4) + 0xfULL) >> 4) << 2; v >>= s; r |= s;
+    s = (((v >> 2) + 0x3ULL) >> 2) << 1; v >>= s; r |= s;
+    return (r | (v >> 1)) & 63;
+}
+
 // Indices into a map value's arrays (the log2 histograms, the per-direction counters), bounded on the
 // very register the access uses. The empty asm hides the value's origin from LLVM, so it cannot drop
 // the bound as redundant or move it to another register; each verifier then sees it just before the

@@ -17,7 +17,7 @@
 //   copy.bpf.h      memory copies by direction, one call or a batch
 //   memset.bpf.h    memsets: runtime and driver, 1D, 2D and 3D
 //   managed.bpf.h   managed memory: prefetches, CPU faults
-//   sync.bpf.h      time blocked in synchronisations
+//   sync.bpf.h      time blocked in synchronisations, and its latency histograms
 //   life.bpf.h      process life and discovery: exec, executable mappings, fork, exit
 // bcc rewrites map operations (procs.lookup(&k)) only in the text it is given, never in a file that
 // text includes, so user space writes each of this directory's headers into the text in place of its
@@ -68,6 +68,10 @@ BPF_ARRAY(layers, u32, 1);
 BPF_TABLE("lru_hash", u32, struct via_t, via_layer, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_alloc, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
+// sync latency histograms: (process, SYNC_* API) -> its durations (sync.bpf.h); made at a process's first
+// sync of the API, charged to its owner (SH_SYNC_HISTS)
+BPF_F_TABLE("hash", struct tkey_t, struct slat_t, sync_hist, MAX_SYNC_HISTS, BPF_F_NO_PREALLOC);
+BPF_PERCPU_ARRAY(zero_slat, struct slat_t, 1);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pend_cap_t, pend_capture, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, u64, exec_mmap, MAX_MMAPS);  // thread -> the struct file being mapped (or 1)

@@ -17,14 +17,17 @@
     !defined(CAPTURES_FORGOTTEN) || !defined(HIT_RETURN) || !defined(CODE_LAYER) || !defined(EV_FILE) || \
     !defined(FILE_NOT_CUDA) || !defined(CTIME_NSEC_MASK) || !defined(G_LOST) || !defined(NDROP) || \
     !defined(DROP_GRAPHS) || !defined(COALESCE_NS) || !defined(EVENT_WINDOW_NS) || !defined(NSHARE) || \
-    !defined(SH_GRAPH_NODES)
+    !defined(SH_GRAPH_NODES) || !defined(SH_SYNC_HISTS) || !defined(DROP_SYNC_HISTS) || !defined(NSLAT) || \
+    !defined(SLAT_MIN_LOG2) || !defined(SLAT_MAX_LOG2) || !defined(SLAT_SUB_BITS) || !defined(NSYNC) || \
+    !defined(SYNC_DEVICE) || !defined(SYNC_CONTEXT)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 #if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \
     !defined(MAX_NAME_PTRS) || !defined(MAX_ALLOCS) || !defined(MAX_CODE) || !defined(MAX_THREADS) || \
     !defined(MAX_GRAPHS) || !defined(MAX_GRAPH_NODES) || !defined(MAX_CAPTURES) || !defined(MAX_JOINED) || \
     !defined(MAX_CAPTURE_EVENTS) || !defined(MAX_MMAPS) || !defined(MAX_FILES) || !defined(EVENT_PAGES) || \
-    !defined(MAX_TENANTS) || !defined(TENANT_EVENTS) || !defined(TENANT_SHARE_PCT) || !defined(PID_GEN_WORDS)
+    !defined(MAX_TENANTS) || !defined(TENANT_EVENTS) || !defined(TENANT_SHARE_PCT) || !defined(PID_GEN_WORDS) || \
+    !defined(MAX_SYNC_HISTS)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags() and PID_GEN_WORDS: the map sizes are defined there"
 #endif
 
@@ -86,6 +89,14 @@ struct tkey_t {                 // (process, address) keys: the process is (tgid
     u32 tgid;
     u32 gen;
     u64 addr;
+};
+
+// A process's synchronisations of one API (the sync_hist map, keyed (process, SYNC_*): sync.bpf.h): how
+// many returned, their durations' sum and their log-linear buckets (gputop/latency.py)
+struct slat_t {
+    u64 count;
+    u64 sum_ns;
+    u64 bucket[NSLAT];
 };
 
 struct kstat_t {

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from gputop.model import CallBytes, Counts, KernelStat, ProcSample
+from gputop.model import CallBytes, Counts, KernelStat, LatencyHistogram, ProcSample, SyncLatency
 
 #: retired kernels kept per container (by launches): the top ``--kernel-metrics`` (20 at most) of a
 #: container are among them unless 256 retired kernels launched more than they did
@@ -60,6 +60,15 @@ def add_hist(a: Hist | None, b: Hist | None) -> dict[str, int] | None:
     return _add_maps(a, b)
 
 
+def add_latency(into: dict[str, LatencyHistogram], more: Mapping[str, LatencyHistogram]) -> None:
+    """Sync latency histograms of ``more`` added into ``into``, API by API (an API one side never used: the
+    other's)."""
+    for api, h in more.items():
+        w = into.get(api)
+        into[api] = h if w is None else LatencyHistogram(
+            w.calls + h.calls, w.sum_s + h.sum_s, tuple(a + b for a, b in zip(w.le_counts, h.le_counts)))
+
+
 def add_dir_hists(a: Mapping[str, Hist] | None, b: Mapping[str, Hist] | None) -> dict[str, Hist] | None:
     if a is None or b is None:
         return None
@@ -80,6 +89,8 @@ class Part:
     #: kernel name -> [launches, launches inside graphs or None]
     kernels: dict[str, list[int | None]] = field(default_factory=dict)
     procs: int = 0          # processes added
+    #: sync latency histograms by API (a process that never synchronised adds none)
+    sync: dict[str, LatencyHistogram] = field(default_factory=dict)
 
     def add(self, p: ProcSample, live: bool) -> None:
         total = p.total if live or p.total is None else replace(p.total, live_alloc_bytes=0)
@@ -94,6 +105,8 @@ class Part:
             else add_dir_hists(self.copies, p.memcpy_size_hist)
         for k in p.kernels:
             self.add_kernel(k.name, k.launches, k.graph_launches)
+        if p.sync_latency is not None:
+            add_latency(self.sync, p.sync_latency.histograms)
 
     def add_kernel(self, name: str, launches: int, graph: int | None) -> None:
         have = self.kernels.get(name)
@@ -115,6 +128,7 @@ class Part:
             self.block = add_hist(self.block, other.block)
             self.copies = add_dir_hists(self.copies, other.copies)
         self.procs += other.procs
+        add_latency(self.sync, other.sync)
         for name, (launches, graph) in other.kernels.items():
             self.add_kernel(name, launches or 0, graph)
 
@@ -203,7 +217,8 @@ def _as_sample(container: str, part: Part) -> ProcSample:
                     for name, (launches, graph) in part.kernels.items())
     return ProcSample(pid=0, comm=None, container=container, total=part.total if part.procs else None,
                       grid_blocks_hist=part.grid, block_threads_hist=part.block, memcpy_size_hist=part.copies,
-                      kernels=kernels)
+                      kernels=kernels,
+                      sync_latency=SyncLatency({}, {}, dict(part.sync)) if part.sync and part.procs else None)
 
 
 def _gpu_use(by_gpu: Mapping[int, list[ProcSample]]) -> dict[int, GpuUse]:

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from gputop import __version__
+from gputop import __version__, latency
 from gputop.counters import BY_FIELD, GPU, PROC, Kind, Quantity
 from gputop.exporter.admission import MAX_PROCESSES, Admission
 from gputop.exporter.aggregate import ContainerRow, Containers, same_process
@@ -28,6 +28,7 @@ from gputop.model import (
     MEMCPY_DIRECTIONS,
     CallBytes,
     GpuSample,
+    LatencyHistogram,
     ProcSample,
     Snapshot,
 )
@@ -48,6 +49,21 @@ KERNEL_LIMIT = 128
 GRID_FINITE = LOG2_BUCKETS - 1
 BLOCK_FINITE = 11
 COPY_FINITE = LOG2_BUCKETS - 1
+SYNC_METRIC = "gputop_sync_duration_seconds"
+SYNC_HELP = ("Time each synchronisation call blocked, by API (device, stream, event, context); buckets at powers of "
+             "four nanoseconds from 1.024 us to 68.7 s (docs/metrics.md).")
+
+
+def sync_buckets(h: LatencyHistogram, step: int) -> list[tuple[str, float]]:
+    """A sync latency histogram's Prometheus buckets: every ``latency.EXPORT_LE_NS`` bound (``--buckets
+    log2``), every other one (``log16``: powers of sixteen), or none (+Inf, ``_count`` and ``_sum`` only)."""
+    every = {0: 0, 1: 1}.get(step, 2)
+    out: list[tuple[str, float]] = []
+    if every:
+        out = [(floatToGoString(le / 1e9), float(n))
+               for i, (le, n) in enumerate(zip(latency.EXPORT_LE_NS, h.le_counts)) if i % every == 0]
+    out.append(("+Inf", float(h.calls)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -431,6 +447,10 @@ class SnapshotCollector(Collector):
             total = getattr(t, q.field)
             if buckets is not None and total is not None and q.metric is not None:
                 fam.histogram(q.metric, q.help, names).add_metric(values, buckets, float(total))
+        if p.sync_latency is not None:
+            for api, h in sorted(p.sync_latency.histograms.items()):
+                fam.histogram(SYNC_METRIC, SYNC_HELP, (*names, "api")).add_metric(
+                    [*values, api], sync_buckets(h, step), h.sum_s)
         if p.memcpy_size_hist is None or t.memcpy is None:
             return
         for d in MEMCPY_DIRECTIONS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gputop import counters
+from gputop import counters, latency
 from gputop.counters import PROC, Kind, Quantity
 from gputop.derive import LaunchBoundRule, is_launch_bound
 from gputop.model import MEMCPY_DIRECTIONS, CallBytes, Counts, KernelStat, ProcSample
@@ -139,6 +139,7 @@ class ProcDeltas:
                 "grid_blocks_hist": hist(raw.grid_hist),
                 "block_threads_hist": hist(raw.block_hist),
                 "memcpy_size_hist": {d: hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist)},
+                "sync_latency": latency.sync_latency(raw.sync_hist, base.sync_hist if base else None),
             }
         elif idle is not None:
             interval = total = zero_counts(uvm_cpu, idle.complete)

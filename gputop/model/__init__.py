@@ -37,11 +37,14 @@ from gputop.model.schema import (
     Counts,
     GpuSample,
     KernelStat,
+    Latency,
+    LatencyHistogram,
     ProcKey,
     ProcSample,
     Rates,
     Snapshot,
     SourceStatus,
+    SyncLatency,
 )
 from gputop.model.summary import Summary, summarize
 from gputop.model.tojson import snapshot_to_dict, snapshot_to_json
@@ -51,7 +54,7 @@ __all__ = [
     "BPF_ONLY", "COUNT_LIMIT", "HIST_KEYS", "ID_MAX", "INTERVAL_LIMIT", "LOG2_BUCKETS", "MAX_CMDLINE", "MAX_ENTRIES",
     "MAX_GPUS", "MAX_KERNELS", "MAX_KERNEL_NAME", "MAX_KEY", "MAX_PROCESSES", "MAX_TEXT", "MEMCPY_DIRECTIONS",
     "NUMBER_LIMIT", "PID_MAX", "PREFETCH_DIRECTIONS", "SCHEMA", "TIME_LIMIT", "UVM_DIRECTIONS", "UVM_ONLY",
-    "CallBytes", "Counts", "GpuSample", "KernelStat", "ProcKey", "ProcSample", "Rates", "Snapshot", "SnapshotError",
-    "SourceStatus", "Summary", "snapshot_from_dict", "snapshot_from_json", "snapshot_to_dict", "snapshot_to_json",
-    "summarize",
+    "CallBytes", "Counts", "GpuSample", "KernelStat", "Latency", "LatencyHistogram", "ProcKey", "ProcSample", "Rates",
+    "Snapshot", "SnapshotError", "SourceStatus", "Summary", "SyncLatency", "snapshot_from_dict", "snapshot_from_json",
+    "snapshot_to_dict", "snapshot_to_json", "summarize",
 ]

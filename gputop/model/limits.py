@@ -40,6 +40,8 @@ MAX_ENTRIES = 64
 #: kernels per process: the schema keeps the top 20 (``sampler.TOP_KERNELS``); more are cut to 20
 MAX_KERNELS = 20
 MAX_GPUS = 1 << 16
+#: bounds of a latency histogram as the exporter publishes it (gputop/latency.py: 14)
+MAX_LATENCY_LE = 32
 MAX_PROCESSES = 1 << 20
 #: the keys of a log2 histogram
 HIST_KEYS = frozenset(f"2^{k}" for k in range(64))
@@ -102,6 +104,7 @@ CMDLINE = Chars(MAX_CMDLINE)
 LOG2_HIST = Log2Hist()
 KERNELS = Entries("MAX_KERNELS", cut=True)
 GPUS = Entries("MAX_GPUS")
+LATENCY_LE = Entries("MAX_LATENCY_LE")
 PROCESSES = Entries("MAX_PROCESSES")
 
 #: the key of a field's metadata that holds its bound

@@ -20,6 +20,7 @@ from gputop.model.limits import (
     INTERVAL,
     KERNEL_NAME,
     KERNELS,
+    LATENCY_LE,
     LOG2_HIST,
     PID,
     PROCESSES,
@@ -116,6 +117,39 @@ class KernelStat:
 
 
 @dataclass(frozen=True)
+class Latency:
+    """Synchronisation calls that returned in a window, and their durations' percentiles and maximum in
+    seconds, each its log-linear bucket's midpoint (within 6.25 %: gputop/latency.py); None without a call."""
+
+    calls: int
+    p50_s: float | None = None
+    p90_s: float | None = None
+    p99_s: float | None = None
+    max_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LatencyHistogram:
+    """One API's sync durations since the process was first seen, as a Prometheus histogram: calls, their
+    sum in seconds, and the calls at most each bound of ``latency.EXPORT_LE_NS`` long (cumulative)."""
+
+    calls: int
+    sum_s: float
+    le_counts: tuple[int, ...] = field(default=(), metadata=bound(LATENCY_LE))
+
+
+@dataclass(frozen=True)
+class SyncLatency:
+    """How long a process's synchronisations blocked, by API (``latency.APIS``) and for all of them
+    (``all``): over the refresh interval, since first seen, and the histograms the exporter publishes.
+    An API the process never synchronised through is absent."""
+
+    interval: Mapping[str, Latency]
+    total: Mapping[str, Latency]
+    histograms: Mapping[str, LatencyHistogram]
+
+
+@dataclass(frozen=True)
 class ProcSample:
     pid: int = field(metadata=bound(PID))
     comm: str | None        # None: the process vanished before gputop read its name
@@ -168,6 +202,9 @@ class ProcSample:
     #: None: unknown (on the host, no such series, or on a single host)
     pod: str | None = None
     namespace: str | None = None
+    #: its syncs' latency: percentiles over the interval and since first seen, by API; None: unknown (no
+    #: sync seen, the fleet view)
+    sync_latency: SyncLatency | None = None
 
     @property
     def key(self) -> ProcKey:

@@ -108,6 +108,7 @@ _proc_plain = _dict_converter(ProcSample, {
     "rates": lambda r: _rates_plain(r) if type(r) is Rates else _plain(r),
     "kernels": _kernels_plain,
     "memcpy_size_hist": _memcpy_hist_plain,
+    "sync_latency": _plain,
 })
 _gpu_plain = _dict_converter(GpuSample, {})
 _summary_plain = _dict_converter(Summary, {})

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support import SCAN_WAIT_S
 
+from gputop import latency
 from gputop.sources.bpf import BpfSource, RawProc
 
 FUSED = "fused_step(float*, float*, int)"
@@ -258,6 +259,52 @@ def test_launch_by_handle_named_through_get_kernel(run_workload, workloads, test
     assert raw.counters["launches"] == 321
     (k,) = raw.kernels
     assert (k.launches, k.name) == (321, UNFUSED)      # the heap handle stands for the host stub
+
+
+def _sorted_buckets(hist: tuple[int, ...]) -> list[int]:
+    return [i for i, n in enumerate(hist) for _ in range(n)]
+
+
+def test_sync_latency_histograms_by_api(run_workload, workloads, testbed, tmp_path: Path) -> None:
+    """The shim runtime's syncs block known times (90 of 1 ms, 9 of 10 ms, 1 of 100 ms through
+    cudaStreamSynchronize, then 1 ms each through cudaDeviceSynchronize and cudaEventSynchronize, which
+    enter the real driver's cuCtxSynchronize and cuEventSynchronize: counted once, as the outer API) and log
+    each one's time as the shim saw it; cuCtxSynchronize called directly fails at once. Each histogram holds
+    every sync of its API, in the buckets of the shim's times: never below (the probes time the whole call,
+    the shim's part of it and more), above by at most the time to return through the probe (5 ms allowed:
+    a busy runner may not run the thread at once)."""
+    log = tmp_path / "syncs"
+    raw = run_workload([workloads.dlopen, "--cudart", workloads.shim_runtime, "--cuda", testbed.libcuda,
+                        "sync:100", "device_sync:4", "event_sync:3", "cu_ctx_sync:5"],
+                       env={"SHIM_LIBCUDA": str(testbed.libcuda), "SHIM_SYNC_SCHEDULE": "1000*90,10000*9,100000*1",
+                            "SHIM_SYNC_LOG": str(log)}).go_and_wait()
+    assert raw.counters["sync_calls"] == 112
+    times = [int(x) for x in log.read_text().split()]
+    assert len(times) == 107
+    shim = {"stream": times[:100], "device": times[100:104], "event": times[104:]}
+    assert sorted(raw.sync_hist) == ["context", "device", "event", "stream"]
+    context_sum, context = raw.sync_hist["context"]
+    assert sum(context) == 5 and context_sum < 5 * 5_000_000
+    slack = 5_000_000
+    for api, ts in shim.items():
+        total_ns, hist = raw.sync_hist[api]
+        assert len(hist) == latency.BUCKETS and sum(hist) == len(ts), api
+        assert sum(ts) <= total_ns <= sum(ts) + len(ts) * slack, api
+        got = _sorted_buckets(hist)
+        low = sorted(latency.bucket_of(t) for t in ts)
+        high = sorted(latency.bucket_of(t + slack) for t in ts)
+        assert all(lo <= g <= hi for lo, g, hi in zip(low, got, high)), (api, got, low)
+    assert raw.counters["sync_ns"] == sum(s for s, _h in raw.sync_hist.values())
+    # the figures: p50 and p90 of 1 ms, p99 of 10 ms, a maximum of 100 ms, each within its bucket
+    s = latency.sync_latency(raw.sync_hist, None)
+    assert s is not None
+    stream = s.total["stream"]
+    ranked = sorted(shim["stream"])
+    for got_s, true_ns in ((stream.p50_s, ranked[49]), (stream.p90_s, ranked[89]), (stream.p99_s, ranked[98]),
+                           (stream.max_s, ranked[99])):
+        assert got_s is not None and true_ns * 0.9375 <= got_s * 1e9 <= (true_ns + slack) * 1.0625
+    assert s.total["all"].calls == 112 and s.interval == s.total
+    assert s.histograms["stream"].le_counts[-1] == 100 and s.histograms["stream"].calls == 100
 
 
 def test_time_blocked_in_a_sync_that_has_not_returned(run_workload, workloads, testbed, bpf_source) -> None:

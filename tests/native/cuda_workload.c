@@ -17,7 +17,7 @@
 //   memcpy:N:KIND:BYTES  memcpy_async:N:KIND:BYTES  memcpy2d:N:W:H:KIND  memcpy_peer:N:BYTES
 //   cu_htod:N:BYTES  cu_dtoh:N:BYTES  cu_dtod:N:BYTES  cu_memcpy:N:BYTES
 //   malloc:N:BYTES  malloc_managed:N:BYTES  malloc_host:N:BYTES  free:N
-//   sync:N  device_sync:N  cu_ctx_sync:N  graph_launch:N
+//   sync:N  device_sync:N  cu_ctx_sync:N  event_sync:N  graph_launch:N
 //   prefetch:N:BYTES:DEV      cudaMemPrefetchAsync to device DEV (-1: the host), with the runtime's
 //                             plain signature: an int device (CUDA 12) or a cudaMemLocation (CUDA 13,
 //                             whose runtime has cudaMemPrefetchBatchAsync and no _v2)
@@ -1014,6 +1014,11 @@ static void run_op(const char *op) {
         } else if (!strcmp(name, "sync")) {
             NEED(sync);
             api.sync(NULL);
+        } else if (!strcmp(name, "event_sync")) {
+            static int (*event_sync)(void *);
+            if (!event_sync)
+                event_sync = (int (*)(void *))named_fn(0, "cudaEventSynchronize%s%s", "", "");
+            event_sync(NULL);           // a made-up event: the real driver would dereference it
         } else if (!strcmp(name, "device_sync")) {
             NEED(device_sync);
             api.device_sync();

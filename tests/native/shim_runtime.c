@@ -14,10 +14,13 @@
 //  - memsets: cudaMemset(Async), cudaMemset2D call the real cuMemsetD8_v2 (Async), cuMemsetD2D8_v2;
 //  - allocations that succeed (device, pinned, managed: host memory from mmap), so copies with
 //    cudaMemcpyDefault can be classified and CPU faults on managed memory can be produced.
-// The path of libcuda.so.1 comes from $SHIM_LIBCUDA. SHIM_SYNC_MS sets the time a sync blocks.
+// The path of libcuda.so.1 comes from $SHIM_LIBCUDA. SHIM_SYNC_MS or SHIM_SYNC_SCHEDULE set the time a sync
+// blocks (sync_wait); cudaDeviceSynchronize and cudaEventSynchronize block the same way, then call the real
+// cuCtxSynchronize and cuEventSynchronize.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -277,13 +280,64 @@ int cudaMemset2D(void *p, size_t pitch, int v, size_t w, size_t h) {
     return 0;
 }
 
-int cudaStreamSynchronize(void *stream) {
-    static cu_sync_t f;
-    if (!f)
-        f = (cu_sync_t)dlsym(libcuda(), "cuStreamSynchronize");
-    const char *env = getenv("SHIM_SYNC_MS");
-    long ms = env ? atol(env) : 10;
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+// How long a sync blocks: SHIM_SYNC_MS each, or SHIM_SYNC_SCHEDULE ("US*N,US*N,...": N syncs of US
+// microseconds each, in turn, then from the start again). With SHIM_SYNC_LOG, each sync's time in the shim
+// (its sleep and the driver's call) is appended to that file in nanoseconds, one a line.
+static void sync_wait(void) {
+    static long i;
+    long us = 10000;
+    const char *ms = getenv("SHIM_SYNC_MS"), *sched = getenv("SHIM_SYNC_SCHEDULE");
+    if (ms)
+        us = atol(ms) * 1000;
+    if (sched) {
+        long total = 0, at;
+        const char *p;
+        for (p = sched; *p; ) {
+            long u = strtol(p, (char **)&p, 10), n = *p == '*' ? strtol(p + 1, (char **)&p, 10) : 1;
+            total += n > 0 ? n : 0;
+            (void)u;
+            while (*p == ',')
+                p++;
+        }
+        at = total ? __atomic_fetch_add(&i, 1, __ATOMIC_RELAXED) % total : 0;
+        for (p = sched; *p; ) {
+            long u = strtol(p, (char **)&p, 10), n = *p == '*' ? strtol(p + 1, (char **)&p, 10) : 1;
+            if (at < n) {
+                us = u;
+                break;
+            }
+            at -= n;
+            while (*p == ',')
+                p++;
+        }
+    }
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
     nanosleep(&ts, NULL);
-    return f(stream);
 }
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+static int timed_sync(const char *driver_fn, void *arg, int has_arg) {
+    uint64_t t0 = now_ns();
+    sync_wait();
+    void *f = dlsym(libcuda(), driver_fn);
+    int r = has_arg ? ((int (*)(void *))f)(arg) : ((int (*)(void))f)();
+    const char *log = getenv("SHIM_SYNC_LOG");
+    if (log) {
+        uint64_t dt = now_ns() - t0;
+        FILE *out = fopen(log, "a");
+        if (out) {
+            fprintf(out, "%llu\n", (unsigned long long)dt);
+            fclose(out);
+        }
+    }
+    return r;
+}
+
+int cudaStreamSynchronize(void *stream) { return timed_sync("cuStreamSynchronize", stream, 1); }
+int cudaDeviceSynchronize(void) { return timed_sync("cuCtxSynchronize", NULL, 0); }
+int cudaEventSynchronize(void *event) { return timed_sync("cuEventSynchronize", event, 1); }

@@ -81,7 +81,7 @@ class BpfSource:
         self.attacher = Attacher(self.program, self.procs, clock)
         self.names = Naming(table, self.procs, self.attacher)
         self.scanner = Scanner(self.procs, self.attacher, self.names)
-        self.records = Records(self.names, self.procs, self.graph_kernels)
+        self.records = Records(self.names, self.procs, self.graph_kernels, table)
         #: records of idle processes retired from the kernel when records run short (retire.py)
         self.retired = Retired(table, self.shares, self.program.share("MAX_PROCS"), self.program.limit("MAX_PROCS"),
                                clock)

@@ -168,10 +168,14 @@ PREFETCH_RT_PLAIN = ("cudaMemPrefetchAsync", "cudaMemPrefetchAsync_ptsz")
 #: so did cudaGraphAddNode (edge data before the count, as 12.3's cudaGraphAddNode_v2)
 ADD_NODE_RT_PLAIN = "cudaGraphAddNode"
 
-SYNC = _variants(
-    ("cudaStreamSynchronize", "cudaStreamSynchronize_ptsz", "cudaDeviceSynchronize", "cudaEventSynchronize",
-     "cudaThreadSynchronize", "cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuCtxSynchronize",
-     "cuEventSynchronize"), "sync_enter", "sync_return")
+#: syncs, timed at return, by API (gputop/latency.py's APIS: each its own latency histogram)
+SYNC = (
+    _variants(("cudaDeviceSynchronize", "cudaThreadSynchronize"), "sync_enter_device", "sync_return")
+    + _variants(("cudaStreamSynchronize", "cudaStreamSynchronize_ptsz", "cuStreamSynchronize",
+                 "cuStreamSynchronize_ptsz"), "sync_enter_stream", "sync_return")
+    + _variants(("cudaEventSynchronize", "cuEventSynchronize"), "sync_enter_event", "sync_return")
+    + _variants(("cuCtxSynchronize",), "sync_enter_context", "sync_return")
+)
 
 NAMES = [
     Probe("__cudaRegisterFunction", "register_function"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gputop import model
+from gputop import latency, model
 
 #: memcpy directions: D_H2D ... D_UNK index the per-direction arrays in the order of
 #: ``model.MEMCPY_DIRECTIONS`` (D_UNK the last: the C side counts a direction out of range as unknown)
@@ -18,6 +18,13 @@ D_H2D, D_D2H, D_D2D, D_H2H, D_UNK = (model.MEMCPY_DIRECTIONS.index(d) for d in (
 NPREFETCH = len(model.PREFETCH_DIRECTIONS)
 #: log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0, the last one open-ended
 NB = model.LOG2_BUCKETS
+#: sync latency buckets (gputop/latency.py: log-linear nanoseconds) and the synchronisation APIs timed apart
+#: (SYNC_<API>: latency.APIS' indices)
+NSLAT = latency.BUCKETS
+SLAT_MIN_LOG2 = latency.MIN_LOG2
+SLAT_MAX_LOG2 = latency.MAX_LOG2
+SLAT_SUB_BITS = latency.SUB_BITS
+NSYNC = len(latency.APIS)
 #: a kernel name captured by the BPF side (name_t), its NUL included: a name of NAME_LEN - 1 may be cut
 NAME_LEN = 256
 #: a mapped file's path as file_event_t carries it: this many names from the file up to its fs root,
@@ -66,26 +73,30 @@ G_UNKNOWN, G_LOST = 1, 2
 
 #: what the ``dropped`` array counts, by index: records (procs), kernels, names, allocations, ranges,
 #: captures, ring-buffer events, batch entries past BATCH_MAX, copies to or from CUDA arrays (their bytes
-#: are not known), graph records. The C side names index i DROP_<KIND> (DROP_PROCS ... DROP_GRAPHS).
-DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs")
+#: are not known), graph records, sync latency histograms (a process's syncs of one API: their calls and
+#: time are still counted). The C side names index i DROP_<KIND> (DROP_PROCS ... DROP_SYNC_HISTS).
+DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs",
+              "sync_hists")
 NDROP = len(DROP_KINDS)
 
 #: the classes of table entries a tenant has a share of (bpf/share.bpf.h), by index: process owners,
 #: records, (process, kernel) pairs, names and aliases, registrations, allocations, their address
-#: ranges, captures under way, graph contents with graphs, execs and parts, graph nodes. The C side
-#: names index i SH_<KIND>.
+#: ranges, captures under way, graph contents with graphs, execs and parts, graph nodes, sync latency
+#: histograms (a process's, per API). The C side names index i SH_<KIND>.
 SHARE_KINDS = ("owners", "procs", "kernels", "names", "name_ptrs", "allocs", "ranges", "captures", "graphs",
-               "graph_nodes")
+               "graph_nodes", "sync_hists")
 NSHARE = len(SHARE_KINDS)
 #: the class each table's entries are charged as (the tables user space deletes entries of)
 SHARE_OF = {"procs": "procs", "owners": "owners", "kernels": "kernels", "names": "names", "aliases": "names",
             "name_ptrs": "name_ptrs", "allocs": "allocs", "ranges": "ranges", "capturing": "captures",
-            "gids": "graphs", "graphs": "graphs", "execs": "graphs", "gparts": "graphs", "gnodes": "graph_nodes"}
+            "gids": "graphs", "graphs": "graphs", "execs": "graphs", "gparts": "graphs", "gnodes": "graph_nodes",
+            "sync_hist": "sync_hists"}
 
 #: every constant above, by name: what cflags passes
 SHARED: dict[str, int] = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}
 SHARED.update({f"DROP_{kind.upper()}": i for i, kind in enumerate(DROP_KINDS)})
 SHARED.update({f"SH_{kind.upper()}": i for i, kind in enumerate(SHARE_KINDS)})
+SHARED.update({f"SYNC_{api.upper()}": i for i, api in enumerate(latency.APIS)})
 
 #: the maps' sizes (entries), each map's in one place; a test may pass smaller ones (``cflags(limits)``).
 #: ``tracked`` holds MAX_PROCS x 4 and ``ranges`` MAX_ALLOCS x 8 (bpf/gputop.bpf.c)
@@ -100,6 +111,7 @@ LIMITS: dict[str, int] = {
     "MAX_NAME_PTRS": 1048576,       # name_ptrs: registered kernels
     "MAX_GRAPHS": 16384,            # gids, graphs, execs, gparts: graph contents, graphs, execs, parts
     "MAX_GRAPH_NODES": 131072,      # gnodes: (graph content, kernel) pairs
+    "MAX_SYNC_HISTS": 16384,        # sync_hist: (process, sync API) latency histograms
     "MAX_CAPTURES": 1024,           # capturing: streams that began a capture under way
     "MAX_JOINED": 8192,             # joined: streams that joined a capture (LRU)
     "MAX_CAPTURE_EVENTS": 4096,     # capture_events: events recorded into a capture (LRU)

@@ -154,7 +154,7 @@ class Forgetting:
         # their launch slots, and captures they left under way
         self._shares.give_back(owners, self._slots.forget(doomed), SHARE_OF["capturing"])
         self._delete_by_pid(doomed, owners, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
-                                             "capture_events", *GRAPH_TABLES))
+                                             "capture_events", "sync_hist", *GRAPH_TABLES))
         self._shares.give_back(owners, delete_ranges(self._table("ranges"), doomed), SHARE_OF["ranges"])
         self._shares.forget_owners(owners)
         self._attacher.code.delete(doomed)

@@ -39,6 +39,9 @@ class RawProc:
     complete: bool = True
     #: its kernels' ``graph_launches`` are exact (False: a graph table lost entries)
     graph_kernels_known: bool = True
+    #: its syncs' latency histograms by API (gputop/latency.py's APIS and buckets): (durations' sum in ns,
+    #: bucket counts); an API it never synchronised through is absent
+    sync_hist: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ kernel made inside graph launches (graphs.py)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+from gputop import latency
 from gputop.counters import BPF_MEMBERS
 from gputop.sources.bpf.common.abi import NB, NDIR
-from gputop.sources.bpf.lifecycle.procid import pid_of
+from gputop.sources.bpf.lifecycle.procid import gen_of, pid_of
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.names.naming import Naming
 from gputop.sources.bpf.read.graphs import GraphKernels
@@ -22,10 +24,12 @@ _SCALARS = BPF_MEMBERS     # the scalar members of struct proc_t read per proces
 
 
 class Records:
-    def __init__(self, names: Naming, procs: ProcTable, graph_kernels: GraphKernels) -> None:
+    def __init__(self, names: Naming, procs: ProcTable, graph_kernels: GraphKernels,
+                 table: Callable[[str], Any] | None = None) -> None:
         self._names = names
         self._procs = procs
         self._graph_kernels = graph_kernels
+        self._table = table         # the program's maps (the sync latency histograms: sync_hist)
 
     def begin_refresh(self) -> None:
         """A refresh begins: kernel names resolved anew (kernelnames.KernelNamer.begin_refresh)."""
@@ -57,7 +61,21 @@ class Records:
             kernels=tuple(self._kernel(pid, addr, kv, named and i < NAMED_KERNELS) for i, (addr, kv) in enumerate(ks)),
             comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
             complete=pid not in self._procs.partial,
+            sync_hist=self.sync_hist(me) if int(v.sync_calls) else {},
         )
+
+    def sync_hist(self, me: int) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """The latency histograms of process ``me``'s syncs, by API: (sum in ns, bucket counts); one lookup
+        per API (a process that never synchronised is not asked)."""
+        if self._table is None:
+            return {}
+        table = self._table("sync_hist")
+        out: dict[str, tuple[int, tuple[int, ...]]] = {}
+        for i, api in enumerate(latency.APIS):
+            h = table.get(table.Key(pid_of(me), gen_of(me), i))
+            if h is not None and h.count:
+                out[api] = (int(h.sum_ns), tuple(int(x) for x in h.bucket))
+        return out
 
     def _kernel(self, pid: int, addr: int, v: Any, named: bool) -> RawKernel:
         name, obj = self._names.namer.name(pid, addr) if named else (None, None)
