@@ -86,6 +86,10 @@ _SPECIAL: dict[str, tuple[Metric, ...]] = {
     "live_alloc_bytes": (Metric("live alloc", lambda p: _f(fields.live_alloc_bytes(p)), fmt.bytes_),),
     "prefetch": (Metric("prefetch →GPU", lambda p: _f(fields.interval_prefetch_bytes(p, "to_device")), fmt.bytes_),),
     "uvm_migrated": (Metric("UVM migrated H2D", lambda p: _f(fields.interval_uvm_migrated(p, "h2d")), fmt.bytes_),),
+    "sync_wait_s": (
+        Metric("sync p50", lambda p: fields.sync_latency_s(p, "p50_s"), fmt.seconds),
+        Metric("sync p99", lambda p: fields.sync_latency_s(p, "p99_s"), fmt.seconds),
+        Metric("sync max", lambda p: fields.sync_latency_s(p, "max_s"), fmt.seconds)),
 }
 
 

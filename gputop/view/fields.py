@@ -64,3 +64,13 @@ def command(p: ProcSample) -> str | None:
     program, _, args = p.cmdline.partition(" ")
     program = program.rsplit("/", 1)[-1] or program
     return f"{program} {args}" if args else program
+
+
+def sync_latency_s(p: ProcSample, figure: str, api: str = "all", total: bool = False) -> float | None:
+    """A sync latency figure (``p50_s``, ``p90_s``, ``p99_s``, ``max_s``) of ``api`` (``all``: every API) over
+    the interval, or since first seen; None where unknown or without a sync."""
+    s = p.sync_latency
+    if s is None:
+        return None
+    lat = (s.total if total else s.interval).get(api)
+    return getattr(lat, figure) if lat is not None else None

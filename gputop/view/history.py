@@ -20,7 +20,8 @@ from gputop.view import fields
 MAX_GPU_SERIES = 64
 #: the series kept per process, in chart order: every shown rate of the catalogue (``counters.SHOWS``), then
 #: the CPU use (kept for the steady sort only)
-PROC_SERIES: tuple[str, ...] = (*SERIES, "cpu_pct")
+#: every rate's series, CPU use, and the interval's sync latency p50 and p99 (all APIs, seconds)
+PROC_SERIES: tuple[str, ...] = (*SERIES, "cpu_pct", "sync_p50_s", "sync_p99_s")
 _AT: dict[str, int] = {name: i for i, name in enumerate(PROC_SERIES)}
 
 
@@ -39,7 +40,8 @@ class Point:
 
 
 def point_of(time_s: float, p: ProcSample, interval_s: float = 0.0) -> Point:
-    return Point(time_s, (*(fields.rate(p, key) for key in SERIES), p.cpu_pct), interval_s)
+    return Point(time_s, (*(fields.rate(p, key) for key in SERIES), p.cpu_pct, fields.sync_latency_s(p, "p50_s"),
+                          fields.sync_latency_s(p, "p99_s")), interval_s)
 
 
 #: the steady sort (docs/dashboard.md, "Steady sorting"): rows are ordered by a rate averaged over

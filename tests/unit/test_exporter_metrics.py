@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gputop import latency
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector, cumulative, le_bounds
 from gputop.model import CallBytes, Counts, GpuSample, KernelStat, ProcSample, Snapshot, SourceStatus
 
@@ -159,6 +160,59 @@ def test_histograms_have_exact_count_and_sum_and_cumulative_log2_buckets(clock: 
     assert m[("gputop_memcpy_size_bytes_bucket", lbl(**P1, direction="h2d", le="511.0"))] == 0
     # directions without copies have no histogram
     assert ("gputop_memcpy_size_bytes_count", lbl(**P1, direction="d2d")) not in m
+
+
+def _syncs(*durations_ns: tuple[str, int, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Raw sync histograms of (api, duration, how many)."""
+    out: dict[str, list[int]] = {}
+    sums: dict[str, int] = {}
+    for api, ns, n in durations_ns:
+        out.setdefault(api, [0] * latency.BUCKETS)[latency.bucket_of(ns)] += n
+        sums[api] = sums.get(api, 0) + ns * n
+    return {api: (sums[api], tuple(b)) for api, b in out.items()}
+
+
+@pytest.mark.parametrize("buckets", ["log2", "log16", "none"])
+def test_sync_latency_is_a_histogram_by_api_with_exact_power_of_four_bounds(clock: Clock, buckets: str) -> None:
+    raw = _syncs(("stream", 1_060_000, 90), ("stream", 10_080_000, 9), ("stream", 100_100_000, 1),
+                 ("device", 900, 2), ("device", 70_000_000_000, 1))
+    c = SnapshotCollector(ExportOptions(buckets=buckets), clock)
+    c.update(snap(proc(41, sync_latency=latency.sync_latency(raw, None))))
+    m = scrape(c)
+    s, d = lbl(**P1, api="stream"), lbl(**P1, api="device")
+    assert m[("gputop_sync_duration_seconds_count", s)] == 100
+    assert m[("gputop_sync_duration_seconds_sum", s)] == pytest.approx((90 * 1.06e6 + 9 * 10.08e6 + 100.1e6) / 1e9)
+    assert m[("gputop_sync_duration_seconds_bucket", lbl(**P1, api="stream", le="+Inf"))] == 100
+    assert m[("gputop_sync_duration_seconds_count", d)] == 3
+    assert ("gputop_sync_duration_seconds_count", lbl(**P1, api="event")) not in m     # never used: no series
+    bounds = sorted(float(dict(k[1])["le"]) for k in m if k[0] == "gputop_sync_duration_seconds_bucket"
+                    and dict(k[1])["api"] == "stream")
+    finite = {"log2": 14, "log16": 7, "none": 0}[buckets]
+    assert len(bounds) == finite + 1
+    if buckets == "log2":
+        assert bounds[:-1] == [4 ** k * 1.024e-6 for k in range(14)]
+        at = {b: m[("gputop_sync_duration_seconds_bucket", lbl(**P1, api="stream", le=repr(b)))] for b in bounds[:-1]}
+        assert (at[0.001048576], at[0.004194304], at[0.016777216], at[0.067108864], at[0.268435456]) == (0, 90, 99, 99, 100)
+        dev = lbl(**P1, api="device", le="1.024e-06")
+        assert m[("gputop_sync_duration_seconds_bucket", dev)] == 2          # 900 ns: under the first bound
+        # 70 s is past the last finite bound (68.7 s): in +Inf only
+        assert m[("gputop_sync_duration_seconds_bucket", lbl(**P1, api="device", le="68.719476736"))] == 2
+    if buckets == "log16":
+        assert bounds[:-1] == [16 ** k * 1.024e-6 for k in range(7)]
+
+
+def test_a_container_row_adds_its_processes_sync_histograms(clock: Clock) -> None:
+    c = SnapshotCollector(ExportOptions(aggregate="container"), clock)
+    one = latency.sync_latency(_syncs(("stream", 1_000_000, 3)), None)
+    two = latency.sync_latency(_syncs(("stream", 10_000_000, 2), ("event", 2_000, 1)), None)
+    c.update(snap(proc(41, container="abc", sync_latency=one), proc(42, container="abc", sync_latency=two),
+                  proc(43, container="abc")))
+    m = scrape(c)
+    s = lbl(container="abc", api="stream")
+    assert m[("gputop_sync_duration_seconds_count", s)] == 5
+    assert m[("gputop_sync_duration_seconds_sum", s)] == pytest.approx(0.023)
+    assert m[("gputop_sync_duration_seconds_bucket", lbl(container="abc", api="stream", le="0.004194304"))] == 3
+    assert m[("gputop_sync_duration_seconds_count", lbl(container="abc", api="event"))] == 1
 
 
 def test_log2_bucket_bounds() -> None:

@@ -88,7 +88,7 @@ def test_child_reads_the_table_exactly_in_chunks(tmp_path: Path) -> None:
             watched = {q.key: q for q in dash.collect().processes}[p.key]
             assert watched == {q.key: q for q in batch.collect().processes}[p.key]
             assert watched.total is not None and watched.total.sync_calls is not None
-            assert dash.queries == 3 * 15 + 2 + 5
+            assert dash.queries == 3 * 16 + 2 + 6
             # the child ends with the feed
             child = dash.reader.pid
             dash.stop()

@@ -12,10 +12,13 @@ from gputop.model import (
     Counts,
     GpuSample,
     KernelStat,
+    Latency,
+    LatencyHistogram,
     ProcSample,
     Rates,
     Snapshot,
     SourceStatus,
+    SyncLatency,
     snapshot_from_json,
     snapshot_to_dict,
     snapshot_to_json,
@@ -25,6 +28,10 @@ from gputop.model import (
 
 def _value(ann: str, n: int) -> Any:
     """A value of every field's type, distinct per field, text with undecodable bytes and astral characters."""
+    if "SyncLatency" in ann:
+        lat = Latency(n, 0.001, 0.002, 0.004 + n, 0.1)
+        return SyncLatency(interval={"stream": lat, "all": lat}, total={"stream": Latency(n + 1), "all": lat},
+                           histograms={"stream": LatencyHistogram(n, n + 0.5, tuple(range(n, n + 14)))})
     if "Mapping[str, CallBytes]" in ann:
         return {"h2d": CallBytes(n, n * 4096), "d2h": CallBytes(n + 1, 0), "unknown": CallBytes(0, 7)}
     if "Mapping[str, Mapping[str, int]]" in ann:

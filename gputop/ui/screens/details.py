@@ -10,6 +10,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer
 
+from gputop import latency
 from gputop.counters import PROC, Quantity, Shown
 from gputop.model import Counts, ProcKey, ProcSample
 from gputop.ui import bindings, charts
@@ -124,8 +125,22 @@ def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
         return [(label, migrated(iv), migrated(tot))]
     if q.field == "sync_wait_s":
         return [(label, f"{fmt.pct(fields.rate_in(p, q.field), 1)}, {_calls(_get(iv, 'sync_calls'))}",
-                 f"{fmt.seconds(_get(tot, q.field))}, {_calls(_get(tot, 'sync_calls'))}")]
+                 f"{fmt.seconds(_get(tot, q.field))}, {_calls(_get(tot, 'sync_calls'))}"), *_latency_rows(p)]
     raise ValueError(f"no details row for {q.field}")
+
+
+def _latency_rows(p: ProcSample) -> list[tuple[str, str, str]]:
+    """Sync latency: p50 / p99 and p90 / max of all syncs, then p50 / p99 of each API the process used."""
+    def two(a: str, b: str, api: str, total: bool) -> str:
+        return (f"{fmt.seconds(fields.sync_latency_s(p, a, api, total))} / "
+                f"{fmt.seconds(fields.sync_latency_s(p, b, api, total))}")
+
+    apis = [api for api in latency.APIS if p.sync_latency is not None and api in p.sync_latency.total]
+    rows = [("sync p50 / p99", two("p50_s", "p99_s", latency.ALL, False), two("p50_s", "p99_s", latency.ALL, True)),
+            ("sync p90 / max", two("p90_s", "max_s", latency.ALL, False), two("p90_s", "max_s", latency.ALL, True))]
+    if len(apis) > 1:
+        rows += [(f"  {api}", two("p50_s", "p99_s", api, False), two("p50_s", "p99_s", api, True)) for api in apis]
+    return rows
 
 
 def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
@@ -222,10 +237,11 @@ class DetailsScreen(LiveScreen):
     DetailsScreen #top { height: auto; }
     DetailsScreen #stats { width: 68; height: auto; text-wrap: nowrap; }
     DetailsScreen #kernels { width: 1fr; height: auto; }
-    DetailsScreen #series, DetailsScreen #hists { height: 1fr; min-height: 10; }
+    DetailsScreen #series, DetailsScreen #hists, DetailsScreen #latency { height: 1fr; min-height: 10; }
     DetailsScreen.-narrow #top { layout: vertical; min-width: 70; }
     DetailsScreen.-narrow #stats, DetailsScreen.-narrow #kernels { width: 100%; min-width: 68; }
-    DetailsScreen.-narrow #series, DetailsScreen.-narrow #hists { layout: vertical; height: auto; }
+    DetailsScreen.-narrow #series, DetailsScreen.-narrow #hists, DetailsScreen.-narrow #latency {
+        layout: vertical; height: auto; }
     DetailsScreen.-narrow Chart { width: 100%; height: 12; }
     """
 
@@ -249,6 +265,8 @@ class DetailsScreen(LiveScreen):
             with Horizontal(id="hists"):
                 yield Chart(self._draw_grid_hist, id="chart-grid")
                 yield Chart(self._draw_block_hist, id="chart-block")
+            with Horizontal(id="latency"):
+                yield Chart(self._draw_sync_latency, id="chart-sync")
         yield Footer()
 
     def on_screen_resume(self) -> None:
@@ -295,6 +313,11 @@ class DetailsScreen(LiveScreen):
             colorless=colorless,
             labels=["H2D", "D2H", "D2D"],
         )
+
+    def _draw_sync_latency(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
+        ss = [series(self._points, name, origin=self._now) for name in ("sync_p50_s", "sync_p99_s")]
+        return charts.line_chart(ss, w, h, palette, title="sync latency (each interval, all APIs)",
+                                 y_format=fmt.seconds, colorless=colorless, labels=["p50", "p99"])
 
     def _draw_hist(
         self,
