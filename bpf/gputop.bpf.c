@@ -18,6 +18,7 @@
 //   memset.bpf.h    memsets: runtime and driver, 1D, 2D and 3D
 //   managed.bpf.h   managed memory: prefetches, CPU faults
 //   sync.bpf.h      time blocked in synchronisations, and its latency histograms
+//   nccl.bpf.h      NCCL collectives and point-to-point calls, groups, communicators created
 //   life.bpf.h      process life and discovery: exec, executable mappings, fork, exit
 // bcc rewrites map operations (procs.lookup(&k)) only in the text it is given, never in a file that
 // text includes, so user space writes each of this directory's headers into the text in place of its
@@ -72,6 +73,8 @@ BPF_TABLE("lru_hash", u64, struct pending_t, pend_sync, MAX_THREADS);
 // sync of the API, charged to its owner (SH_SYNC_HISTS)
 BPF_F_TABLE("hash", struct tkey_t, struct slat_t, sync_hist, MAX_SYNC_HISTS, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(zero_slat, struct slat_t, 1);
+// ncclCommInitRank* under way: the communicator's size (size) and this process's rank in it (kind)
+BPF_TABLE("lru_hash", u64, struct pending_t, pend_nccl, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_name, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, struct pend_cap_t, pend_capture, MAX_THREADS);
 BPF_TABLE("lru_hash", u64, u64, exec_mmap, MAX_MMAPS);  // thread -> the struct file being mapped (or 1)
@@ -139,4 +142,5 @@ BPF_TABLE("lru_hash", u64, struct pending_t, pend_graph, MAX_THREADS);
 #include "memset.bpf.h"
 #include "managed.bpf.h"
 #include "sync.bpf.h"
+#include "nccl.bpf.h"
 #include "life.bpf.h"

@@ -19,7 +19,9 @@
     !defined(DROP_GRAPHS) || !defined(COALESCE_NS) || !defined(EVENT_WINDOW_NS) || !defined(NSHARE) || \
     !defined(SH_GRAPH_NODES) || !defined(SH_SYNC_HISTS) || !defined(DROP_SYNC_HISTS) || !defined(NSLAT) || \
     !defined(SLAT_MIN_LOG2) || !defined(SLAT_MAX_LOG2) || !defined(SLAT_SUB_BITS) || !defined(NSYNC) || \
-    !defined(SYNC_DEVICE) || !defined(SYNC_CONTEXT)
+    !defined(SYNC_DEVICE) || !defined(SYNC_CONTEXT) || !defined(NNCCL) || !defined(NCCL_DTYPES) || \
+    !defined(NCCL_DTYPE_LOG2) || !defined(NCCL_ALLREDUCE) || !defined(NCCL_RECV) || !defined(NCCL_SUCCESS) || \
+    !defined(NCCL_IN_PROGRESS)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 #if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \
@@ -75,6 +77,13 @@ struct proc_t {
     u64 sync_ns;
     u64 memset_calls;
     u64 memset_bytes;
+    u64 nccl_all_calls;         // NCCL collectives and point-to-point calls (all operations)
+    u64 nccl_all_bytes;         // their bytes (calls of a datatype gputop does not know: not in here)
+    u64 nccl_untyped_calls;     // calls whose datatype gputop does not know
+    u64 nccl_group_calls;       // ncclGroupStart
+    u64 nccl_comms;             // communicators created (ncclCommInitRank*, at a successful return)
+    u64 nccl_nranks;            // the largest of them: its size and this process's rank in it (levels,
+    u64 nccl_rank;              // not sums: retire.py takes the newer record's)
     u64 grid_sum;
     u64 block_sum;
     u64 capturing;              // captures under way in this process (streams that began one)
@@ -83,6 +92,8 @@ struct proc_t {
     u64 grid_hist[NB];
     u64 block_hist[NB];
     u64 copy_hist[NDIR * NB];
+    u64 nccl_calls[NNCCL];      // by operation (NCCL_*)
+    u64 nccl_bytes[NNCCL];
 };
 
 struct tkey_t {                 // (process, address) keys: the process is (tgid, gen), see gen_of

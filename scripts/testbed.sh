@@ -4,6 +4,8 @@
 #   cudart13/ libcudart.so.13 + libcudart_static.a  (wheel nvidia-cuda-runtime 13.x, what PyTorch's cu130 wheels load)
 #   nvidia/   libcuda.so.1 + libnvidia-ml.so.1      (Debian: the 535 branch's libcuda1 + libnvidia-ml1 from
 #             non-free, drivers/535, on every release; Ubuntu: the newest libnvidia-compute-NNN from restricted)
+#   nccl/VERSION/     libnccl.so.2 of the nvidia-nccl-cu12 2.27.5 wheel (what PyTorch 2.9 and 2.10 pin) and of
+#                     nvidia-nccl-cu13 2.32.6 (AlltoAll, Gather, Scatter, the *Config forms)
 #   drivers/BRANCH/   libcuda.so.1 + libnvidia-ml.so.1 of each driver branch Debian holds (470, 535, 550, 555)
 #   runtimes/X.Y/     libcudart.so.N of every CUDA runtime minor 12.0 ... 13.x (scripts/testbed_libs.py;
 #                     the support matrix, docs/support.md)
@@ -47,6 +49,31 @@ PYEOF
 }
 fetch_runtime cudart nvidia-cuda-runtime-cu12==12.9.79 libcudart.so.12
 fetch_runtime cudart13 nvidia-cuda-runtime==13.0.96 libcudart.so.13
+
+# --- NCCL from its wheels: nvidia/nccl/lib/libnccl.so.2 --------------------------------------
+fetch_nccl() {
+    local version=$1 spec=$2
+    [ -f "$TB/nccl/$version/libnccl.so.2" ] && return 0
+    echo "testbed: fetching $spec"
+    local tmp
+    tmp=$(mktemp -d)
+    "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$spec" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+    "$PY" - "$tmp" "$TB/nccl/$version" <<'PYEOF'
+import sys, zipfile, pathlib, glob, shutil
+src, dst = sys.argv[1], pathlib.Path(sys.argv[2])
+wheels = glob.glob(src + "/*.whl")
+if not wheels:
+    sys.exit("testbed: the NCCL wheel could not be downloaded (see pip's output above)")
+dst.mkdir(parents=True, exist_ok=True)
+with zipfile.ZipFile(wheels[0]) as z, z.open("nvidia/nccl/lib/libnccl.so.2") as f, \
+        open(dst / "libnccl.so.2.part", "wb") as out:
+    shutil.copyfileobj(f, out, 1 << 20)
+(dst / "libnccl.so.2.part").rename(dst / "libnccl.so.2")
+PYEOF
+    rm -rf "$tmp"
+}
+fetch_nccl 2.27.5 nvidia-nccl-cu12==2.27.5
+fetch_nccl 2.32.6 nvidia-nccl-cu13==2.32.6
 
 # --- the support matrix: every driver branch and every runtime minor (scripts/testbed_libs.py, cached)
 python3 "$ROOT/scripts/testbed_libs.py" drivers "$TB/apt-branches" "$TB/drivers"

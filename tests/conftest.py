@@ -6,14 +6,14 @@ import os
 import subprocess
 
 import pytest
-from support import ROOT, TESTBED, Runtime, Testbed, Workloads, build_native, runtime
+from support import NCCL_VERSIONS, ROOT, TESTBED, Runtime, Testbed, Workloads, build_native, runtime
 
 
 @pytest.fixture(scope="session")
 def testbed() -> Testbed:
     tb = Testbed(TESTBED, TESTBED / "cudart", TESTBED / "nvidia", TESTBED / "cudart13")
     if not all(p.exists() for p in (tb.libcudart, tb.cudart13_dir / "libcudart.so.13", tb.libcuda,
-                                    tb.libnvidia_ml)):
+                                    tb.libnvidia_ml, *(tb.libnccl(v) for v in NCCL_VERSIONS))):
         subprocess.run([str(ROOT / "scripts" / "testbed.sh")], check=True)
     return tb
 

@@ -41,6 +41,14 @@ class Testbed:
     def libnvidia_ml(self) -> Path:
         return self.nvidia_dir / "libnvidia-ml.so.1"
 
+    def libnccl(self, version: str) -> Path:
+        """libnccl.so.2 of an NCCL wheel (``NCCL_VERSIONS``)."""
+        return self.root / "nccl" / version / "libnccl.so.2"
+
+
+#: the NCCL versions of the test bed (scripts/testbed.sh): the cu12 wheel PyTorch 2.9 and 2.10 pin, the newest cu13
+NCCL_VERSIONS = ("2.27.5", "2.32.6")
+
 
 #: the fake NVML's script (tests/native/fake_nvml.c) of one H100 as GPU 0, with its driver version
 NVML_H100 = """\

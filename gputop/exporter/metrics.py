@@ -397,7 +397,7 @@ class SnapshotCollector(Collector):
         if t is not None:
             for q in PROC:
                 value = getattr(t, q.field)
-                if value is None or q.metric is None:
+                if value is None or q.metric is None or (q.sparse and not value):
                     continue
                 if q.directions:
                     self._directed(fam, q, value, names, values)
@@ -415,6 +415,11 @@ class SnapshotCollector(Collector):
                           names).add_metric(values, float(p.start_time))
             fam.gauge("gputop_process_exited", "1 when the process has exited (its counters stay for "
                       "--exited-grace), else 0.", names).add_metric(values, float(p.state == "exited"))
+            if p.nccl_ranks is not None and p.nccl_rank is not None:
+                fam.gauge("gputop_nccl_comm_ranks", "Ranks of the largest NCCL communicator the process created "
+                          "(ncclCommInitRank*).", names).add_metric(values, float(p.nccl_ranks))
+                fam.gauge("gputop_nccl_comm_rank", "The process's rank in that communicator.",
+                          names).add_metric(values, float(p.nccl_rank))
         self._kernels(fam, p, names, values)
 
     @staticmethod
@@ -434,7 +439,7 @@ class SnapshotCollector(Collector):
         nbytes = fam.counter(f"{q.metric}_bytes", f"Bytes of {q.help.lower()}, by {q.direction_label}.", labels)
         for d in q.directions:
             cb = by_dir.get(d)
-            if isinstance(cb, CallBytes):
+            if isinstance(cb, CallBytes) and (cb.calls or not q.sparse):
                 calls.add_metric([*values, d], float(cb.calls))
                 nbytes.add_metric([*values, d], float(cb.bytes))
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputop import counters
-from gputop.counters import BY_FIELD, GPU, SCALARS
+from gputop.counters import BY_FIELD, GPU, PROC, SCALARS
 from gputop.feeds.fleet_client import Sample, sample_value
 from gputop.feeds.fleet_health import fleet_sources, nodes_down, omitted, per_container
 from gputop.feeds.fleet_pods import Pod, add_pod
@@ -29,8 +29,6 @@ from gputop.feeds.fleet_queries import (
     START_TIME,
 )
 from gputop.model import (
-    MEMCPY_DIRECTIONS,
-    PREFETCH_DIRECTIONS,
     UVM_DIRECTIONS,
     CallBytes,
     Counts,
@@ -99,6 +97,8 @@ _COUNTER_FIELD = dict(PROC_COUNTERS)
 _COUNTER_FIELDS = frozenset([*_COUNTER_FIELD.values(), *LEVELS.values()])
 _FLOAT_FIELDS = {q.field for q in SCALARS if not q.integral}
 _TOTAL_NAMES = frozenset(COUNTER_FAMILIES)
+#: the directed quantities of calls and bytes (copies, prefetches, NCCL calls by operation), by their directions
+_PAIRED: tuple[tuple[str, tuple[str, ...]], ...] = tuple((q.field, q.directions) for q in PROC if q.paired)
 _INT_GPU_FIELDS = {f.field for f in GPU if f.integral}
 
 
@@ -114,7 +114,7 @@ def _counts(c: dict[str, Any], integral: bool) -> Counts | None:
 
     kw: dict[str, Any] = {fld: (v if fld in _FLOAT_FIELDS else round(v) if integral else int(v))
                           for fld, v in c.items() if fld in _COUNTER_FIELDS}
-    for fld, dirs in (("memcpy", MEMCPY_DIRECTIONS), ("prefetch", PREFETCH_DIRECTIONS)):
+    for fld, dirs in _PAIRED:
         parts = c.get(fld)
         if parts is not None:
             # None, not {}, when only one half was read (the table's scope reads copies' bytes only)

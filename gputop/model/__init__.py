@@ -29,6 +29,8 @@ from gputop.model.schema import (
     BPF_ONLY,
     LOG2_BUCKETS,
     MEMCPY_DIRECTIONS,
+    NCCL_DTYPE_BYTES,
+    NCCL_OPS,
     PREFETCH_DIRECTIONS,
     SCHEMA,
     UVM_DIRECTIONS,
@@ -53,6 +55,7 @@ from gputop.model.validate import SnapshotError, snapshot_from_dict, snapshot_fr
 __all__ = [
     "BPF_ONLY", "COUNT_LIMIT", "HIST_KEYS", "ID_MAX", "INTERVAL_LIMIT", "LOG2_BUCKETS", "MAX_CMDLINE", "MAX_ENTRIES",
     "MAX_GPUS", "MAX_KERNELS", "MAX_KERNEL_NAME", "MAX_KEY", "MAX_PROCESSES", "MAX_TEXT", "MEMCPY_DIRECTIONS",
+    "NCCL_DTYPE_BYTES", "NCCL_OPS",
     "NUMBER_LIMIT", "PID_MAX", "PREFETCH_DIRECTIONS", "SCHEMA", "TIME_LIMIT", "UVM_DIRECTIONS", "UVM_ONLY",
     "CallBytes", "Counts", "GpuSample", "KernelStat", "Latency", "LatencyHistogram", "ProcKey", "ProcSample", "Rates",
     "Snapshot", "SnapshotError", "SourceStatus", "Summary", "SyncLatency", "snapshot_from_dict", "snapshot_from_json",

@@ -37,6 +37,11 @@ SCHEMA = "gputop/1"
 MEMCPY_DIRECTIONS: tuple[str, ...] = ("h2d", "d2h", "d2d", "h2h", "unknown")
 PREFETCH_DIRECTIONS: tuple[str, ...] = ("to_device", "to_host")
 UVM_DIRECTIONS: tuple[str, ...] = ("h2d", "d2h", "d2d")
+#: NCCL operations counted (ncclAllReduce ... ncclRecv; ncclBcast is ncclBroadcast's wrapper), by index
+NCCL_OPS: tuple[str, ...] = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "gather",
+                             "scatter", "send", "recv")
+#: ncclDataType_t's element sizes in bytes, by value (ncclInt8 ... ncclFloat8e5m2; NCCL 2.24's enum)
+NCCL_DTYPE_BYTES: tuple[int, ...] = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1)
 #: log2 histograms (``*_hist``): key ``2^k`` counts values in [2^k, 2^(k+1)) (0 in 2^0), k below this;
 #: the last bucket is open-ended
 LOG2_BUCKETS = 32
@@ -78,6 +83,14 @@ class Counts:
     #: memsets (cudaMemset*, cuMemsetD*) and the bytes they set
     memset_calls: int | None = None
     memset_bytes: int | None = None
+    #: NCCL calls and bytes by operation (``NCCL_OPS``), all of them, groups, calls of an unknown datatype
+    #: (in no bytes count), communicators created
+    nccl: Mapping[str, CallBytes] | None = None
+    nccl_calls: int | None = None
+    nccl_bytes: int | None = None
+    nccl_group_calls: int | None = None
+    nccl_untyped_calls: int | None = None
+    nccl_comms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,9 @@ class Rates:
     memcpy_bytes_per_s: Mapping[str, float] | None = None
     #: bytes set by memsets per second
     memset_bytes_per_s: float | None = None
+    #: NCCL calls and their bytes per second, all operations
+    nccl_calls_per_s: float | None = None
+    nccl_bytes_per_s: float | None = None
     uvm_faults_per_s: float | None = None
     #: share of the interval the process spent blocked in synchronisation calls
     sync_wait_pct: float | None = None
@@ -205,6 +221,10 @@ class ProcSample:
     #: its syncs' latency: percentiles over the interval and since first seen, by API; None: unknown (no
     #: sync seen, the fleet view)
     sync_latency: SyncLatency | None = None
+    #: the largest NCCL communicator the process created (ncclCommInitRank*): its size and the process's rank
+    #: in it; None: none seen created (made before gputop started, or by ncclCommSplit, ncclCommInitAll)
+    nccl_ranks: int | None = field(default=None, metadata=bound(ID))
+    nccl_rank: int | None = field(default=None, metadata=bound(ID))
 
     @property
     def key(self) -> ProcKey:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gputop.counters import RATED
+from gputop.counters import PROC, RATED
 from gputop.model import CallBytes, Counts, ProcSample, Rates
 from gputop.record import RecordingError, read_recording
 from gputop.view.history import Point, point_of
@@ -60,14 +60,14 @@ def _mean_counts(counts: Sequence[Counts | None]) -> Counts | None:
     if not present:
         return None
     kw: dict[str, Any] = {}
-    for f in dataclasses.fields(Counts):
-        vals = [getattr(c, f.name) for c in present]
-        if f.name in ("memcpy", "prefetch"):
-            kw[f.name] = _mean_callbytes(vals)
-        elif f.name == "uvm_migrated":
-            kw[f.name] = _mean_map(vals)
+    for q in PROC:
+        vals = [getattr(c, q.field) for c in present]
+        if q.paired:        # calls and bytes by direction (copies, prefetches, NCCL operations)
+            kw[q.field] = _mean_callbytes(vals)
+        elif q.directions:  # one value by direction (UVM migrations)
+            kw[q.field] = _mean_map(vals)
         else:
-            kw[f.name] = _mean(vals)
+            kw[q.field] = _mean(vals)
     return Counts(**kw)
 
 

@@ -248,7 +248,7 @@ FLEET_ONLY: tuple[str, ...] = ("node", "namespace", "pod")
 FLEET_UNKNOWN: tuple[str, ...] = ("user", "cpu", "cpu_time", "rss", "mem")
 #: columns shown only where every visible column fits the width (else left out before any is
 #: scrolled off; the sort column always shows): the column menu shows or hides them
-OPTIONAL: tuple[str, ...] = ("memset", "cpu_time", "rss", "mem")
+OPTIONAL: tuple[str, ...] = ("memset", "nccl", "nccl_bytes", "cpu_time", "rss", "mem")
 
 
 def is_fleet(procs: Iterable[ProcSample]) -> bool:

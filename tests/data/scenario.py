@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
 
 from gputop import latency  # noqa: E402
 from gputop.model import (  # noqa: E402
+    NCCL_OPS,
     CallBytes,
     Counts,
     GpuSample,
@@ -78,6 +79,10 @@ class Workload:
     counts: Counts | None = None
     grid_hist: dict[str, int] = field(default_factory=dict)
     block_hist: dict[str, int] = field(default_factory=dict)
+    #: NCCL: all-reduces per second of this many fp32 elements each (gradient buckets), and the communicator
+    nccl_allreduce: float = 0.0
+    nccl_count: int = 0
+    nccl_comm: tuple[int, int] | None = None
     #: its syncs' latency histograms since first seen, as the BPF source reads them (gputop/latency.py)
     sync_raw: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
@@ -129,6 +134,7 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
     k = 1.0 + w.wave * math.sin(2 * math.pi * frame / w.period) + rng.uniform(-0.04, 0.04)
     k = max(0.0, k) if not exited else 0.0
     launches = round(w.launches * k * interval)
+    ar = round(w.nccl_allreduce * k * interval)
     memcpy = {
         d: CallBytes(round(b * k * interval / (4 * MIB)) if b else 0, round(b * k * interval))
         for d, b in (("h2d", w.h2d), ("d2h", w.d2h), ("d2d", w.d2d), ("h2h", 0.0), ("unknown", 0.0))
@@ -201,6 +207,12 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
         # PyTorch zeroes buffers (zero_, cuBLAS workspaces): a memset of 512 KiB for every 25 launches
         memset_calls=launches // 25,
         memset_bytes=launches // 25 * 512 * 1024,
+        nccl={op: CallBytes(ar, ar * 4 * w.nccl_count) if op == "allreduce" else CallBytes(0, 0) for op in NCCL_OPS},
+        nccl_calls=ar,
+        nccl_bytes=ar * 4 * w.nccl_count,
+        nccl_group_calls=0,
+        nccl_untyped_calls=0,
+        nccl_comms=1 if w.nccl_comm and frame == w.start else 0,
     )
     tot = w.counts = _accumulate(w.counts, iv)
     rates = Rates(
@@ -211,6 +223,8 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
         uvm_faults_per_s=faults / interval,
         sync_wait_pct=100 * sync_s / interval,
         memset_bytes_per_s=launches // 25 * 512 * 1024 / interval,
+        nccl_calls_per_s=ar / interval,
+        nccl_bytes_per_s=ar * 4 * w.nccl_count / interval,
     )
     return ProcSample(
         pid=w.pid,
@@ -235,6 +249,8 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
         rss_bytes=w.rss,
         launch_bound=w.launch_bound,
         sync_latency=_syncs(w, iv.sync_calls or 0, sync_s),
+        nccl_ranks=w.nccl_comm[0] if w.nccl_comm else None,
+        nccl_rank=w.nccl_comm[1] if w.nccl_comm else None,
     )
 
 
@@ -276,6 +292,9 @@ def workloads() -> list[Workload]:
             d2d=2.1e8,
             sync_pct=38,
             sync_calls=2400,
+            nccl_allreduce=12,
+            nccl_count=25 << 18,       # 25 MiB gradient buckets of fp32 elements (DDP's default)
+            nccl_comm=(8, 3),
             live_mem=21 * GIB,
             gpu_mem=23 * GIB,
             sm=48,

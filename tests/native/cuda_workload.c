@@ -50,6 +50,12 @@
 //   cu_memset:N:V:BITS:COUNT  cu_memset2d:N:V:BITS:W:H   cuMemsetD<BITS>_v2 / cuMemsetD2D<BITS>_v2 (BITS 8, 16,
 //                             32) in variant V: plain, async, ptds, ptsz, v1 (the legacy names: 32-bit
 //                             counts, called with garbage in the registers' upper halves)
+//   nccl:N:OP:COUNT:DTYPE    (--nccl PATH) nccl<OP> (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter,
+//                            AlltoAll, Gather, Scatter, Send, Recv; OP as spelled there) of COUNT elements of
+//                            datatype DTYPE (garbage in the register's upper half) on a NULL communicator: NCCL
+//                            refuses it (ncclInvalidArgument) after its entry; nccl_config: the *Config form
+//   nccl_bcast:N:COUNT:DTYPE  ncclBcast   nccl_group:N  ncclGroupStart, then ncclGroupEnd
+//   nccl_init:N:NRANKS:RANK  ncclCommInitRank with a zero ncclUniqueId (no GPU: it fails)
 //   cu_alloc32:N:BYTES  cu_free32:N  cu_htod32:N:BYTES  cu_dtoh32:N:BYTES  cu_dtod32:N:BYTES   (v1 names)
 //   classify_batch:N:BYTES    allocate 2 device + 1 pinned buffers, then N cudaMemcpyBatchAsync calls of 4
 //                             copies of BYTES each: h2d, d2h, d2d and pageable->device (unknown)
@@ -302,6 +308,7 @@ static void *must_dlopen(const char *path) {
 #define SYM(h, field, name) (api.field = (__typeof__(api.field))dlsym(h, name))
 
 static void *rt_handle, *cu_handle;     // for the ops that look their function up by name (memsets)
+static void *nccl_handle;               // --nccl: libnccl.so.2
 
 static void bind_cudart(const char *path) {
     void *h = must_dlopen(path);
@@ -668,6 +675,69 @@ static void memset_op(const char *name, long n, const char *v, const char *b, co
     }
 }
 
+typedef struct { char internal[128]; } nccl_unique_id;
+
+static void *nccl_fn(const char *fmt, const char *x) {
+    char sym[96];
+    snprintf(sym, sizeof(sym), fmt, x);
+    void *f = nccl_handle ? dlsym(nccl_handle, sym) : NULL;
+    if (!f) {
+        fprintf(stderr, "cuda_workload: %s not bound\n", sym);
+        exit(4);
+    }
+    return f;
+}
+
+// nccl:N:OP:COUNT:DTYPE and friends (the OPs above)
+static void nccl_op(const char *name, long n, const char *a, const char *b, const char *c) {
+    typedef uint64_t u64;
+    int config = !strcmp(name, "nccl_config");
+    if (!strcmp(name, "nccl_group")) {
+        int (*start)(void) = (int (*)(void))nccl_fn("ncclGroupStart%s", "");
+        int (*end)(void) = (int (*)(void))nccl_fn("ncclGroupEnd%s", "");
+        for (long i = 0; i < n; i++) {
+            start();
+            end();
+        }
+        return;
+    }
+    if (!strcmp(name, "nccl_init")) {
+        int (*init)(void **, int, nccl_unique_id, int) = (int (*)(void **, int, nccl_unique_id, int))
+            nccl_fn("ncclCommInitRank%s", "");
+        nccl_unique_id id;
+        memset(&id, 0, sizeof(id));
+        for (long i = 0; i < n; i++) {
+            void *comm = NULL;
+            init(&comm, atoi(a), id, atoi(b));
+        }
+        return;
+    }
+    // the datatype with garbage in its register's upper half: NCCL reads an int (ecx), so must gputop
+    u64 junk = 0xbad0000000000000ULL;
+    if (!strcmp(name, "nccl_bcast")) {
+        int (*f)(void *, u64, u64, u64, void *, void *) = (int (*)(void *, u64, u64, u64, void *, void *))
+            nccl_fn("ncclBcast%s", "");
+        for (long i = 0; i < n; i++)
+            f(host_buf, strtoull(a, NULL, 10), junk | strtoull(b, NULL, 10), 0, NULL, NULL);
+        return;
+    }
+    u64 count = strtoull(b, NULL, 10), dtype = junk | strtoull(c, NULL, 10);
+    void *f = nccl_fn(config ? "nccl%sConfig" : "nccl%s", a);
+    for (long i = 0; i < n; i++) {
+        if (!strcmp(a, "Send") || !strcmp(a, "Recv"))          // (buf, count, datatype, peer, comm, stream)
+            ((int (*)(void *, u64, u64, u64, void *, void *))f)(host_buf, count, dtype, 1, NULL, NULL);
+        else if (!strcmp(a, "Reduce"))      // (send, recv, count, datatype, op, root, comm, stream[, config])
+            ((int (*)(void *, void *, u64, u64, u64, u64, void *, void *, void *))f)(
+                host_buf, host_buf, count, dtype, 0, 0, NULL, NULL, NULL);
+        else if (!strcmp(a, "AllGather") || !strcmp(a, "AlltoAll"))   // (send, recv, count, datatype, comm, ...)
+            ((int (*)(void *, void *, u64, u64, void *, void *, void *))f)(host_buf, host_buf, count, dtype, NULL,
+                                                                         NULL, NULL);
+        else                                // (send, recv, count, datatype, op or root, comm, stream[, config])
+            ((int (*)(void *, void *, u64, u64, u64, void *, void *, void *))f)(host_buf, host_buf, count, dtype, 0,
+                                                                               NULL, NULL, NULL);
+    }
+}
+
 static void run_op(const char *op) {
     char name[32] = {0}, a[1024] = {0}, b[64] = {0}, c[64] = {0}, e[64] = {0};
     long n = 0;
@@ -937,6 +1007,10 @@ static void run_op(const char *op) {
     }
     if (!strncmp(name, "memset", 6) || !strncmp(name, "cu_memset", 9)) {
         memset_op(name, n, a, b, c, e);
+        return;
+    }
+    if (!strncmp(name, "nccl", 4)) {
+        nccl_op(name, n, a, b, c);
         return;
     }
     dim3 g, bl;
@@ -1218,6 +1292,7 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) break;
         if (!strcmp(argv[i], "--cudart")) cudart = argv[i + 1];
         else if (!strcmp(argv[i], "--cuda")) cuda = argv[i + 1];
+        else if (!strcmp(argv[i], "--nccl")) nccl_handle = must_dlopen(argv[i + 1]);
         else if (!strcmp(argv[i], "--cuda-proc")) { cuda = argv[i + 1]; cuda_via_proc = 1; }
         else if (!strcmp(argv[i], "--wait")) wait_file = argv[i + 1];
         else if (!strcmp(argv[i], "--dlopen-delay-ms")) delay_ms = atoi(argv[i + 1]);

@@ -202,7 +202,7 @@ def test_time_rss_mem_columns_exact_and_optional() -> None:
     app = GputopApp(feed, DashboardOptions())
 
     async def main() -> None:
-        async with app.run_test(size=(200, 30)) as pilot:
+        async with app.run_test(size=(210, 30)) as pilot:
             for _ in range(200):
                 if feed.started.is_set():
                     break
@@ -218,8 +218,8 @@ def test_time_rss_mem_columns_exact_and_optional() -> None:
             await pilot.resize_terminal(160, 30)
             await pilot.pause()
             lay = t.current_layout
-            # at 160 columns the others fit alone: MSET/s, TIME+, RSS, %MEM start scrolled off (▶)
-            assert [c.key for c, _ in lay][-1] == "launch_bound" and lay.hidden_right == 4
+            # at 160 columns the others fit alone: MSET/s, NCCL/s, NCCL B/s, TIME+, RSS, %MEM start scrolled off (▶)
+            assert [c.key for c, _ in lay][-1] == "launch_bound" and lay.hidden_right == 6
             # sorting by one of them shows it
             app.set_sort("cpu_time")
             await pilot.pause()

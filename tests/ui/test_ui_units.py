@@ -119,7 +119,7 @@ def test_a_deeply_nested_kernel_name_is_shortened_in_two_passes(monkeypatch: pyt
 def test_every_issue_column_exists_and_sort_keys_are_their_names() -> None:
     headers = [c.header for c in columns.COLUMNS]
     assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "GRAPH/s", "GKERN/s", "H2D/s",
-                       "D2H/s", "D2D/s", "MSET/s",
+                       "D2H/s", "D2D/s", "MSET/s", "NCCL/s", "NCCL B/s",
                        "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "TIME+", "RSS",
                        "%MEM", "LB", "NODE", "NAMESPACE", "POD"]
     assert tuple(c.key for c in columns.COLUMNS) == columns.SORT_KEYS
@@ -190,8 +190,9 @@ def test_launch_bound_marker() -> None:
 def test_layout_flexes_command_and_drops_right_columns() -> None:
     cols = columns.SORT_KEYS
     wide = layout(cols, 200)
-    # with NODE, NAMESPACE and POD not all fit in 200: MSET/s, TIME+, RSS, %MEM start scrolled off behind ▶
-    assert wide.hidden_right == 4 and [c.key for c, _ in wide][-1] == "pod"
+    # with NODE, NAMESPACE and POD not all fit in 200: MSET/s, NCCL/s, NCCL B/s, TIME+, RSS, %MEM start scrolled
+    # off behind ▶
+    assert wide.hidden_right == 6 and [c.key for c, _ in wide][-1] == "pod"
     assert sum(w for _, w in wide) + len(wide) - 1 + GUTTER + 1 == 200
     assert dict((c.key, w) for c, w in wide)["command"] > 16
     narrow = layout(cols, 80)
@@ -589,6 +590,7 @@ def test_narrow_layout_scrolls_and_never_hides_the_sort_column() -> None:
     lay = layout(cols, 80, "launches", 0)
     assert lay.hidden_right and not lay.hidden_left
     far = layout(cols, 80, "launches", len(cols))
-    # MSET/s, TIME+, RSS and %MEM (columns.OPTIONAL) come last where space is short
+    # MSET/s, NCCL/s, NCCL B/s, TIME+, RSS and %MEM (columns.OPTIONAL) come last where space is short
     assert far.cols[-1][0].key == "mem" and not far.hidden_right and far.hidden_left
-    assert [c.key for c, _ in far.cols[-5:]] == ["launch_bound", "memset", "cpu_time", "rss", "mem"]
+    assert [c.key for c, _ in far.cols[-7:]] == ["launch_bound", "memset", "nccl", "nccl_bytes", "cpu_time", "rss",
+                                                 "mem"]

@@ -123,7 +123,7 @@ def pods(snap: Snapshot) -> dict[int, tuple[str, str] | None]:
 def test_each_process_has_its_pod_exactly_and_no_query_more(prom: tuple[str, int, int]) -> None:
     url, _, t_end = prom
     snap, queries = read(url, t_end)
-    assert queries == 1 + 3 + 2 * 25            # as without pods: folded into the gauges query
+    assert queries == 1 + 3 + 2 * 32            # as without pods: folded into the gauges query
     assert pods(snap) == EXPECTED
     got = {p.pid: p for p in snap.processes}
     assert all((p.namespace is None) == (p.pod is None) for p in snap.processes)
@@ -155,7 +155,7 @@ def test_hostile_names_are_capped_and_sanitised_in_the_table(prom: tuple[str, in
 def test_without_kube_state_metrics_nothing_shows_and_nothing_fails(prom: tuple[str, int, int]) -> None:
     url, ksm_from, _ = prom
     snap, queries = read(url, ksm_from - 6 * 60)         # before its first sample (and its 5 min lookback)
-    assert queries == 1 + 3 + 2 * 25
+    assert queries == 1 + 3 + 2 * 32
     assert len(snap.processes) == len(PROCS) and pods(snap) == dict.fromkeys(EXPECTED)
     assert snap.sources["prometheus"].status == "ok" and snap.sources["prometheus"].reason is None
     header = batch.process_table(snap.processes)[0].split()

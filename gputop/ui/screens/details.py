@@ -123,6 +123,15 @@ def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
                  f"CPU {n(tot, q.field)} GPU {n(tot, 'uvm_gpu_faults')}")]
     if q.field == "uvm_migrated":
         return [(label, migrated(iv), migrated(tot))]
+    if q.field == "nccl":
+        used = [d for d in q.directions if (_cb(tot, q.field, d)[0] or 0) > 0]
+        return [(label, f"{_per_s(fmt.si(fields.rate_in(p, 'nccl_calls')))}, "
+                        f"{_per_s(fmt.bytes_(fields.rate_in(p, 'nccl_bytes')))}",
+                 _calls_bytes(_get(tot, "nccl_calls"), _get(tot, "nccl_bytes"))),
+                *((f"  {d}", copies(iv, d), copies(tot, d)) for d in used)]
+    if q.field == "nccl_comms":
+        comm = fmt.NA if p.nccl_ranks is None else f"rank {p.nccl_rank} of {p.nccl_ranks}"
+        return [(label, "", f"{comm}, {fmt.si(_get(tot, q.field))} created")]
     if q.field == "sync_wait_s":
         return [(label, f"{fmt.pct(fields.rate_in(p, q.field), 1)}, {_calls(_get(iv, 'sync_calls'))}",
                  f"{fmt.seconds(_get(tot, q.field))}, {_calls(_get(tot, 'sync_calls'))}"), *_latency_rows(p)]

@@ -25,7 +25,7 @@ class SortScreen(ModalScreen[None]):
     SortScreen { align: center middle; }
     SortScreen > Vertical { max-width: 100%; height: auto; max-height: 90%; border: round $primary;
                             background: $surface; padding: 0 1; }
-    SortScreen OptionList { height: auto; max-height: 26; border: none; background: $surface;
+    SortScreen OptionList { height: auto; max-height: 28; border: none; background: $surface;
                            text-wrap: nowrap; text-overflow: ellipsis; }
     SortScreen #sort-title { text-style: bold; color: $primary; }
     """

@@ -177,6 +177,24 @@ SYNC = (
     + _variants(("cuCtxSynchronize",), "sync_enter_context", "sync_return")
 )
 
+#: NCCL (libnccl.so.2, or linked into a program): each collective and its *Config form (2.31+, the same
+#: arguments first), point-to-point calls, group calls, communicators created (read at return). Not
+#: ncclBcast: it calls ncclBroadcast (one call, counted there). The p-prefixed names (pncclAllReduce) are
+#: the same functions (aliases: probed once)
+NCCL = (
+    [Probe(sym, f"nccl_{op}") for op, names in (
+        ("allreduce", ("ncclAllReduce", "ncclAllReduceConfig")),
+        ("broadcast", ("ncclBroadcast", "ncclBroadcastConfig")),
+        ("reduce", ("ncclReduce", "ncclReduceConfig")), ("allgather", ("ncclAllGather", "ncclAllGatherConfig")),
+        ("reducescatter", ("ncclReduceScatter", "ncclReduceScatterConfig")),
+        ("alltoall", ("ncclAlltoAll", "ncclAlltoAllConfig")), ("gather", ("ncclGather", "ncclGatherConfig")),
+        ("scatter", ("ncclScatter", "ncclScatterConfig")), ("send", ("ncclSend",)), ("recv", ("ncclRecv",)))
+     for sym in names]
+    + [Probe("ncclGroupStart", "nccl_group")]
+    + _variants(("ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankScalable"), "nccl_init_enter",
+                "nccl_init_return")
+)
+
 NAMES = [
     Probe("__cudaRegisterFunction", "register_function"),
     *_variants(("cuModuleGetFunction", "cuLibraryGetKernel", "cudaLibraryGetKernel"), "getfn_enter",
@@ -186,10 +204,11 @@ NAMES = [
     *_variants(("cuKernelGetFunction", "__cudaGetKernel", "cudaGetKernel"), "kernel_getfn_enter", "getfn_return"),
 ]
 
-ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + MEMSET + ALLOC + PREFETCH + SYNC + NAMES)
+ALL: tuple[Probe, ...] = tuple(LAUNCH + GRAPH + COPY + MEMSET + ALLOC + PREFETCH + SYNC + NAMES + NCCL)
 
-#: an object is probed when it defines at least one of these
-ANCHORS = frozenset(p.symbol for p in LAUNCH + COPY)
+#: an object is probed when it defines at least one of these (NCCL built against a shared runtime has no
+#: launch or copy entry point of its own)
+ANCHORS = frozenset(p.symbol for p in LAUNCH + COPY + NCCL)
 
 
 #: runtime launch entry points: an object defining one of these is a runtime or wraps one

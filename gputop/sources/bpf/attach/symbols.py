@@ -26,8 +26,10 @@ from gputop.sources.bpf.attach import regcode
 from gputop.sources.bpf.attach.catalogue import is_driver_layer, is_runtime_wrapper
 from gputop.sources.bpf.common import elfread
 
-# a cheap pre-filter: objects that mention none of these never hold CUDA entry points
-_MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", b"cudaMalloc", b"cuMemAlloc")
+# a cheap pre-filter: objects that mention none of these never hold CUDA entry points (nor NCCL's: NCCL built
+# against a shared runtime holds none of the runtime's)
+_MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", b"cudaMalloc", b"cuMemAlloc",
+            b"ncclAllReduce")
 
 
 # names of the CUDA runtime's and driver's own functions (public, internal, static-archive members)

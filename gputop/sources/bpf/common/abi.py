@@ -18,6 +18,13 @@ D_H2D, D_D2H, D_D2D, D_H2H, D_UNK = (model.MEMCPY_DIRECTIONS.index(d) for d in (
 NPREFETCH = len(model.PREFETCH_DIRECTIONS)
 #: log2 buckets: bucket k holds values in [2^k, 2^(k+1)), 0 in bucket 0, the last one open-ended
 NB = model.LOG2_BUCKETS
+#: NCCL operations (NCCL_<OP>: model.NCCL_OPS' indices), ncclDataType_t values with a known size, and their
+#: sizes as a table of log2 sizes, 2 bits per value (bytes = count << ((NCCL_DTYPE_LOG2 >> 2 * dtype) & 3))
+NNCCL = len(model.NCCL_OPS)
+NCCL_DTYPES = len(model.NCCL_DTYPE_BYTES)
+NCCL_DTYPE_LOG2 = sum((size.bit_length() - 1) << 2 * i for i, size in enumerate(model.NCCL_DTYPE_BYTES))
+#: ncclCommInitRank*'s results that create a communicator: ncclSuccess, ncclInProgress (non-blocking)
+NCCL_SUCCESS, NCCL_IN_PROGRESS = 0, 7
 #: sync latency buckets (gputop/latency.py: log-linear nanoseconds) and the synchronisation APIs timed apart
 #: (SYNC_<API>: latency.APIS' indices)
 NSLAT = latency.BUCKETS
@@ -97,6 +104,7 @@ SHARED: dict[str, int] = {k: v for k, v in dict(globals()).items() if k.isupper(
 SHARED.update({f"DROP_{kind.upper()}": i for i, kind in enumerate(DROP_KINDS)})
 SHARED.update({f"SH_{kind.upper()}": i for i, kind in enumerate(SHARE_KINDS)})
 SHARED.update({f"SYNC_{api.upper()}": i for i, api in enumerate(latency.APIS)})
+SHARED.update({f"NCCL_{op.upper()}": i for i, op in enumerate(model.NCCL_OPS)})
 
 #: the maps' sizes (entries), each map's in one place; a test may pass smaller ones (``cflags(limits)``).
 #: ``tracked`` holds MAX_PROCS x 4 and ``ranges`` MAX_ALLOCS x 8 (bpf/gputop.bpf.c)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gputop.model import SourceStatus
+from gputop.model import NCCL_OPS, SourceStatus
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,11 @@ class RawProc:
     #: its syncs' latency histograms by API (gputop/latency.py's APIS and buckets): (durations' sum in ns,
     #: bucket counts); an API it never synchronised through is absent
     sync_hist: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    #: NCCL calls and bytes by operation (model.NCCL_OPS)
+    nccl_calls: tuple[int, ...] = (0,) * len(NCCL_OPS)
+    nccl_bytes: tuple[int, ...] = (0,) * len(NCCL_OPS)
+    #: the largest NCCL communicator it created: (size, its rank in it); None: none seen created
+    nccl_comm: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

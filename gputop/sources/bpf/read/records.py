@@ -62,6 +62,9 @@ class Records:
             comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
             complete=pid not in self._procs.partial,
             sync_hist=self.sync_hist(me) if int(v.sync_calls) else {},
+            nccl_calls=tuple(int(x) for x in v.nccl_calls),
+            nccl_bytes=tuple(int(x) for x in v.nccl_bytes),
+            nccl_comm=(int(v.nccl_nranks), int(v.nccl_rank)) if int(v.nccl_comms) else None,
         )
 
     def sync_hist(self, me: int) -> dict[str, tuple[int, tuple[int, ...]]]:
