@@ -216,6 +216,34 @@ def test_a_container_row_adds_its_processes_sync_histograms(clock: Clock) -> Non
     assert m[("gputop_sync_duration_seconds_count", lbl(container="abc", api="event"))] == 1
 
 
+def test_nccl_series_only_for_a_process_that_called_nccl_and_only_its_operations(clock: Clock) -> None:
+    from gputop.model import NCCL_OPS
+    none = dict.fromkeys(NCCL_OPS, CallBytes(0, 0))
+    quiet = dataclasses.replace(_total(10), nccl=none, nccl_calls=0, nccl_bytes=0, nccl_group_calls=0,
+                                nccl_untyped_calls=0, nccl_comms=0)
+    ops = {**none, "allreduce": CallBytes(40, 40 << 20), "send": CallBytes(3, 300)}
+    busy = dataclasses.replace(_total(10), nccl=ops, nccl_calls=43, nccl_bytes=(40 << 20) + 300, nccl_group_calls=2,
+                               nccl_untyped_calls=0, nccl_comms=1)
+    c = SnapshotCollector(ExportOptions(), clock)
+    c.update(snap(proc(41, total=quiet), proc(42, total=busy, nccl_ranks=8, nccl_rank=3)))
+    m = scrape(c)
+    assert not [k for k in m if k[0].startswith("gputop_nccl") and dict(k[1])["pid"] == "41"]
+    p2 = {"pid": "42", "comm": "wl_dynamic", "container": ""}
+    mine = {k: v for k, v in m.items() if k[0].startswith("gputop_nccl") and dict(k[1])["pid"] == "42"}
+    assert mine == {
+        ("gputop_nccl_op_calls_total", lbl(**p2, op="allreduce")): 40,
+        ("gputop_nccl_op_bytes_total", lbl(**p2, op="allreduce")): 40 << 20,
+        ("gputop_nccl_op_calls_total", lbl(**p2, op="send")): 3,
+        ("gputop_nccl_op_bytes_total", lbl(**p2, op="send")): 300,
+        ("gputop_nccl_calls_total", lbl(**p2)): 43,
+        ("gputop_nccl_bytes_total", lbl(**p2)): (40 << 20) + 300,
+        ("gputop_nccl_group_calls_total", lbl(**p2)): 2,
+        ("gputop_nccl_communicators_total", lbl(**p2)): 1,
+        ("gputop_nccl_comm_ranks", lbl(**p2)): 8,
+        ("gputop_nccl_comm_rank", lbl(**p2)): 3,
+    }
+
+
 def test_log2_bucket_bounds() -> None:
     assert le_bounds(3) == ("1.0", "3.0", "7.0", "+Inf")
     assert cumulative({"2^1": 2, "2^31": 1}, 3) == [("1.0", 0.0), ("3.0", 2.0), ("7.0", 2.0), ("+Inf", 3.0)]
