@@ -83,7 +83,7 @@ struct proc_t {
     u64 nccl_group_calls;       // ncclGroupStart
     u64 nccl_comms;             // communicators created (ncclCommInitRank*, at a successful return)
     u64 nccl_nranks;            // the largest of them: its size and this process's rank in it (levels,
-    u64 nccl_rank;              // not sums: retire.py takes the newer record's)
+    u64 nccl_rank;              // not sums: retire.py keeps the larger communicator's)
     u64 grid_sum;
     u64 block_sum;
     u64 capturing;              // captures under way in this process (streams that began one)

@@ -76,10 +76,11 @@ int sync_return(struct pt_regs *ctx) { count_hit(HIT_RETURN);
         return 0;
     u64 dt = bpf_ktime_get_ns() - ps->ts;
     u32 tgid = tid >> 32;
-    struct proc_t *p = proc_of(tgid);
-    if (!p)
-        return 0;
-    __sync_fetch_and_add(&p->sync_ns, dt);
+    // a record retired while this sync blocked (retire.py: unchanged for long) is made again: user space
+    // adds the retired one's counts to it
+    struct proc_t *p = proc_get(tgid);
+    if (p)
+        __sync_fetch_and_add(&p->sync_ns, dt);
     slat_add(tgid, ps->kind, dt);
     return 0;
 }

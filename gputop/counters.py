@@ -103,9 +103,10 @@ class Quantity:
     compare_total: str | None = None
     #: the process table reads its increases in the fleet view (rates, averages)
     in_table: bool = False
-    #: exported only while non-zero (a directed one: only its directions with calls), so that the many
-    #: processes that never use it carry no series of it; the fleet view then reads it as unknown (N/A)
-    sparse: bool = False
+    #: its family of quantities exported only for a process for which one of them is non-zero (then all of
+    #: them, zeros included), so that the many processes that never use it carry no series of it; the fleet
+    #: view reads it as unknown (N/A) for the others
+    sparse: str | None = None
     #: the rate it yields over a refresh's interval, and where that rate is shown (None: no rate)
     rate: Rate | None = None
 
@@ -175,26 +176,26 @@ PROC: tuple[Quantity, ...] = (
            Shows("memset", "MSET/s", 7, "bytes set by memsets per second (cudaMemset*, cuMemsetD*)", after="d2d",
                  compare="memset B/s"),), "rate(gputop_memset_bytes_total{S}[W])")),
     _Q("nccl", "nccl", "bytes", "NCCL collectives and point-to-point calls", "gputop_nccl_op", directions=NCCL_OPS,
-       direction_label="op", paired=True, sparse=True, label="NCCL", shown=Shown.SPECIAL),
+       direction_label="op", paired=True, sparse="nccl", label="NCCL", shown=Shown.SPECIAL),
     _Q("nccl_calls", "nccl_all_calls", "calls", "NCCL collective and point-to-point calls, every operation (by "
        "operation: gputop_nccl_op_calls_total).", "gputop_nccl_calls", compare_total="NCCL calls total", in_table=True,
-       sparse=True,
+       sparse="nccl",
        rate=Rate("nccl_calls_per_s", Per.SECOND, (
            Shows("nccl", "NCCL/s", 7, "NCCL collective and point-to-point calls per second (ncclAllReduce ... "
                  "ncclRecv)", after="memset", compare="NCCL calls/s"),), "rate(gputop_nccl_calls_total{S}[W])")),
     _Q("nccl_bytes", "nccl_all_bytes", "bytes", "Bytes of NCCL calls, every operation: count x the datatype's size (by "
        "operation: gputop_nccl_op_bytes_total).", "gputop_nccl_bytes", compare_total="NCCL bytes total", in_table=True,
-       sparse=True,
+       sparse="nccl",
        rate=Rate("nccl_bytes_per_s", Per.SECOND, (
            Shows("nccl_bytes", "NCCL B/s", 8, "bytes of NCCL calls per second (count × the datatype's size)",
                  after="nccl", compare="NCCL B/s"),), "rate(gputop_nccl_bytes_total{S}[W])")),
     _Q("nccl_group_calls", "nccl_group_calls", "calls", "NCCL group calls (ncclGroupStart).", "gputop_nccl_group_calls",
-       sparse=True, label="NCCL groups", shown=Shown.CALLS),
+       sparse="nccl", label="NCCL groups", shown=Shown.CALLS),
     _Q("nccl_untyped_calls", "nccl_untyped_calls", "calls", "NCCL calls of a datatype gputop does not know (their "
-       "bytes are in no bytes count).", "gputop_nccl_untyped_calls", sparse=True, label="NCCL untyped",
+       "bytes are in no bytes count).", "gputop_nccl_untyped_calls", sparse="nccl", label="NCCL untyped",
        shown=Shown.CALLS),
     _Q("nccl_comms", "nccl_comms", "communicators", "NCCL communicators created (ncclCommInitRank*).",
-       "gputop_nccl_communicators", sparse=True, label="NCCL comms", shown=Shown.SPECIAL),
+       "gputop_nccl_communicators", sparse="nccl", label="NCCL comms", shown=Shown.SPECIAL),
     _Q("alloc_calls", "alloc_calls", "calls", "Device, managed and pinned allocations.", "gputop_alloc_calls",
        label="allocations", shown=Shown.CALLS_BYTES, bytes_field="alloc_bytes", compare="alloc calls",
        compare_total="alloc calls total"),

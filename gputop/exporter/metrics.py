@@ -27,6 +27,7 @@ from gputop.model import (
     LOG2_BUCKETS,
     MEMCPY_DIRECTIONS,
     CallBytes,
+    Counts,
     GpuSample,
     LatencyHistogram,
     ProcSample,
@@ -50,18 +51,32 @@ GRID_FINITE = LOG2_BUCKETS - 1
 BLOCK_FINITE = 11
 COPY_FINITE = LOG2_BUCKETS - 1
 SYNC_METRIC = "gputop_sync_duration_seconds"
-SYNC_HELP = ("Time each synchronisation call blocked, by API (device, stream, event, context); buckets at powers of "
-             "four nanoseconds from 1.024 us to 68.7 s (docs/metrics.md).")
+SYNC_HELP = ("Time each synchronisation call blocked, by API (device, stream, event, context); le at powers of "
+             "four (--buckets log2) or sixteen (log16) nanoseconds up to 68.7 s (docs/metrics.md).")
+
+
+def _nonzero(value: object) -> bool:
+    if isinstance(value, Mapping):
+        return any(_nonzero(v) for v in value.values())
+    if isinstance(value, CallBytes):
+        return bool(value.calls or value.bytes)
+    return bool(value)
+
+
+def _used_families(t: Counts) -> set[str]:
+    """The sparse families (``Quantity.sparse``) a process's totals use: one of their values is non-zero."""
+    return {q.sparse for q in PROC if q.sparse is not None and _nonzero(getattr(t, q.field))}
 
 
 def sync_buckets(h: LatencyHistogram, step: int) -> list[tuple[str, float]]:
     """A sync latency histogram's Prometheus buckets: every ``latency.EXPORT_LE_NS`` bound (``--buckets
-    log2``), every other one (``log16``: powers of sixteen), or none (+Inf, ``_count`` and ``_sum`` only)."""
+    log2``: powers of four nanoseconds), every other one (``log16``: powers of sixteen, 4.096 us to 68.7 s),
+    or none (+Inf, ``_count`` and ``_sum`` only)."""
     every = {0: 0, 1: 1}.get(step, 2)
     out: list[tuple[str, float]] = []
-    if every:
+    if every:           # log16: 2^12, 2^16 ... 2^36 ns, the odd ones of 2^10 ... 2^36 (the last kept)
         out = [(floatToGoString(le / 1e9), float(n))
-               for i, (le, n) in enumerate(zip(latency.EXPORT_LE_NS, h.le_counts)) if i % every == 0]
+               for i, (le, n) in enumerate(zip(latency.EXPORT_LE_NS, h.le_counts)) if i % every == every - 1]
     out.append(("+Inf", float(h.calls)))
     return out
 
@@ -395,9 +410,10 @@ class SnapshotCollector(Collector):
         names, values = self._labels(p)
         t = p.total
         if t is not None:
+            used = _used_families(t)
             for q in PROC:
                 value = getattr(t, q.field)
-                if value is None or q.metric is None or (q.sparse and not value):
+                if value is None or q.metric is None or (q.sparse is not None and q.sparse not in used):
                     continue
                 if q.directions:
                     self._directed(fam, q, value, names, values)
@@ -415,11 +431,11 @@ class SnapshotCollector(Collector):
                           names).add_metric(values, float(p.start_time))
             fam.gauge("gputop_process_exited", "1 when the process has exited (its counters stay for "
                       "--exited-grace), else 0.", names).add_metric(values, float(p.state == "exited"))
-            if p.nccl_ranks is not None and p.nccl_rank is not None:
-                fam.gauge("gputop_nccl_comm_ranks", "Ranks of the largest NCCL communicator the process created "
-                          "(ncclCommInitRank*).", names).add_metric(values, float(p.nccl_ranks))
+            if p.nccl_comm_size is not None and p.nccl_comm_rank is not None:
+                fam.gauge("gputop_nccl_comm_size", "Ranks of the largest NCCL communicator the process created "
+                          "(ncclCommInitRank*).", names).add_metric(values, float(p.nccl_comm_size))
                 fam.gauge("gputop_nccl_comm_rank", "The process's rank in that communicator.",
-                          names).add_metric(values, float(p.nccl_rank))
+                          names).add_metric(values, float(p.nccl_comm_rank))
         self._kernels(fam, p, names, values)
 
     @staticmethod
@@ -439,7 +455,7 @@ class SnapshotCollector(Collector):
         nbytes = fam.counter(f"{q.metric}_bytes", f"Bytes of {q.help.lower()}, by {q.direction_label}.", labels)
         for d in q.directions:
             cb = by_dir.get(d)
-            if isinstance(cb, CallBytes) and (cb.calls or not q.sparse):
+            if isinstance(cb, CallBytes):
                 calls.add_metric([*values, d], float(cb.calls))
                 nbytes.add_metric([*values, d], float(cb.bytes))
 

@@ -140,8 +140,8 @@ class ProcDeltas:
                 "block_threads_hist": hist(raw.block_hist),
                 "memcpy_size_hist": {d: hist(h) for d, h in zip(MEMCPY_DIRECTIONS, raw.copy_hist)},
                 "sync_latency": latency.sync_latency(raw.sync_hist, base.sync_hist if base else None),
-                "nccl_ranks": raw.nccl_comm[0] if raw.nccl_comm else None,
-                "nccl_rank": raw.nccl_comm[1] if raw.nccl_comm else None,
+                "nccl_comm_size": raw.nccl_comm[0] if raw.nccl_comm else None,
+                "nccl_comm_rank": raw.nccl_comm[1] if raw.nccl_comm else None,
             }
         elif idle is not None:
             interval = total = zero_counts(uvm_cpu, idle.complete)

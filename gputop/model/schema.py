@@ -223,8 +223,8 @@ class ProcSample:
     sync_latency: SyncLatency | None = None
     #: the largest NCCL communicator the process created (ncclCommInitRank*): its size and the process's rank
     #: in it; None: none seen created (made before gputop started, or by ncclCommSplit, ncclCommInitAll)
-    nccl_ranks: int | None = field(default=None, metadata=bound(ID))
-    nccl_rank: int | None = field(default=None, metadata=bound(ID))
+    nccl_comm_size: int | None = field(default=None, metadata=bound(ID))
+    nccl_comm_rank: int | None = field(default=None, metadata=bound(ID))
 
     @property
     def key(self) -> ProcKey:

@@ -99,11 +99,14 @@ def summarize(samples: Sequence[ProcSample]) -> ProcSample:
         raise ValueError("no samples to summarise")
     last = samples[-1]
     kw: dict[str, Any] = {name: _mean(getattr(s, name) for s in samples) for name in _MEAN_FIELDS}
+    # sync latency: the percentiles of every sync the recording saw of it (its last sample's since first seen)
+    sync = last.sync_latency
     return dataclasses.replace(
         last,
         state="running",
         interval=_mean_counts([s.interval for s in samples]),
         rates=_mean_rates([s.rates for s in samples]),
+        sync_latency=dataclasses.replace(sync, interval=sync.total) if sync is not None else None,
         **kw,
     )
 

@@ -19,8 +19,8 @@ from gputop.view import fields
 #: GPU utilisation is kept for sparklines up to this many GPUs in a snapshot
 MAX_GPU_SERIES = 64
 #: the series kept per process, in chart order: every shown rate of the catalogue (``counters.SHOWS``), then
-#: the CPU use (kept for the steady sort only)
-#: every rate's series, CPU use, and the interval's sync latency p50 and p99 (all APIs, seconds)
+#: the CPU use (kept for the steady sort only), then the interval's sync latency p50 and p99 (all APIs, in
+#: seconds: the details' latency chart)
 PROC_SERIES: tuple[str, ...] = (*SERIES, "cpu_pct", "sync_p50_s", "sync_p99_s")
 _AT: dict[str, int] = {name: i for i, name in enumerate(PROC_SERIES)}
 

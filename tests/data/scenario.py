@@ -249,8 +249,8 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
         rss_bytes=w.rss,
         launch_bound=w.launch_bound,
         sync_latency=_syncs(w, iv.sync_calls or 0, sync_s),
-        nccl_ranks=w.nccl_comm[0] if w.nccl_comm else None,
-        nccl_rank=w.nccl_comm[1] if w.nccl_comm else None,
+        nccl_comm_size=w.nccl_comm[0] if w.nccl_comm else None,
+        nccl_comm_rank=w.nccl_comm[1] if w.nccl_comm else None,
     )
 
 

@@ -29,8 +29,8 @@ from gputop.view import compare
 NOT_QUANTITIES = {
     "capturing": "captures under way in the process (decides where a launch counts)",
     "exited_ns": "when the process's leader exited",
-    "nccl_nranks": "the size of the largest NCCL communicator the process created (a level: ProcSample.nccl_ranks)",
-    "nccl_rank": "the process's rank in it (ProcSample.nccl_rank)",
+    "nccl_nranks": "the size of the largest NCCL communicator the process created (a level: ProcSample.nccl_comm_size)",
+    "nccl_rank": "the process's rank in it (ProcSample.nccl_comm_rank)",
 }
 
 

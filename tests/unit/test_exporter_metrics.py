@@ -199,7 +199,7 @@ def test_sync_latency_is_a_histogram_by_api_with_exact_power_of_four_bounds(cloc
         # 70 s is past the last finite bound (68.7 s): in +Inf only
         assert m[("gputop_sync_duration_seconds_bucket", lbl(**P1, api="device", le="68.719476736"))] == 2
     if buckets == "log16":
-        assert bounds[:-1] == [16 ** k * 1.024e-6 for k in range(7)]
+        assert bounds[:-1] == [16 ** k * 4.096e-6 for k in range(7)] and bounds[-2] == 68.719476736
 
 
 def test_a_container_row_adds_its_processes_sync_histograms(clock: Clock) -> None:
@@ -216,7 +216,7 @@ def test_a_container_row_adds_its_processes_sync_histograms(clock: Clock) -> Non
     assert m[("gputop_sync_duration_seconds_count", lbl(container="abc", api="event"))] == 1
 
 
-def test_nccl_series_only_for_a_process_that_called_nccl_and_only_its_operations(clock: Clock) -> None:
+def test_nccl_series_only_for_a_process_that_called_nccl(clock: Clock) -> None:
     from gputop.model import NCCL_OPS
     none = dict.fromkeys(NCCL_OPS, CallBytes(0, 0))
     quiet = dataclasses.replace(_total(10), nccl=none, nccl_calls=0, nccl_bytes=0, nccl_group_calls=0,
@@ -225,12 +225,14 @@ def test_nccl_series_only_for_a_process_that_called_nccl_and_only_its_operations
     busy = dataclasses.replace(_total(10), nccl=ops, nccl_calls=43, nccl_bytes=(40 << 20) + 300, nccl_group_calls=2,
                                nccl_untyped_calls=0, nccl_comms=1)
     c = SnapshotCollector(ExportOptions(), clock)
-    c.update(snap(proc(41, total=quiet), proc(42, total=busy, nccl_ranks=8, nccl_rank=3)))
+    c.update(snap(proc(41, total=quiet), proc(42, total=busy, nccl_comm_size=8, nccl_comm_rank=3)))
     m = scrape(c)
     assert not [k for k in m if k[0].startswith("gputop_nccl") and dict(k[1])["pid"] == "41"]
     p2 = {"pid": "42", "comm": "wl_dynamic", "container": ""}
     mine = {k: v for k, v in m.items() if k[0].startswith("gputop_nccl") and dict(k[1])["pid"] == "42"}
     assert mine == {
+        **{(f"gputop_nccl_op_{part}_total", lbl(**p2, op=op)): 0 for op in NCCL_OPS for part in ("calls", "bytes")},
+        ("gputop_nccl_untyped_calls_total", lbl(**p2)): 0,
         ("gputop_nccl_op_calls_total", lbl(**p2, op="allreduce")): 40,
         ("gputop_nccl_op_bytes_total", lbl(**p2, op="allreduce")): 40 << 20,
         ("gputop_nccl_op_calls_total", lbl(**p2, op="send")): 3,
@@ -239,7 +241,7 @@ def test_nccl_series_only_for_a_process_that_called_nccl_and_only_its_operations
         ("gputop_nccl_bytes_total", lbl(**p2)): (40 << 20) + 300,
         ("gputop_nccl_group_calls_total", lbl(**p2)): 2,
         ("gputop_nccl_communicators_total", lbl(**p2)): 1,
-        ("gputop_nccl_comm_ranks", lbl(**p2)): 8,
+        ("gputop_nccl_comm_size", lbl(**p2)): 8,
         ("gputop_nccl_comm_rank", lbl(**p2)): 3,
     }
 

@@ -130,7 +130,7 @@ def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
                  _calls_bytes(_get(tot, "nccl_calls"), _get(tot, "nccl_bytes"))),
                 *((f"  {d}", copies(iv, d), copies(tot, d)) for d in used)]
     if q.field == "nccl_comms":
-        comm = fmt.NA if p.nccl_ranks is None else f"rank {p.nccl_rank} of {p.nccl_ranks}"
+        comm = fmt.NA if p.nccl_comm_size is None else f"rank {p.nccl_comm_rank} of {p.nccl_comm_size}"
         return [(label, "", f"{comm}, {fmt.si(_get(tot, q.field))} created")]
     if q.field == "sync_wait_s":
         return [(label, f"{fmt.pct(fields.rate_in(p, q.field), 1)}, {_calls(_get(iv, 'sync_calls'))}",

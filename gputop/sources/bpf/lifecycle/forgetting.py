@@ -5,13 +5,14 @@ new process under the same PID keeps its own (docs/collector.md, "Bounded maps a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.attach.attaching import Attacher
-from gputop.sources.bpf.common.abi import SHARE_OF
-from gputop.sources.bpf.lifecycle.procid import Doomed, ident, pid_of
+from gputop.sources.bpf.common.abi import NSYNC, SHARE_OF
+from gputop.sources.bpf.lifecycle.procid import Doomed, gen_of, ident, pid_of
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.lifecycle.purge import delete_by_pid, delete_ranges
 from gputop.sources.bpf.lifecycle.shares import Shares, Tenant
@@ -154,13 +155,27 @@ class Forgetting:
         # their launch slots, and captures they left under way
         self._shares.give_back(owners, self._slots.forget(doomed), SHARE_OF["capturing"])
         self._delete_by_pid(doomed, owners, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
-                                             "capture_events", "sync_hist", *GRAPH_TABLES))
+                                             "capture_events", *GRAPH_TABLES))
+        self._shares.give_back(owners, self._delete_sync_hists(doomed), SHARE_OF["sync_hist"])
         self._shares.give_back(owners, delete_ranges(self._table("ranges"), doomed), SHARE_OF["ranges"])
         self._shares.forget_owners(owners)
         self._attacher.code.delete(doomed)
         self._attacher.code.forget(gone)
         for pid in gone:
             self._names.namer.forget(pid)
+
+    def _delete_sync_hists(self, doomed: Doomed) -> Counter[int]:
+        """A process's sync latency histograms: their keys are known (one per API), so deleted by key; a
+        walk (2 KB a value) only for PIDs whose generation is not known."""
+        table = self._table("sync_hist")
+        deleted: Counter[int] = Counter()
+        for me in doomed.idents:
+            for api in range(NSYNC):
+                if table.pop(table.Key(pid_of(me), gen_of(me), api), None) is not None:
+                    deleted[me] += 1
+        if doomed.pids:
+            deleted.update(delete_by_pid(table, Doomed(frozenset(), doomed.pids)))
+        return deleted
 
     def _delete_by_pid(self, doomed: Doomed, owners: dict[int, Tenant], tables: tuple[str, ...]) -> None:
         for name in tables:

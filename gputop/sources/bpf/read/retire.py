@@ -29,15 +29,15 @@ RETIRE_AT = 0.75
 
 def _add(base: Any, new: Any) -> Any:
     """A record that holds base's counts plus new's (struct proc_t as compiled: every member a sum, but
-    ``exited_ns``, new's, ``comm``, base's, and the NCCL communicator's size and rank, levels: new's once
-    it created one)."""
+    ``exited_ns``, new's, ``comm``, base's, and the NCCL communicator's size and rank, levels: the larger
+    communicator's, new's of equal ones)."""
     out = type(new).from_buffer_copy(new)
     for name, ctype in type(new)._fields_:
         if name == "comm":
             ctypes.memmove(ctypes.addressof(out) + getattr(type(new), name).offset,
                            ctypes.addressof(base) + getattr(type(new), name).offset, ctypes.sizeof(ctype))
-        elif name in ("nccl_nranks", "nccl_rank"):     # levels: the newer record's once it has a communicator
-            if not new.nccl_comms:
+        elif name in ("nccl_nranks", "nccl_rank"):     # levels: the larger communicator's (ties: the newer)
+            if base.nccl_nranks > new.nccl_nranks:
                 setattr(out, name, getattr(base, name))
         elif name != "exited_ns":
             have, more = getattr(out, name), getattr(base, name)
