@@ -265,7 +265,7 @@ def _sorted_buckets(hist: tuple[int, ...]) -> list[int]:
     return [i for i, n in enumerate(hist) for _ in range(n)]
 
 
-def test_sync_latency_histograms_by_api(run_workload, workloads, testbed, tmp_path: Path) -> None:
+def test_sync_latency_histograms_by_api(run_workload, workloads, testbed, bpf_source, tmp_path: Path) -> None:
     """The shim runtime's syncs block known times (90 of 1 ms, 9 of 10 ms, 1 of 100 ms through
     cudaStreamSynchronize, then 1 ms each through cudaDeviceSynchronize and cudaEventSynchronize, which
     enter the real driver's cuCtxSynchronize and cuEventSynchronize: counted once, as the outer API) and log
@@ -305,6 +305,8 @@ def test_sync_latency_histograms_by_api(run_workload, workloads, testbed, tmp_pa
         assert got_s is not None and true_ns * 0.9375 <= got_s * 1e9 <= (true_ns + slack) * 1.0625
     assert s.total["all"].calls == 112 and s.interval == s.total
     assert s.histograms["stream"].le_counts[-1] == 100 and s.histograms["stream"].calls == 100
+    # at its exit its last record was read with its four histograms, and they went from the kernel (by key)
+    assert [k for k in bpf_source.program.table("sync_hist") if int(k.tgid) == raw.pid] == []
 
 
 def test_time_blocked_in_a_sync_that_has_not_returned(run_workload, workloads, testbed, bpf_source) -> None:
