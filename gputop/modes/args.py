@@ -161,6 +161,11 @@ def validate(args: argparse.Namespace) -> None:
         raise GputopError("-f only applies to batch mode", f"add -b: gputop -b -f {args.format}", EX_USAGE)
     if args.user is not None:
         args.user = user(args.user, replay=args.replay is not None)
+    if args.pid and args.replay is None and args.prometheus is None:
+        gone = sorted(p for p in args.pid if not Path(f"/proc/{p}").exists())
+        if len(gone) == len(args.pid):      # none of them runs here: nothing could ever be shown
+            raise GputopError(f"no such process: {', '.join(map(str, gone))}",
+                              "-p takes PIDs of processes running on this host (ps -e lists them)")
     if args.sort is not None and args.sort not in SORT_KEYS:
         raise GputopError(f"unknown sort column {args.sort!r}", f"choose one of: {', '.join(SORT_KEYS)}", EX_USAGE)
     if args.theme is not None:

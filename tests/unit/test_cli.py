@@ -141,6 +141,16 @@ def test_batch_table_is_sorted_by_s(tmp_path: Path) -> None:
     assert pids("-s", "cpu") == [p.pid for p in sort_processes(snap.processes, "cpu")] != pids("-s", "pid")
 
 
+def test_p_of_no_running_process_says_so() -> None:
+    """``-p 999999`` on the live host: no such process (issue 35), not an empty table forever; one of several
+    running is enough (it is watched), and a recording's or the fleet's PIDs are not this host's."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    gone = next(p for p in range(pid_max, 1, -1) if not Path(f"/proc/{p}").exists())
+    assert_error(gputop("-b", "-n", "1", "--no-bpf", "--no-nvml", "-p", str(gone)), 1, f"no such process: {gone}")
+    res = gputop("-b", "-n", "1", "--no-bpf", "--no-nvml", "-p", f"{gone},1")
+    assert res.returncode == 0 and "Traceback" not in res.stderr
+
+
 def test_dashboard_without_terminal_is_a_usage_error() -> None:
     assert_error(gputop("--no-bpf"), 2, "the dashboard needs a terminal")
 
