@@ -375,10 +375,10 @@ SOURCE_LABELS = {"bpf": "BPF", "nvml": "NVML", "uvm": "UVM", "prometheus": "PROM
 
 def source_state(key: str, st: SourceStatus | None) -> str:
     """A source's state in words: ``ok``, ``off`` (JSON ``unavailable``: the reason says why), ``starting``,
-    and for UVM traced on the CPU side only (``scope`` cpu), ``CPU only``; ``n/a`` when the snapshot has
-    no such source."""
+    and for UVM traced on the CPU side only (``scope`` cpu), ``CPU only``; ``N/A`` when the snapshot has
+    no such source (as every unknown value is shown)."""
     if st is None:
-        return "n/a"
+        return NA
     if key == "uvm" and st.status == "ok" and st.scope == "cpu":
         return "CPU only"       # GPU faults and migrations are not traced
     return STATE_WORDS.get(st.status, text(st.status))

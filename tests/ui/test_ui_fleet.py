@@ -174,7 +174,7 @@ def test_the_column_menu_says_which_fleet_column_cannot_be_hidden() -> None:
 def test_a_degraded_fleet_says_which_nodes_are_down_whole_at_80_columns() -> None:
     """Issue 35 item 1: with nodes down the header said `PROM 2 of 2 nodes …` cut at 80 columns. The
     degraded status and its nodes are never cut away: where they do not fit the first line, a line of
-    their own; the sources no node exports are not shown as `n/a`."""
+    their own; the sources no node exports are not shown as `N/A`."""
     from gputop.model import SourceStatus
     from gputop.ui.widgets.header import HeaderState, header_lines
 
@@ -186,5 +186,5 @@ def test_a_degraded_fleet_says_which_nodes_are_down_whole_at_80_columns() -> Non
         lines = [ln.plain for ln in header_lines(HeaderState(snapshot=snap), width)]
         assert all(len(ln) <= width for ln in lines)
         assert any(f"PROM degraded: {down}" in ln for ln in lines), (width, lines)
-        assert "BPF n/a" not in "".join(lines)
+        assert "BPF N/A" not in "".join(lines)
     assert len(header_lines(HeaderState(snapshot=snap), 80)) == 2

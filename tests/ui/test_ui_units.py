@@ -431,7 +431,7 @@ def test_header_shows_status_and_cost(scenario: list[Snapshot]) -> None:
         assert needle in text, needle
     off = replace(scenario[0], sources={"bpf": replace(scenario[0].sources["bpf"], status="unavailable")})
     text = header_content(HeaderState(off)).plain
-    assert "BPF off" in text and "cost" not in text and "NVML n/a" in text
+    assert "BPF off" in text and "cost" not in text and "NVML N/A" in text
     assert "failed" not in header_content(HeaderState(scenario[0])).plain
     bpf = replace(scenario[0].sources["bpf"], probes_failed=2, dropped=5)
     text = header_content(HeaderState(replace(scenario[0], sources={**scenario[0].sources, "bpf": bpf}))).plain
