@@ -29,7 +29,7 @@ has_candidate() {
 }
 
 want=(bpfcc-tools python3-bpfcc binutils llvm gcc libc6-dev)
-[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86)
+[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86 nginx-light)
 python3 -c 'import venv, ensurepip' 2>/dev/null || want+=(python3-venv)
 missing=()
 for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
@@ -57,9 +57,9 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
     apt_update_once
     say "apt-get install ${missing[*]}"
-    # the tests start their own Prometheus on loopback: the package's service is not started
+    # the tests start their own Prometheus and nginx on loopback: the packages' services are not started
     no_start=0
-    if [[ " ${missing[*]} " == *" prometheus "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+    if [[ " ${missing[*]} " == *" prometheus "* || " ${missing[*]} " == *" nginx-light "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
         printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && no_start=1
     fi
     apt-get -q install -y --no-install-recommends "${missing[@]}" >/dev/null

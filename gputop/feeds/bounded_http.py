@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import socket
+import ssl
 import threading
 import time
 import urllib.request
@@ -72,9 +73,9 @@ def _watched(conn_class: type[http.client.HTTPConnection], watchdog: Watchdog) -
     return Watched
 
 
-def opener(watchdog: Watchdog) -> urllib.request.OpenerDirector:
+def opener(watchdog: Watchdog, context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
     """urllib's usual opener (proxies from the environment included) whose connections ``watchdog``
-    watches."""
+    watches; ``context``: the TLS settings of https:// URLs (None: the system's CAs)."""
     class Http(urllib.request.HTTPHandler):
         def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
             return super().do_open(_watched(http_class, watchdog), req, **kwargs)
@@ -83,7 +84,7 @@ def opener(watchdog: Watchdog) -> urllib.request.OpenerDirector:
         def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
             return super().do_open(_watched(http_class, watchdog), req, **kwargs)
 
-    return urllib.request.build_opener(Http, Https)
+    return urllib.request.build_opener(Http, Https(context=context))
 
 
 def read(r: Any, limit: int, deadline: float, *, cut: bool = False) -> bytes:

@@ -18,6 +18,7 @@ from typing import Any
 
 from gputop.errors import EX_ERROR, GputopError
 from gputop.feeds import bounded_http
+from gputop.feeds.http_config import HttpConfig
 
 Sample = dict[str, Any]   # one element of a Prometheus vector result: {"metric": {...}, "value": [t, "v"]}
 
@@ -58,9 +59,13 @@ MAX_ERROR_BYTES = 64 << 10
 class PromClient:
     """Instant and range queries through Prometheus's HTTP API (POST, so long selectors fit)."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, http: HttpConfig | None = None) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        #: --http.config.file: its headers go with every request, its TLS settings to https:// URLs
+        self._headers = dict(http.headers) if http else {}
+        self._context = http.ssl_context() if http and url.startswith("https:") else None
+        self._config_path = http.path if http else None
         #: queries sent (tests and the benchmark count them)
         self.queries = 0
         self._lock = threading.Lock()
@@ -70,7 +75,7 @@ class PromClient:
             self.queries += 1
         data = urllib.parse.urlencode(params).encode()
         req = urllib.request.Request(self.url + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+                                     headers={**self._headers, "Content-Type": "application/x-www-form-urlencoded"})
         where = f"Prometheus at {self.url}"
         slow = FleetError("slow", f"{where} did not answer within {self.timeout_s:g} s",
                           "check Prometheus's load (its /metrics, the query log) or narrow --match / --node")
@@ -79,7 +84,7 @@ class PromClient:
         watchdog = bounded_http.Watchdog(deadline)       # the status line and headers too
         try:
             try:
-                with bounded_http.opener(watchdog).open(req, timeout=self.timeout_s) as r:
+                with bounded_http.opener(watchdog, self._context).open(req, timeout=self.timeout_s) as r:
                     body = bounded_http.read(r, MAX_ANSWER_BYTES, deadline)
             finally:
                 watchdog.cancel()
@@ -94,6 +99,11 @@ class PromClient:
                 detail = json.loads(body).get("error") or ""
             except (ValueError, AttributeError):
                 detail = body[:200].decode("utf-8", "replace")
+            if e.code in (401, 403):
+                how = (f"the login of {self._config_path}" if self._config_path else
+                       "a login: give one with --http.config.file (basic_auth, authorization, http_headers)")
+                raise FleetError("unreachable", f"{where} answered HTTP {e.code} {e.reason}",
+                                 f"check {how}") from None
             if e.code in (400, 422):
                 raise FleetError("refused", f"{where} refused the query {params.get('query', '')!r}: {detail}",
                                  _refusal_hint(str(detail))) from None

@@ -104,7 +104,10 @@ def check_url(text: str) -> str:
     try:
         u.port  # noqa: B018 (raises ValueError for a port out of range)
     except ValueError:
-        raise ValueError(f"bad port in {text!r}") from None
+        raise ValueError(f"bad port in {u.scheme}://{u.hostname}") from None
+    if u.username is not None or u.password is not None:     # the secret itself stays out of the message
+        raise ValueError(f"a user name or password in --prometheus's URL ({u.scheme}://…@{u.hostname}) is not "
+                         "used: they would show in ps; give them in --http.config.file (basic_auth)")
     return text.strip().rstrip("/")
 
 

@@ -20,6 +20,7 @@ from gputop.feeds.fleet_queries import (
     parse_duration,
     refresh_queries,
 )
+from gputop.feeds.http_config import HttpConfig
 from gputop.model import ProcKey, ProcSample, Snapshot
 
 #: refreshes read at down targets' last scrapes (one per distinct time) in one refresh, at most
@@ -53,6 +54,8 @@ class FleetConfig:
     #: read and parse the answers in a child process (``gputop.feeds.fleet_worker``) that hands back the
     #: snapshot in chunks: the dashboard, whose keys would wait while answers are parsed here
     child: bool = False
+    #: how to log in (``--http.config.file``): headers and TLS settings, its secrets read
+    http: HttpConfig | None = None
 
 
 class FleetReader:
@@ -62,7 +65,7 @@ class FleetReader:
     def __init__(self, config: FleetConfig) -> None:
         self.config = config
         self.window_s = parse_duration(config.window)
-        self.client = PromClient(config.url, config.timeout_s or max(10.0, 2 * config.interval_s))
+        self.client = PromClient(config.url, config.timeout_s or max(10.0, 2 * config.interval_s), config.http)
         self._pool = ThreadPoolExecutor(max_workers=max(1, config.workers), thread_name_prefix="gputop-fleet-q")
         #: each target's rows at the last refresh that scraped it: shown, marked stale, while it is down
         self._rows: dict[str, tuple[ProcSample, ...]] = {}

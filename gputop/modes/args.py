@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readonly", action="store_true", help="never send signals")
     fleet = p.add_argument_group("fleet view (gputop_* metrics of every node, read from Prometheus)")
     fleet.add_argument("--prometheus", default=None, metavar="URL", help="Prometheus's URL (http://HOST:9090)")
+    fleet.add_argument("--http.config.file", dest="http_config", default=None, metavar="FILE",
+                       help="how to log in to Prometheus, in Prometheus' HTTP client format as promtool takes it: "
+                            "basic_auth, authorization (a bearer token), tls_config, http_headers (X-Scope-OrgID)")
     fleet.add_argument("--match", default=None, metavar="SELECTOR", help='only these series: label matchers, '
                        'e.g. job="gputop" or cluster=~"eu-.*"')
     fleet.add_argument("--window", default=None, metavar="DURATION",
@@ -200,7 +203,7 @@ def validate(args: argparse.Namespace) -> None:
 
 def fleet_wanted(args: argparse.Namespace) -> bool:
     """Whether the command line asks for the fleet view (any of its options)."""
-    return any(getattr(args, name) is not None for name in ("prometheus", "match", "window", "node"))
+    return any(getattr(args, name) is not None for name in ("prometheus", "match", "window", "node", "http_config"))
 
 
 def validate_fleet(args: argparse.Namespace) -> None:
@@ -209,7 +212,8 @@ def validate_fleet(args: argparse.Namespace) -> None:
     from gputop.feeds import prometheus  # stdlib HTTP and JSON: loaded for the fleet view only
 
     if args.prometheus is None:
-        given = next(f"--{n}" for n in ("match", "window", "node") if getattr(args, n) is not None)
+        given = next(f"--{n}" for n, attr in (("match", "match"), ("window", "window"), ("node", "node"),
+                                               ("http.config.file", "http_config")) if getattr(args, attr) is not None)
         raise GputopError(f"{given} only applies to the fleet view", "add --prometheus URL (Prometheus's address, "
                           "e.g. http://prometheus:9090)", EX_USAGE)
     refused: tuple[tuple[str, bool], ...] = (
@@ -222,6 +226,14 @@ def validate_fleet(args: argparse.Namespace) -> None:
                    "the fleet view traces nothing itself: each node's exporter does")
             raise GputopError(f"{option} does not apply to the fleet view (--prometheus): {why}",
                               "drop it, or filter with --node, --match or -p", EX_USAGE)
+    if args.http_config is not None:
+        from gputop.feeds import http_config
+
+        try:
+            args.http_config = http_config.load(args.http_config)
+        except ValueError as e:
+            raise GputopError(str(e), "the format is Prometheus' HTTP client configuration, as promtool takes "
+                              "it (docs/fleet.md, \"Logging in\")", EX_USAGE) from None
     try:
         args.prometheus = prometheus.check_url(args.prometheus)
         args.match = prometheus.selector_body(args.match) if args.match is not None else ""

@@ -28,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     validate_fleet(args)
     validate(args)  # the options shared with the live view: -s, --theme, -f/-b, -n, --baseline
     config = FleetConfig(url=args.prometheus, match=args.match, window=args.window or FLEET_WINDOW,
-                         interval_s=args.delay or DEFAULT_INTERVAL_S, nodes=args.node or frozenset())
+                         interval_s=args.delay or DEFAULT_INTERVAL_S, nodes=args.node or frozenset(),
+                         http=args.http_config)
     filters = Filters(args.pid, None)
     if args.batch:
         return _batch(args, FleetFeed(config), filters)
