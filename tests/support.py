@@ -139,3 +139,17 @@ def table_rows(out: str) -> list[dict[str, str]]:
         elif line[:at].split()[:1] and line.split()[0].isdigit():
             rows.append({**dict(zip(headers[:-1], line[:at].split())), "COMMAND": line[at:]})
     return rows
+
+
+def make_certs(d: Path) -> None:
+    """In ``d``: a CA (ca.crt, ca.key), a server certificate for 127.0.0.1 it signed (server.crt, server.key)
+    and a client certificate (client.crt, client.key), by openssl, P-256 keys, valid two days."""
+    def run(*a: str) -> None:
+        subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=gputop-test-ca")
+    (d / "san").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        run("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.crt", "-days", "2", *(["-extfile", "san"] if name == "server" else []))

@@ -41,6 +41,7 @@ import queue
 import selectors
 import socket
 import socketserver
+import ssl
 import sys
 import threading
 import time
@@ -87,8 +88,8 @@ class _Conn:
     """An accepted connection: the I/O thread's while it reads its head, drains or sends its reply;
     a worker's between (``head`` set, ``out`` filled)."""
 
-    __slots__ = ("addr", "buf", "deadline", "drain_left", "head", "host", "lines", "out", "progress", "scan", "sock",
-                 "started", "state")
+    __slots__ = ("addr", "buf", "deadline", "drain_left", "head", "host", "lines", "out", "progress", "scan",
+                 "shaking", "sock", "started", "state")
 
     def __init__(self, sock: socket.socket, addr: Any, deadline: float) -> None:
         self.sock = sock
@@ -104,6 +105,7 @@ class _Conn:
         self.drain_left = 0
         self.head = b""
         self.out: list[memoryview] = []
+        self.shaking = isinstance(sock, ssl.SSLSocket)     # TLS: its handshake first, within the head's deadline
 
 
 class ReplyBuffer(io.BufferedIOBase):
@@ -149,9 +151,12 @@ class BoundedHTTPServer(HTTPServer):
     request_queue_size = 1024       # the listen backlog: the kernel's queue (capped by net.core.somaxconn)
 
     def __init__(self, address: tuple[str, int], handler: type[PreparsedRequestHandler], limits: Limits = LIMITS,
-                 bind_and_activate: bool = True) -> None:
+                 bind_and_activate: bool = True, tls: ssl.SSLContext | None = None) -> None:
         super().__init__(address, handler, bind_and_activate)
         self.limits = limits
+        #: TLS (``--web.config.file``): every connection's handshake is done by the I/O thread without
+        #: blocking, within the head's deadline, like the head itself
+        self.tls = tls
         self._handler = handler
         self._lock = threading.Lock()
         self._open = 0                                  # accepted and not yet closed
@@ -253,6 +258,14 @@ class BoundedHTTPServer(HTTPServer):
                     return False
                 continue                                # ECONNABORTED and the like: that client left
             sock.setblocking(False)
+            if self.tls is not None:            # before any answer: a TLS client reads nothing in plain text
+                try:
+                    sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (ssl.SSLError, OSError):
+                    self._count("tls")
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                    continue
             host = _host(addr)
             with self._lock:
                 full = self._open >= limits.max_connections
@@ -286,7 +299,30 @@ class BoundedHTTPServer(HTTPServer):
         stalled = min(self._sending, key=lambda c: c.progress, default=None)
         return stalled if stalled is not None and now - stalled.progress >= STALLED_S else None
 
+    def _handshake(self, sel: selectors.BaseSelector, c: _Conn) -> bool:
+        """A TLS connection's handshake, a step at a time as its bytes come; True once done. A client that
+        does not speak TLS, or whose certificate is refused, is closed (counted ``tls``)."""
+        sock = c.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            sel.modify(sock, selectors.EVENT_READ, c)
+            return False
+        except ssl.SSLWantWriteError:
+            sel.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, c)
+            return False
+        except (ssl.SSLError, OSError):
+            self._count("tls")
+            self._close(sel, c)
+            return False
+        c.shaking = False
+        sel.modify(sock, selectors.EVENT_READ, c)
+        return True
+
     def _on_readable(self, sel: selectors.BaseSelector, c: _Conn) -> None:
+        if c.shaking and not self._handshake(sel, c):
+            return
         if c.state == _DRAINING:
             try:
                 n = c.sock.recv_into(self._scratch)
@@ -301,7 +337,10 @@ class BoundedHTTPServer(HTTPServer):
         room = self.limits.max_head_bytes + 1 - len(c.buf)     # one byte past the cap says "too long"
         try:
             data = c.sock.recv(max(room, 1))
-        except (BlockingIOError, InterruptedError):
+            if isinstance(c.sock, ssl.SSLSocket):               # the rest of a TLS record already decrypted:
+                while (more := c.sock.pending()) and len(data) < room:   # epoll will not say so
+                    data += c.sock.recv(min(more, room - len(data)))
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError:
             data = b""
@@ -399,7 +438,7 @@ class BoundedHTTPServer(HTTPServer):
         while c.out:
             try:
                 n = c.sock.send(c.out[0])
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 return
             except OSError:
                 break                                   # the client is gone

@@ -16,6 +16,7 @@ and SIGHUP stop it cleanly: the server closes, then the collector detaches every
 from __future__ import annotations
 
 import errno
+import gzip
 import ipaddress
 import json
 import resource
@@ -31,6 +32,7 @@ from gputop.errors import EX_ERROR, GputopError
 from gputop.exporter.httpserver import LIMITS, BoundedHTTPServer, Limits, PreparsedRequestHandler
 from gputop.exporter.metrics import SnapshotCollector
 from gputop.exporter.sdnotify import Notifier
+from gputop.exporter.webconfig import WebConfig
 
 #: /healthz turns stale when the snapshot served is older than 2 refresh intervals and this
 STALE_GRACE_S = 5.0
@@ -96,6 +98,23 @@ class StaleLog:
             self._say(f"exporter: the collector refreshes again{gap}; /healthz answers {code}")
 
 
+#: gzip's level for scrapers that ask for it: 1 is most of the saving at a fraction of the CPU
+GZIP_LEVEL = 1
+
+
+def wants_gzip(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header accepts gzip (``gzip`` or ``*`` without ``q=0``)."""
+    for part in accept_encoding.split(","):
+        name, _, params = part.strip().partition(";")
+        if name.strip().lower() in ("gzip", "*"):
+            q = params.strip().lower().removeprefix("q=")
+            try:
+                return not params or float(q) > 0
+            except ValueError:
+                return False
+    return False
+
+
 class RenderCache:
     """The exposition of the latest snapshot, rendered once per snapshot and format: rendering is
     most of a scrape's cost, and every scrape between two refreshes (Prometheus pairs, a curl) gets
@@ -110,26 +129,35 @@ class RenderCache:
         self._lock = threading.Lock()
         self._key: tuple[int, str] | None = None
         self._body = b""
+        self._gzipped: bytes | None = None      # the body compressed, once per snapshot and format
 
-    def get(self, accept: str) -> tuple[str, bytes]:
+    def get(self, accept: str, gzip_ok: bool = False) -> tuple[str, bytes]:
+        """(content type, body) for a scraper that accepts ``accept``; ``gzip_ok``: the body gzip-compressed
+        (the snapshot's part once per snapshot, the live part at each scrape: two gzip members, one stream)."""
         encoder, content_type = choose_encoder(accept)
+        live = encoder(self._live) if self._live is not None else b""
         with self._lock:
             key = (self._collector.version, content_type)
             if key != self._key:
-                self._body, self._key = encoder(self._registry), key
+                self._body, self._key, self._gzipped = encoder(self._registry), key, None
             body = self._body
-        if self._live is None:
-            return content_type, body
-        # what moves between refreshes (the snapshot's age) is rendered at every scrape, after the rest
-        live = encoder(self._live)
-        if body.endswith(b"# EOF\n") and live.endswith(b"# EOF\n"):     # OpenMetrics: one EOF, at the end
-            body = body[:-len(b"# EOF\n")]
-        return content_type, body + live
+            # what moves between refreshes (the snapshot's age) is rendered at every scrape, after the rest
+            if body.endswith(b"# EOF\n") and live.endswith(b"# EOF\n"):     # OpenMetrics: one EOF, at the end
+                body = body[:-len(b"# EOF\n")]
+            if gzip_ok and self._gzipped is None:
+                self._gzipped = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+            gzipped = self._gzipped
+        if not gzip_ok:
+            return content_type, body + live
+        assert gzipped is not None
+        return content_type, gzipped + (gzip.compress(live, compresslevel=GZIP_LEVEL, mtime=0) if live else b"")
 
 
 def make_server(host: str, port: int, registry: CollectorRegistry, collector: SnapshotCollector,
                 max_age_s: float | None = None, limits: Limits = LIMITS,
-                live: CollectorRegistry | None = None) -> BoundedHTTPServer:
+                live: CollectorRegistry | None = None, web: WebConfig | None = None) -> BoundedHTTPServer:
+    """The exporter's server on HOST:PORT; ``web`` (``--web.config.file``): TLS and basic auth, asked of
+    every path (as exporter-toolkit asks it)."""
     rendered = RenderCache(registry, collector, live)
 
     class Handler(PreparsedRequestHandler):
@@ -137,8 +165,14 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if web is not None and not web.allows(self.headers.get("Authorization")):
+                self._reply(401, "text/plain; charset=utf-8", b"401 Unauthorized\n",
+                            ("WWW-Authenticate", 'Basic realm="gputop exporter"'))
+                return
             if path == "/metrics":
-                self._reply(200, *rendered.get(self.headers.get("Accept", "")))
+                gz = wants_gzip(self.headers.get("Accept-Encoding", ""))
+                content_type, exposition = rendered.get(self.headers.get("Accept", ""), gz)
+                self._reply(200, content_type, exposition, *((("Content-Encoding", "gzip"),) if gz else ()))
             elif path == "/healthz":
                 code, body = health(collector, max_age_s)
                 self._reply(code, "application/json", (json.dumps(body) + "\n").encode())
@@ -148,8 +182,10 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
             else:
                 self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n")
 
-        def _reply(self, code: int, content_type: str, body: bytes) -> None:
+        def _reply(self, code: int, content_type: str, body: bytes, *extra: tuple[str, str]) -> None:
             self.send_response(code)
+            for name, value in extra:
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -176,7 +212,7 @@ def make_server(host: str, port: int, registry: CollectorRegistry, collector: Sn
             super().server_bind()
 
     try:
-        return Server(("::" if dual else host, port), Handler, limits)
+        return Server(("::" if dual else host, port), Handler, limits, tls=web.tls if web is not None else None)
     except OSError as e:
         where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
         why = e.strerror or str(e)

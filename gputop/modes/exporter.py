@@ -75,9 +75,13 @@ def natural_arg(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="gputop exporter", description="Serve gputop's live per-process counters and NVML's GPU "
                 "values as Prometheus metrics (/metrics) with a health check (/healthz).")
-    p.add_argument("--listen", type=parse_listen, default=parse_listen(DEFAULT_LISTEN), metavar="HOST:PORT",
+    p.add_argument("--listen", "--web.listen-address", dest="listen", type=parse_listen,
+                   default=parse_listen(DEFAULT_LISTEN), metavar="HOST:PORT",
                    help=f"address to serve on (default {DEFAULT_LISTEN}; ':9464' or '0.0.0.0:9464' for every "
                    "interface)")
+    p.add_argument("--web.config.file", dest="web_config", default=None, metavar="FILE",
+                   help="TLS and basic auth, in the format node_exporter takes (Prometheus exporter-toolkit's): "
+                   "tls_server_config, basic_auth_users (docs/deploy.md)")
     p.add_argument("-d", "--delay", type=interval_arg, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
                    help=f"refresh interval of the collector (default {DEFAULT_INTERVAL_S:g})")
     p.add_argument("--exited-grace", type=seconds_arg, default=300.0, metavar="SECONDS",
@@ -136,7 +140,16 @@ def main(argv: Sequence[str]) -> int:
     live.register(LivenessCollector(collector))             # the snapshot's age: rendered at every scrape
     host, port = args.listen
     max_age_s = stale_after(args.delay)     # two refreshes missed: the collector is stuck
-    server = make_server(host, port, registry, collector, max_age_s, live=live)   # fails before the BPF compile
+    web = None
+    if args.web_config is not None:
+        from gputop.exporter import webconfig
+
+        try:
+            web = webconfig.load(args.web_config)
+        except ValueError as e:
+            raise GputopError(str(e), "the format is Prometheus exporter-toolkit's web configuration, as node_exporter "
+                              "takes it (docs/deploy.md, \"TLS and basic auth\")", EX_USAGE) from None
+    server = make_server(host, port, registry, collector, max_age_s, live=live, web=web)   # before the BPF compile
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from promserver import Prometheus, free_port, wait_until
+from support import make_certs
 
 from gputop.feeds.fleet_client import FleetError, PromClient
 from gputop.feeds.http_config import HttpConfig, load, parse
@@ -38,26 +39,13 @@ def gputop(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, stdin=subprocess.DEVNULL)
 
 
-def _certs(d: Path) -> None:
-    """A CA and a server certificate for 127.0.0.1 signed by it, and a client certificate (openssl)."""
-    def run(*a: str) -> None:
-        subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=gputop-test-ca")
-    (d / "san").write_text("subjectAltName=IP:127.0.0.1\n")
-    for name in ("server", "client"):
-        run("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", f"{name}.crt", "-days", "2", *(["-extfile", "san"] if name == "server" else []))
-
-
 @pytest.fixture(scope="module")
 def secure_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """Prometheus serving https on loopback, basic auth (bcrypt) and client certificates verified if given."""
     if not shutil.which("prometheus"):
         pytest.skip("Debian's prometheus package is not installed (scripts/setup.sh --test installs it)")
     d = tmp_path_factory.mktemp("tls")
-    _certs(d)
+    make_certs(d)
     web = d / "web.yml"
     web.write_text(json.dumps({
         "tls_server_config": {"cert_file": str(d / "server.crt"), "key_file": str(d / "server.key"),
