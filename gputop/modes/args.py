@@ -72,6 +72,25 @@ def pid(text: str) -> int:
     return int(t)
 
 
+def size_arg(text: str) -> int:
+    """``--record-max-size``: bytes, with K, M or G (KiB, MiB, GiB), at least 64 KiB (a snapshot a line)."""
+    t = text.strip()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:].upper(), 1)
+    digits = t[:-1] if scale > 1 else t
+    if not digits.isascii() or not digits.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a size in bytes, K, M or G (256M): {text!r}")
+    size = int(digits) * scale
+    if size < 64 << 10:
+        raise argparse.ArgumentTypeError(f"must be at least 64K: {text!r}")
+    return size
+
+
+def int_arg(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) > 1000:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 1000: {text!r}")
+    return int(text)
+
+
 def pids(text: str) -> frozenset[int]:
     pids = frozenset(pid(p) for p in text.split(",") if p.strip())
     if not pids:
@@ -123,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--format", choices=("json", "table"), default=None,
                    help="batch mode output: JSON Lines (schema gputop/1) or a text table (default)")
     p.add_argument("--record", type=Path, metavar="FILE", help="also write every snapshot to FILE (JSON Lines)")
+    p.add_argument("--record-max-size", type=size_arg, default=None, metavar="SIZE",
+                   help="rotate the recording before it grows past SIZE (bytes; K, M, G: KiB, MiB, GiB): the full "
+                        "file becomes FILE.1 (FILE.2 ...), between two snapshots")
+    p.add_argument("--record-keep", type=int_arg, default=4, metavar="N",
+                   help="rotated generations kept (default 4; 0: a full recording is dropped)")
     p.add_argument("--replay", type=Path, metavar="FILE", help="show a recording instead of live data")
     p.add_argument("--baseline", type=Path, metavar="FILE",
                    help="dashboard: compare live processes against a recording")
@@ -192,6 +216,8 @@ def validate(args: argparse.Namespace) -> None:
         if not is_file:
             what = "not a file" if exists else "no such file"
             raise GputopError(f"--{name}: {what}: {path}", "give the path of a file written by --record", EX_USAGE)
+    if args.record is None and (args.record_max_size is not None or args.record_keep != 4):
+        raise GputopError("--record-max-size and --record-keep apply to --record", "add --record FILE", EX_USAGE)
     for name in ("replay", "baseline"):         # --record appends to the file being read: it would never end
         path = getattr(args, name)
         if args.record is not None and path is not None and args.record.exists() and args.record.samefile(path):

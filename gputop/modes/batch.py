@@ -22,7 +22,8 @@ from gputop.view.columns import DEFAULT_SORT
 
 def loop(refreshes: Generator[Snapshot, None, None], *, form: str = "table", sort: str = DEFAULT_SORT,
          interval_s: float | None = None, iterations: int | None = None, record: Path | None = None,
-         filters: Filters | None = None, seen: Callable[[Snapshot], None] | None = None) -> None:
+         record_rotation: tuple[int | None, int] = (None, 4), filters: Filters | None = None,
+         seen: Callable[[Snapshot], None] | None = None) -> None:
     """Print each of the first ``iterations`` (None: all) of ``refreshes``, through ``filters`` where
     the feed did not apply -p/-u itself (a recording, the fleet), as ``form`` (the table sorted
     by ``sort``; its status line says ``interval_s``, None: the snapshot's own), append it to ``record``
@@ -30,7 +31,7 @@ def loop(refreshes: Generator[Snapshot, None, None], *, form: str = "table", sor
     refreshes are closed (a feed's sources with them) however the loop ends."""
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(errors="backslashreplace")   # a non-UTF-8 locale: escapes, not a crash
-    recorder = Recorder(record) if record else None
+    recorder = Recorder(record, *record_rotation) if record else None
     try:
         try:
             for snap in islice(refreshes, iterations):
@@ -76,9 +77,10 @@ def run(args: argparse.Namespace) -> int:
     sort = args.sort or DEFAULT_SORT   # the dashboard's default; config.toml is the dashboard's, not batch's
     if args.replay:
         loop(read_recording(args.replay, notice=notice), form=form, sort=sort, iterations=args.iterations,
-             record=args.record, filters=Filters(args.pid, args.user))
+             record=args.record, record_rotation=(args.record_max_size, args.record_keep),
+             filters=Filters(args.pid, args.user))
     else:
         # the header says the interval asked for; the snapshot's interval_s is what was measured
         loop(live(args), form=form, sort=sort, interval_s=args.delay or 1.0, iterations=args.iterations,
-             record=args.record)
+             record=args.record, record_rotation=(args.record_max_size, args.record_keep))
     return EX_OK

@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
                             filters=Filters(args.pid, args.user) if args.replay else Filters(),
                             theme=args.theme, readonly=args.readonly, baseline=args.baseline,
                             baseline_pid=args.baseline_pid, record=args.record,
+                            record_max_bytes=args.record_max_size, record_keep=args.record_keep,
                             banner=tracing_off(*refusal) if refusal else None, quit_on_signals=True)
     live: Sampler | None = None
     feed: Feed

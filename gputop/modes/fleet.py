@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
                           f"use batch mode: gputop --prometheus {args.prometheus} -b -n 1 [-f json]", EX_USAGE)
     opts = DashboardOptions(interval_s=config.interval_s, sort=args.sort, filters=filters, theme=args.theme,
                             readonly=args.readonly, baseline=args.baseline, baseline_pid=args.baseline_pid,
-                            record=args.record, quit_on_signals=True)
+                            record=args.record, record_max_bytes=args.record_max_size,
+                            record_keep=args.record_keep, quit_on_signals=True)
     # the dashboard reads what its table shows (everything when recording) in a child process
     feed = FleetFeed(replace(config, table_only=not args.record, child=True))
     try:
@@ -64,7 +65,8 @@ def _batch(args: argparse.Namespace, feed: FleetFeed, filters: Filters) -> int:
 
     # FleetError ends it: the CLI prints it, exit 1
     batch.loop(feed.refreshes(threading.Event()), form=args.format or "table", sort=args.sort or DEFAULT_SORT,
-               interval_s=feed.interval_s, iterations=args.iterations, record=args.record, filters=filters,
+               interval_s=feed.interval_s, iterations=args.iterations, record=args.record,
+               record_rotation=(args.record_max_size, args.record_keep), filters=filters,
                seen=seen)
     if down is not None:
         sys.stdout.flush()

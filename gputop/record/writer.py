@@ -67,12 +67,22 @@ class Recorder:
     created mode 0600, never through a symbolic link; as root only a regular file of root's with a
     single link is written (``safefiles.open_append``): never another user's file."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, max_bytes: int | None = None, keep: int = 4) -> None:
         self.path = Path(path)
+        #: rotation (``--record-max-size``, ``--record-keep``): a line that would take the file past
+        #: ``max_bytes`` goes to a new file, the full one becoming generation 1 (``snapshots.jsonl.1``;
+        #: ``.gz``: ``snapshots.jsonl.1.gz``), ``keep`` generations kept; None: never rotated
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self.rotations = 0
         self._lock = threading.Lock()
         self._raw: IO[bytes] | None = None
+        self._file: IO[str] | None = None
+        self._open()
+        self.count = 0
+
+    def _open(self) -> None:
         try:
-            self._file: IO[str] | None
             self._file, self._raw = _open_append(self.path)
         except safefiles.UnsafePathError as e:
             raise RecordingError(
@@ -85,7 +95,39 @@ class Recorder:
                 f"cannot write recording {self.path}: {e.strerror or e}",
                 "choose a writable path for --record",
             ) from e
-        self.count = 0
+
+    def _size(self) -> int:
+        f = self._raw if self._raw is not None else self._file
+        assert f is not None
+        return os.fstat(f.fileno()).st_size
+
+    def generation(self, i: int) -> Path:
+        """The name of generation ``i`` (1: the newest full one)."""
+        if self.path.suffix == ".gz":
+            return self.path.with_name(f"{self.path.name[:-3]}.{i}.gz")
+        return self.path.with_name(f"{self.path.name}.{i}")
+
+    def _rotate(self) -> None:
+        """The full file becomes generation 1 (the oldest kept one dropped), a new one is opened: between
+        two lines, so no snapshot is lost or cut. Renames in the recording's own directory."""
+        assert self._file is not None
+        self._file.close()
+        if self._raw is not None:
+            self._raw.close()
+        self._file = self._raw = None
+        try:
+            for i in range(self.keep - 1, 0, -1):
+                if self.generation(i).exists():
+                    os.replace(self.generation(i), self.generation(i + 1))
+            if self.keep > 0:
+                os.replace(self.path, self.generation(1))
+            else:
+                os.unlink(self.path)
+        except OSError as e:
+            raise RecordingError(f"cannot rotate recording {self.path}: {e.strerror or e}",
+                                 "check the permissions of its directory") from e
+        self._open()
+        self.rotations += 1
 
     def write(self, snap: Snapshot) -> None:
         """Append ``snap``; a snapshot that covers no time (the collector's "starting" one) is
@@ -96,6 +138,10 @@ class Recorder:
         with self._lock:
             if self._file is None:
                 raise RecordingError(f"recording {self.path} is closed")
+            if self.max_bytes is not None:     # (a .gz file grows by less than the line: it rotates early)
+                size = self._size()
+                if size > 0 and size + len(line.encode()) > self.max_bytes:
+                    self._rotate()
             try:
                 self._file.write(line)
                 self._file.flush()

@@ -82,7 +82,8 @@ class GputopApp(App[int]):
         self.baseline: Baseline | None = None
         if self.options.baseline is not None:
             self.baseline = load_baseline(self.options.baseline, self.options.baseline_pid)  # RecordingError
-        self.recorder = Recorder(self.options.record) if self.options.record else None  # RecordingError
+        self.recorder = (Recorder(self.options.record, self.options.record_max_bytes, self.options.record_keep)
+                         if self.options.record else None)     # RecordingError
         super().__init__()  # (Textual removes NO_COLOR from the environment here)
         # no toast rack on any screen: a message has a line of its own that covers nothing (say); a
         # rack hidden by CSS shows anyway (Textual sets its display inline when it has notifications)

@@ -36,6 +36,9 @@ class DashboardOptions:
     baseline: Path | None = None
     #: also write every snapshot here (JSON Lines)
     record: Path | None = None
+    #: --record-max-size, --record-keep: the recording's rotation (None: never rotated)
+    record_max_bytes: int | None = None
+    record_keep: int = 4
     #: open the compare screen on these PIDs (A, B) at start (keys in the fleet view: (instance, PID))
     compare_pids: tuple[ProcKey, ProcKey] | None = None
     #: a line shown under the header

@@ -10,7 +10,6 @@ import ctypes
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -125,79 +124,17 @@ def test_the_exporter_accepts_only_what_it_listens_for() -> None:
     assert settings(EXPORTER, "IPAddressDeny") == ["any"] and settings(EXPORTER, "IPAddressAllow") == ["localhost"]
 
 
-# -- the recorder's file: root's, 0600, appended, rotated at 256 MiB ---------------------------------
+# -- the recorder's file: its own, 0600, appended, rotated in the process before 256 MiB ----------------------
 
-def rotate_script(directory: Path) -> list[str]:
-    (pre,) = settings(RECORD, "ExecStartPre")
-    assert pre.startswith("+/bin/sh -c ")
-    assert "$" not in pre and "%" not in pre           # systemd would expand them: the line runs as written
-    argv = shlex.split(pre[1:])
-    assert argv[:2] == ["/bin/sh", "-c"] and argv[2].startswith("cd /var/log ")
-    return [*argv[:2], argv[2].replace("cd /var/log ", f"cd {directory} ", 1)]
-
-
-def test_the_recording_is_appended_by_systemd_with_a_cap() -> None:
+def test_the_recording_rotates_in_the_process() -> None:
+    """No more a write failing at LimitFSIZE and a restart (a refresh lost, the totals restarted): the recorder
+    rotates its own file between two snapshots (tests/unit/test_record_rotation.py)."""
     (start,) = settings(RECORD, "ExecStart")
-    assert " -b -f json " in start and "--record" not in start      # --record truncates at every start
-    assert settings(RECORD, "StandardOutput") == ["append:/var/log/gputop-snapshots.jsonl"]
-    assert settings(RECORD, "LimitFSIZE") == ["256M"]
-    assert "-size +262143k" in settings(RECORD, "ExecStartPre")[0]   # 256 MiB = 262144 KiB
-
-
-def test_rotation_moves_a_full_or_cut_recording_and_keeps_four(tmp_path: Path) -> None:
-    script = rotate_script(tmp_path)
-    rec = tmp_path / "gputop-snapshots.jsonl"
-
-    def run() -> dict[str, bytes]:
-        subprocess.run(script, check=True, timeout=60, capture_output=True)
-        return {p.name.removeprefix("gputop-snapshots.jsonl") or "-": p.read_bytes()[:20]
-                for p in sorted(tmp_path.iterdir())}
-
-    assert run() == {}                                                  # nothing yet: nothing to do
-    rec.write_bytes(b'{"a": 1}\n')
-    assert run() == {"-": b'{"a": 1}\n'}                                # complete and small: appended to
-    rec.write_bytes(b'{"a": 1}\n{"a": 2')
-    assert run() == {".1": b'{"a": 1}\n{"a": 2'}                        # its last line cut: moved
-    for g in (2, 3, 4):
-        (tmp_path / f"gputop-snapshots.jsonl.{g}").write_bytes(b"gen%d\n" % g)
-    with rec.open("wb") as f:                                           # 256 MiB, ending in a newline
-        f.write(b"full\n")
-        f.truncate(256 * 1024 * 1024 - 1)
-        f.seek(0, os.SEEK_END)
-        f.write(b"\n")
-    assert run() == {".1": b"full\n" + bytes(15), ".2": b'{"a": 1}\n{"a": 2', ".3": b"gen2\n", ".4": b"gen3\n"}
-    rec.write_bytes(b"x" * 1000 + b"\n")
-    assert run()["-"].startswith(b"x")                                  # under the cap: left alone
-
-
-def test_at_the_cap_the_recorder_exits_1_and_what_it_wrote_replays(tmp_path: Path) -> None:
-    """The unit's LimitFSIZE, scaled down: batch mode appending to a file (as systemd hands it over)
-    fails at the cap with one error line (exit 1: Restart=on-failure starts it again, and the
-    ExecStartPre rotates the file, whose last line is cut). Its complete lines are a recording."""
-    import resource
-
-    from gputop.record import read_recording
-
-    rec = tmp_path / "gputop-snapshots.jsonl"
-    cap = 64 * 1024
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-
-    with rec.open("ab") as out:
-        res = subprocess.run([sys.executable, "-m", "gputop.cli", "-b", "-f", "json", "-d", "0.05", "--no-bpf",
-                              "--no-nvml"], stdout=out, stderr=subprocess.PIPE, text=True, timeout=120,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, preexec_fn=limit)
-    assert res.returncode == 1, res.stderr
-    lines = res.stderr.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("gputop: error:") and "File too large" in lines[0]
-    assert lines[1].startswith("hint: ")
-    assert rec.stat().st_size == cap and not rec.read_bytes().endswith(b"\n")
-    notices: list[str] = []
-    snaps = list(read_recording(rec, notice=notices.append))
-    assert len(snaps) == rec.read_bytes().count(b"\n") > 2 and len(notices) == 1
-    subprocess.run(rotate_script(tmp_path), check=True, timeout=60)
-    assert not rec.exists() and (tmp_path / "gputop-snapshots.jsonl.1").stat().st_size == cap
+    assert " -b -f json " in start
+    assert "--record /var/log/gputop-record/snapshots.jsonl --record-max-size 256M --record-keep 4" in start
+    assert settings(RECORD, "LogsDirectory") == ["gputop-record"] and settings(RECORD, "UMask") == ["0077"]
+    assert settings(RECORD, "StandardOutput") == ["null"]
+    assert not settings(RECORD, "LimitFSIZE") and not settings(RECORD, "ExecStartPre")
 
 
 # -- the exporter under the unit's seccomp filters, tracing for real ----------------------------------
