@@ -151,6 +151,12 @@ def test_p_of_no_running_process_says_so() -> None:
     assert res.returncode == 0 and "Traceback" not in res.stderr
 
 
+def test_python_m_gputop_is_the_command() -> None:
+    res = subprocess.run([sys.executable, "-m", "gputop", "--version"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    assert res.returncode == 0 and res.stdout.startswith("gputop ")
+
+
 def test_dashboard_without_terminal_is_a_usage_error() -> None:
     assert_error(gputop("--no-bpf"), 2, "the dashboard needs a terminal")
 
