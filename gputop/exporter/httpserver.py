@@ -258,7 +258,23 @@ class BoundedHTTPServer(HTTPServer):
                     return False
                 continue                                # ECONNABORTED and the like: that client left
             sock.setblocking(False)
-            if self.tls is not None:            # before any answer: a TLS client reads nothing in plain text
+            host = _host(addr)
+            with self._lock:
+                full = self._open >= limits.max_connections
+                crowded = self._by_host.get(host, 0) >= limits.max_per_address
+            if crowded:                                 # that address holds its share already
+                self._count("per-address")
+                self._turn_away(sock)
+                continue
+            if full:
+                victim = self._victim(time.monotonic())
+                if victim is None:                      # every slot is busy: refuse this one
+                    self._count("full")
+                    self._turn_away(sock)
+                    continue
+                self._count("evicted")
+                self._close(sel, victim, 503 if victim.state == _READING else None)
+            if self.tls is not None:            # its handshake comes first, done by this thread a step at a time
                 try:
                     sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
                 except (ssl.SSLError, OSError):
@@ -266,22 +282,6 @@ class BoundedHTTPServer(HTTPServer):
                     with contextlib.suppress(OSError):
                         sock.close()
                     continue
-            host = _host(addr)
-            with self._lock:
-                full = self._open >= limits.max_connections
-                crowded = self._by_host.get(host, 0) >= limits.max_per_address
-            if crowded:                                 # that address holds its share already
-                self._count("per-address")
-                self._answer_and_close(sock, 503)
-                continue
-            if full:
-                victim = self._victim(time.monotonic())
-                if victim is None:                      # every slot is busy: refuse this one
-                    self._count("full")
-                    self._answer_and_close(sock, 503)
-                    continue
-                self._count("evicted")
-                self._close(sel, victim, 503 if victim.state == _READING else None)
             with self._lock:
                 self._open += 1
                 self._by_host[host] = self._by_host.get(host, 0) + 1
@@ -404,6 +404,15 @@ class BoundedHTTPServer(HTTPServer):
         c.deadline = time.monotonic() + self.limits.linger_s
         c.drain_left = self.limits.linger_bytes
 
+    def _turn_away(self, sock: socket.socket) -> None:
+        """A connection refused at accept: 503 at once in plain HTTP; with TLS, closed (an answer needs a
+        handshake, which costs the server most of its work just when it is overloaded)."""
+        if self.tls is None:
+            self._answer_and_close(sock, 503)
+            return
+        with contextlib.suppress(OSError):
+            sock.close()
+
     def _answer_and_close(self, sock: socket.socket, code: int) -> None:
         """A last answer before closing at once: what the client sent and nobody read is read first
         (a little, without blocking), so that closing sends the answer and an end of file rather than
@@ -435,9 +444,12 @@ class BoundedHTTPServer(HTTPServer):
             self._send(sel, c)
 
     def _send(self, sel: selectors.BaseSelector, c: _Conn) -> None:
+        tls = isinstance(c.sock, ssl.SSLSocket)
         while c.out:
             try:
-                n = c.sock.send(c.out[0])
+                # TLS sends all of what it is given or nothing: a record at a time, so that progress is seen
+                # (and a retry after SSLWantWrite passes the same bytes, as OpenSSL asks)
+                n = c.sock.send(c.out[0][:TLS_RECORD] if tls else c.out[0])
             except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 return
             except OSError:
@@ -467,7 +479,7 @@ class BoundedHTTPServer(HTTPServer):
         self._conns.pop(c, None)
         self._sending.pop(c, None)
         c.out = []
-        if answer is not None:
+        if answer is not None and not c.shaking:    # mid-handshake: nothing can be said (nor worth the work)
             self._answer_and_close(c.sock, answer)
         self._release(c)
 
@@ -521,6 +533,10 @@ class BoundedHTTPServer(HTTPServer):
             self._replies.put(c)
             with contextlib.suppress(OSError):          # full: the I/O thread is already woken
                 self._waker_w.send(b"\0")
+
+
+#: what one TLS send is given: one record's plaintext
+TLS_RECORD = 16384
 
 
 def _host(addr: Any) -> str:

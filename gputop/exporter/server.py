@@ -16,12 +16,12 @@ and SIGHUP stop it cleanly: the server closes, then the collector detaches every
 from __future__ import annotations
 
 import errno
-import gzip
 import ipaddress
 import json
 import resource
 import socket
 import threading
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -129,11 +129,13 @@ class RenderCache:
         self._lock = threading.Lock()
         self._key: tuple[int, str] | None = None
         self._body = b""
-        self._gzipped: bytes | None = None      # the body compressed, once per snapshot and format
+        #: the body compressed once per snapshot and format, and the compressor as it stands after it (each
+        #: scrape compresses the live part with a copy, then flushes: one gzip stream, one trailer)
+        self._gzipped: tuple[bytes, Any] | None = None
 
     def get(self, accept: str, gzip_ok: bool = False) -> tuple[str, bytes]:
         """(content type, body) for a scraper that accepts ``accept``; ``gzip_ok``: the body gzip-compressed
-        (the snapshot's part once per snapshot, the live part at each scrape: two gzip members, one stream)."""
+        (the snapshot's part compressed once per snapshot, the live part at each scrape, in one stream)."""
         encoder, content_type = choose_encoder(accept)
         live = encoder(self._live) if self._live is not None else b""
         with self._lock:
@@ -144,13 +146,14 @@ class RenderCache:
             # what moves between refreshes (the snapshot's age) is rendered at every scrape, after the rest
             if body.endswith(b"# EOF\n") and live.endswith(b"# EOF\n"):     # OpenMetrics: one EOF, at the end
                 body = body[:-len(b"# EOF\n")]
-            if gzip_ok and self._gzipped is None:
-                self._gzipped = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
-            gzipped = self._gzipped
-        if not gzip_ok:
-            return content_type, body + live
-        assert gzipped is not None
-        return content_type, gzipped + (gzip.compress(live, compresslevel=GZIP_LEVEL, mtime=0) if live else b"")
+            if not gzip_ok:
+                return content_type, body + live
+            if self._gzipped is None:
+                co = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)      # 31: a gzip header and trailer
+                self._gzipped = co.compress(body), co
+            prefix, co = self._gzipped
+            rest = co.copy()
+        return content_type, prefix + rest.compress(live) + rest.flush()
 
 
 def make_server(host: str, port: int, registry: CollectorRegistry, collector: SnapshotCollector,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import os
 import ssl
 import threading
@@ -49,13 +50,19 @@ _CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CE
 
 
 def _bcrypt_check(password: bytes, hashed: bytes) -> bool:
-    """Whether ``password`` is the one bcrypt ``hashed`` (a malformed hash: no)."""
+    """Whether ``password`` is the one bcrypt ``hashed`` (a malformed hash: no). bcrypt reads 72 bytes of a
+    password (Go's, which exporter-toolkit uses, ignores the rest; the module refuses it: cut here)."""
     import bcrypt  # loaded when the exporter asks for a login
 
     try:
-        return bool(bcrypt.checkpw(password, hashed))
+        return bool(bcrypt.checkpw(password[:72], hashed))
     except ValueError:
         return False
+
+
+#: checked for a user that does not exist, so that an unknown user costs what a known one does (no user
+#: names told by timing): a bcrypt hash at cost 10 of a password nobody knows
+_DUMMY_HASH = b"$2b$10$N9qo8uLOickgx2ZMRZoMyeIjZAgcfl7p92ldGxad68LJZdL17lhWy"
 
 
 @dataclass
@@ -68,6 +75,8 @@ class WebConfig:
     users: Mapping[str, bytes] = field(default_factory=dict, repr=False)
     _check: Callable[[bytes, bytes], bool] | None = field(default=None, repr=False)
     _remembered: dict[bytes, None] = field(default_factory=dict, repr=False)
+    #: the remembered logins' key: a process's own, random (a memory dump holds no plain hash of a password)
+    _key: bytes = field(default_factory=lambda: os.urandom(32), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def allows(self, authorization: str | None) -> bool:
@@ -82,9 +91,12 @@ class WebConfig:
             return False
         user, sep, password = user_pass.partition(b":")
         hashed = self.users.get(user.decode("utf-8", "replace"))
-        if not sep or hashed is None or self._check is None:
+        if not sep or self._check is None:
             return False
-        key = hashlib.sha256(user_pass + b"\0" + hashed).digest()
+        if hashed is None:
+            self._check(password, _DUMMY_HASH)          # the time a known user's check takes
+            return False
+        key = hmac.new(self._key, user_pass + b"\0" + hashed, hashlib.sha256).digest()
         with self._lock:
             if key in self._remembered:
                 return True
@@ -125,6 +137,10 @@ def _mapping(doc: Mapping[str, Any], key: str, allowed: set[str], refused: froze
     return value
 
 
+def _no_passphrase() -> str:
+    raise ValueError("tls_server_config: an encrypted key (give the key without a passphrase)")
+
+
 def _tls_context(tls: Mapping[str, Any], base: Path) -> ssl.SSLContext:
     if not tls.get("cert_file") or not tls.get("key_file"):
         raise ValueError("tls_server_config: cert_file and key_file are needed")
@@ -140,7 +156,7 @@ def _tls_context(tls: Mapping[str, Any], base: Path) -> ssl.SSLContext:
             raise ValueError(f"tls_server_config.{bound}: one of {', '.join(_VERSIONS)}")
         setattr(ctx, attr, _VERSIONS[value])
     try:
-        ctx.load_cert_chain(cert, key)
+        ctx.load_cert_chain(cert, key, password=_no_passphrase)
     except ssl.SSLError as e:
         raise ValueError(f"tls_server_config: the certificate and key do not load: {e.reason or e}") from None
     kind = tls.get("client_auth_type", "NoClientCert")

@@ -63,8 +63,11 @@ class PromClient:
         self.url = url
         self.timeout_s = timeout_s
         #: --http.config.file: its headers go with every request, its TLS settings to https:// URLs
-        self._headers = dict(http.headers) if http else {}
-        self._context = http.ssl_context() if http and url.startswith("https:") else None
+        # (a header given several values is sent once, its values joined, as HTTP reads a list)
+        self._headers: dict[str, str] = {}
+        for name, value in http.headers if http else ():
+            self._headers[name] = f"{self._headers[name]}, {value}" if name in self._headers else value
+        self._context = http.ssl_context() if http and urllib.parse.urlsplit(url).scheme == "https" else None
         self._config_path = http.path if http else None
         #: queries sent (tests and the benchmark count them)
         self.queries = 0
@@ -75,7 +78,9 @@ class PromClient:
             self.queries += 1
         data = urllib.parse.urlencode(params).encode()
         req = urllib.request.Request(self.url + path, data=data, method="POST",
-                                     headers={**self._headers, "Content-Type": "application/x-www-form-urlencoded"})
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        for name, value in self._headers.items():   # the login never follows a redirect to another host
+            req.add_unredirected_header(name, value)
         where = f"Prometheus at {self.url}"
         slow = FleetError("slow", f"{where} did not answer within {self.timeout_s:g} s",
                           "check Prometheus's load (its /metrics, the query log) or narrow --match / --node")

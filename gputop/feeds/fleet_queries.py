@@ -108,7 +108,7 @@ def check_url(text: str) -> str:
     if u.username is not None or u.password is not None:     # the secret itself stays out of the message
         raise ValueError(f"a user name or password in --prometheus's URL ({u.scheme}://…@{u.hostname}) is not "
                          "used: they would show in ps; give them in --http.config.file (basic_auth)")
-    return text.strip().rstrip("/")
+    return urllib.parse.urlunsplit(u._replace(scheme=u.scheme.lower())).rstrip("/")
 
 
 # ---------------------------------------------------------------- the queries of a refresh

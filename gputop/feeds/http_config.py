@@ -70,15 +70,20 @@ class HttpConfig:
         return ctx
 
 
+def _no_passphrase() -> str:
+    """An encrypted key would make OpenSSL ask for its passphrase on the terminal: refused instead."""
+    raise ValueError("tls_config: an encrypted key (give the key without a passphrase)")
+
+
 def _load_chain(ctx: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
     """A client certificate and key given as text: ``ssl`` loads them from files only, so from a file of
     this process's own, readable by its user alone, deleted at once (the descriptor's path in /proc)."""
-    fd = os.memfd_create("gputop-client-cert", 0) if hasattr(os, "memfd_create") else None
+    fd = os.memfd_create("gputop-client-cert", os.MFD_CLOEXEC) if hasattr(os, "memfd_create") else None
     if fd is None:
         raise ValueError("tls_config: a client certificate needs Linux (memfd_create)")
     try:
         os.write(fd, (cert_pem.rstrip("\n") + "\n" + key_pem).encode())
-        ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=_no_passphrase)
     except ssl.SSLError as e:
         raise ValueError(f"tls_config: the client certificate and key do not load: {e.reason or e}") from None
     finally:
@@ -133,6 +138,8 @@ def _one(section: Mapping[str, Any], inline: str, file: str, base: Path, where: 
 def _header_value(v: str, name: str) -> str:
     if any(c in v for c in "\r\n\0"):
         raise ValueError(f"http_headers.{name}: a value holds a line break")
+    if not v.isascii():
+        raise ValueError(f"http_headers.{name}: a value is not ASCII")
     return v
 
 
@@ -152,7 +159,9 @@ def parse(doc: object, base: Path, path: str = "") -> HttpConfig:
     basic = _section(doc, "basic_auth", _BASIC)
     authz = _section(doc, "authorization", _AUTHORIZATION)
     bearer = _one(doc, "bearer_token", "bearer_token_file", base, "bearer_token")
-    if sum(bool(x) for x in (basic, authz, bearer)) > 1:
+    if bearer is not None and not bearer:
+        raise ValueError("bearer_token: empty")
+    if sum(x is not None and x != {} for x in (basic or None, authz or None, bearer)) > 1:
         raise ValueError("at most one of basic_auth, authorization and bearer_token")
     if basic:
         user = _one(basic, "username", "username_file", base, "basic_auth") or ""
@@ -160,6 +169,7 @@ def parse(doc: object, base: Path, path: str = "") -> HttpConfig:
         if not user:
             raise ValueError("basic_auth: a username is needed")
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        _header_value(f"{user}:{password}", "Authorization")
         headers.append(("Authorization", f"Basic {token}"))
     if authz:
         kind = str(authz.get("type") or "Bearer")
@@ -169,7 +179,7 @@ def parse(doc: object, base: Path, path: str = "") -> HttpConfig:
         if not credentials:
             raise ValueError("authorization: credentials or credentials_file is needed")
         headers.append(("Authorization", f"{kind} {_header_value(credentials, 'Authorization')}"))
-    if bearer:
+    if bearer is not None:
         headers.append(("Authorization", f"Bearer {_header_value(bearer, 'Authorization')}"))
     extra = doc.get("http_headers")
     if extra is not None:

@@ -188,11 +188,6 @@ def validate(args: argparse.Namespace) -> None:
         raise GputopError("-f only applies to batch mode", f"add -b: gputop -b -f {args.format}", EX_USAGE)
     if args.user is not None:
         args.user = user(args.user, replay=args.replay is not None)
-    if args.pid and args.replay is None and args.prometheus is None:
-        gone = sorted(p for p in args.pid if not Path(f"/proc/{p}").exists())
-        if len(gone) == len(args.pid):      # none of them runs here: nothing could ever be shown
-            raise GputopError(f"no such process: {', '.join(map(str, gone))}",
-                              "-p takes PIDs of processes running on this host (ps -e lists them)")
     if args.sort is not None and args.sort not in SORT_KEYS:
         raise GputopError(f"unknown sort column {args.sort!r}", f"choose one of: {', '.join(SORT_KEYS)}", EX_USAGE)
     if args.theme is not None:
@@ -218,6 +213,9 @@ def validate(args: argparse.Namespace) -> None:
             raise GputopError(f"--{name}: {what}: {path}", "give the path of a file written by --record", EX_USAGE)
     if args.record is None and (args.record_max_size is not None or args.record_keep != 4):
         raise GputopError("--record-max-size and --record-keep apply to --record", "add --record FILE", EX_USAGE)
+    if args.record_keep != 4 and args.record_max_size is None:
+        raise GputopError("--record-keep applies to a recording rotated by --record-max-size",
+                          "add --record-max-size SIZE (256M)", EX_USAGE)
     for name in ("replay", "baseline"):         # --record appends to the file being read: it would never end
         path = getattr(args, name)
         if args.record is not None and path is not None and args.record.exists() and args.record.samefile(path):
@@ -225,6 +223,23 @@ def validate(args: argparse.Namespace) -> None:
                               "record into another file", EX_USAGE)
     if args.iterations is not None and not args.batch:
         raise GputopError("-n only applies to batch mode", "add -b: gputop -b -n 5", EX_USAGE)
+    if args.pid and args.replay is None and args.prometheus is None:
+        gone = sorted(p for p in args.pid if not _is_process(p))
+        if len(gone) == len(args.pid):      # none of them runs here: nothing could ever be shown
+            raise GputopError(f"no such process: {', '.join(map(str, gone))}",
+                              "-p takes PIDs of processes running on this host (ps -e lists them)")
+
+
+def _is_process(pid: int) -> bool:
+    """Whether ``pid`` is a process here (/proc/PID also answers for a thread's id: its Tgid says which)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f.read(4096).splitlines():
+                if line.startswith(b"Tgid:"):
+                    return int(line.split()[1]) == pid
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
 
 
 def fleet_wanted(args: argparse.Namespace) -> bool:

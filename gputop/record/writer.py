@@ -115,6 +115,7 @@ class Recorder:
         if self._raw is not None:
             self._raw.close()
         self._file = self._raw = None
+        failed: OSError | None = None
         try:
             for i in range(self.keep - 1, 0, -1):
                 if self.generation(i).exists():
@@ -123,10 +124,14 @@ class Recorder:
                 os.replace(self.path, self.generation(1))
             else:
                 os.unlink(self.path)
+        except FileNotFoundError:
+            pass                        # the recording was moved away meanwhile: a new one starts all the same
         except OSError as e:
-            raise RecordingError(f"cannot rotate recording {self.path}: {e.strerror or e}",
-                                 "check the permissions of its directory") from e
-        self._open()
+            failed = e
+        self._open()                    # whatever happened: recording goes on (appended, when not moved)
+        if failed is not None:
+            raise RecordingError(f"cannot rotate recording {self.path}: {failed.strerror or failed}",
+                                 "check the permissions of its directory") from failed
         self.rotations += 1
 
     def write(self, snap: Snapshot) -> None:

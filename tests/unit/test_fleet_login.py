@@ -210,6 +210,8 @@ def test_a_bearer_token_and_a_tenant_header_through_a_real_reverse_proxy(tmp_pat
     ("http_headers: {Authorization: {values: [x]}}\n", "Authorization is set by the client itself"),
     ("http_headers: {X-Tenant: {values: [\"a\\r\\nInjected: 1\"]}}\n", "holds a line break"),
     ("follow_redirects: false\n", "follow_redirects: false is not supported"),
+    ("bearer_token: ''\n", "bearer_token: empty"),
+    ("http_headers: {X-Tenant: {values: [\"caf\u00e9\"]}}\n", "is not ASCII"),
     ("frobnicate: 1\n", "unknown field 'frobnicate'"),
     ("- a\n- b\n", "expected a mapping"),
     ("basic_auth: [\n", "not YAML at line"),
@@ -220,6 +222,33 @@ def test_a_config_is_held_to_the_format_and_names_the_field(tmp_path: Path, text
     with pytest.raises(ValueError) as e:
         load(str(path))
     assert message in str(e.value) and "c.yml" in str(e.value)
+
+
+def test_a_header_of_several_values_is_sent_once_with_them_all_and_never_redirected() -> None:
+    """X-Scope-OrgID of two tenants (Mimir's federation) is one header "a, b"; the login is an unredirected
+    header (urllib does not carry it to the host a redirect names)."""
+    cfg = parse({"http_headers": {"X-Scope-OrgID": {"values": ["team-a", "team-b"]}},
+                 "authorization": {"credentials": "t"}}, Path("."))
+    client = PromClient("https://prom.example", 5, cfg)
+    assert client._headers == {"Authorization": "Bearer t", "X-Scope-OrgID": "team-a, team-b"}
+    sent: list[urllib.request.Request] = []
+
+    class Capture(urllib.request.BaseHandler):
+        handler_order = 100                     # before urllib's own HTTPS handler
+
+        def https_open(self, req: urllib.request.Request) -> None:
+            sent.append(req)
+            raise urllib.error.URLError("captured")
+    import gputop.feeds.bounded_http as bh
+    opener = bh.opener
+    try:
+        bh.opener = lambda *a, **k: urllib.request.build_opener(Capture)  # type: ignore[assignment]
+        with pytest.raises(FleetError):
+            client.query("up", 0)
+    finally:
+        bh.opener = opener  # type: ignore[assignment]
+    (req,) = sent
+    assert req.unredirected_hdrs.get("Authorization") == "Bearer t" and "Authorization" not in req.headers
 
 
 def test_headers_each_form_gives() -> None:

@@ -57,11 +57,27 @@ def test_a_compressed_recording_rotates_as_name_N_gz(tmp_path: Path) -> None:
     assert got == [s.time for s in snaps]
 
 
+def test_a_recording_moved_away_meanwhile_starts_anew(tmp_path: Path) -> None:
+    snaps = list(read_recording(SCENARIO))[:6]
+    one = len((SCENARIO.read_text().splitlines()[0] + "\n").encode())
+    with Recorder(tmp_path / "r.jsonl", max_bytes=2 * one + one // 2, keep=2) as r:
+        r.write(snaps[0])
+        (tmp_path / "r.jsonl").rename(tmp_path / "elsewhere.jsonl")     # logrotate, or a person
+        for s in snaps[1:]:
+            r.write(s)
+    # the first went with the file moved away; from the next on, every snapshot once, in order
+    moved = [s.time for s in read_recording(tmp_path / "elsewhere.jsonl")]
+    here = [s.time for f in ("r.jsonl.2", "r.jsonl.1", "r.jsonl") if (tmp_path / f).exists()
+            for s in read_recording(tmp_path / f)]
+    assert moved[0] == snaps[0].time and moved + here == [s.time for s in snaps]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--record-max-size", "1M"], "--record-max-size and --record-keep apply to --record"),
     (["--record", "x.jsonl", "--record-max-size", "10"], "must be at least 64K"),
     (["--record", "x.jsonl", "--record-max-size", "12Q"], "expected a size in bytes"),
     (["--record", "x.jsonl", "--record-keep", "-1"], "expected a whole number from 0 to 1000"),
+    (["--record", "x.jsonl", "--record-keep", "2"], "--record-keep applies to a recording rotated"),
 ])
 def test_rotation_options_are_checked(args: list[str], message: str) -> None:
     res = subprocess.run([sys.executable, "-m", "gputop.cli", "-b", "-n", "1", "--no-bpf", "--no-nvml", *args],
