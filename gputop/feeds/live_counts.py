@@ -36,10 +36,15 @@ def counts(raw: RawProc, base: RawProc | None, uvm_cpu: bool) -> Counts:
 
     def pairs(q: Quantity) -> dict[str, CallBytes]:
         calls, nbytes = getattr(raw, f"{q.bpf}_calls"), getattr(raw, f"{q.bpf}_bytes")
+        if q.sparse is not None and not any(calls):
+            return {}           # a family most processes never use (NCCL): none of its directions, not 0s
         bcalls = getattr(base, f"{q.bpf}_calls") if base else None
         bbytes = getattr(base, f"{q.bpf}_bytes") if base else None
-        return {n: CallBytes(calls[i] - (bcalls[i] if bcalls else 0), nbytes[i] - (bbytes[i] if bbytes else 0))
-                for i, n in enumerate(q.directions)}
+        out = {n: CallBytes(calls[i] - (bcalls[i] if bcalls else 0), nbytes[i] - (bbytes[i] if bbytes else 0))
+               for i, n in enumerate(q.directions)}
+        if q.sparse is not None:    # only the directions (NCCL operations) the process used
+            out = {n: cb for i, (n, cb) in enumerate(out.items()) if calls[i]}
+        return out
 
     def value(q: Quantity) -> int | float | dict[str, CallBytes] | None:
         if q.bpf is None or (q.needs_fault_tracepoint and not uvm_cpu):
@@ -64,7 +69,7 @@ def zero_counts(uvm_cpu: bool, complete: bool) -> Counts:
         if q.bpf is None or (q.needs_fault_tracepoint and not uvm_cpu):
             return None
         if q.directions:
-            return dict.fromkeys(q.directions, CallBytes(0, 0))
+            return {} if q.sparse is not None else dict.fromkeys(q.directions, CallBytes(0, 0))
         if q.kind is Kind.GAUGE and not complete:
             return None     # as counts: unknown if it ran CUDA before
         return 0 if q.integral else 0.0

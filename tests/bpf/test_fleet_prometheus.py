@@ -83,7 +83,7 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
             ("node-a", 0, 412.345, 87.0), ("node-b", 0, 412.345, 87.0)]
         assert snap.sources["prometheus"].status == "ok" and snap.sources["bpf"].status == "ok"
         # a fixed number of queries: one per metric family, whatever the processes and nodes
-        assert per_refresh == 4 + 2 * 23
+        assert per_refresh == 4 + 2 * 32
 
         # the dashboard's reading, in a child process: the table's families for every process (14 queries
         # and the build info), everything for the watched ones, equal to batch mode's reading at one instant

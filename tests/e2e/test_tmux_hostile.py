@@ -58,13 +58,14 @@ def styled(t: TmuxSession) -> str:
 def test_hostile_name_and_kernel_in_the_dashboard(workloads, tmp_path: Path) -> None:
     wl_path = hostile_workload(workloads.dynamic, tmp_path)
     short = Path(tempfile.mkdtemp(prefix="g", dir="/tmp"))      # a short command line: it fits its column whole
-    # (264 columns: every column shows, TIME+, RSS and %MEM too, and the command still fits whole)
+    # (290 columns: every column shows, MSET/s, NCCL/s, NCCL B/s, TIME+, RSS and %MEM too, and the command still
+    # fits whole)
     go = short / "go"
     wl = subprocess.Popen([str(wl_path), "--wait", str(go), "launch:3000:40,2,1:128,1,1:2", "sleep:60000"],
                           stdout=subprocess.PIPE)
     try:
         assert wl.stdout is not None and wl.stdout.readline().startswith(b"ready")
-        with TmuxSession([sys.executable, "-m", "gputop.cli", "--no-nvml", "-p", str(wl.pid)], width=264,
+        with TmuxSession([sys.executable, "-m", "gputop.cli", "--no-nvml", "-p", str(wl.pid)], width=290,
                          env={"XDG_CONFIG_HOME": str(tmp_path / "config")}, cwd=ROOT) as t:
             t.wait_for(lambda s: f"{wl.pid} " in s and COMM_SHOWN in s, timeout=30)   # listed: probes attached
             go.touch()
