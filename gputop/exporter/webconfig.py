@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: the most read of the config file and of the files it names
-MAX_FILE_BYTES = 1 << 20
+from gputop import yamlconfig
+
 #: logins remembered after a successful check (a bounded set: a client inventing passwords fills nothing,
 #: only successes are kept)
 MAX_REMEMBERED = 64
@@ -109,32 +109,9 @@ class WebConfig:
         return True
 
 
-def _file(base: Path, name: object, what: str) -> Path:
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{what}: expected a file name")
-    path = Path(name) if os.path.isabs(name) else base / name
-    try:
-        with open(path, "rb") as f:
-            if len(f.read(MAX_FILE_BYTES + 1)) > MAX_FILE_BYTES:
-                raise ValueError(f"{what}: {str(path)!a} is larger than {MAX_FILE_BYTES >> 20} MiB")
-    except OSError as e:
-        raise ValueError(f"{what}: cannot read {str(path)!a}: {e.strerror}") from None
-    return path
-
-
 def _mapping(doc: Mapping[str, Any], key: str, allowed: set[str], refused: frozenset[str] = frozenset()) -> dict[
         str, Any]:
-    value = doc.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{key}: expected a mapping")
-    for k in value:
-        if k in refused:
-            raise ValueError(f"{key}.{k} is not supported by gputop's exporter")
-        if k not in allowed:
-            raise ValueError(f"{key}: unknown field {str(k)!a}")
-    return value
+    return yamlconfig.section(doc, key, allowed, refused, who="gputop's exporter")
 
 
 def _no_passphrase() -> str:
@@ -144,8 +121,8 @@ def _no_passphrase() -> str:
 def _tls_context(tls: Mapping[str, Any], base: Path) -> ssl.SSLContext:
     if not tls.get("cert_file") or not tls.get("key_file"):
         raise ValueError("tls_server_config: cert_file and key_file are needed")
-    cert = _file(base, tls["cert_file"], "tls_server_config.cert_file")
-    key = _file(base, tls["key_file"], "tls_server_config.key_file")
+    cert = yamlconfig.named_file(base, tls["cert_file"], "tls_server_config.cert_file")
+    key = yamlconfig.named_file(base, tls["key_file"], "tls_server_config.key_file")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     for bound, attr, default in (("min_version", "minimum_version", "TLS12"), ("max_version", "maximum_version",
                                                                              None)):
@@ -170,7 +147,8 @@ def _tls_context(tls: Mapping[str, Any], base: Path) -> ssl.SSLContext:
         if not tls.get("client_ca_file"):
             raise ValueError(f"tls_server_config: client_auth_type {kind} needs client_ca_file")
         try:
-            ctx.load_verify_locations(_file(base, tls["client_ca_file"], "tls_server_config.client_ca_file"))
+            ctx.load_verify_locations(yamlconfig.named_file(base, tls["client_ca_file"],
+                                                            "tls_server_config.client_ca_file"))
         except ssl.SSLError as e:
             raise ValueError(f"tls_server_config.client_ca_file does not load: {e.reason or e}") from None
     elif tls.get("client_ca_file"):
@@ -204,23 +182,4 @@ def parse(doc: object, base: Path, path: str = "") -> WebConfig:
 
 def load(path: str) -> WebConfig:
     """The configuration in file ``path``; ValueError says what is wrong."""
-    import yaml
-
-    p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"--web.config.file {path!a}: cannot read it: {e.strerror}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"--web.config.file {path!a}: larger than {MAX_FILE_BYTES >> 20} MiB")
-    try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ValueError(f"--web.config.file {path!a}: not YAML"
-                         f"{f' at line {mark.line + 1}' if mark is not None else ''}") from None
-    try:
-        return parse(doc, p.resolve().parent, path)
-    except ValueError as e:
-        raise ValueError(f"--web.config.file {path!a}: {e}") from None
+    return yamlconfig.load(path, "--web.config.file", lambda doc, base: parse(doc, base, path))

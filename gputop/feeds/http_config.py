@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: the most read of the config file and of each file it names (a secret, a certificate)
-MAX_FILE_BYTES = 1 << 20
+from gputop import yamlconfig
 
 #: the settings of Prometheus' HTTP client configuration gputop implements, and those it refuses
 _TOP = {"basic_auth", "authorization", "bearer_token", "bearer_token_file", "tls_config", "http_headers",
@@ -90,34 +89,8 @@ def _load_chain(ctx: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
         os.close(fd)
 
 
-def _read(base: Path, name: object, what: str) -> str:
-    """A file the config names (relative: to the config's directory), read once and bounded; its text."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{what}: expected a file name")
-    path = Path(name) if os.path.isabs(name) else base / name
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"{what}: cannot read {str(path)!a}: {e.strerror}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"{what}: {str(path)!a} is larger than {MAX_FILE_BYTES >> 20} MiB")
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        raise ValueError(f"{what}: {str(path)!a} is not UTF-8 text") from None
-
-
 def _section(doc: Mapping[str, Any], key: str, allowed: set[str]) -> dict[str, Any]:
-    value = doc.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{key}: expected a mapping")
-    unknown = sorted(str(k) for k in value if k not in allowed)
-    if unknown:
-        raise ValueError(f"{key}: unknown field {unknown[0]!a} (fields: {', '.join(sorted(allowed))})")
-    return value
+    return yamlconfig.section(doc, key, allowed, who="gputop's fleet view")
 
 
 def _one(section: Mapping[str, Any], inline: str, file: str, base: Path, where: str) -> str | None:
@@ -126,7 +99,7 @@ def _one(section: Mapping[str, Any], inline: str, file: str, base: Path, where: 
     if section.get(inline) is not None and section.get(file) is not None:
         raise ValueError(f"{where}: at most one of {inline} and {file}")
     if section.get(file) is not None:
-        return _read(base, section[file], f"{where}.{file}").strip()
+        return yamlconfig.read_text(base, section[file], f"{where}.{file}").strip()
     value = section.get(inline)
     if value is None:
         return None
@@ -198,7 +171,8 @@ def parse(doc: object, base: Path, path: str = "") -> HttpConfig:
                 if not isinstance(items, list):
                     raise ValueError(f"http_headers.{name}.{part}: expected a list")
                 for item in items:
-                    v = _read(base, item, f"http_headers.{name}.files").strip() if part == "files" else str(item)
+                    v = (yamlconfig.read_text(base, item, f"http_headers.{name}.files").strip() if part == "files"
+                         else str(item))
                     headers.append((name, _header_value(v, name)))
     if isinstance(doc.get("tls_config"), dict) and "server_name" in doc["tls_config"]:
         raise ValueError("tls_config.server_name is not supported by gputop's fleet view (the URL's host is the "
@@ -230,17 +204,4 @@ def parse(doc: object, base: Path, path: str = "") -> HttpConfig:
 
 def load(path: str) -> HttpConfig:
     """The configuration in file ``path`` (YAML), its secrets read; ValueError says what is wrong."""
-    import yaml  # the fleet view's only YAML: loaded when a config is given
-
-    p = Path(path)
-    text = _read(Path("."), str(p), "--http.config.file")
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ValueError(f"--http.config.file {path!a}: not YAML{where}") from None
-    try:
-        return parse(doc, p.resolve().parent, path)
-    except ValueError as e:
-        raise ValueError(f"--http.config.file {path!a}: {e}") from None
+    return yamlconfig.load(path, "--http.config.file", lambda doc, base: parse(doc, base, path))
