@@ -594,3 +594,14 @@ def test_narrow_layout_scrolls_and_never_hides_the_sort_column() -> None:
     assert far.cols[-1][0].key == "mem" and not far.hidden_right and far.hidden_left
     assert [c.key for c, _ in far.cols[-7:]] == ["launch_bound", "memset", "nccl", "nccl_bytes", "cpu_time", "rss",
                                                  "mem"]
+
+
+def test_a_gpu_name_drops_its_vendor_words_before_it_is_cut() -> None:
+    """Issue 35: at 80 columns ``NVIDIA H100 80GB HBM3`` read ``NVIDIA H100 8…``; the model's words go last."""
+    from gputop.ui.widgets.gpu_panel import gpu_name
+
+    assert gpu_name("NVIDIA H100 80GB HBM3", 14) == "H100 80GB HBM3"
+    assert gpu_name("NVIDIA H100 80GB HBM3", 22) == "NVIDIA H100 80GB HBM3"
+    assert gpu_name("NVIDIA GeForce RTX 4090", 14) == "RTX 4090"
+    assert gpu_name("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 14) == "RTX PRO 6000 …"
+    assert gpu_name("H200", 14) == "H200"

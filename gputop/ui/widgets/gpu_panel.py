@@ -47,6 +47,18 @@ def _bar(label: str, fraction: float | None, value: str, style: str, width: int)
 WIDE = 134
 
 
+#: vendor words a GPU's name starts with, dropped first where the name does not fit (``NVIDIA H100 80GB HBM3``:
+#: ``H100 80GB HBM3``, whole at 14 cells, where it read ``NVIDIA H100 8…``)
+_VENDOR_WORDS = ("NVIDIA ", "Tesla ", "GeForce ", "Quadro ")
+
+
+def gpu_name(name: str, width: int) -> str:
+    """A GPU's name in ``width`` cells: whole where it fits, else without its vendor words, then cut (``…``)."""
+    while len(name) > width and name.startswith(_VENDOR_WORDS):
+        name = name.split(" ", 1)[1]
+    return fmt.fit(name, width)
+
+
 def gpu_pieces(g: GpuSample, width: int) -> list[Content]:
     """A GPU's fields as pieces; narrow panels get shorter names and bars, then wrap (never cut)."""
     wide = width >= WIDE
@@ -54,7 +66,7 @@ def gpu_pieces(g: GpuSample, width: int) -> list[Content]:
     util = None if g.util_pct is None else g.util_pct / 100
     mem = fmt.fraction(g.mem_used_bytes, g.mem_total_bytes)
     name_w = 22 if wide else 14
-    name = fmt.fit(fmt.text(g.name or "GPU"), name_w)
+    name = gpu_name(fmt.text(g.name or "GPU"), name_w)
     mem_text = f"{fmt.bytes_(g.mem_used_bytes)}/{fmt.bytes_(g.mem_total_bytes)}"
     power = f"{fmt.num(g.power_w)}/{fmt.num(g.power_limit_w)}W"
     temp = "N/A" if g.temp_c is None else f"{g.temp_c:.0f}°C"
