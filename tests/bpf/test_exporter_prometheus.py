@@ -152,8 +152,8 @@ def test_exporter_errors_are_one_line_with_a_hint() -> None:
     finally:
         rc, _ = first.stop()
     assert rc == 0
-    for argv, msg in ((["--listen", "nohost"], "argument --listen: expected HOST:PORT"),
-                      (["--listen", "127.0.0.1:70000"], "argument --listen: expected HOST:PORT"),
+    listen = "argument --listen/--web.listen-address: expected HOST:PORT"     # (exporter-toolkit's name too)
+    for argv, msg in ((["--listen", "nohost"], listen), (["--web.listen-address", "127.0.0.1:70000"], listen),
                       (["--exited-grace", "nan"], "argument --exited-grace: must be between"),
                       (["--kernel-metrics", "21"], "--kernel-metrics 21: gputop keeps the top 20")):
         res = subprocess.run([*GPUTOP, "exporter", *argv], capture_output=True, text=True, timeout=60,
