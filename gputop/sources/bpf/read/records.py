@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop import latency
-from gputop.counters import BPF_MEMBERS
+from gputop.counters import BPF_MEMBERS, PROC
 from gputop.sources.bpf.common.abi import NB, NDIR
 from gputop.sources.bpf.lifecycle.procid import gen_of, pid_of
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
@@ -21,6 +21,9 @@ from gputop.sources.bpf.read.readings import RawKernel, RawProc
 NAMED_KERNELS = 20    # kernels named per process and refresh (the ones shown)
 
 _SCALARS = BPF_MEMBERS     # the scalar members of struct proc_t read per process (gputop/counters.py)
+#: the arrays of struct proc_t the catalogue's paired quantities count in (memcpy_calls, memcpy_bytes,
+#: prefetch_..., nccl_...): ``RawProc``'s fields of the same names
+_PAIRED_ARRAYS = tuple(f"{q.bpf}_{part}" for q in PROC if q.paired and q.bpf for part in ("calls", "bytes"))
 
 
 class Records:
@@ -47,13 +50,11 @@ class Records:
             counters["launches"] += int(kv.launches)
             counters["grid_sum"] += int(kv.grid_sum)
             counters["block_sum"] += int(kv.block_sum)
+        arrays: dict[str, Any] = {a: tuple(int(x) for x in getattr(v, a)) for a in _PAIRED_ARRAYS}
         return RawProc(
             pid=pid,
             counters=counters,
-            memcpy_calls=tuple(int(x) for x in v.memcpy_calls),
-            memcpy_bytes=tuple(int(x) for x in v.memcpy_bytes),
-            prefetch_calls=tuple(int(x) for x in v.prefetch_calls),
-            prefetch_bytes=tuple(int(x) for x in v.prefetch_bytes),
+            **arrays,
             grid_hist=kernels.grid_hist(me, v.grid_hist),
             block_hist=kernels.block_hist(me, v.block_hist),
             copy_hist=tuple(tuple(int(x) for x in v.copy_hist[d * NB:(d + 1) * NB]) for d in range(NDIR)),
@@ -62,8 +63,6 @@ class Records:
             comm=bytes(v.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
             complete=pid not in self._procs.partial,
             sync_hist=self.sync_hist(me) if int(v.sync_calls) else {},
-            nccl_calls=tuple(int(x) for x in v.nccl_calls),
-            nccl_bytes=tuple(int(x) for x in v.nccl_bytes),
             nccl_comm=(int(v.nccl_nranks), int(v.nccl_rank)) if int(v.nccl_comms) else None,
         )
 
