@@ -17,11 +17,12 @@ static __always_inline void count_dropped(u32 what, u64 n) {
         __sync_fetch_and_add(d, n);
 }
 
-// a run of a uprobe program: HIT_ENTRY or HIT_RETURN
-static __always_inline void count_hit(u32 kind) {
-    u64 *n = hits.lookup(&kind);
+// a run of a uprobe program: HIT_ENTRY or HIT_RETURN; the CPU's counters of that kind (launches: sites.bpf.h)
+static __always_inline struct hit_t *count_hit(u32 kind) {
+    struct hit_t *n = hits.lookup(&kind);
     if (n)
-        (*n)++;
+        n->runs++;
+    return n;
 }
 
 static __always_inline u32 current_tgid(void) {

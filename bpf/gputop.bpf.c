@@ -12,6 +12,7 @@
 //   names.bpf.h     kernel names: registrations, captured names, handles and what they stand for
 //   graph.bpf.h     kernels inside CUDA graphs: contents, graph calls read at return
 //   capture.bpf.h   stream captures: streams that record into a graph instead of running
+//   sites.bpf.h     call sites: sampled launches' Python stacks (or native callers)
 //   launch.bpf.h    kernel and graph launches: the launch slots (the fast path), the kernels table
 //   alloc.bpf.h     allocations, frees and the ranges they leave (which memory an address is)
 //   copy.bpf.h      memory copies by direction, one call or a batch
@@ -106,7 +107,18 @@ BPF_ARRAY(dropped, u64, NDROP);
 BPF_RINGBUF_OUTPUT(events, EVENT_PAGES);
 // Probe hits, exact and cheap: every uprobe program counts its run here (a per-CPU add), so user space
 // has the hits of each refresh interval; their cost is sampled (gputop/sources/bpf/cost/selfcost.py).
-BPF_PERCPU_ARRAY(hits, u64, HIT_RETURN + 1);            // [HIT_ENTRY], [HIT_RETURN]
+BPF_PERCPU_ARRAY(hits, struct hit_t, HIT_RETURN + 1);    // [HIT_ENTRY], [HIT_RETURN]
+
+// call sites (sites.bpf.h): each process's CPython (user space writes it), each thread's thread state,
+// the sampled stacks and their samples by kernel (charged to the process's owner as SH_CALL_SITES), the
+// sampling period ([0]; 0: off) and what the walks cost ([0] ns, [1] walks)
+BPF_HASH(py_procs, u64, struct pyproc_t, MAX_PROCS);    // key: pkey(tgid)
+BPF_TABLE("lru_hash", u64, u64, py_threads, MAX_THREADS);   // pid_tgid -> its PyThreadState
+BPF_F_TABLE("hash", struct tkey_t, struct pystack_t, py_stacks, MAX_STACKS, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct site_key_t, u64, py_sites, MAX_SITES, BPF_F_NO_PREALLOC);
+BPF_ARRAY(site_period, u64, 1);
+BPF_PERCPU_ARRAY(site_cost, u64, 2);
+BPF_PERCPU_ARRAY(stack_scratch, struct stack_scratch_t, 1);
 
 // A PID is one process only until that process exits, and the kernel may give it to a new process
 // before user space has read the old one's last counts (a busy host, a refresh seconds long). So a
@@ -136,6 +148,7 @@ BPF_TABLE("lru_hash", u64, struct pending_t, pend_graph, MAX_THREADS);
 #include "names.bpf.h"
 #include "graph.bpf.h"
 #include "capture.bpf.h"
+#include "sites.bpf.h"
 #include "launch.bpf.h"
 #include "alloc.bpf.h"
 #include "copy.bpf.h"

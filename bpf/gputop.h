@@ -21,7 +21,9 @@
     !defined(SLAT_MIN_LOG2) || !defined(SLAT_MAX_LOG2) || !defined(SLAT_SUB_BITS) || !defined(NSYNC) || \
     !defined(SYNC_DEVICE) || !defined(SYNC_CONTEXT) || !defined(NNCCL) || !defined(NCCL_DTYPES) || \
     !defined(NCCL_DTYPE_LOG2) || !defined(NCCL_ALLREDUCE) || !defined(NCCL_RECV) || !defined(NCCL_SUCCESS) || \
-    !defined(NCCL_IN_PROGRESS)
+    !defined(NCCL_IN_PROGRESS) || !defined(STACK_DEPTH) || !defined(STACK_SKIP) || !defined(PY_THREADS) || \
+    !defined(FRAME_WINDOW) || !defined(NO_OFFSET) || !defined(STACK_PYTHON) || !defined(STACK_NATIVE) || \
+    !defined(STACK_TRUNCATED) || !defined(SH_CALL_SITES) || !defined(DROP_CALL_SITES) || !defined(SITE_OFF_RECHECK)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 #if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \
@@ -29,7 +31,7 @@
     !defined(MAX_GRAPHS) || !defined(MAX_GRAPH_NODES) || !defined(MAX_CAPTURES) || !defined(MAX_JOINED) || \
     !defined(MAX_CAPTURE_EVENTS) || !defined(MAX_MMAPS) || !defined(MAX_FILES) || !defined(EVENT_PAGES) || \
     !defined(MAX_TENANTS) || !defined(TENANT_EVENTS) || !defined(TENANT_SHARE_PCT) || !defined(PID_GEN_WORDS) || \
-    !defined(MAX_SYNC_HISTS)
+    !defined(MAX_SYNC_HISTS) || !defined(MAX_STACKS) || !defined(MAX_SITES)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags() and PID_GEN_WORDS: the map sizes are defined there"
 #endif
 
@@ -41,6 +43,12 @@
 #ifndef ENOSPC
 #define ENOSPC 28
 #endif
+
+// the byte offsets of a frame's fields within the FRAME_WINDOW bytes read of it, bounded for the verifier
+#define FRAME_WINDOW_ALIGN8 ((FRAME_WINDOW - 8) & ~7)
+#define FRAME_WINDOW_ALIGN4 ((FRAME_WINDOW - 4) & ~3)
+_Static_assert((STACK_DEPTH & (STACK_DEPTH - 1)) == 0 && (FRAME_WINDOW & (FRAME_WINDOW - 1)) == 0,
+               "masks need powers of two");
 
 // entries of one batch call (copies, prefetches) counted; the rest are dropped (DROP_BATCH)
 #define BATCH_MAX 64
@@ -94,6 +102,59 @@ struct proc_t {
     u64 copy_hist[NDIR * NB];
     u64 nccl_calls[NNCCL];      // by operation (NCCL_*)
     u64 nccl_bytes[NNCCL];
+};
+
+// A CPU's probe runs (the hits per-CPU array, by HIT_*): the entry element also counts the launches this
+// CPU counted and holds the launch at which it takes its next call-site sample (sites.bpf.h)
+struct hit_t {
+    u64 runs;
+    u64 launches;
+    u64 next;
+};
+
+// Where a process's CPython keeps its threads and frames (py_procs: written by user space,
+// gputop/sources/bpf/pystacks/): _PyRuntime's address and the byte offsets of its version
+// (NO_OFFSET: not in that version)
+struct pyproc_t {
+    u64 runtime;                // &_PyRuntime
+    u64 code_tag_mask;          // low bits of a frame's code word that are tags (3.14's stack references)
+    u64 pidns_dev;              // the process's PID namespace, when not the host's: its threads' ids
+    u64 pidns_ino;              // as the process sees them (0: the host's)
+    u32 interp_head;            // _PyRuntime.interpreters.head
+    u32 threads_head;           // PyInterpreterState's first PyThreadState
+    u32 ts_next;
+    u32 ts_native_tid;
+    u32 ts_thread_id;           // PyThreadState.thread_id: the thread's pthread_self()
+    u32 ts_frame;               // the thread's current frame (3.11, 3.12: its _PyCFrame)
+    u32 cframe_current;         // _PyCFrame.current_frame (3.11, 3.12), else NO_OFFSET
+    u32 fr_previous;            // a frame's caller, code, instruction (f_lasti, or a pointer) and owner
+    u32 fr_code;
+    u32 fr_instr;
+    u32 fr_owner;
+    u32 owner_cstack;           // the owner of C-stack shim frames (skipped)
+    u32 instr_is_index;         // fr_instr is an int (f_lasti), not a pointer
+};
+
+// one frame of a sampled stack: its code object and instruction (f_lasti; or the instruction pointer's
+// distance from the code object), or a native caller's return address (instr 0)
+struct pyframe_t {
+    u64 code;
+    u64 instr;
+};
+struct pystack_t {              // py_stacks: a process's sampled stack, innermost frame first
+    u32 depth;
+    u32 flags;                  // STACK_PYTHON, STACK_NATIVE, STACK_TRUNCATED
+    struct pyframe_t frames[STACK_DEPTH];
+};
+struct stack_scratch_t {        // a walk's stack and its window on the frame being read
+    struct pystack_t st;
+    u8 window[FRAME_WINDOW];
+};
+struct site_key_t {             // py_sites: (process, stack, kernel) -> samples
+    u32 tgid;
+    u32 gen;
+    u64 stack;
+    u64 func;
 };
 
 struct tkey_t {                 // (process, address) keys: the process is (tgid, gen), see gen_of

@@ -48,6 +48,8 @@ class SamplerConfig:
     nvml_library: str | None = None
     filters: Filters = field(default_factory=Filters)
     launch_bound: LaunchBoundRule = field(default_factory=LaunchBoundRule)
+    #: --sample-period: one launch in N sampled for its call site (None: adapted to the cost; 0: none)
+    sample_period: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ class Sampler(Feed):
                  nvml: NvmlSource | None = None, host: HostSource | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        self._bpf = bpf if bpf is not None else (BpfSource() if config.use_bpf else None)
+        self._bpf = bpf if bpf is not None else (BpfSource(sample_period=config.sample_period)
+                                                   if config.use_bpf else None)
         self._nvml = nvml if nvml is not None else (NvmlSource(config.nvml_library) if config.use_nvml else None)
         self._host = host or HostSource()
         self._clock = clock

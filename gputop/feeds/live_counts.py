@@ -7,9 +7,10 @@ owns it and decides when a process is new, gone or reused."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
-from gputop import counters, latency
+from gputop import callsites, counters, latency
 from gputop.counters import PROC, Kind, Quantity
 from gputop.derive import LaunchBoundRule, is_launch_bound
 from gputop.model import MEMCPY_DIRECTIONS, CallBytes, Counts, KernelStat, ProcSample
@@ -83,6 +84,12 @@ def avg(total: int, n: int) -> float | None:
     return total / n if n else None
 
 
+def _labels(raw: RawProc) -> Callable[[int], str]:
+    """A kernel's label by its key (RawKernel.key) among ``raw``'s kernels (its address if not there)."""
+    by_key = {k.key: k for k in raw.kernels}
+    return lambda key: kernel_label(by_key[key]) if key in by_key else f"0x{key:x}"
+
+
 def kernel_label(k: RawKernel) -> str:
     """The kernel's name, or its address and object when it has none."""
     if k.name:
@@ -147,6 +154,8 @@ class ProcDeltas:
                 "sync_latency": latency.sync_latency(raw.sync_hist, base.sync_hist if base else None),
                 "nccl_comm_size": raw.nccl_comm[0] if raw.nccl_comm else None,
                 "nccl_comm_rank": raw.nccl_comm[1] if raw.nccl_comm else None,
+                "call_sites": callsites.estimate(raw.call_sites, base.call_sites if base else None,
+                                                 interval.launches, per_s, _labels(raw)),
             }
         elif idle is not None:
             interval = total = zero_counts(uvm_cpu, idle.complete)

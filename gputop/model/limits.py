@@ -40,6 +40,10 @@ MAX_ENTRIES = 64
 #: kernels per process: the schema keeps the top 20 (``sampler.TOP_KERNELS``); more are cut to 20
 MAX_KERNELS = 20
 MAX_GPUS = 1 << 16
+#: call sites per process the schema keeps (the top ones: gputop/callsites.py's TOP_SITES), and frames of a
+#: call site's stack (the BPF side walks 32: bpf/sites.bpf.h)
+MAX_CALL_SITES = 20
+MAX_FRAMES = 32
 #: bounds of a latency histogram as the exporter publishes it (gputop/latency.py: 14)
 MAX_LATENCY_LE = 32
 MAX_PROCESSES = 1 << 20
@@ -104,6 +108,8 @@ CMDLINE = Chars(MAX_CMDLINE)
 LOG2_HIST = Log2Hist()
 KERNELS = Entries("MAX_KERNELS", cut=True)
 GPUS = Entries("MAX_GPUS")
+CALL_SITES = Entries("MAX_CALL_SITES", cut=True)
+FRAMES = Entries("MAX_FRAMES", cut=True)
 LATENCY_LE = Entries("MAX_LATENCY_LE")
 PROCESSES = Entries("MAX_PROCESSES")
 

@@ -14,7 +14,9 @@ from functools import cached_property
 from typing import Union
 
 from gputop.model.limits import (
+    CALL_SITES,
     CMDLINE,
+    FRAMES,
     GPUS,
     ID,
     INTERVAL,
@@ -166,6 +168,48 @@ class SyncLatency:
 
 
 @dataclass(frozen=True)
+class Frame:
+    """One frame of a call site's stack: a Python frame's file, line and function (its qualified name from
+    3.11), or a native caller's object and symbol (``line`` None). None: not known (not read yet, or
+    not readable)."""
+
+    file: str | None = None
+    line: int | None = field(default=None, metadata=bound(ID))
+    function: str | None = None
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """Where a process's sampled launches came from: one call site (its innermost Python frame, or the
+    native caller of the launch where the thread ran no Python), with the most sampled stack through it.
+    Launches per second are estimated from the samples (the interval's launches x the site's part of the
+    interval's samples), with the half-width of the estimate's 95 % interval; ``share_pct`` is its part
+    of the process's samples since first seen, with its own half-width (gputop/callsites.py)."""
+
+    kind: str                       # "python" | "native"
+    frames: tuple[Frame, ...] = field(default=(), metadata=bound(FRAMES))    # innermost first
+    truncated: bool = False         # the stack is deeper than the frames kept
+    samples: int = 0                # over the interval
+    total_samples: int = 0          # since first seen
+    launches_per_s: float | None = None
+    launches_per_s_error: float | None = None
+    share_pct: float | None = None
+    share_pct_error: float | None = None
+    top_kernel: str | None = field(default=None, metadata=bound(KERNEL_NAME))
+
+
+@dataclass(frozen=True)
+class CallSites:
+    """A process's launches sampled for their call sites (one in ``period`` on average): samples over the
+    interval and since first seen, and its top call sites by samples."""
+
+    samples: int
+    total_samples: int
+    sites: tuple[CallSite, ...] = field(default=(), metadata=bound(CALL_SITES))
+    period: int | None = None
+
+
+@dataclass(frozen=True)
 class ProcSample:
     pid: int = field(metadata=bound(PID))
     comm: str | None        # None: the process vanished before gputop read its name
@@ -225,6 +269,9 @@ class ProcSample:
     #: in it; None: none seen created (made before gputop started, or by ncclCommSplit, ncclCommInitAll)
     nccl_comm_size: int | None = field(default=None, metadata=bound(ID))
     nccl_comm_rank: int | None = field(default=None, metadata=bound(ID))
+    #: where its launches come from: sampled Python call sites (or native callers); None: unknown (no
+    #: launch sampled yet, a program without call sites, the fleet view)
+    call_sites: CallSites | None = None
 
     @property
     def key(self) -> ProcKey:

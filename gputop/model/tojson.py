@@ -109,6 +109,7 @@ _proc_plain = _dict_converter(ProcSample, {
     "kernels": _kernels_plain,
     "memcpy_size_hist": _memcpy_hist_plain,
     "sync_latency": _plain,
+    "call_sites": _plain,
 })
 _gpu_plain = _dict_converter(GpuSample, {})
 _summary_plain = _dict_converter(Summary, {})

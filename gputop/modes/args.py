@@ -91,6 +91,18 @@ def int_arg(text: str) -> int:
     return int(text)
 
 
+#: --sample-period's largest value (pystacks/sites.py's PERIOD_MAX)
+SAMPLE_PERIOD_MAX = 1 << 20
+SAMPLE_PERIOD_HELP = ("sample one CUDA launch in N on average for its call site (Python stack or native caller; "
+                      "0: none; default: adapted so that sampling adds at most 5 %% to a launch's probe cost)")
+
+
+def sample_period_arg(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) > SAMPLE_PERIOD_MAX:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {SAMPLE_PERIOD_MAX}: {text!r}")
+    return int(text)
+
+
 def pids(text: str) -> frozenset[int]:
     pids = frozenset(pid(p) for p in text.split(",") if p.strip())
     if not pids:
@@ -156,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
     src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
     p.add_argument("--no-nvml", action="store_true", help="run without NVML")
+    p.add_argument("--sample-period", type=sample_period_arg, default=None, metavar="N", help=SAMPLE_PERIOD_HELP)
     p.add_argument("--theme", default=None, help="colour theme of the dashboard (batch output has no colours)")
     p.add_argument("--readonly", action="store_true", help="never send signals")
     fleet = p.add_argument_group("fleet view (gputop_* metrics of every node, read from Prometheus)")

@@ -71,7 +71,7 @@ def live_sampler(args: argparse.Namespace) -> Sampler:
     from gputop.feeds.live import Sampler, SamplerConfig
 
     cfg = SamplerConfig(interval_s=args.delay or 1.0, use_bpf=not args.no_bpf, use_nvml=not args.no_nvml,
-                        filters=Filters(args.pid, args.user))
+                        filters=Filters(args.pid, args.user), sample_period=args.sample_period)
     sampler = Sampler(cfg)
     sampler.notice = notice
     return sampler

@@ -30,7 +30,7 @@ from gputop.exporter.server import (
 from gputop.feeds.base import Filters
 from gputop.feeds.live import TOP_KERNELS, Sampler, SamplerConfig
 from gputop.model import Snapshot
-from gputop.modes.args import Parser
+from gputop.modes.args import SAMPLE_PERIOD_HELP, Parser, sample_period_arg
 from gputop.sources.bpf.program.privileges import PERF_ADMIN_HINT, privileges_error
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
     src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
     p.add_argument("--no-nvml", action="store_true", help="run without NVML")
+    p.add_argument("--sample-period", type=sample_period_arg, default=None, metavar="N", help=SAMPLE_PERIOD_HELP)
     return p
 
 
@@ -164,7 +165,8 @@ def main(argv: Sequence[str]) -> int:
     notify = Notifier.from_environment(unset=True)
     watchdog_for(notify, max_age_s, args.delay, say)
     sampler = Sampler(SamplerConfig(interval_s=args.delay, first_interval_s=min(1.0, args.delay),
-                                    use_bpf=not args.no_bpf, use_nvml=not args.no_nvml, filters=Filters()))
+                                    use_bpf=not args.no_bpf, use_nvml=not args.no_nvml, filters=Filters(),
+                                    sample_period=args.sample_period))
     sampler.notice = say
     stale = StaleLog(collector, max_age_s, args.delay, say)
 

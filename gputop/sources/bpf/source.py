@@ -31,6 +31,7 @@ from gputop.sources.bpf.program import kheaders
 from gputop.sources.bpf.program.privileges import coverage_gaps, privileges_error
 from gputop.sources.bpf.program.program import BpfUnavailable, Program, load_bcc, program_text
 from gputop.sources.bpf.program.startup import Prefetch, Steps, release_compiler_pages, release_heap
+from gputop.sources.bpf.pystacks.sites import CallSites
 from gputop.sources.bpf.read.graphs import GraphKernels
 from gputop.sources.bpf.read.launchslots import LaunchSlots
 from gputop.sources.bpf.read.reader import Reader
@@ -60,7 +61,8 @@ class BpfSource:
     """Owns the BPF object. Used from the collector thread; close() may come from another."""
 
     def __init__(self, *, limits: dict[str, int] | None = None, uvm: bool = True,
-                 clock: Callable[[], float] = time.monotonic, uprobe_links: bool | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, uprobe_links: bool | None = None,
+                 sample_period: int | None = None) -> None:
         self._uprobe_links = uprobe_links       # uprobe_multi links where the kernel has them (None: unless
         #                                         GPUTOP_UPROBE_LINKS=off)
         self._lock = threading.RLock()
@@ -80,13 +82,15 @@ class BpfSource:
         self.procs = ProcTable(PidGens(table))
         self.attacher = Attacher(self.program, self.procs, clock)
         self.names = Naming(table, self.procs, self.attacher)
-        self.scanner = Scanner(self.procs, self.attacher, self.names)
-        self.records = Records(self.names, self.procs, self.graph_kernels, table)
+        #: call sites: launches sampled with their Python stacks or native callers (pystacks/sites.py)
+        self.sites = CallSites(table, self.procs.maps_of, self.names.namer.symbol_at, sample_period)
+        self.scanner = Scanner(self.procs, self.attacher, self.names, self.sites)
+        self.records = Records(self.names, self.procs, self.graph_kernels, table, self.sites)
         #: records of idle processes retired from the kernel when records run short (retire.py)
         self.retired = Retired(table, self.shares, self.program.share("MAX_PROCS"), self.program.limit("MAX_PROCS"),
                                clock)
         self.forgetting = Forgetting(table, self.procs, self.attacher, self.names, self.records,
-                                     self.slots, self.graph_kernels, self.shares, self.retired)
+                                     self.slots, self.graph_kernels, self.shares, self.retired, self.sites)
         self.events = Events(self.procs, self.attacher, self.scanner, self.forgetting, clock, self.table)
         self.reader = Reader(self.program, self.procs, self.attacher, self.records, self.events, self.slots,
                              self.cost, self.shares, self.retired)
@@ -203,6 +207,7 @@ class BpfSource:
             bcc = load_bcc()
             steps("load_bcc")
             self.program.load(bcc, self.program_text, steps)
+            self.sites.tell()               # the sampling period, before the first launch is counted
         finally:
             self.attacher.prefetched = reader.result()
         steps("elf_wait")
@@ -250,7 +255,13 @@ class BpfSource:
     @_open
     def read(self) -> BpfReading:
         with self.attacher.reads.budget():
-            return self.reader.read()
+            reading = self.reader.read()
+        # the sampling period from what a launch's probe costs: its trap and program time per hit
+        cost = self.cost
+        hits, ns = cost.hits_per_s, cost.ns_per_s
+        if cost.trap is not None and hits and ns is not None:
+            self.sites.tune(cost.trap.trap_ns + ns / hits)
+        return reading
 
     def baseline(self) -> dict[int, RawProc]:
         """Every process record as it stands, without names and without touching what read()
@@ -294,6 +305,7 @@ class BpfSource:
                 if bpf is not None:
                     self.slots.close()
                     self.procs.close()
+                    self.sites.close()
                     bpf.cleanup()
                 self.cost.stop()
                 self.attacher.reads.close()

@@ -10,13 +10,15 @@ from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.attach.attaching import Attacher
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.names.naming import Naming
+from gputop.sources.bpf.pystacks.sites import CallSites
 
 
 class Scanner:
-    def __init__(self, procs: ProcTable, attacher: Attacher, names: Naming) -> None:
+    def __init__(self, procs: ProcTable, attacher: Attacher, names: Naming, sites: CallSites | None = None) -> None:
         self._procs = procs          # what user space knows of each process (proctable.py): its methods change it
         self._attacher = attacher
         self._names = names
+        self._sites = sites          # call sites: each CUDA process's CPython described to the BPF side
 
     def scan(self, pids: list[int] | None) -> int:
         """Probe new CUDA objects mapped by ``pids`` (None: all processes); returns how many."""
@@ -44,6 +46,11 @@ class Scanner:
         for pid, pmaps in maps.items():
             procs.scan_done(pid, before_ns)
             attacher.code.add(pid, pmaps)
+        if self._sites is not None:
+            cuda = attacher.code.pids()
+            for pid, pmaps in maps.items():
+                if pid in cuda:
+                    self._sites.add(pid, procs.scanned(pid), pmaps)
         return new
 
     def attach_read(self) -> int:

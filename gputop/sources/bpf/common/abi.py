@@ -78,26 +78,37 @@ CTIME_NSEC_MASK = (1 << 30) - 1
 #: exact, its kernels by function are not)
 G_UNKNOWN, G_LOST = 1, 2
 
+#: call sites (bpf/sites.bpf.h): a sampled stack's frames (innermost first; a power of two), the frames
+#: skipped beyond them at most (C-stack shims), the thread states looked through for the launching thread,
+#: the bytes read of each frame (a power of two), an offset a CPython version does not have, a stack's
+#: flags (Python frames, a native caller, cut at STACK_DEPTH), and the launches after which a CPU looks at
+#: the sampling period again while sampling is off
+STACK_DEPTH, STACK_SKIP, PY_THREADS, FRAME_WINDOW, NO_OFFSET = 32, 16, 64, 128, 0xFFFF
+STACK_PYTHON, STACK_NATIVE, STACK_TRUNCATED = 1, 2, 4
+SITE_OFF_RECHECK = 4096
+
 #: what the ``dropped`` array counts, by index: records (procs), kernels, names, allocations, ranges,
 #: captures, ring-buffer events, batch entries past BATCH_MAX, copies to or from CUDA arrays (their bytes
 #: are not known), graph records, sync latency histograms (a process's syncs of one API: their calls and
-#: time are still counted). The C side names index i DROP_<KIND> (DROP_PROCS ... DROP_SYNC_HISTS).
+#: time are still counted), call-site samples (their launches are still counted). The C side names index i
+#: DROP_<KIND> (DROP_PROCS ... DROP_CALL_SITES).
 DROP_KINDS = ("procs", "kernels", "names", "allocs", "ranges", "captures", "events", "batch", "array", "graphs",
-              "sync_hists")
+              "sync_hists", "call_sites")
 NDROP = len(DROP_KINDS)
 
 #: the classes of table entries a tenant has a share of (bpf/share.bpf.h), by index: process owners,
 #: records, (process, kernel) pairs, names and aliases, registrations, allocations, their address
 #: ranges, captures under way, graph contents with graphs, execs and parts, graph nodes, sync latency
-#: histograms (a process's, per API). The C side names index i SH_<KIND>.
+#: histograms (a process's, per API), call sites (sampled stacks and their counts by kernel). The C side names
+#: index i SH_<KIND>.
 SHARE_KINDS = ("owners", "procs", "kernels", "names", "name_ptrs", "allocs", "ranges", "captures", "graphs",
-               "graph_nodes", "sync_hists")
+               "graph_nodes", "sync_hists", "call_sites")
 NSHARE = len(SHARE_KINDS)
 #: the class each table's entries are charged as (the tables user space deletes entries of)
 SHARE_OF = {"procs": "procs", "owners": "owners", "kernels": "kernels", "names": "names", "aliases": "names",
             "name_ptrs": "name_ptrs", "allocs": "allocs", "ranges": "ranges", "capturing": "captures",
             "gids": "graphs", "graphs": "graphs", "execs": "graphs", "gparts": "graphs", "gnodes": "graph_nodes",
-            "sync_hist": "sync_hists"}
+            "sync_hist": "sync_hists", "py_stacks": "call_sites", "py_sites": "call_sites"}
 
 #: every constant above, by name: what cflags passes
 SHARED: dict[str, int] = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}
@@ -120,6 +131,8 @@ LIMITS: dict[str, int] = {
     "MAX_GRAPHS": 16384,            # gids, graphs, execs, gparts: graph contents, graphs, execs, parts
     "MAX_GRAPH_NODES": 131072,      # gnodes: (graph content, kernel) pairs
     "MAX_SYNC_HISTS": 16384,        # sync_hist: (process, sync API) latency histograms
+    "MAX_STACKS": 16384,            # py_stacks: (process, sampled stack)
+    "MAX_SITES": 65536,             # py_sites: (process, sampled stack, kernel) sample counts
     "MAX_CAPTURES": 1024,           # capturing: streams that began a capture under way
     "MAX_JOINED": 8192,             # joined: streams that joined a capture (LRU)
     "MAX_CAPTURE_EVENTS": 4096,     # capture_events: events recorded into a capture (LRU)

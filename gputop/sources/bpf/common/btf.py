@@ -8,6 +8,7 @@ type information, and handed to the compiler as constants.
 
 from __future__ import annotations
 
+import platform
 import struct
 from functools import cache
 from pathlib import Path
@@ -104,6 +105,11 @@ FILE_MEMBERS = {
     "OFF_DENTRY_PARENT": ("dentry", "d_parent"),
     "OFF_DENTRY_NAME": ("dentry", "d_name.name"),
 }
+#: where the kernel keeps a task's thread pointer (its TLS base: glibc's and musl's pthread_self()), which
+#: CPython keeps as PyThreadState.thread_id: the BPF side finds the launching thread's state by it (call sites)
+THREAD_POINTER = {"x86_64": ("task_struct", "thread.fsbase"), "aarch64": ("task_struct", "thread.uw.tp_value")}
+if platform.machine() in THREAD_POINTER:
+    FILE_MEMBERS["OFF_TASK_THREAD_POINTER"] = THREAD_POINTER[platform.machine()]
 #: struct inode's change time as each kernel spells it, (seconds, nanoseconds), newest first: split
 #: since 6.11 (the nanoseconds' top bits hold flags since 6.13: the BPF side keeps CTIME_NSEC_MASK),
 #: ``__i_ctime`` in 6.6 to 6.10, ``i_ctime`` before. The BPF side reads it to tell a file from a newer

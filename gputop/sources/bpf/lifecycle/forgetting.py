@@ -17,6 +17,7 @@ from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.lifecycle.purge import delete_by_pid, delete_ranges
 from gputop.sources.bpf.lifecycle.shares import Shares, Tenant
 from gputop.sources.bpf.names.naming import Naming
+from gputop.sources.bpf.pystacks.sites import CallSites
 from gputop.sources.bpf.read.graphs import TABLES as GRAPH_TABLES
 from gputop.sources.bpf.read.graphs import GraphKernels
 from gputop.sources.bpf.read.launchslots import LaunchSlots
@@ -27,7 +28,7 @@ from gputop.sources.bpf.read.retire import Retired
 class Forgetting:
     def __init__(self, table: Callable[[str], Any], procs: ProcTable, attacher: Attacher,
                  names: Naming, records: Records, slots: LaunchSlots, graph_kernels: GraphKernels,
-                 shares: Shares, retired: Retired) -> None:
+                 shares: Shares, retired: Retired, sites: CallSites) -> None:
         self._table = table
         self._procs = procs          # what is kept of each process (proctable.py): its methods change it
         self._attacher = attacher
@@ -37,6 +38,7 @@ class Forgetting:
         self._graph_kernels = graph_kernels
         self._shares = shares        # what is deleted is given back to the tenant it was charged to
         self._retired = retired      # records of idle processes kept here (retire.py)
+        self._sites = sites          # call sites: interpreters described, memory open (pystacks/sites.py)
 
     def take_final(self, idents: Iterable[int]) -> None:
         """At their exit: keep the last records of the processes ``idents`` (with their kernels'
@@ -55,6 +57,7 @@ class Forgetting:
         if not records:
             return
         kernels = self._slots.counts(self._table("kernels").items(), set(records))
+        self._records.read_sites(set(records))      # their last samples, before their entries go
         for me, v in records.items():           # their names are kept as read now, from their last maps
             with self._names.named_as_gone(me, self._procs.maps_of(pid_of(me))), self._names.namer.own_budget():
                 self._procs.keep_final(pid_of(me), self._records.raw(me, v, kernels, 0))
@@ -140,7 +143,7 @@ class Forgetting:
         gone = set(doomed.all_pids)
         self._graph_kernels.keep(gone, self._names.namer.name)
         owners = self._shares.owners(doomed)
-        for name in ("procs", "tracked"):
+        for name in ("procs", "tracked", "py_procs"):
             table = self._table(name)
             deleted: dict[int, int] = {}
             for me in doomed.idents:
@@ -155,7 +158,8 @@ class Forgetting:
         # their launch slots, and captures they left under way
         self._shares.give_back(owners, self._slots.forget(doomed), SHARE_OF["capturing"])
         self._delete_by_pid(doomed, owners, ("kernels", "names", "name_ptrs", "aliases", "allocs", "joined",
-                                             "capture_events", *GRAPH_TABLES))
+                                             "capture_events", "py_stacks", "py_sites", *GRAPH_TABLES))
+        self._sites.forget(doomed)
         self._shares.give_back(owners, self._delete_sync_hists(doomed), SHARE_OF["sync_hist"])
         self._shares.give_back(owners, delete_ranges(self._table("ranges"), doomed), SHARE_OF["ranges"])
         self._shares.forget_owners(owners)

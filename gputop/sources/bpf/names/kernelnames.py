@@ -135,6 +135,17 @@ class KernelNamer:
                 return (self._demangled(sym) if sym else None), m.path
         return None, None
 
+    def symbol_at(self, pid: int, addr: int) -> Resolved:
+        """The function symbol (demangled) whose code holds ``addr`` in ``pid`` and its object: a native
+        caller's return address (pystacks/sites.py)."""
+        for m in self.maps(pid):
+            if m.start <= addr < m.end:
+                syms = self.symbols_of(pid, m)
+                vaddr = syms.vaddr_of_offset(addr - m.start + m.offset) if syms is not None else None
+                sym = syms.name_at(vaddr) if syms is not None and vaddr is not None else None
+                return (self._demangled(sym) if sym else None), m.path
+        return None, None
+
     def _registered_in_code(self, pid: int, m: discovery.Mapping, syms: symbols.ObjectSymbols,
                             vaddr: int) -> str | None:
         """The device name the object's registration code gives the host stub at ``vaddr`` (regcode.py):

@@ -46,7 +46,8 @@ class Reader:
             hits = self._program.table("hits")
         except KeyError:
             return None
-        return int(hits.sum(hits.Key(HIT_ENTRY)).value), int(hits.sum(hits.Key(HIT_RETURN)).value)
+        return (sum(int(c.runs) for c in hits.getvalue(hits.Key(HIT_ENTRY))),
+                sum(int(c.runs) for c in hits.getvalue(hits.Key(HIT_RETURN))))
 
     def dropped(self) -> dict[str, int]:
         table = self._program.table("dropped")

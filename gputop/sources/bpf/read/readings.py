@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gputop.model import NCCL_OPS, SourceStatus
+from gputop.sources.bpf.pystacks.sites import RawSite
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class RawProc:
     nccl_bytes: tuple[int, ...] = (0,) * len(NCCL_OPS)
     #: the largest NCCL communicator it created: (size, its rank in it); None: none seen created
     nccl_comm: tuple[int, int] | None = None
+    #: its sampled launches by (stack, kernel): counters since gputop first saw it (pystacks/sites.py)
+    call_sites: tuple[RawSite, ...] = ()
 
 
 @dataclass(frozen=True)

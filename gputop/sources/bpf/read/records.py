@@ -14,6 +14,7 @@ from gputop.sources.bpf.common.abi import NB, NDIR
 from gputop.sources.bpf.lifecycle.procid import gen_of, pid_of
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
 from gputop.sources.bpf.names.naming import Naming
+from gputop.sources.bpf.pystacks.sites import CallSites, RawSite
 from gputop.sources.bpf.read.graphs import GraphKernels
 from gputop.sources.bpf.read.launchslots import SlotCounts
 from gputop.sources.bpf.read.readings import RawKernel, RawProc
@@ -28,15 +29,25 @@ _PAIRED_ARRAYS = tuple(f"{q.bpf}_{part}" for q in PROC if q.paired and q.bpf for
 
 class Records:
     def __init__(self, names: Naming, procs: ProcTable, graph_kernels: GraphKernels,
-                 table: Callable[[str], Any] | None = None) -> None:
+                 table: Callable[[str], Any] | None = None, sites: CallSites | None = None) -> None:
         self._names = names
         self._procs = procs
         self._graph_kernels = graph_kernels
         self._table = table         # the program's maps (the sync latency histograms: sync_hist)
+        self._sites = sites         # call sites (pystacks/sites.py), read once a refresh into _site_rows
+        self._site_rows: dict[int, tuple[RawSite, ...]] = {}
 
     def begin_refresh(self) -> None:
-        """A refresh begins: kernel names resolved anew (kernelnames.KernelNamer.begin_refresh)."""
+        """A refresh begins: kernel names resolved anew (kernelnames.KernelNamer.begin_refresh), every
+        process's call-site samples read."""
         self._names.namer.begin_refresh()
+        self._site_rows = self._sites.read() if self._sites is not None else {}
+
+    def read_sites(self, idents: set[int]) -> None:
+        """The call-site samples of the processes ``idents`` read again (at their exit, before their
+        entries are deleted)."""
+        if self._sites is not None:
+            self._site_rows.update(self._sites.read(idents))
 
     def raw(self, me: int, v: Any, kernels: SlotCounts, inflight_ns: int, named: bool = True) -> RawProc:
         """The counters of one process record ``v`` (identity ``me``) and its kernels' entries and launch
@@ -64,6 +75,7 @@ class Records:
             complete=pid not in self._procs.partial,
             sync_hist=self.sync_hist(me) if int(v.sync_calls) else {},
             nccl_comm=(int(v.nccl_nranks), int(v.nccl_rank)) if int(v.nccl_comms) else None,
+            call_sites=self._site_rows.get(me, ()),
         )
 
     def sync_hist(self, me: int) -> dict[str, tuple[int, tuple[int, ...]]]:

@@ -1,0 +1,182 @@
+// Call sites: where the launches come from. One launch in SITE_PERIOD on average (site_period[0], set by
+// user space from what a walk costs: gputop/sources/bpf/pystacks/) is sampled: the launching thread's
+// CPython frames are walked to STACK_DEPTH (innermost first) where the process runs a CPython user space
+// has described (py_procs), else the launch's native caller is taken (the return address), and
+// (process, stack, kernel) counts one more sample in the kernel (py_sites; the stack itself once, in
+// py_stacks). Counts stay exact: a sample only adds a walk. The gaps between samples are random (1 to
+// 2 x period - 1 launches of this CPU, uniform), so a loop of launches in a fixed order cannot alias
+// with them: every launch has the same chance of being sampled whatever came before it.
+#ifndef __SITES_BPF_H
+#define __SITES_BPF_H
+
+// whether thread state ts is the current thread's: its thread_id is the thread's pthread_self() (the task's
+// thread pointer, self), else its native_thread_id the thread's id as its process sees it (ns_tid)
+static __always_inline int py_mine(struct pyproc_t *l, u64 ts, u64 self, u32 ns_tid) {
+    if (self && l->ts_thread_id != NO_OFFSET)
+        return read_u64(ts + l->ts_thread_id) == self;
+    return ns_tid && l->ts_native_tid != NO_OFFSET && (u32)read_u64(ts + l->ts_native_tid) == ns_tid;
+}
+
+// the thread state of the current thread in process l, found through the interpreter's list of them
+// (py_mine); remembered per thread
+static __always_inline u64 py_tstate(struct pyproc_t *l, u64 id, u64 self, u32 ns_tid) {
+    u64 *c = py_threads.lookup(&id);
+    if (c && *c && py_mine(l, *c, self, ns_tid))
+        return *c;
+    u64 interp = read_u64(l->runtime + l->interp_head);
+    if (!interp)
+        return 0;
+    u64 ts = read_u64(interp + l->threads_head);
+#pragma clang loop unroll(disable)
+    for (int i = 0; i < PY_THREADS; i++) {
+        if (!ts)
+            return 0;
+        if (py_mine(l, ts, self, ns_tid)) {
+            py_threads.update(&id, &ts);
+            return ts;
+        }
+        ts = read_u64(ts + l->ts_next);
+    }
+    return 0;
+}
+
+// the frames of thread state ts into sc->st (innermost first; C-stack shim frames skipped), its depth
+// counted in the map value (not a register: the verifier would walk every (frame, depth) pair apart)
+static __always_inline void py_walk(struct pyproc_t *l, u64 ts, struct stack_scratch_t *sc) {
+    struct pystack_t *st = &sc->st;
+    u64 f = read_u64(ts + l->ts_frame);
+    if (l->cframe_current != NO_OFFSET && f)
+        f = read_u64(f + l->cframe_current);
+#pragma clang loop unroll(disable)
+    for (int i = 0; i < STACK_DEPTH + STACK_SKIP; i++) {
+        if (!f || st->depth >= STACK_DEPTH)
+            break;
+        if (bpf_probe_read_user(sc->window, sizeof(sc->window), (void *)f) != 0)
+            break;                      // not a frame (a hostile chain): the walk ends here
+        u64 code = *(u64 *)(sc->window + (l->fr_code & FRAME_WINDOW_ALIGN8)) & ~l->code_tag_mask;
+        u64 prev = *(u64 *)(sc->window + (l->fr_previous & FRAME_WINDOW_ALIGN8));
+        u64 instr = l->instr_is_index ? *(u32 *)(sc->window + (l->fr_instr & FRAME_WINDOW_ALIGN4))
+                                      : *(u64 *)(sc->window + (l->fr_instr & FRAME_WINDOW_ALIGN8)) - code;
+        // the eval loop's entry frames (3.12+: owned by the C stack; 3.14: by the interpreter, and the C stack next)
+        u32 shim = l->fr_owner != NO_OFFSET && sc->window[l->fr_owner & (FRAME_WINDOW - 1)] >= l->owner_cstack;
+        if (code && !shim) {
+            u32 j = st->depth & (STACK_DEPTH - 1);
+            st->frames[j].code = code;
+            st->frames[j].instr = instr;
+            st->depth++;
+        }
+        if (prev == f)
+            break;                      // a frame that is its own caller
+        f = prev;
+    }
+    if (f && st->depth >= STACK_DEPTH)
+        st->flags |= STACK_TRUNCATED;
+}
+
+// one more sample of (process, stack, kernel func); the stack kept once per process
+static __always_inline void site_count(u32 tgid, u32 gen, struct pystack_t *st, u64 func) {
+    u64 h = 0xcbf29ce484222325ULL ^ st->flags;
+#pragma clang loop unroll(disable)
+    for (int j = 0; j < STACK_DEPTH; j++) {
+        if (j >= st->depth)
+            break;
+        h = (h ^ st->frames[j].code ^ (st->frames[j].instr << 40) ^ j) * 0x100000001b3ULL;
+    }
+    h |= 1;                             // 0 is no stack
+    struct tkey_t sk = {.tgid = tgid, .gen = gen, .addr = h};
+    if (!py_stacks.lookup(&sk)) {
+        struct tenant_t *o = share_take(tgid, SH_CALL_SITES);
+        if (!o) {
+            lose(DROP_CALL_SITES, SH_CALL_SITES);
+            return;
+        }
+        if (py_stacks.insert(&sk, st) != 0) {
+            share_add(o, SH_CALL_SITES, -1);
+            if (!py_stacks.lookup(&sk)) {
+                lose(DROP_CALL_SITES, SH_CALL_SITES);
+                return;
+            }
+        }
+    }
+    struct site_key_t k = {.tgid = tgid, .gen = gen, .stack = h, .func = func};
+    u64 *n = py_sites.lookup(&k);
+    if (!n) {
+        struct tenant_t *o = share_take(tgid, SH_CALL_SITES);
+        if (!o) {
+            lose(DROP_CALL_SITES, SH_CALL_SITES);
+            return;
+        }
+        u64 zero = 0;
+        if (py_sites.insert(&k, &zero) != 0)
+            share_add(o, SH_CALL_SITES, -1);
+        n = py_sites.lookup(&k);
+        if (!n) {
+            lose(DROP_CALL_SITES, SH_CALL_SITES);
+            return;
+        }
+    }
+    __sync_fetch_and_add(n, 1);
+}
+
+// A sampled launch of kernel func by process tgid: its Python stack, else its native caller (the
+// return address at sp, the entry's stack pointer)
+static __always_inline void site_sample(u32 tgid, u64 func, u64 sp) {
+    u64 t0 = bpf_ktime_get_ns();
+    u32 z = 0;
+    struct stack_scratch_t *sc = stack_scratch.lookup(&z);
+    if (!sc)
+        return;
+    struct pystack_t *st = &sc->st;
+    u32 gen = gen_of(tgid);
+    st->depth = 0;
+    st->flags = 0;
+    u64 pk = pkey_gen(tgid, gen);
+    struct pyproc_t *l = py_procs.lookup(&pk);
+    if (l) {
+        u64 id = bpf_get_current_pid_tgid();
+        u64 self = 0;                   // the thread's pthread_self()
+#ifdef OFF_TASK_THREAD_POINTER
+        self = read_ptr(bpf_get_current_task() + OFF_TASK_THREAD_POINTER);
+#endif
+        u32 ns_tid = (u32)id;
+        if (!self && l->pidns_ino) {    // the thread's id as its process sees it
+            struct bpf_pidns_info ns = {};
+            ns_tid = bpf_get_ns_current_pid_tgid(l->pidns_dev, l->pidns_ino, &ns, sizeof(ns)) == 0 ? ns.pid : 0;
+        }
+        u64 ts = py_tstate(l, id, self, ns_tid);
+        if (ts) {
+            py_walk(l, ts, sc);
+            st->flags |= STACK_PYTHON;
+        }
+    }
+    if (!st->depth) {                   // no Python frame: the native caller
+        st->frames[0].code = read_u64(sp);
+        st->frames[0].instr = 0;
+        st->depth = st->frames[0].code ? 1 : 0;
+        st->flags = STACK_NATIVE | (st->flags & STACK_PYTHON);
+    }
+    site_count(tgid, gen, st, func);
+    u32 c = 0;
+    u64 *ns = site_cost.lookup(&c);
+    if (ns)
+        *ns += bpf_ktime_get_ns() - t0;
+    c = 1;
+    u64 *walks = site_cost.lookup(&c);
+    if (walks)
+        *walks += 1;
+}
+
+// Whether this launch (counted on hit h, the CPU's entry counters) is sampled: the next sample is due
+// at a launch chosen at random (see above); site_period[0] == 0: none
+static __always_inline int site_due(struct hit_t *h) {
+    if (!h || ++h->launches < h->next)
+        return 0;
+    u32 z = 0;
+    u64 *period = site_period.lookup(&z);
+    u64 p = period ? *period : 0;
+    // off: looked at again SITE_OFF_RECHECK launches later
+    h->next = h->launches + (p ? 1 + bpf_get_prandom_u32() % (2 * p - 1) : SITE_OFF_RECHECK);
+    return p != 0;
+}
+
+#endif /* __SITES_BPF_H */

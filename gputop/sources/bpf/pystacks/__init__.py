@@ -1,0 +1,1 @@
+"""Python stacks of CUDA launches: CPython's thread and frame layout (cpython), code objects as file:line (lines)."""

@@ -1,0 +1,264 @@
+"""Call sites as the BPF side samples them (bpf/sites.bpf.h): which processes run a CPython the BPF side
+can walk (``py_procs``: written here, once per process, from cpython.find_interpreter), the sampling
+period (``site_period``: from what a walk costs beside what a probe costs), and each process's samples by
+(stack, kernel) read back (``py_sites``) with their stacks (``py_stacks``) resolved to ``file:line
+function`` (Python frames: lines.read_code, cached per process and code object) or to the symbol at a
+native caller's return address (the ELF symbols kernel names use).
+
+The traced process is hostile: its memory is read through one ``/proc/PID/mem`` descriptor opened once
+(pinned to that process, never reopened by path), every read bounded (lines.py) and made on a worker
+waited for at most MEM_READ_S (a read that a FUSE file backs may block for good); new code objects are
+resolved at most CODES_PER_REFRESH a refresh, the rest the next one (shown unresolved meanwhile); a
+process's resolved code objects are capped (CODES_PER_PROCESS)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gputop.sources.bpf.attach import discovery
+from gputop.sources.bpf.attach.objreads import BoundedCalls
+from gputop.sources.bpf.common.abi import NO_OFFSET, STACK_NATIVE, STACK_PYTHON, STACK_TRUNCATED
+from gputop.sources.bpf.lifecycle.procid import Doomed, gen_of, ident, key_ident, pid_of
+from gputop.sources.bpf.pystacks import cpython, lines
+
+MEM_READ_S = 0.5            # one read of a process's memory (objreads.BoundedCalls)
+CODES_PER_REFRESH = 256     # new code objects resolved per refresh, all processes together
+CODES_PER_PROCESS = 8192    # code objects kept resolved per process
+#: the part of a launch probe's cost sampling may add (issue 37: <= 5 %), and the period's bounds
+COST_SHARE = 0.05
+PERIOD_MIN, PERIOD_MAX, PERIOD_START = 16, 1 << 20, 1024
+
+
+@dataclass(frozen=True)
+class RawFrame:
+    """One frame of a sampled stack: a Python frame's file, line and function (qualified name), or a
+    native caller's object and symbol (line None). ``function`` None: not resolved (yet)."""
+
+    file: str | None
+    line: int | None
+    function: str | None
+    native: bool = False
+    address: int = 0        # the code object's or the return address
+
+
+@dataclass(frozen=True)
+class RawSite:
+    """A process's samples of one (stack, kernel): a counter since gputop first saw the process."""
+
+    stack: int              # the stack's id (a hash of its frames, per process)
+    func: int               # the kernel's host stub or handle (RawKernel.key)
+    samples: int
+    frames: tuple[RawFrame, ...]    # innermost first
+    python: bool            # the launching thread ran Python (its frames; else a native caller)
+    truncated: bool         # deeper than the frames kept
+
+
+def _pidns(pid: int) -> tuple[int, int]:
+    """The PID namespace of ``pid`` as the BPF helper takes it ((dev, inode); (0, 0): the host's, ours)."""
+    try:
+        theirs, ours = os.stat(f"/proc/{pid}/ns/pid"), os.stat("/proc/self/ns/pid")
+    except OSError:
+        return 0, 0
+    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+        return 0, 0
+    return theirs.st_dev, theirs.st_ino
+
+
+class CallSites:
+    def __init__(self, table: Callable[[str], Any], maps_of: Callable[[int], list[discovery.Mapping]],
+                 native_name: Callable[[int, int], tuple[str | None, str | None]],
+                 period: int | None = None) -> None:
+        self._table = table
+        self._maps_of = maps_of             # a process's executable maps (the process table's)
+        self._native_name = native_name     # (pid, address) -> (symbol, object)
+        self._fixed = period                # --sample-period (None: adapted to the cost)
+        self._reads = BoundedCalls("gputop-pystack", MEM_READ_S)
+        #: per process identity: its interpreter (None: none, or none the BPF side can walk), its memory
+        self.interpreters: dict[int, cpython.Interpreter | None] = {}
+        self._mem: dict[int, int] = {}
+        self._codes: dict[int, dict[int, lines.CodeInfo | None]] = {}
+        self._stacks: dict[tuple[int, int], tuple[tuple[int, int], ...] | None] = {}
+        self._stack_flags: dict[tuple[int, int], int] = {}
+        self._budget = 0
+        self._told: int | None = None       # the period the BPF side was told
+        self.period = period if period is not None else PERIOD_START
+        self._set_period(self.period)
+        self._walk_ns = self._walks = 0
+
+    # ------------------------------------------------------------------ processes
+
+    def add(self, pid: int, gen: int, maps: list[discovery.Mapping]) -> None:
+        """Describe ``pid``'s CPython (if it runs one) to the BPF side, once per process."""
+        me = ident(pid, gen)
+        if me in self.interpreters:
+            return
+        fd = self._mem_fd(me)
+        found = None
+        # python3.X and libpython3.X.so before the rest (extension modules' names say python too)
+        maps = sorted(maps, key=lambda m: cpython.version_of_name(m.path) is None)
+        if fd is not None:
+            found = self._reads.call(lambda: cpython.find_interpreter(pid, maps, fd))
+        self.interpreters[me] = found
+        if found is None:
+            return
+        lay = found.layout
+        table = self._table("py_procs")
+        v = table.Leaf()
+        v.runtime = found.runtime
+        v.code_tag_mask = lay.code_tag_mask
+        v.pidns_dev, v.pidns_ino = _pidns(pid)
+        for name in ("interp_head", "threads_head", "ts_next", "ts_native_tid", "ts_thread_id", "ts_frame",
+                     "cframe_current",
+                     "fr_previous", "fr_code", "fr_instr", "fr_owner", "owner_cstack"):
+            value = getattr(lay, name)
+            setattr(v, name, NO_OFFSET if value < 0 else value)
+        v.instr_is_index = int(lay.instr_is_index)
+        with contextlib.suppress(Exception):    # full (MAX_PROCS): its launches sample native callers
+            table[table.Key(me)] = v
+
+    def _mem_fd(self, me: int) -> int | None:
+        """The process's memory, opened once (pinned to that process: a reused PID reads nothing)."""
+        if me not in self._mem:
+            try:
+                self._mem[me] = os.open(f"/proc/{pid_of(me)}/mem", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+        return self._mem[me]
+
+    def forget(self, doomed: Doomed) -> Counter[int]:
+        """Forget what the processes ``doomed`` names left (their entries: deleted by the caller's walk)."""
+        gone = [me for me in set(self.interpreters) | set(self._mem) if doomed.hit(me)]
+        for me in gone:
+            self.interpreters.pop(me, None)
+            self._codes.pop(me, None)
+            fd = self._mem.pop(me, None)
+            if fd is not None:
+                os.close(fd)
+        for key in [k for k in self._stacks if doomed.hit(k[0])]:
+            self._stacks.pop(key, None)
+            self._stack_flags.pop(key, None)
+        return Counter()
+
+    def close(self) -> None:
+        for fd in self._mem.values():
+            os.close(fd)
+        self._mem.clear()
+        self._reads.close()
+
+    # ------------------------------------------------------------------ the sampling period
+
+    def _set_period(self, n: int) -> None:
+        """Sample one launch in ``n``: told to the BPF side now, or once its program is loaded."""
+        self.period = n
+        self._told = None
+        self.tell()
+
+    def tell(self) -> None:
+        if self._told == self.period:
+            return
+        try:
+            table = self._table("site_period")
+        except (KeyError, TypeError):   # not loaded yet; a program without call sites (probe_cost.py --before)
+            return
+        table[table.Key(0)] = ctypes.c_uint64(self.period)
+        self._told = self.period
+
+    def fix_period(self, n: int | None) -> None:
+        """Sample one launch in ``n`` (--sample-period; 0: none), or adapt the period again (None)."""
+        self._fixed = n
+        self._set_period(n if n is not None else PERIOD_START)
+
+    def walk_ns(self) -> float | None:
+        """The mean cost of a sampled walk so far (ns), None before the first."""
+        try:
+            table = self._table("site_cost")
+        except KeyError:
+            return None
+        ns = sum(int(x) for x in table.getvalue(table.Key(0)))
+        walks = sum(int(x) for x in table.getvalue(table.Key(1)))
+        return ns / walks if walks else None
+
+    def tune(self, probe_ns: float | None) -> None:
+        """Set the period so that walks add at most COST_SHARE to what each launch's probe costs
+        (``probe_ns``: its trap and program time); fixed by --sample-period."""
+        if self._fixed is not None:
+            return
+        walk = self.walk_ns()
+        if walk is None or not probe_ns or probe_ns <= 0:
+            return
+        n = min(PERIOD_MAX, max(PERIOD_MIN, math.ceil(walk / (COST_SHARE * probe_ns))))
+        if n != self.period:
+            self._set_period(n)
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, only: set[int] | None = None) -> dict[int, tuple[RawSite, ...]]:
+        """Every process's samples by (stack, kernel) (``only``: these processes'), its stacks resolved
+        (what the budget allows)."""
+        if only is None:
+            self._budget = CODES_PER_REFRESH
+            self.tell()
+        try:
+            items = list(self._table("py_sites").items())
+        except KeyError:
+            return {}
+        by_proc: dict[int, list[tuple[int, int, int]]] = {}
+        for k, v in items:
+            me = key_ident(k)
+            if only is None or me in only:
+                by_proc.setdefault(me, []).append((int(k.stack), int(k.func), int(v.value)))
+        out: dict[int, tuple[RawSite, ...]] = {}
+        for me, rows in by_proc.items():
+            sites = []
+            for stack, func, n in sorted(rows, key=lambda r: -r[2]):
+                frames, flags = self._stack(me, stack)
+                sites.append(RawSite(stack, func, n, frames, bool(flags & STACK_PYTHON) and not flags & STACK_NATIVE,
+                                     bool(flags & STACK_TRUNCATED)))
+            out[me] = tuple(sites)
+        return out
+
+    def _stack(self, me: int, stack: int) -> tuple[tuple[RawFrame, ...], int]:
+        key = (me, stack)
+        if key not in self._stacks:
+            table = self._table("py_stacks")
+            v = table.get(table.Key(pid_of(me), gen_of(me), stack))
+            if v is None:
+                return (), 0
+            depth = min(int(v.depth), len(v.frames))
+            self._stacks[key] = tuple((int(v.frames[i].code), int(v.frames[i].instr)) for i in range(depth))
+            self._stack_flags[key] = int(v.flags)
+        flags = self._stack_flags.get(key, 0)
+        raw = self._stacks[key] or ()
+        if flags & STACK_NATIVE:
+            return tuple(self._native(me, addr) for addr, _ in raw), flags
+        return tuple(self._frame(me, code, instr) for code, instr in raw), flags
+
+    def _native(self, me: int, addr: int) -> RawFrame:
+        sym, obj = self._native_name(pid_of(me), addr)
+        return RawFrame(obj, None, sym, native=True, address=addr)
+
+    def _frame(self, me: int, code: int, instr: int) -> RawFrame:
+        info = self._code(me, code)
+        if info is None:
+            return RawFrame(None, None, None, address=code)
+        return RawFrame(info.filename, info.line_of(instr), info.name, address=code)
+
+    def _code(self, me: int, code: int) -> lines.CodeInfo | None:
+        codes = self._codes.setdefault(me, {})
+        if code in codes:
+            return codes[code]
+        interp = self.interpreters.get(me)
+        fd = self._mem.get(me)
+        if interp is None or fd is None or self._budget <= 0 or len(codes) >= CODES_PER_PROCESS:
+            return None
+        self._budget -= 1
+        info = self._reads.call(lambda: lines.read_code(fd, code, interp.layout))
+        codes[code] = info
+        return info

@@ -1,0 +1,75 @@
+"""Call sites as the dashboard and batch mode show them (gputop/callsites.py estimates them): one line a
+site (``dir/file.py:line function``, or a native caller's ``symbol (object)``), its estimated launches a
+second with the estimate's 95 % half-width, its share of the samples since first seen, its top kernel;
+and a site's whole stack. Every text comes from the traced process: through the one sanitiser."""
+
+from __future__ import annotations
+
+from gputop.model import CallSite, CallSites, Frame
+from gputop.view import format as fmt
+
+HEAD = ("CALL SITE", "LAUNCH/s (est.)", "SHARE", "KERNEL")
+
+
+def frame_label(f: Frame, native: bool = False) -> str:
+    """``dir/file.py:line function`` (the file's last two parts); a native caller: ``symbol (object)``."""
+    if native:
+        name = fmt.text(f.function) if f.function is not None else "?"
+        return f"{name} ({fmt.text(f.file)})" if f.file else name
+    where = fmt.text("/".join(f.file.split("/")[-2:])) if f.file else "?"
+    line = f":{f.line}" if f.line is not None else ""
+    return f"{where}{line} {fmt.text(f.function) if f.function is not None else '?'}"
+
+
+def site_label(site: CallSite) -> str:
+    if not site.frames:
+        return "(no frame)"
+    return frame_label(site.frames[0], site.kind == "native")
+
+
+def estimate(value: float | None, error: float | None, unit: str = "") -> str:
+    """``12.3k ±0.4k``; N/A when unknown."""
+    if value is None:
+        return fmt.NA
+    if error is None or error == 0:
+        return f"{fmt.si(value)}{unit}"
+    return f"{fmt.si(value)}{unit} ±{fmt.si(error)}{unit}"
+
+
+def share(site: CallSite) -> str:
+    if site.share_pct is None:
+        return fmt.NA
+    err = f" ±{site.share_pct_error:.1f}" if site.share_pct_error is not None else ""
+    return f"{site.share_pct:.1f}%{err}"
+
+
+def site_rows(cs: CallSites | None, limit: int) -> list[tuple[str, str, str, str]]:
+    """(site, launches/s, share, kernel) of the top ``limit`` sites, busiest first."""
+    if cs is None:
+        return []
+    return [(site_label(s), estimate(s.launches_per_s, s.launches_per_s_error), share(s), fmt.text(s.top_kernel))
+            for s in cs.sites[:limit]]
+
+
+def summary(cs: CallSites | None) -> str:
+    """What the estimates stand on: the samples over the interval and since first seen, and the period."""
+    if cs is None:
+        return "call sites: no launch sampled yet"
+    period = f", 1 launch in {cs.period:,} sampled" if cs.period else ""
+    return f"call sites: {cs.samples:,} samples this interval, {cs.total_samples:,} in all{period}"
+
+
+def stack_lines(site: CallSite) -> list[str]:
+    """The site's most sampled stack, innermost frame first, one line a frame (full file names)."""
+    native = site.kind == "native"
+    out = []
+    for i, f in enumerate(site.frames):
+        if native:
+            out.append(f"#{i}  {frame_label(f, True)}")
+        else:
+            where = fmt.text(f.file) if f.file else "?"
+            line = f":{f.line}" if f.line is not None else ""
+            out.append(f"#{i}  {fmt.text(f.function) if f.function is not None else '?'}  {where}{line}")
+    if site.truncated:
+        out.append(f"    … deeper frames not kept (the first {len(site.frames)} are)")
+    return out

@@ -1,0 +1,144 @@
+"""Call sites (issue 37): launches sampled in the kernel with the launching thread's CPython frames, read
+back as ``file:line function`` and turned into estimated shares -- on real interpreters driving the real
+CUDA runtime (tests/native/pysites.py), no GPU. Shares are held to within 3 points over >= 2,000 samples
+(the sampling period fixed small: the test's launches are few); the launches themselves stay exact."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import ROOT, SCAN_WAIT_S
+
+from gputop import callsites
+from gputop.sources.bpf import BpfSource, RawProc
+
+pytestmark = pytest.mark.bpf
+
+SCRIPT = ROOT / "tests" / "native" / "pysites.py"
+PERIOD = 4              # one launch in 4 sampled (the test's); the default adapts to the cost (docs/collector.md)
+STUBS = {"big": 0x1001, "mid": 0x1002, "small": 0x1003, "via_generator": 0x1004, "via_coroutine": 0x1005}
+
+
+def launch_line(function: str) -> int:
+    """The line of pysites.py where ``function`` calls the runtime (LAUNCH)."""
+    tree = ast.parse(SCRIPT.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "LAUNCH":
+                    return sub.lineno
+    raise AssertionError(function)
+
+
+@pytest.fixture
+def sampled(bpf_source: BpfSource) -> Iterator[BpfSource]:
+    bpf_source.sites.fix_period(PERIOD)
+    yield bpf_source
+    bpf_source.sites.fix_period(None)
+
+
+def shares(raw: RawProc) -> dict[str, tuple[float, float, int]]:
+    """(share %, its 95 % half-width, samples) by the innermost frame's function."""
+    cs = callsites.estimate(raw.call_sites, None, None, None, lambda k: f"0x{k:x}")
+    assert cs is not None
+    return {s.frames[0].function or "?": (s.share_pct or 0.0, s.share_pct_error or 0.0, s.total_samples)
+            for s in cs.sites}
+
+
+def check_site(raw: RawProc, function: str, callers: tuple[str, ...]) -> None:
+    """The site of ``function``: its line, its file, its top kernel and the frames calling it."""
+    cs = callsites.estimate(raw.call_sites, None, None, None, lambda k: f"0x{k:x}")
+    assert cs is not None
+    site = next(s for s in cs.sites if s.frames and s.frames[0].function == function)
+    assert site.kind == "python"
+    first = site.frames[0]
+    assert first.file is not None and first.file.endswith("pysites.py")
+    assert first.line == launch_line(function)
+    assert site.top_kernel == f"0x{STUBS[function]:x}"
+    names = [f.function for f in site.frames]
+    assert names[1:1 + len(callers)] == list(callers), names
+
+
+def run_py(src: BpfSource, lib: Path, mode: str, n: int, python: str = sys.executable,
+           prefix: tuple[str, ...] = ()) -> RawProc:
+    """Run pysites.py MODE N under ``python`` (probes attached before its first launch); its reading taken
+    while it still lives (its code objects are read from its memory), then its exit's."""
+    go = Path(f"/tmp/gputop-pysites-go-{time.monotonic_ns()}")
+    proc = subprocess.Popen([*prefix, python, str(SCRIPT), "--wait", str(go), str(lib), mode, str(n)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline()
+        assert line.startswith("ready"), line
+        pid = int(line.split()[1])
+        src.scan([pid], wait_s=SCAN_WAIT_S)
+        go.touch()
+        assert proc.stdout.readline().strip() == "done"
+        src.read()                          # its code objects resolved while it lives
+        reading = src.read()
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+        deadline = time.monotonic() + 30
+        while pid not in (reading := src.read()).procs or not reading.procs[pid].exited:
+            src.poll(0.05)
+            assert time.monotonic() < deadline, f"no exit seen: {pid} {reading.procs.get(pid)}"[:3000]
+        return reading.procs[pid]
+    finally:
+        go.unlink(missing_ok=True)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        src.forget(proc.pid)
+
+
+#: the interpreters the shares are held on: the venv's (pyenv's 3.11, libpython3.11.so), Debian's python3.11
+#: (libpython linked in), and pyenv's of the other versions this machine's image has (the matrix guests run
+#: Debian 11's 3.9 and 13's 3.13 on their own kernels: scripts/matrix/guest_checks.py)
+PYENV = Path("/root/.pyenv/versions")
+INTERPRETERS = {"venv": sys.executable, "debian-3.11": "/usr/bin/python3.11",
+                **{f"pyenv-{v}": str(next(PYENV.glob(f"{v}.*/bin/python{v}"), PYENV / f"{v}-missing"))
+                   for v in ("3.9", "3.10", "3.12", "3.13")}}
+
+
+@pytest.mark.parametrize("python", list(INTERPRETERS))
+def test_shares_of_three_call_sites_within_three_points(sampled, testbed, python: str) -> None:
+    assert Path(INTERPRETERS[python]).exists(), f"{INTERPRETERS[python]}: this machine's image has it"
+    raw = run_py(sampled, testbed.libcudart, "shares", 1000, INTERPRETERS[python])
+    assert raw.counters["launches"] == 10_000        # sampling leaves the counts exact
+    got = shares(raw)
+    total = sum(n for _s, _e, n in got.values())
+    assert total >= 2000, got
+    for fn, want in (("big", 60.0), ("mid", 30.0), ("small", 10.0)):
+        share, err, _n = got[fn]
+        assert abs(share - want) <= 3.0, (fn, got)
+        assert 0 < err < 3.0
+    assert set(got) == {"big", "mid", "small"}, got
+    for fn in ("big", "mid", "small"):
+        check_site(raw, fn, ("shares", "main", "<module>"))
+
+
+def test_threads_each_their_own_stack(sampled, testbed) -> None:
+    raw = run_py(sampled, testbed.libcudart, "threads", 1000)
+    assert raw.counters["launches"] == 10_000
+    got = shares(raw)
+    assert sum(n for _s, _e, n in got.values()) >= 2000
+    for fn, want in (("big", 60.0), ("mid", 30.0), ("small", 10.0)):
+        assert abs(got[fn][0] - want) <= 3.0, (fn, got)
+        check_site(raw, fn, ("threads.<locals>.loop", "Thread.run"))
+
+
+def test_a_generator_and_a_coroutine_between_the_site_and_its_caller(sampled, testbed) -> None:
+    raw = run_py(sampled, testbed.libcudart, "layers", 2500)
+    assert raw.counters["launches"] == 10_000
+    got = shares(raw)
+    assert sum(n for _s, _e, n in got.values()) >= 2000
+    assert abs(got["via_generator"][0] - 75.0) <= 3.0, got
+    assert abs(got["via_coroutine"][0] - 25.0) <= 3.0, got
+    check_site(raw, "via_generator", ("layers.<locals>.run",))
+    check_site(raw, "via_coroutine", ("layers.<locals>.run",))
