@@ -7,8 +7,9 @@ Run as root after ./test.sh has set up the test bed (bpftrace: apt-get install -
 1. ns per cudaLaunchKernel call through the REAL libcudart.so.12 (the call fails after entry
    without a GPU), with: nothing attached, one empty uprobe (attached as gputop attaches: a
    uprobe_multi link where the kernel has them), the bpftrace one-liner
-   `uprobe:LIB:cudaLaunchKernel { @[pid] = count(); }`, gputop's full probe set, and gputop
-   attached with a perf event per probe (as on kernels before 6.6). gputop is measured
+   `uprobe:LIB:cudaLaunchKernel { @[pid] = count(); }`, gputop's full probe set, the same with call-site
+   sampling off (--sample-period 0: what sampling adds), and gputop attached with a perf event per probe
+   (as on kernels before 6.6). gputop is measured
    continuously, as the traced processes pay it: its collector polls and opens its BPF-statistics
    windows on their schedule, whichever rounds they fall in. Every round uses a fresh private copy
    of the library (its own inode), so other tracers on the host that probe the test bed's copy do
@@ -136,9 +137,10 @@ class Bpftrace(Nothing):
 class Gputop(Nothing):
     name = "gputop"
     links = True
+    sample_period: int | None = None        # call sites: adapted to the cost (gputop's default)
 
     def source(self) -> BpfSource:
-        return BpfSource(uprobe_links=self.links)
+        return BpfSource(uprobe_links=self.links, sample_period=self.sample_period)
 
     def attach(self, rnd: Round) -> None:
         self.src = self.source()
@@ -154,11 +156,19 @@ class Gputop(Nothing):
         pid = int(self.keep.stdout.readline().split()[1])
         self.src.scan([pid])
         assert str(rnd.lib) in self.src.objects.values(), "gputop did not attach to the library's copy"
+        # a warm-up loop and a reading: the call-site sampling period adapted to what a walk costs here
+        ns_per_call(workload(), 20000, rnd.env)
+        self.src.read()
         self.poller.start()
 
     def _poll(self) -> None:
+        # and reads once a second, as its refreshes do (the call-site sampling period adapts there)
+        last = time.monotonic()
         while not self.stop.is_set():
             self.src.poll(0.2)
+            if time.monotonic() - last >= 1.0:
+                self.src.read()
+                last = time.monotonic()
 
     def detach(self) -> None:
         self.stop.set()
@@ -174,6 +184,12 @@ class Gputop(Nothing):
 class GputopPerf(Gputop):
     name = "gputop, perf events"
     links = False
+
+
+class GputopUnsampled(Gputop):
+    """gputop with call-site sampling off (--sample-period 0): what sampling adds, side by side."""
+    name = "gputop, no sampling"
+    sample_period = 0
 
 
 class GputopBefore(Gputop):
@@ -207,10 +223,10 @@ def probe_cost(rounds: int, calls: int, before: Path | None = None
     """ns per call by configuration, then BPF run ns per hit of each configuration's handler
     (statistics on for those rounds only), alternating rounds."""
     exe = workload()
-    configs: list[Nothing] = [Nothing(), EmptyUprobe(), Gputop(), GputopPerf()]
+    configs: list[Nothing] = [Nothing(), EmptyUprobe(), Gputop(), GputopUnsampled(), GputopPerf()]
     configs += [Bpftrace()] if shutil.which("bpftrace") else []
     configs += [GputopBefore(before)] if before else []
-    handlers = [c for c in configs if isinstance(c, EmptyUprobe | GputopBefore) or type(c) is Gputop]
+    handlers = [c for c in configs if isinstance(c, EmptyUprobe | GputopBefore | GputopUnsampled) or type(c) is Gputop]
     calls_ns: dict[str, list[float]] = {c.name: [] for c in configs}
     run_ns: dict[str, list[float]] = {}
     for _ in range(rounds):
@@ -321,6 +337,7 @@ def main() -> int:
     ratios = {
         "gputop/empty uprobe": ratio(med["gputop"], med["empty uprobe"]),
         "gputop links/perf": ratio(med["gputop"], med["gputop, perf events"]),
+        "gputop sampling/no sampling": ratio(med["gputop"], med["gputop, no sampling"]),
         "gputop/bpftrace": ratio(med["gputop"], med.get("bpftrace one-liner")),
     }
     for name, r in ratios.items():

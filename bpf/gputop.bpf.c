@@ -111,13 +111,14 @@ BPF_PERCPU_ARRAY(hits, struct hit_t, HIT_RETURN + 1);    // [HIT_ENTRY], [HIT_RE
 
 // call sites (sites.bpf.h): each process's CPython (user space writes it), each thread's thread state,
 // the sampled stacks and their samples by kernel (charged to the process's owner as SH_CALL_SITES), the
-// sampling period ([0]; 0: off) and what the walks cost ([0] ns, [1] walks)
+// sampling period ([0]; 0: off) and what the walks cost ([0] ns, [1] walks of Python stacks; [2], [3] of
+// native callers)
 BPF_HASH(py_procs, u64, struct pyproc_t, MAX_PROCS);    // key: pkey(tgid)
 BPF_TABLE("lru_hash", u64, u64, py_threads, MAX_THREADS);   // pid_tgid -> its PyThreadState
 BPF_F_TABLE("hash", struct tkey_t, struct pystack_t, py_stacks, MAX_STACKS, BPF_F_NO_PREALLOC);
 BPF_F_TABLE("hash", struct site_key_t, u64, py_sites, MAX_SITES, BPF_F_NO_PREALLOC);
 BPF_ARRAY(site_period, u64, 1);
-BPF_PERCPU_ARRAY(site_cost, u64, 2);
+BPF_PERCPU_ARRAY(site_cost, u64, 4);
 BPF_PERCPU_ARRAY(stack_scratch, struct stack_scratch_t, 1);
 
 // A PID is one process only until that process exits, and the kernel may give it to a new process

@@ -85,15 +85,15 @@ static __always_inline void site_count(u32 tgid, u32 gen, struct pystack_t *st, 
     h |= 1;                             // 0 is no stack
     struct tkey_t sk = {.tgid = tgid, .gen = gen, .addr = h};
     if (!py_stacks.lookup(&sk)) {
-        struct tenant_t *o = share_take(tgid, SH_CALL_SITES);
+        struct tenant_t *o = share_take(tgid, SH_CALL_STACKS);
         if (!o) {
-            lose(DROP_CALL_SITES, SH_CALL_SITES);
+            lose(DROP_CALL_SITES, SH_CALL_STACKS);
             return;
         }
         if (py_stacks.insert(&sk, st) != 0) {
-            share_add(o, SH_CALL_SITES, -1);
+            share_add(o, SH_CALL_STACKS, -1);
             if (!py_stacks.lookup(&sk)) {
-                lose(DROP_CALL_SITES, SH_CALL_SITES);
+                lose(DROP_CALL_SITES, SH_CALL_STACKS);
                 return;
             }
         }
@@ -156,27 +156,31 @@ static __always_inline void site_sample(u32 tgid, u64 func, u64 sp) {
         st->flags = STACK_NATIVE | (st->flags & STACK_PYTHON);
     }
     site_count(tgid, gen, st, func);
-    u32 c = 0;
+    // what the walk cost, by kind: [0], [1] Python stacks' ns and walks, [2], [3] native callers'
+    u32 c = (st->flags & STACK_NATIVE) ? 2 : 0;
     u64 *ns = site_cost.lookup(&c);
     if (ns)
         *ns += bpf_ktime_get_ns() - t0;
-    c = 1;
+    c += 1;
     u64 *walks = site_cost.lookup(&c);
     if (walks)
         *walks += 1;
 }
 
-// Whether this launch (counted on hit h, the CPU's entry counters) is sampled: the next sample is due
-// at a launch chosen at random (see above); site_period[0] == 0: none
+// Whether this launch (counted on hit h, the CPU's entry counters) is sampled: the next sample is due at a
+// launch chosen at random (see above); a gap drawn under a longer period than the one now in force (it was
+// lowered) ends at once (one sample per CPU a change: the new period holds from there). site_period[0] == 0: none. (site_period is
+// an array: its lookup is inlined, a few instructions.)
 static __always_inline int site_due(struct hit_t *h) {
-    if (!h || ++h->launches < h->next)
-        return 0;
     u32 z = 0;
     u64 *period = site_period.lookup(&z);
-    u64 p = period ? *period : 0;
-    // off: looked at again SITE_OFF_RECHECK launches later
-    h->next = h->launches + (p ? 1 + bpf_get_prandom_u32() % (2 * p - 1) : SITE_OFF_RECHECK);
-    return p != 0;
+    if (!h || !period)
+        return 0;
+    u64 p = *period, n = ++h->launches, due = h->next;
+    if (!p || (n < due && due - n < 2 * p))
+        return 0;
+    h->next = n + 1 + bpf_get_prandom_u32() % (2 * p - 1);
+    return 1;
 }
 
 #endif /* __SITES_BPF_H */

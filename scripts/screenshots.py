@@ -109,6 +109,7 @@ FLOWS: dict[str, Flow] = {
     "tagged": Flow(_then("space", "down", "space", "greater_than_sign")),
     "baseline": Flow(_then("down", "down", "down", "c"), {"baseline": RECORDING}),
     "starting": Flow(_nothing, frames=0),
+    "stack": Flow(_then("enter", "down", "enter")),    # the second call site's whole stack (details, Enter)
 }
 
 #: the README's screenshots

@@ -27,6 +27,8 @@ from gputop.model import (
     LOG2_BUCKETS,
     MEMCPY_DIRECTIONS,
     CallBytes,
+    CallSite,
+    CallSites,
     Counts,
     GpuSample,
     LatencyHistogram,
@@ -44,6 +46,7 @@ CONTAINER_LIMIT = 128
 CMDLINE_LIMIT = 512
 USER_LIMIT = 64
 KERNEL_LIMIT = 128
+SITE_LIMIT = 256
 
 #: finite ``le`` bounds exported per histogram (values are integers, so bucket k is ``le`` 2^(k+1) - 1);
 #: a block has at most 1024 threads, so its histogram stops at 2047
@@ -85,6 +88,7 @@ def sync_buckets(h: LatencyHistogram, step: int) -> list[tuple[str, float]]:
 class ExportOptions:
     exited_grace_s: float = 300.0
     kernel_metrics: int = 0             # top N kernels per process as series (0: none)
+    call_site_metrics: int = 0          # top N call sites per process as series (0: none; per process only)
     max_processes: int = MAX_PROCESSES  # processes with series of their own (the rest summed: admission.py)
     cmdline_label: bool = False         # command lines can hold secrets: off by default
     user_label: bool = False            # the process's user as a label (issue 40: tell tenants apart)
@@ -437,6 +441,8 @@ class SnapshotCollector(Collector):
                 fam.gauge("gputop_nccl_comm_rank", "The process's rank in that communicator.",
                           names).add_metric(values, float(p.nccl_comm_rank))
         self._kernels(fam, p, names, values)
+        if self.options.aggregate == "process":
+            self._call_sites(fam, p.call_sites, names, values)
 
     @staticmethod
     def _directed(fam: _Families, q: Quantity, by_dir: Mapping[str, object],
@@ -527,6 +533,50 @@ class SnapshotCollector(Collector):
             for label in top:
                 if label in graph:
                     in_graphs.add_metric([*values, label], float(graph[label]))
+
+
+    def _call_sites(self, fam: _Families, cs: CallSites | None, names: tuple[str, ...], values: list[str]) -> None:
+        """With ``--call-site-metrics N``: the process's sampled launches, and the samples of its top N call
+        sites by samples since first seen. Exact counts of samples, never estimates: PromQL estimates a
+        site's launches from them over any window (docs/metrics.md, "Call sites")."""
+        n = self.options.call_site_metrics
+        if n <= 0 or cs is None:
+            return
+        fam.counter("gputop_launch_samples", "Launches of the process sampled for their call sites (every "
+                    "launch has the same chance; with --call-site-metrics).", names).add_metric(
+                        values, float(cs.total_samples))
+        # one series per (site, kind) label: sites whose labels read the same (two files alike in their
+        # last two parts, names equal once cut) add up, as kernels do
+        by_label: dict[tuple[str, str], int] = {}
+        for site in cs.sites:
+            key = (site_label(site), sanitize(site.kind, 16))
+            by_label[key] = by_label.get(key, 0) + site.total_samples
+        if not by_label:
+            return
+        samples = fam.counter("gputop_call_site_samples", "Sampled launches from one call site (its innermost Python "
+                              "frame, or the native caller) since gputop first saw the process: the top sites of "
+                              "each process by samples, with --call-site-metrics. Its share of the launches: "
+                              "rate(this) / rate(gputop_launch_samples_total) (docs/metrics.md).",
+                              (*names, "site", "kind"))
+        for key in sorted(by_label, key=lambda k: (-by_label[k], k))[:n]:
+            samples.add_metric([*values, *key], float(by_label[key]))
+
+
+def site_label(site: CallSite) -> str:
+    """A call site as a label value: ``dir/file.py:line function`` (the file's last two parts, as the
+    dashboard shows it), a native caller's ``symbol (object)``; through the sanitiser, cut in the middle
+    to SITE_LIMIT characters (the file and line at the start, the function's end kept)."""
+    if not site.frames:
+        return "(no frame)"
+    f = site.frames[0]
+    if site.kind == "native":
+        name = f.function if f.function is not None else "?"
+        text = f"{name} ({f.file})" if f.file else name
+    else:
+        where = "/".join(f.file.split("/")[-2:]) if f.file else "?"
+        line = f":{f.line}" if f.line is not None else ""
+        text = f"{where}{line} {f.function if f.function is not None else '?'}"
+    return sanitize_middle(text, SITE_LIMIT)
 
 
 class LivenessCollector(Collector):

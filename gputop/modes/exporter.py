@@ -30,6 +30,7 @@ from gputop.exporter.server import (
 from gputop.feeds.base import Filters
 from gputop.feeds.live import TOP_KERNELS, Sampler, SamplerConfig
 from gputop.model import Snapshot
+from gputop.model.limits import MAX_CALL_SITES
 from gputop.modes.args import SAMPLE_PERIOD_HELP, Parser, sample_period_arg
 from gputop.sources.bpf.program.privileges import PERF_ADMIN_HINT, privileges_error
 
@@ -88,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep an exited process's series this long (default 300)")
     p.add_argument("--kernel-metrics", type=natural_arg, default=0, metavar="N",
                    help=f"export the top N kernels of each process (at most {TOP_KERNELS}; default 0: none)")
+    p.add_argument("--call-site-metrics", type=natural_arg, default=0, metavar="N",
+                   help=f"export the samples of the top N call sites of each process (at most {MAX_CALL_SITES}; "
+                   "default 0: none; per process only)")
     p.add_argument("--max-processes", type=natural_arg, default=None, metavar="N",
                    help=f"series of their own for at most N processes, the busiest newcomers first; the others "
                    f"summed per container (pid=\"\") (default {MAX_PROCESSES}; docs/metrics.md, Cardinality)")
@@ -118,9 +122,14 @@ def main(argv: Sequence[str]) -> int:
     if args.kernel_metrics > TOP_KERNELS:
         raise GputopError(f"--kernel-metrics {args.kernel_metrics}: gputop keeps the top {TOP_KERNELS} kernels "
                           "of each process", f"choose at most --kernel-metrics {TOP_KERNELS}", EX_USAGE)
-    if args.aggregate == "container" and (args.max_processes is not None or args.cmdline_label or args.user_label):
-        flag = ("--max-processes" if args.max_processes is not None else "--cmdline-label" if args.cmdline_label
-                else "--user-label")
+    if args.call_site_metrics > MAX_CALL_SITES:
+        raise GputopError(f"--call-site-metrics {args.call_site_metrics}: gputop keeps the top {MAX_CALL_SITES} "
+                          "call sites of each process", f"choose at most --call-site-metrics {MAX_CALL_SITES}",
+                          EX_USAGE)
+    per_process = (("--max-processes", args.max_processes is not None), ("--cmdline-label", args.cmdline_label),
+                   ("--user-label", args.user_label), ("--call-site-metrics", args.call_site_metrics > 0))
+    if args.aggregate == "container" and any(given for _, given in per_process):
+        flag = next(name for name, given in per_process if given)
         raise GputopError(f"{flag} applies to per-process series, not to --aggregate container",
                           f"drop {flag}, or export per process", EX_USAGE)
     refusal = privileges_error() if args.bpf else None
@@ -130,6 +139,7 @@ def main(argv: Sequence[str]) -> int:
             unit += " and its drop-in deploy/systemd/perf-event-uprobes.conf (CAP_SYS_ADMIN)"
         raise GputopError(refusal[0], f"run the exporter as root, or with the capabilities of {unit}", EX_NOPERM)
     options = ExportOptions(exited_grace_s=args.exited_grace, kernel_metrics=args.kernel_metrics,
+                            call_site_metrics=args.call_site_metrics,
                             max_processes=MAX_PROCESSES if args.max_processes is None else args.max_processes,
                             cmdline_label=args.cmdline_label, user_label=args.user_label, node=args.node,
                             interval_s=args.delay, aggregate=args.aggregate, buckets=args.buckets)

@@ -158,7 +158,23 @@ TABLE: list[Binding] = [
 
 _BACK = Binding("escape,q,backspace", "back", "Back", key_display="Esc", tooltip="back to the process list")
 
-DETAILS: list[Binding] = [_BACK]
+DETAILS: list[Binding] = [
+    _BACK,
+    Binding("enter", "stack", "Stack", tooltip="the selected call site's whole stack (Esc closes it)"),
+]
+
+#: the details screen's call-sites panel (it has the focus when the screen opens)
+SITES: list[Binding] = [
+    Binding("up", "cursor(-1)", "Up", show=False,
+            tooltip="select the previous call site (at the first: scroll the page up)"),
+    Binding("down", "cursor(1)", "Down", show=False,
+            tooltip="select the next call site (at the last: scroll the page down)"),
+]
+
+#: a call site's stack (Enter on the details screen)
+STACK: list[Binding] = [
+    Binding("escape,q", "close", "Close", key_display="Esc", tooltip="close the stack"),
+]
 
 COMPARE: list[Binding] = [
     _BACK,
@@ -192,7 +208,8 @@ SECTIONS: list[tuple[str, list[Binding]]] = [
     ("Everywhere", GLOBAL),
     ("Process list", MAIN + TABLE),
     ("Replay (--replay)", REPLAY),
-    ("Details", DETAILS),
+    ("Details", DETAILS + SITES),
+    ("Call-site stack", STACK),
     ("Compare", COMPARE),
     ("Sort menu", SORT_MENU),
     ("Signal dialog", SIGNAL),

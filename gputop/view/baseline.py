@@ -6,22 +6,28 @@ through the recording's other busiest processes.
 
 What its numbers are: each per-interval value (rates, percentages, averages, interval counts, GPU
 memory, CPU %) is the mean over the samples where the process was running and the value was known;
-cumulative counts (``total``), the top kernels and the histograms are those of its last sample.
+cumulative counts (``total``), the top kernels and the histograms are those of its last sample. A call
+site's launches/s is the mean of its estimates over the samples that list it with one (their errors
+combined as independent: the root of the sum of their squares over their number), its share, stack and
+top kernel those of the last sample that lists it.
 Pure (no Textual).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gputop.counters import PROC, RATED
-from gputop.model import CallBytes, Counts, ProcSample, Rates
+from gputop.model import CallBytes, CallSite, CallSites, Counts, ProcSample, Rates
+from gputop.model.limits import MAX_CALL_SITES
 from gputop.record import RecordingError, read_recording
 from gputop.view.history import Point, point_of
+from gputop.view.sites import site_key
 
 
 def _mean(values: Iterable[float | int | None]) -> float | None:
@@ -83,6 +89,31 @@ def _mean_rates(rates: Sequence[Rates | None]) -> Rates | None:
     return Rates(**kw)
 
 
+def _mean_call_sites(sites: Sequence[CallSites | None]) -> CallSites | None:
+    """The call sites of several samples (see the module docstring), busiest first."""
+    present = [cs for cs in sites if cs is not None]
+    if not present:
+        return None
+    last: dict[tuple[object, ...], CallSite] = {}
+    estimates: dict[tuple[object, ...], list[tuple[float, float]]] = {}
+    for cs in present:
+        for s in cs.sites:
+            key = site_key(s)
+            last[key] = s
+            if s.launches_per_s is not None:
+                estimates.setdefault(key, []).append((s.launches_per_s, s.launches_per_s_error or 0.0))
+    out = []
+    for key, s in last.items():
+        known = estimates.get(key, [])
+        rate = sum(v for v, _ in known) / len(known) if known else None
+        err = math.sqrt(sum(e * e for _, e in known)) / len(known) if known else None
+        out.append(dataclasses.replace(s, launches_per_s=rate, launches_per_s_error=err))
+    out.sort(key=lambda s: -(s.launches_per_s if s.launches_per_s is not None else -1.0))
+    n = len(present)
+    return dataclasses.replace(present[-1], samples=round(sum(cs.samples for cs in present) / n),
+                               sites=tuple(out[:MAX_CALL_SITES]))
+
+
 _MEAN_FIELDS = (
     "grid_blocks_avg",
     "block_threads_avg",
@@ -107,6 +138,7 @@ def summarize(samples: Sequence[ProcSample]) -> ProcSample:
         interval=_mean_counts([s.interval for s in samples]),
         rates=_mean_rates([s.rates for s in samples]),
         sync_latency=dataclasses.replace(sync, interval=sync.total) if sync is not None else None,
+        call_sites=_mean_call_sites([s.call_sites for s in samples]),
         **kw,
     )
 

@@ -1,4 +1,5 @@
-"""Display arithmetic of the compare screen: the metrics shown side by side and their ratio B/A.
+"""Display arithmetic of the compare screen: the metrics shown side by side and their ratio B/A, and the
+call sites of A beside B.
 
 Pure, no Textual. A ratio is display arithmetic over two model values; it is unknown (``None``)
 whenever either side is unknown, never 0.
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from gputop.counters import PROC, Quantity
-from gputop.model import ProcSample
-from gputop.view import columns, fields
+from gputop.model import CallSite, ProcSample
+from gputop.view import columns, fields, sites
 from gputop.view import format as fmt
 
 Value = Optional[float]
@@ -188,3 +189,36 @@ def _seconds(text: str) -> Value:
             v = fmt.shown(text[: -len(suffix)])
             return None if v is None else v * scale
     return None
+
+
+@dataclass(frozen=True)
+class SiteRow:
+    label: str
+    a: str
+    b: str
+
+
+def _by_label(p: ProcSample | None) -> dict[str, CallSite]:
+    """A process's call sites by their label (the busiest of those that read the same)."""
+    out: dict[str, CallSite] = {}
+    for s in p.call_sites.sites if p is not None and p.call_sites is not None else ():
+        out.setdefault(sites.site_label(s), s)
+    return out
+
+
+def site_rows(a: ProcSample | None, b: ProcSample | None, top: int = 5) -> list[SiteRow]:
+    """Call sites of A beside B, matched by how they read (``dir/file.py:line function``): the top
+    ``top`` of each by samples, the busier side's estimated launches/s first; each side's estimate with
+    its ± (N/A where that side has no such site among those it keeps, or no call sites)."""
+    sa, sb = _by_label(a), _by_label(b)
+    labels = list(dict.fromkeys([*list(sa)[:top], *list(sb)[:top]]))
+
+    def rate(s: CallSite | None) -> float:
+        return s.launches_per_s if s is not None and s.launches_per_s is not None else -1.0
+
+    labels.sort(key=lambda k: -max(rate(sa.get(k)), rate(sb.get(k))))
+
+    def cell(s: CallSite | None) -> str:
+        return fmt.NA if s is None else sites.estimate(s.launches_per_s, s.launches_per_s_error)
+
+    return [SiteRow(k, cell(sa.get(k)), cell(sb.get(k))) for k in labels]

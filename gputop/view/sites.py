@@ -5,10 +5,13 @@ and a site's whole stack. Every text comes from the traced process: through the 
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from gputop.model import CallSite, CallSites, Frame
 from gputop.view import format as fmt
 
-HEAD = ("CALL SITE", "LAUNCH/s (est.)", "SHARE", "KERNEL")
+HEAD = ("CALL SITE", "LAUNCH/s (est.)", "SHARE (all)", "TOP KERNEL")
 
 
 def frame_label(f: Frame, native: bool = False) -> str:
@@ -27,20 +30,31 @@ def site_label(site: CallSite) -> str:
     return frame_label(site.frames[0], site.kind == "native")
 
 
+def site_key(site: CallSite) -> tuple[object, ...]:
+    """What a site is from one snapshot to the next (its kind and innermost frame): a cursor follows it."""
+    return (site.kind, site.frames[0] if site.frames else None)
+
+
+def _err(error: float, unit: str) -> str:
+    return f" ±{fmt.si(error)}{unit}" if math.isfinite(error) else f" ±{fmt.NA}"
+
+
 def estimate(value: float | None, error: float | None, unit: str = "") -> str:
-    """``12.3k ±0.4k``; N/A when unknown."""
+    """``12.3k ±400``; N/A when unknown; no ± when the estimate is exact (no launch: 0)."""
     if value is None:
         return fmt.NA
     if error is None or error == 0:
         return f"{fmt.si(value)}{unit}"
-    return f"{fmt.si(value)}{unit} ±{fmt.si(error)}{unit}"
+    return f"{fmt.si(value)}{unit}{_err(error, unit)}"
 
 
 def share(site: CallSite) -> str:
-    if site.share_pct is None:
+    """``41.2% ±1.3`` (points of a 95 % interval); N/A when unknown."""
+    if site.share_pct is None or not math.isfinite(site.share_pct):
         return fmt.NA
-    err = f" ±{site.share_pct_error:.1f}" if site.share_pct_error is not None else ""
-    return f"{site.share_pct:.1f}%{err}"
+    err = site.share_pct_error
+    tail = "" if err is None else f" ±{err:.1f}" if math.isfinite(err) else f" ±{fmt.NA}"
+    return f"{site.share_pct:.1f}%{tail}"
 
 
 def site_rows(cs: CallSites | None, limit: int) -> list[tuple[str, str, str, str]]:
@@ -57,6 +71,15 @@ def summary(cs: CallSites | None) -> str:
         return "call sites: no launch sampled yet"
     period = f", 1 launch in {cs.period:,} sampled" if cs.period else ""
     return f"call sites: {cs.samples:,} samples this interval, {cs.total_samples:,} in all{period}"
+
+
+def without_rates(cs: CallSites | None) -> CallSites | None:
+    """The call sites of a process no longer reported: what was counted since first seen stays (shares,
+    stacks), the launches a second are no longer known (never frozen at the last interval)."""
+    if cs is None:
+        return None
+    return replace(cs, samples=0, sites=tuple(replace(s, samples=0, launches_per_s=None, launches_per_s_error=None)
+                                              for s in cs.sites))
 
 
 def stack_lines(site: CallSite) -> list[str]:

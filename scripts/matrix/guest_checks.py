@@ -8,6 +8,8 @@ libcuda.so.1), then, with gputop running:
   dynamic  6000 launches, h2d and d2h copies and 3 syncs (tests/bpf/test_batch.py's workload)
   copies   the real libcudart and libcuda loaded with dlopen: copies in every direction
   driver   the real libcuda alone: cuLaunchKernel and cuLaunchKernelEx
+  python   the distro's python3 driving the real libcudart through ctypes from three functions of known
+           shares (tests/native/pysites.py: 60/30/10 %), one launch in 4 sampled for its call site
   short    a process that lives a few milliseconds, started once its library is probed
 and, before gputop starts, what this kernel lets the least capability set do (``privileges``: as uid
 65534 under setpriv, the uprobe PMU and gputop's own privileges check, with the five capabilities of
@@ -45,6 +47,9 @@ COPIES = ["memcpy:3:1:1000", "memcpy:4:2:10", "memcpy:5:3:7", "memcpy:6:0:1", "c
 # real libcuda returns an error without reading the handle; after the runtime's initialisation it reads it)
 DRIVER = ["cu_launch:30:2,2,1:32,1,1:abc0", "cu_launch_ex:42:4,1,1:32,4,1:def0", "sleep:1500"]
 SHORT = ["launch:7:2,1,1:32,1,1:0"]
+PYSITES = ROOT / "tests" / "native" / "pysites.py"
+PYTHON_ROUNDS = 1000        # 10,000 launches: ~2,500 samples at gputop's --sample-period 4
+SAMPLE_PERIOD = 4
 
 
 #: the systemd unit's five capabilities as setpriv's numbers (Debian 11's setpriv knows no bpf, perfmon names)
@@ -112,6 +117,15 @@ def _state(snap: dict[str, Any], pid: int) -> str | None:
     return None
 
 
+def _sites_named(snap: dict[str, Any], pid: int) -> bool:
+    """Whether the snapshot shows ``pid``'s call sites with their frames named (its code objects read)."""
+    for p in snap["processes"]:
+        if p["pid"] == pid and p.get("call_sites"):
+            sites = p["call_sites"]["sites"]
+            return len(sites) >= 3 and all(s["frames"] and s["frames"][0]["function"] for s in sites[:3])
+    return False
+
+
 def _ready(proc: subprocess.Popen[bytes]) -> int:
     assert proc.stdout is not None
     line = proc.stdout.readline().decode()
@@ -177,8 +191,8 @@ def main() -> int:
 
     t0 = time.monotonic()
     gt = subprocess.Popen([str(ROOT / ".venv" / "bin" / "gputop"), "-b", "-f", "json", "-d", "0.5", "--no-nvml",
-                           "--bpf"], stdout=subprocess.PIPE, stderr=(out / "gputop.stderr").open("w"), text=True,
-                          cwd=str(ROOT))
+                           "--bpf", "--sample-period", str(SAMPLE_PERIOD)], stdout=subprocess.PIPE,
+                          stderr=(out / "gputop.stderr").open("w"), text=True, cwd=str(ROOT))
     assert gt.stdout is not None
     snaps = Snapshots(gt.stdout, out / "snapshots.jsonl")
     pids: dict[str, int] = {"before": before_pid}
@@ -208,7 +222,20 @@ def main() -> int:
         snaps.wait_for("wl_dlopen (driver)", lambda s: _state(s, pids["driver"]) == "running")
         (go / "driver").touch()
 
-        for name, proc in (("before", before), ("dynamic", dynamic), ("copies", copies), ("driver", driver)):
+        # the distro's own python3, as a user runs it (its call sites read while it lives: it exits at the end
+        # of its input)
+        python = subprocess.Popen(["/usr/bin/python3", str(PYSITES), "--wait", str(go / "python"), str(r12.lib),
+                                   "shares", str(PYTHON_ROUNDS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        pids["python"] = _ready(python)
+        snaps.wait_for("python3", lambda s: _state(s, pids["python"]) == "running")
+        (go / "python").touch()
+        assert python.stdout is not None and python.stdin is not None
+        python.stdout.readline()                # "done"
+        snaps.wait_for("python3's call sites named", lambda s: _sites_named(s, pids["python"]))
+        python.stdin.close()
+
+        for name, proc in (("before", before), ("dynamic", dynamic), ("copies", copies), ("driver", driver),
+                           ("python", python)):
             returncodes[name] = proc.wait(timeout=DEADLINE_S)
         t1 = time.monotonic()
         short = subprocess.run([str(dlopen), "--cudart", str(r12.lib), *SHORT], capture_output=True, text=True,

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import ROOT, SCAN_WAIT_S
+from support import ROOT, SCAN_WAIT_S, build_native
 
 from gputop import callsites
 from gputop.sources.bpf import BpfSource, RawProc
+from gputop.sources.bpf.pystacks import cpython
 
 pytestmark = pytest.mark.bpf
 
@@ -142,3 +143,103 @@ def test_a_generator_and_a_coroutine_between_the_site_and_its_caller(sampled, te
     assert abs(got["via_coroutine"][0] - 25.0) <= 3.0, got
     check_site(raw, "via_generator", ("layers.<locals>.run",))
     check_site(raw, "via_coroutine", ("layers.<locals>.run",))
+
+
+def test_a_process_started_before_gputop(testbed) -> None:
+    """The usual case on a GPU host: the job runs for days, gputop starts later; its interpreter is found
+    at gputop's first scan and its launches from then on are sampled with their stacks."""
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(testbed.libcudart), "idle", "0"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    src = None
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        pid = int(proc.stdout.readline().split()[1])
+        src = BpfSource(sample_period=PERIOD)
+        src.start()
+        proc.stdin.write("shares 1000\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        src.read()
+        raw = src.read().procs[pid]
+        assert raw.counters["launches"] == 10_000
+        got = shares(raw)
+        assert sum(n for _s, _e, n in got.values()) >= 2000
+        for fn, want in (("big", 60.0), ("mid", 30.0), ("small", 10.0)):
+            assert abs(got[fn][0] - want) <= 3.0, (fn, got)
+            check_site(raw, fn, ("shares", "main", "<module>"))
+    finally:
+        proc.kill()
+        proc.wait()
+        if src is not None:
+            src.close()
+
+
+def fake_python(layout: cpython.Layout) -> Path:
+    """tests/native/fake_python.c as ``python3.11`` (a folder of its own), laid out as ``layout`` says."""
+    defs = {"INTERP_HEAD": layout.interp_head, "THREADS_HEAD": layout.threads_head, "TS_NEXT": layout.ts_next,
+            "TS_THREAD_ID": layout.ts_thread_id, "TS_NATIVE_TID": layout.ts_native_tid, "TS_FRAME": layout.ts_frame,
+            "CFRAME_CURRENT": layout.cframe_current, "FR_CODE": layout.fr_code, "FR_INSTR": layout.fr_instr,
+            "FR_OWNER": layout.fr_owner, "FR_PREVIOUS": layout.fr_previous}
+    return build_native("fake_python.c", "fake_python/python3.11", "-rdynamic", "-ldl", "-lpthread",
+                        *(f"-D{k}={v}" for k, v in defs.items()))
+
+
+@pytest.mark.parametrize("chain", ["cycle", "deep"])
+def test_garbage_frames_are_walked_within_bounds_and_named_nothing(sampled, testbed, chain: str) -> None:
+    """A process whose frames are garbage (issue 37 item 4): a cycle, a chain 10,000 deep, code pointers to
+    nothing. The walk stops at its bounds, and no frame gets a name: no false stack."""
+    exe = fake_python(cpython.LAYOUTS[(3, 11)])
+    proc = subprocess.Popen([str(exe), str(testbed.libcudart), chain, "4000"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        pid = int(proc.stdout.readline().split()[1])
+        sampled.scan([pid], wait_s=SCAN_WAIT_S)
+        me = next(me for me in sampled.sites.interpreters if me & 0xFFFFFFFF == pid)
+        assert sampled.sites.interpreters[me] is not None        # taken for a 3.11 by its name and symbol
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        t0 = time.monotonic()
+        raw = sampled.read().procs[pid]
+        assert time.monotonic() - t0 < 5
+        assert raw.counters["launches"] == 4000
+        assert sum(s.samples for s in raw.call_sites) >= 500
+        for s in raw.call_sites:
+            assert s.python
+            assert all(f.function is None and f.file is None and f.line is None for f in s.frames), s
+            assert 1 <= len(s.frames) <= 32
+            assert s.truncated == (len(s.frames) == 32)
+        assert {len(s.frames) for s in raw.call_sites} == {32}, "both chains are longer than the walk goes"
+    finally:
+        proc.kill()
+        proc.wait()
+        sampled.forget(proc.pid)
+
+
+def test_a_processs_call_site_entries_go_with_it(sampled, testbed) -> None:
+    """py_procs, py_stacks and py_sites hold a process's entries while it lives, none once it is gone, and
+    what was charged to its owner is given back (share class call_sites)."""
+    def entries(pid: int) -> dict[str, int]:
+        return {"py_procs": sum(1 for k in sampled.table("py_procs") if int(k.value) & 0xFFFFFFFF == pid),
+                **{name: sum(1 for k in sampled.table(name) if int(k.tgid) == pid)
+                   for name in ("py_stacks", "py_sites")}}
+
+    seen: dict[str, int] = {}
+    original = sampled.read
+
+    def read_and_count():  # type: ignore[no-untyped-def]
+        reading = original()
+        for pid in reading.procs:
+            if not reading.procs[pid].exited:
+                seen.update({k: max(v, seen.get(k, 0)) for k, v in entries(pid).items()})
+        return reading
+
+    sampled.read = read_and_count       # type: ignore[method-assign]
+    try:
+        raw = run_py(sampled, testbed.libcudart, "shares", 300)
+    finally:
+        del sampled.read
+    assert seen["py_procs"] == 1 and seen["py_stacks"] >= 3 and seen["py_sites"] >= 3, seen
+    assert entries(raw.pid) == {"py_procs": 0, "py_stacks": 0, "py_sites": 0}
+    assert not any(me & 0xFFFFFFFF == raw.pid for me in sampled.sites.interpreters)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import SCAN_WAIT_S, build_native
+from support import ROOT, SCAN_WAIT_S, build_native
 from test_counts import FUSED, SAXPY, UNFUSED
 from test_driver_layer import DRIVER_OPS, check_driver_ops
 from test_driver_layer import env as layer_env
@@ -28,7 +28,8 @@ from gputop.sources.bpf.common import linux as bpfsys
 
 ATTACKER = f"uid:{NOBODY}"
 #: the tables of the module's source (one compile for the tests that use them: ``src``)
-SMALL = {"MAX_PROCS": 16, "MAX_KERNELS": 16, "MAX_NAME_PTRS": 64, "MAX_CAPTURES": 8, "MAX_CODE": 512}
+SMALL = {"MAX_PROCS": 16, "MAX_KERNELS": 16, "MAX_NAME_PTRS": 64, "MAX_CAPTURES": 8, "MAX_CODE": 512,
+         "MAX_STACKS": 16, "MAX_SITES": 32}
 #: what each source's tenants had lost when the running test began (``_lost`` is what they lost since)
 _BEFORE: dict[int, dict[str, dict[str, int]]] = {}
 
@@ -374,3 +375,53 @@ def test_tenants_the_kernel_forgets_keep_what_they_lost(workloads: Any, testbed:
                 assert lost.get(tenant, {}).get("kernels", 0) >= kinds["kernels"], (tenant, lost)
             seen = lost
         assert seen == {f"uid:{u}": {"kernels": 5} for u in (NOBODY, NOBODY - 1, NOBODY - 2)}
+
+
+def test_a_tenant_with_many_call_stacks_leaves_room_for_anothers(src: BpfSource, testbed: Any,
+                                                                  nobody_dir: Path) -> None:  # noqa: F811
+    """A Python process of uid 65534 launching from 40 distinct stacks, every launch sampled, against a
+    stack table of 16: it keeps 8, the other 32 samples are its loss; a victim's three call sites, sampled
+    afterwards, are all there (issue 37 beside issue 40: share class call_sites)."""
+    script = nobody_dir / "pysites.py"
+    shutil.copy(ROOT / "tests" / "native" / "pysites.py", script)
+    script.chmod(0o644)
+    src.sites.fix_period(1)
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(mode: str, n: int, nobody: bool) -> int:
+        go = nobody_dir / f"go-{time.monotonic_ns()}"
+        proc = subprocess.Popen([USER_PYTHON, str(script), "--wait", str(go), str(testbed.libcudart), mode, str(n)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                preexec_fn=_as_nobody if nobody else None, cwd="/")
+        procs.append(proc)
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline().split()[1])
+        src.scan([pid], wait_s=SCAN_WAIT_S)
+        go.touch()
+        assert proc.stdout.readline().strip() == "done"
+        return pid
+
+    try:
+        attacker = start("stacks", 40, nobody=True)
+        reading = _until(src, "the attacker's launches", lambda r: attacker in r.procs
+                         and r.procs[attacker].counters["launches"] == 40)
+        kept = reading.procs[attacker].call_sites
+        assert len({s.stack for s in kept}) == 8 and sum(s.samples for s in kept) == 8
+        assert _lost(src, reading) == {ATTACKER: {"call_stacks": 32}}
+        victim = start("shares", 10, nobody=False)
+        reading = _until(src, "the victim's launches", lambda r: victim in r.procs
+                         and r.procs[victim].counters["launches"] == 100)
+        sites = reading.procs[victim].call_sites
+        assert sorted((s.frames[0].function, s.samples) for s in sites) == [("big", 60), ("mid", 30), ("small", 10)]
+        assert ATTACKER in src.shares.held()
+    finally:
+        src.sites.fix_period(None)
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        deadline = time.monotonic() + 20
+        while ATTACKER in src.shares.held():
+            src.poll(0.05)
+            reading = src.read()
+            src.forget(*[pid for pid, raw in reading.procs.items() if raw.exited])
+            assert time.monotonic() < deadline, f"still held: {src.shares.held()}"

@@ -20,10 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gputop import latency  # noqa: E402
+from gputop import callsites, latency  # noqa: E402
 from gputop.model import (  # noqa: E402
     NCCL_OPS,
     CallBytes,
+    CallSites,
     Counts,
     GpuSample,
     KernelStat,
@@ -34,6 +35,7 @@ from gputop.model import (  # noqa: E402
     SyncLatency,
 )
 from gputop.record import Recorder  # noqa: E402
+from gputop.sources.bpf.pystacks.sites import RawFrame, RawSite  # noqa: E402
 
 T0 = 1767258000.0  # 2026-01-01 09:00:00 UTC
 HOST = "gpu-node-07"
@@ -85,6 +87,11 @@ class Workload:
     nccl_comm: tuple[int, int] | None = None
     #: its syncs' latency histograms since first seen, as the BPF source reads them (gputop/latency.py)
     sync_raw: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    #: where its launches come from: (stack, innermost frame first, as "file:line function" or, native,
+    #: "object!symbol"; the kernel it launches; its share of the launches); sampled 1 in ``site_period``
+    sites: list[tuple[tuple[str, ...], str, float]] = field(default_factory=list)
+    site_period: int = 128
+    site_raw: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 def _syncs(w: Workload, calls: int, wait_s: float) -> SyncLatency | None:
@@ -128,6 +135,40 @@ def _accumulate(total: Counts | None, iv: Counts) -> Counts:
 
 def _bucket(n: float) -> str:
     return f"2^{max(0, math.floor(math.log2(max(1.0, n))))}"
+
+
+def _raw_frame(text: str) -> RawFrame:
+    """``/path/file.py:88 function`` (Python), or ``/path/object!symbol`` (a native caller)."""
+    if "!" in text:
+        obj, symbol = text.split("!", 1)
+        return RawFrame(obj, None, symbol, native=True, address=0x7F0000001000 + len(text))
+    where, function = text.split(" ", 1)
+    file, line = where.rsplit(":", 1)
+    return RawFrame(file, int(line), function, address=0x7F0000100000 + len(text))
+
+
+def _call_sites(w: Workload, frame: int, launches: int, interval: float) -> CallSites | None:
+    """The interval's launches sampled one in ``site_period`` (on average) and spread over the workload's
+    call sites by their shares, counted as the BPF side counts them, estimated as the live feed does
+    (gputop/callsites.py); drawn from a generator of its own (the scenario's other values stay as they were)."""
+    if not w.sites:
+        return None
+    rng = random.Random(w.pid * 7919 + frame)
+    before = dict(w.site_raw) if frame > w.start else None
+    n = sum(1 for _ in range(launches) if rng.random() < 1 / w.site_period) if launches < 2000 else \
+        max(0, round(rng.gauss(launches / w.site_period, math.sqrt(launches / w.site_period))))
+    picks = rng.choices(range(len(w.sites)), weights=[share for _, _, share in w.sites], k=n)
+    funcs = {name: 0x5000 + i for i, (name, *_) in enumerate(w.kernels)}
+    for i in picks:
+        key = (i + 1, funcs[w.sites[i][1]])
+        w.site_raw[key] = w.site_raw.get(key, 0) + 1
+    raw = [RawSite(stack, func, count, tuple(_raw_frame(f) for f in w.sites[stack - 1][0]),
+                   python="!" not in w.sites[stack - 1][0][0], truncated=False)
+           for (stack, func), count in sorted(w.site_raw.items())]
+    base = [RawSite(stack, func, count, (), True, False) for (stack, func), count in (before or {}).items()]
+    names = {v: k for k, v in funcs.items()}
+    return callsites.estimate(raw, base if before is not None else None, launches, 1 / interval,
+                              lambda func: names.get(func, f"0x{func:x}"), period=w.site_period)
 
 
 def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited: bool) -> ProcSample:
@@ -251,6 +292,7 @@ def _sample(w: Workload, frame: int, rng: random.Random, interval: float, exited
         sync_latency=_syncs(w, iv.sync_calls or 0, sync_s),
         nccl_comm_size=w.nccl_comm[0] if w.nccl_comm else None,
         nccl_comm_rank=w.nccl_comm[1] if w.nccl_comm else None,
+        call_sites=_call_sites(w, frame, launches, interval),
     )
 
 
@@ -269,6 +311,40 @@ LAYERNORM = (
 )
 SOFTMAX = "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>"
 GEMM = "ampere_sgemm_128x64_tn"
+
+# call sites (innermost frame first): a GPT-2 training loop, eager and compiled
+TORCH = "/opt/venv/lib/python3.12/site-packages/torch"
+GPT2 = "/home/alice/gpt2"
+_TRAIN = (f"{TORCH}/nn/modules/module.py:1762 Module._call_impl", f"{GPT2}/model.py:131 Block.forward",
+          f"{TORCH}/nn/modules/module.py:1762 Module._call_impl", f"{GPT2}/model.py:176 GPT.forward",
+          f"{GPT2}/train.py:214 train_step", f"{GPT2}/train.py:301 main", f"{GPT2}/train.py:305 <module>")
+_ATTN = (f"{GPT2}/model.py:61 CausalSelfAttention.forward", *_TRAIN)
+
+
+def _eager_sites() -> list[tuple[tuple[str, ...], str, float]]:
+    return [
+        ((f"{GPT2}/model.py:88 MLP.forward", *_TRAIN), ELEMENTWISE, 0.30),
+        ((f"{GPT2}/model.py:87 MLP.forward", *_TRAIN), GELU, 0.22),
+        ((f"{TORCH}/nn/functional.py:2910 layer_norm", f"{TORCH}/nn/modules/normalization.py:217 LayerNorm.forward",
+          *_TRAIN), LAYERNORM, 0.14),
+        ((f"{TORCH}/nn/modules/linear.py:125 Linear.forward", f"{GPT2}/model.py:86 MLP.forward", *_TRAIN), GEMM, 0.14),
+        (_ATTN, SOFTMAX, 0.12),
+        ((f"{TORCH}/optim/adamw.py:480 _multi_tensor_adamw", f"{TORCH}/optim/adamw.py:227 AdamW.step",
+          f"{GPT2}/train.py:222 train_step", f"{GPT2}/train.py:301 main"), ELEMENTWISE, 0.08),
+    ]
+
+
+def _compiled_sites() -> list[tuple[tuple[str, ...], str, float]]:
+    call = "/tmp/torchinductor_alice/c4/cc4xqnbd7yw2.py:412 call"
+    run = f"{TORCH}/_inductor/runtime/triton_heuristics.py:1076 CachingAutotuner.run"
+    tail = (f"{TORCH}/_inductor/output_code.py:583 CompiledFxGraph.__call__", f"{GPT2}/train.py:214 train_step",
+            f"{GPT2}/train.py:301 main")
+    return [
+        ((run, call, *tail), "triton_per_fused_add_gelu_native_layer_norm_0", 0.46),
+        ((call, *tail), GEMM, 0.30),
+        ((run, "/tmp/torchinductor_alice/c4/cc4xqnbd7yw2.py:388 call", *tail), "triton_red_fused__softmax_1", 0.18),
+        (_ATTN, "flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>>", 0.06),
+    ]
 
 
 def workloads() -> list[Workload]:
@@ -302,6 +378,8 @@ def workloads() -> list[Workload]:
             rss=7 * GIB,
             launch_bound=True,
             wave=0.05,
+            sites=_eager_sites(),
+            site_period=128,
         ),
         Workload(
             4243,
@@ -328,6 +406,8 @@ def workloads() -> list[Workload]:
             rss=7 * GIB,
             launch_bound=False,
             wave=0.04,
+            sites=_compiled_sites(),
+            site_period=16,
         ),
         Workload(
             5120,
@@ -352,6 +432,17 @@ def workloads() -> list[Workload]:
             rss=3 * GIB,
             wave=0.55,
             period=24,
+            sites=[
+                (("/opt/tritonserver/backends/tensorrt/libnvinfer.so.10!nvinfer1::rt::ExecutionContext::enqueueV3",
+                  "/opt/tritonserver/backends/tensorrt/libtriton_tensorrt.so!ModelInstanceState::Run"),
+                 "sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32_stage4", 0.5),
+                (("/opt/tritonserver/backends/tensorrt/libnvinfer_plugin.so.10!bertQKVToContextPlugin::enqueue",
+                  "/opt/tritonserver/backends/tensorrt/libnvinfer.so.10!nvinfer1::rt::ExecutionContext::enqueueV3"),
+                 "fused_multihead_attention_v2_fp16_64_64_kernel", 0.3),
+                (("/opt/tritonserver/lib/libtritonserver.so!triton::core::InferenceRequest::Run",),
+                 "void cub::DeviceReduceKernel<...>", 0.2),
+            ],
+            site_period=32,
         ),
         Workload(
             6001,
@@ -372,6 +463,10 @@ def workloads() -> list[Workload]:
             rss=40 * GIB,
             wave=0.3,
             period=17,
+            sites=[(("/home/bob/uvm_stress.py:47 triad", "/home/bob/uvm_stress.py:80 main",
+                     "/home/bob/uvm_stress.py:95 <module>"),
+                    "stream_triad_kernel(float*, float const*, float const*, float)", 1.0)],
+            site_period=16,
         ),
         Workload(
             7007,
@@ -389,6 +484,10 @@ def workloads() -> list[Workload]:
             cpu=100,
             rss=300 * MIB,
             start=20,
+            sites=[(("/usr/local/cuda/samples/bin/nbody!integrateNbodySystem<float>",
+                     "/usr/local/cuda/samples/bin/nbody!BodySystemCUDA<float>::update"),
+                    "void integrateBodies<float>(vec4<float>::Type*, vec4<float>::Type*, ...)", 1.0)],
+            site_period=16,
         ),
         Workload(
             7300,
@@ -408,6 +507,12 @@ def workloads() -> list[Workload]:
             cpu=88,
             rss=4 * GIB,
             end=60,
+            sites=[
+                ((f"{TORCH}/nn/modules/linear.py:125 Linear.forward", "/home/dave/eval.py:52 evaluate",
+                  "/home/dave/eval.py:90 <module>"), GEMM, 0.5),
+                (("/home/dave/eval.py:55 evaluate", "/home/dave/eval.py:90 <module>"), ELEMENTWISE, 0.5),
+            ],
+            site_period=16,
         ),
         Workload(
             12001,
@@ -437,6 +542,19 @@ def workloads() -> list[Workload]:
             period=40,
             graph_kernels=58_000,     # decode steps replayed as CUDA graphs of 290 kernels
             graph_size=290,
+            sites=[
+                (("/opt/vllm/vllm/attention/ops/paged_attn.py:187 PagedAttention.forward_decode",
+                  "/opt/vllm/vllm/attention/backends/xformers.py:612 XFormersImpl.forward",
+                  "/opt/vllm/vllm/worker/model_runner.py:1650 ModelRunner.execute_model"),
+                 "paged_attention_v2_kernel<__nv_bfloat16, 128, 16, 128, 512>", 0.4),
+                (("/opt/vllm/vllm/model_executor/layers/layernorm.py:98 RMSNorm.forward_cuda",
+                  "/opt/vllm/vllm/worker/model_runner.py:1650 ModelRunner.execute_model"),
+                 "void vllm::rms_norm_kernel<c10::BFloat16>", 0.3),
+                (("/opt/vllm/vllm/model_executor/layers/linear.py:135 UnquantizedLinearMethod.apply",
+                  "/opt/vllm/vllm/worker/model_runner.py:1650 ModelRunner.execute_model"),
+                 "sm90_xmma_gemm_bf16bf16_bf16f32", 0.3),
+            ],
+            site_period=32,
         ),
         Workload(
             8100,

@@ -209,7 +209,8 @@ def test_the_guest_ran_every_step(run: Run) -> None:
 
 
 def test_every_workload_exited_0(run: Run) -> None:
-    assert run.result["returncodes"] == {"before": 0, "dynamic": 0, "copies": 0, "driver": 0, "short": 0}
+    assert run.result["returncodes"] == {"before": 0, "dynamic": 0, "copies": 0, "driver": 0, "python": 0,
+                                         "short": 0}
     assert run.result["gputop_rc"] in (0, -15)      # stopped with SIGTERM after the last snapshot
 
 
@@ -314,6 +315,38 @@ def test_launches_copies_syncs_and_names(run: Run) -> None:
     assert (p["total"]["grid_blocks_sum"], p["total"]["block_threads_sum"]) == (6000 * 80, 6000 * 128)
     k = p["kernels"][0]
     assert (k["name"], k["launches"], k["grid_blocks_avg"], k["block_threads_avg"]) == (FUSED, 6000, 80.0, 128.0)
+
+
+def test_call_sites_of_the_distros_python(run: Run) -> None:
+    """Issue 37 on the suite's own CPython (Debian 11's 3.9, 12's 3.11, 13's 3.13), its own kernel: three
+    functions launching 60/30/10 % (tests/native/pysites.py), one launch in 4 sampled; each site's share
+    within 3 points over >= 2,000 samples, named with its line, its caller and its kernel."""
+    pid = run.result["pids"]["python"]
+    rows = [p for s in run.snapshots for p in s["processes"] if p["pid"] == pid and p.get("call_sites")]
+    assert rows, "no call sites shown"
+    assert run.last("python")["total"]["launches"] == 10_000
+    cs = rows[-1]["call_sites"]
+    assert cs["total_samples"] >= 2000 and cs["period"] == 4
+    lines = {fn: launch_line(fn) for fn in ("big", "mid", "small")}
+    by_fn = {s["frames"][0]["function"]: s for s in cs["sites"] if s["frames"]}
+    for fn, want in (("big", 60.0), ("mid", 30.0), ("small", 10.0)):
+        site = by_fn[fn]
+        assert abs(site["share_pct"] - want) <= 3.0, (fn, cs)
+        assert site["kind"] == "python" and site["frames"][0]["line"] == lines[fn]
+        assert site["frames"][0]["file"].endswith("pysites.py")
+        assert [f["function"] for f in site["frames"][1:4]] == ["shares", "main", "<module>"]
+
+
+def launch_line(function: str) -> int:
+    """The line of tests/native/pysites.py where ``function`` calls the runtime."""
+    import ast
+    tree = ast.parse((ROOT / "tests" / "native" / "pysites.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "LAUNCH":
+                    return sub.lineno
+    raise AssertionError(function)
 
 
 def test_copies_in_every_direction_through_the_real_runtime_and_driver(run: Run) -> None:

@@ -12,6 +12,8 @@ exits at the end of its input (so that gputop reads its code objects while it li
   threads   big(), mid() and small() each on a thread of its own, 6/3/1 launches a round
   layers    launches from under a generator (via_generator: 3 a round) and a coroutine run by asyncio
             (via_coroutine: 1 a round)
+  stacks    one launch from each recursion depth 0 .. N - 1 of deep(): N distinct stacks (a tenant filling
+            its share of the call-site tables: tests/bpf/test_fair_share_tables.py)
   idle      N seconds without launching (a process started before gputop: the test launches later
             by writing lines ``shares N`` to stdin)
 Stub addresses: big 0x1001, mid 0x1002, small 0x1003, via_generator 0x1004, via_coroutine 0x1005.
@@ -80,6 +82,18 @@ async def via_coroutine() -> None:
     await asyncio.sleep(0)
 
 
+def deep(k: int) -> None:
+    if k:
+        deep(k - 1)
+    else:
+        LAUNCH(0x1006, G, B, None, 0, None)
+
+
+def stacks(n: int) -> None:
+    for k in range(n):
+        deep(k)
+
+
 def layers(n: int) -> None:
     async def run() -> None:
         for _ in range(n):
@@ -109,7 +123,7 @@ def main() -> int:
             {"shares": shares, "layers": layers}[what](int(count))
             print("done", flush=True)
         return 0
-    {"shares": shares, "threads": threads, "layers": layers}[mode](n)
+    {"shares": shares, "threads": threads, "layers": layers, "stacks": stacks}[mode](n)
     print("done", flush=True)
     sys.stdin.read()
     return 0

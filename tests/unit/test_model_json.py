@@ -9,7 +9,10 @@ from typing import Any
 from gputop import model
 from gputop.model import (
     CallBytes,
+    CallSite,
+    CallSites,
     Counts,
+    Frame,
     GpuSample,
     KernelStat,
     Latency,
@@ -32,6 +35,11 @@ def _value(ann: str, n: int) -> Any:
         lat = Latency(n, 0.001, 0.002, 0.004 + n, 0.1)
         return SyncLatency(interval={"stream": lat, "all": lat}, total={"stream": Latency(n + 1), "all": lat},
                            histograms={"stream": LatencyHistogram(n, n + 0.5, tuple(range(n, n + 14)))})
+    if "CallSites" in ann:
+        frames = (Frame(f"/srv/m{n}.py \udcff", n + 1, "Model.forward"), Frame(None, None, None),
+                  Frame("libx.so", None, "caller()"))
+        return CallSites(n, n + 7, (CallSite("python", frames, True, n, n + 7, n + 0.5, 0.25, 55.5, 2.5, "k<1>"),
+                                    CallSite("native", frames[2:], False, 0, 1)), 1024)
     if "Mapping[str, CallBytes]" in ann:
         return {"h2d": CallBytes(n, n * 4096), "d2h": CallBytes(n + 1, 0), "unknown": CallBytes(0, 7)}
     if "Mapping[str, Mapping[str, int]]" in ann:

@@ -256,11 +256,12 @@ class BpfSource:
     def read(self) -> BpfReading:
         with self.attacher.reads.budget():
             reading = self.reader.read()
-        # the sampling period from what a launch's probe costs: its trap and program time per hit
+        # the sampling period from what a launch's probe costs: its trap, and its program time per hit once
+        # the statistics window measured it (before: the trap alone, a lower bound: a longer period)
         cost = self.cost
         hits, ns = cost.hits_per_s, cost.ns_per_s
-        if cost.trap is not None and hits and ns is not None:
-            self.sites.tune(cost.trap.trap_ns + ns / hits)
+        if cost.trap is not None:
+            self.sites.tune(cost.trap.trap_ns + (ns / hits if hits and ns is not None else 0.0))
         return reading
 
     def baseline(self) -> dict[int, RawProc]:

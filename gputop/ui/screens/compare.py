@@ -47,6 +47,27 @@ def metrics_content(a: ProcSample | None, b: ProcSample | None) -> Content:
     return Content("\n").join(lines)
 
 
+def sites_content(a: ProcSample | None, b: ProcSample | None, width: int = 160, fleet: bool = False) -> Content:
+    """Call sites of A beside B (view/compare.site_rows): each side's estimated launches/s with its ±."""
+    if fleet:
+        return Content.styled("call sites: the fleet view has none (gputop on the node shows them)", "$foreground 60%")
+    rows = compare.site_rows(a, b)
+    if not rows:
+        return Content.styled("call sites: no launch sampled in A or B yet", "$foreground 60%")
+    num_w = 18
+    label_w = max(12, min(max(len(r.label) for r in rows), width - 2 * (num_w + 1)))
+    lines = [Content.assemble(("call sites (top 5 of each)".ljust(label_w), "bold $primary"),
+                              (" A launch/s (est.)".rjust(num_w + 1), A_STYLE),
+                              (" B launch/s (est.)".rjust(num_w + 1), B_STYLE))]
+    for r in rows:
+        lines.append(Content.assemble(
+            fmt.fit(r.label, label_w).ljust(label_w),
+            (f" {r.a.rjust(num_w)}", "$foreground 55%" if r.a == fmt.NA else ""),
+            (f" {r.b.rjust(num_w)}", "$foreground 55%" if r.b == fmt.NA else ""),
+        ))
+    return Content("\n").join(lines)
+
+
 def side_label(tag: str, style: str, p: ProcSample | None, pid: ProcKey | None, note: str = "",
                gone: bool = False, width: int = 160) -> Content:
     """``A 4242 [running] python train.py … --fused=0``: the command cut in the middle, so that two
@@ -85,6 +106,7 @@ class CompareScreen(LiveScreen):
     CompareScreen #charts { width: 1fr; }
     CompareScreen #kernels { height: auto; }
     CompareScreen #kernels-a, CompareScreen #kernels-b { width: 1fr; height: auto; }
+    CompareScreen #sites { margin-top: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     CompareScreen.-narrow #upper { layout: vertical; height: auto; }
     CompareScreen.-narrow #metrics { width: 100%; }
     CompareScreen.-narrow #charts { width: 100%; height: auto; }
@@ -123,6 +145,7 @@ class CompareScreen(LiveScreen):
             with Horizontal(id="kernels"):
                 yield KernelsPanel(limit=11, id="kernels-a")
                 yield KernelsPanel(limit=11, id="kernels-b")
+            yield TextPanel(id="sites")
         yield Footer()
 
     def on_screen_resume(self) -> None:
@@ -163,6 +186,8 @@ class CompareScreen(LiveScreen):
         self.query_one("#metrics", TextPanel).show(metrics_content(self.a, self.b))
         for panel_id, p, tag in (("#kernels-a", self.a, "A"), ("#kernels-b", self.b, "B")):
             self.query_one(panel_id, KernelsPanel).show(p.kernels if p else (), title=f"{tag}: top kernels")
+        panel = self.query_one("#sites", TextPanel)
+        panel.show(sites_content(self.a, self.b, panel.content_region.width or 160, app.is_fleet))
         for chart in self.query(Chart):
             chart.redraw()
 

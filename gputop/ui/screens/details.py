@@ -19,7 +19,8 @@ from gputop.ui.themes import ChartPalette
 from gputop.ui.widgets.chart import Chart
 from gputop.ui.widgets.header import HeaderBar
 from gputop.ui.widgets.panels import KernelsPanel, TextPanel
-from gputop.view import fields
+from gputop.ui.widgets.sites import SitesPanel
+from gputop.view import fields, sites
 from gputop.view import format as fmt
 from gputop.view.history import Point, series
 
@@ -234,18 +235,25 @@ def without_live_values(p: ProcSample) -> ProcSample:
         gpu_util_pct=None, cpu_pct=None, rss_bytes=None, launch_bound=None,
         kernels=tuple(replace(k, interval_launches=None, launches_per_s=None, interval_graph_launches=None,
                               graph_launches_per_s=None) for k in p.kernels),
+        call_sites=sites.without_rates(p.call_sites),
     )
+
+
+#: the call-sites panel in the fleet view (the exporter exports none)
+FLEET_SITES = "call sites: the fleet view has none (gputop on the node shows them)"
 
 
 class DetailsScreen(LiveScreen):
     BINDINGS = bindings.of(bindings.DETAILS)
     NARROW = 140        # below, the kernels table would leave its names too few cells
+    AUTO_FOCUS = ""     # the call-sites panel takes the focus on mount, without scrolling the page to it
     DEFAULT_CSS = """
     DetailsScreen #title { height: 1; background: $surface; }
     DetailsScreen #body { height: 1fr; overflow-x: auto; }
     DetailsScreen #top { height: auto; }
     DetailsScreen #stats { width: 68; height: auto; text-wrap: nowrap; }
     DetailsScreen #kernels { width: 1fr; height: auto; }
+    DetailsScreen #sites { margin-top: 1; }
     DetailsScreen #series, DetailsScreen #hists, DetailsScreen #latency { height: 1fr; min-height: 10; }
     DetailsScreen.-narrow #top { layout: vertical; min-width: 70; }
     DetailsScreen.-narrow #stats, DetailsScreen.-narrow #kernels { width: 100%; min-width: 68; }
@@ -268,6 +276,7 @@ class DetailsScreen(LiveScreen):
             with Horizontal(id="top"):
                 yield TextPanel(id="stats")
                 yield KernelsPanel(limit=14, id="kernels")
+            yield SitesPanel(limit=10, id="sites")
             with Horizontal(id="series"):
                 yield Chart(self._draw_launches, id="chart-launches")
                 yield Chart(self._draw_memcpy, id="chart-memcpy")
@@ -277,6 +286,12 @@ class DetailsScreen(LiveScreen):
             with Horizontal(id="latency"):
                 yield Chart(self._draw_sync_latency, id="chart-sync")
         yield Footer()
+
+    def on_mount(self) -> None:
+        # the call-sites panel has the focus (↑ ↓ move its cursor at once); the page scrolls with PgUp PgDn
+        # (and ↑ ↓ past its first or last row); the fleet view has no call sites: the page has the focus
+        target = self.query_one("#body") if self.gapp.is_fleet else self.query_one(SitesPanel)
+        self.set_focus(target, scroll_visible=False)
 
     def on_screen_resume(self) -> None:
         self.gapp.show_in_detail([self.pid])    # the fleet view reads its series and histograms
@@ -297,10 +312,22 @@ class DetailsScreen(LiveScreen):
             return
         self.query_one("#stats", TextPanel).show(stats_content(self.proc))
         self.query_one(KernelsPanel).show(self.proc.kernels)
+        self.query_one(SitesPanel).show(self.proc.call_sites, FLEET_SITES if app.is_fleet else None)
         self._points = app.points(self.pid, until=snap.time if snap else None)
         self._now = snap.time if snap else 0.0
         for chart in self.query(Chart):
             chart.redraw()
+
+    def action_stack(self) -> None:
+        """The selected call site's whole stack, in a modal screen."""
+        from gputop.ui.screens.stack import StackScreen
+
+        site = self.query_one(SitesPanel).selected
+        if site is None:
+            self.gapp.say("no call site to show: none sampled" if not self.gapp.is_fleet else FLEET_SITES,
+                          "warning")
+            return
+        self.app.push_screen(StackScreen(site, key_label(self.pid)))
 
     # -- charts (called by the Chart widgets with their size) ----------------------------------
     def _draw_launches(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:

@@ -81,11 +81,9 @@ G_UNKNOWN, G_LOST = 1, 2
 #: call sites (bpf/sites.bpf.h): a sampled stack's frames (innermost first; a power of two), the frames
 #: skipped beyond them at most (C-stack shims), the thread states looked through for the launching thread,
 #: the bytes read of each frame (a power of two), an offset a CPython version does not have, a stack's
-#: flags (Python frames, a native caller, cut at STACK_DEPTH), and the launches after which a CPU looks at
-#: the sampling period again while sampling is off
+#: flags (Python frames, a native caller, cut at STACK_DEPTH)
 STACK_DEPTH, STACK_SKIP, PY_THREADS, FRAME_WINDOW, NO_OFFSET = 32, 16, 64, 128, 0xFFFF
 STACK_PYTHON, STACK_NATIVE, STACK_TRUNCATED = 1, 2, 4
-SITE_OFF_RECHECK = 4096
 
 #: what the ``dropped`` array counts, by index: records (procs), kernels, names, allocations, ranges,
 #: captures, ring-buffer events, batch entries past BATCH_MAX, copies to or from CUDA arrays (their bytes
@@ -99,16 +97,16 @@ NDROP = len(DROP_KINDS)
 #: the classes of table entries a tenant has a share of (bpf/share.bpf.h), by index: process owners,
 #: records, (process, kernel) pairs, names and aliases, registrations, allocations, their address
 #: ranges, captures under way, graph contents with graphs, execs and parts, graph nodes, sync latency
-#: histograms (a process's, per API), call sites (sampled stacks and their counts by kernel). The C side names
-#: index i SH_<KIND>.
+#: histograms (a process's, per API), sampled call stacks, and their sample counts by kernel (call sites). The
+#: C side names index i SH_<KIND>.
 SHARE_KINDS = ("owners", "procs", "kernels", "names", "name_ptrs", "allocs", "ranges", "captures", "graphs",
-               "graph_nodes", "sync_hists", "call_sites")
+               "graph_nodes", "sync_hists", "call_stacks", "call_sites")
 NSHARE = len(SHARE_KINDS)
 #: the class each table's entries are charged as (the tables user space deletes entries of)
 SHARE_OF = {"procs": "procs", "owners": "owners", "kernels": "kernels", "names": "names", "aliases": "names",
             "name_ptrs": "name_ptrs", "allocs": "allocs", "ranges": "ranges", "capturing": "captures",
             "gids": "graphs", "graphs": "graphs", "execs": "graphs", "gparts": "graphs", "gnodes": "graph_nodes",
-            "sync_hist": "sync_hists", "py_stacks": "call_sites", "py_sites": "call_sites"}
+            "sync_hist": "sync_hists", "py_stacks": "call_stacks", "py_sites": "call_sites"}
 
 #: every constant above, by name: what cflags passes
 SHARED: dict[str, int] = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}

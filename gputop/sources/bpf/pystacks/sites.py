@@ -176,18 +176,19 @@ class CallSites:
         self._set_period(n if n is not None else PERIOD_START)
 
     def walk_ns(self) -> float | None:
-        """The mean cost of a sampled walk so far (ns), None before the first."""
+        """What a sampled walk costs (ns), the dearer kind's mean since start: Python stacks' or native
+        callers' (so that every process pays at most COST_SHARE, whichever kind its are); None before any."""
         try:
             table = self._table("site_cost")
-        except KeyError:
+        except (KeyError, TypeError):
             return None
-        ns = sum(int(x) for x in table.getvalue(table.Key(0)))
-        walks = sum(int(x) for x in table.getvalue(table.Key(1)))
-        return ns / walks if walks else None
+        sums = [sum(int(x) for x in table.getvalue(table.Key(i))) for i in range(4)]
+        means = [sums[i] / sums[i + 1] for i in (0, 2) if sums[i + 1]]
+        return max(means) if means else None
 
     def tune(self, probe_ns: float | None) -> None:
         """Set the period so that walks add at most COST_SHARE to what each launch's probe costs
-        (``probe_ns``: its trap and program time); fixed by --sample-period."""
+        (``probe_ns``: its trap, and its program time where known); fixed by --sample-period."""
         if self._fixed is not None:
             return
         walk = self.walk_ns()
