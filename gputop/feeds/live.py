@@ -322,7 +322,8 @@ class Sampler(Feed):
             # a process without a record may be one whose record could not be stored: then unknown
             idle_known = idle if idle is not None and reading.procs_dropped == 0 else None
             procs.append(self._deltas.sample(pid, raw, idle_known, host, nv.procs.get(pid), gpu_util, elapsed,
-                                             state, reading.uvm_cpu_faults, self.config.launch_bound))
+                                             state, reading.uvm_cpu_faults, self.config.launch_bound,
+                                             reading.sample_period))
             if exited:
                 gone.append(pid)
                 self._new_identity(pid)

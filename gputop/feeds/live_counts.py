@@ -128,9 +128,10 @@ class ProcDeltas:
 
     def sample(self, pid: int, raw: RawProc | None, idle: IdleProc | None, host: HostProc | None,
                nvp: NvmlProc | None, gpu_util: dict[int, float | None], elapsed: float, state: str,
-               uvm_cpu: bool, rule: LaunchBoundRule) -> ProcSample:
+               uvm_cpu: bool, rule: LaunchBoundRule, sample_period: int | None = None) -> ProcSample:
         """One process's sample; ``idle``: it has no record and its counts are known to be zero;
-        ``rule``: when a process counts as launch-bound."""
+        ``rule``: when a process counts as launch-bound; ``sample_period``: one launch in that many sampled
+        for its call site."""
         interval = total = None
         rates = None
         grid_avg = block_avg = None
@@ -155,7 +156,7 @@ class ProcDeltas:
                 "nccl_comm_size": raw.nccl_comm[0] if raw.nccl_comm else None,
                 "nccl_comm_rank": raw.nccl_comm[1] if raw.nccl_comm else None,
                 "call_sites": callsites.estimate(raw.call_sites, base.call_sites if base else None,
-                                                 interval.launches, per_s, _labels(raw)),
+                                                 interval.launches, per_s, _labels(raw), sample_period),
             }
         elif idle is not None:
             interval = total = zero_counts(uvm_cpu, idle.complete)

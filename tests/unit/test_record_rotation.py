@@ -48,7 +48,7 @@ def test_the_recorder_rotates_between_snapshots_and_keeps_none_when_asked(tmp_pa
 
 def test_a_compressed_recording_rotates_as_name_N_gz(tmp_path: Path) -> None:
     snaps = list(read_recording(SCENARIO))[:30]
-    with Recorder(tmp_path / "r.jsonl.gz", max_bytes=64 << 10, keep=8) as r:
+    with Recorder(tmp_path / "r.jsonl.gz", max_bytes=128 << 10, keep=8) as r:
         for s in snaps:
             r.write(s)
     assert r.rotations >= 1 and (tmp_path / "r.jsonl.1.gz").exists()

@@ -8,6 +8,7 @@ another thread) from freeing what the collector is using."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -262,7 +263,7 @@ class BpfSource:
         hits, ns = cost.hits_per_s, cost.ns_per_s
         if cost.trap is not None:
             self.sites.tune(cost.trap.trap_ns + (ns / hits if hits and ns is not None else 0.0))
-        return reading
+        return dataclasses.replace(reading, sample_period=self.sites.period)
 
     def baseline(self) -> dict[int, RawProc]:
         """Every process record as it stands, without names and without touching what read()

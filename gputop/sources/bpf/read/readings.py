@@ -83,3 +83,5 @@ class BpfReading:
     procs_dropped: int = 0
     #: processes that exec'd since the last reading (their command line, user... are read again)
     execed: frozenset[int] = frozenset()
+    #: one launch in this many is sampled for its call site (pystacks/sites.py; 0: none; None: unknown)
+    sample_period: int | None = None
