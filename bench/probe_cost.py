@@ -273,6 +273,49 @@ def handler_run_ns(c: Nothing, exe: Path, calls: int, env: dict[str, str]) -> fl
     return (after[0] - before[0]) / (after[1] - before[1])
 
 
+PYSITES = ROOT / "tests" / "native" / "pysites.py"
+
+
+def _py_loop(py: subprocess.Popen[str], n: int) -> float:
+    """ns per launch of one timed loop of ``n`` in the Python process ``py`` (pysites.py, idle)."""
+    assert py.stdin is not None and py.stdout is not None
+    py.stdin.write(f"bench {n}\n")
+    py.stdin.flush()
+    ns = float(py.stdout.readline().split()[1])
+    py.stdout.readline()                    # done
+    return ns
+
+
+def python_cost(rounds: int, calls: int) -> dict[str, list[float]]:
+    """ns per launch of a Python loop calling the runtime through ctypes (tests/native/pysites.py, one
+    long-lived process of the venv's interpreter, its frames walked at each sample), with gputop sampling
+    call sites (its period adapted, after a warm-up loop, to what a walk of this interpreter's frames costs)
+    and with sampling off, alternating rounds."""
+    out: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for c in (Gputop(), GputopUnsampled()):
+            rnd = Round()
+            try:
+                c.attach(rnd)
+                py = subprocess.Popen([sys.executable, str(PYSITES), str(rnd.lib), "idle", "0"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, env=rnd.env)
+                assert py.stdin is not None and py.stdout is not None
+                try:
+                    c.src.scan([int(py.stdout.readline().split()[1])])
+
+                    _py_loop(py, calls // 10)                   # warm-up: walks measured
+                    c.src.read()                                # the period adapted
+                    out.setdefault(c.name, []).append(_py_loop(py, calls))
+                    out.setdefault(f"{c.name} period", []).append(float(c.src.sites.period))
+                finally:
+                    py.kill()
+                    py.wait()
+                    c.detach()
+            finally:
+                rnd.close()
+    return out
+
+
 def cpu_of(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -316,6 +359,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=300000)
     ap.add_argument("--cpu-seconds", type=float, default=10.0, help="0: skip gputop's own CPU")
+    ap.add_argument("--python", action="store_true",
+                    help="also: ns per launch from a Python loop, gputop sampling call sites vs not")
     ap.add_argument("--before", type=Path, metavar="PROGRAM",
                     help="also measure gputop with this version of bpf/gputop.bpf.c, in its own bpf/ (the "
                          "headers it includes are read beside it), e.g. after git worktree add /tmp/before "
@@ -359,6 +404,16 @@ def main() -> int:
         "contaminated": contaminated,
         "before": str(args.before) if args.before else None,
     }
+    if args.python:
+        py = python_cost(args.rounds, args.calls)
+        on, off = statistics.median(py["gputop"]), statistics.median(py["gputop, no sampling"])
+        print(f"ns per launch from Python (ctypes), medians of {args.rounds} alternating rounds of {args.calls}:")
+        print(f"  gputop, sampling     {on:8.1f} ns   (period {statistics.median(py['gputop period']):.0f})")
+        print(f"  gputop, no sampling  {off:8.1f} ns")
+        print(f"ratio python sampling/no sampling: {on / off:.3f}")
+        figures["python_ns_per_call"] = {k: statistics.median(v) for k, v in py.items()}
+        figures["python_ns_per_call_samples"] = py
+        figures["ratios"]["python sampling/no sampling"] = on / off
     if args.cpu_seconds > 0:
         cpu: dict[int, list[float]] = {}
         for _ in range(2):                         # A B A B

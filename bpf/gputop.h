@@ -23,7 +23,7 @@
     !defined(NCCL_DTYPE_LOG2) || !defined(NCCL_ALLREDUCE) || !defined(NCCL_RECV) || !defined(NCCL_SUCCESS) || \
     !defined(NCCL_IN_PROGRESS) || !defined(STACK_DEPTH) || !defined(STACK_SKIP) || !defined(PY_THREADS) || \
     !defined(FRAME_WINDOW) || !defined(NO_OFFSET) || !defined(STACK_PYTHON) || !defined(STACK_NATIVE) || \
-    !defined(STACK_TRUNCATED) || !defined(SH_CALL_SITES) || !defined(SH_CALL_STACKS) || !defined(DROP_CALL_SITES)
+    !defined(STACK_TRUNCATED) || !defined(NO_TSTATE) || !defined(NO_TSTATE_RETRY) || !defined(SH_CALL_SITES) || !defined(SH_CALL_STACKS) || !defined(DROP_CALL_SITES)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 #if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \
@@ -131,8 +131,11 @@ struct pyproc_t {
     u32 fr_code;
     u32 fr_instr;
     u32 fr_owner;
-    u32 owner_cstack;           // the owner of C-stack shim frames (skipped)
+    u32 owner_cstack;           // the owner of C-stack shim frames (skipped), and those above it
     u32 instr_is_index;         // fr_instr is an int (f_lasti), not a pointer
+    u32 frame_window;           // the bytes from a frame's start its fields above lie in (<= FRAME_WINDOW)
+    u32 pad;
+    u64 unrecorded;             // samples of the process no table had room for (the BPF side counts them)
 };
 
 // one frame of a sampled stack: its code object and instruction (f_lasti; or the instruction pointer's
@@ -148,6 +151,7 @@ struct pystack_t {              // py_stacks: a process's sampled stack, innermo
 };
 struct stack_scratch_t {        // a walk's stack and its window on the frame being read
     struct pystack_t st;
+    u64 busy;                   // a walk is under way on this CPU (a preempted one)
     u8 window[FRAME_WINDOW];
 };
 struct site_key_t {             // py_sites: (process, stack, kernel) -> samples

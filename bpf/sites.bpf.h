@@ -17,26 +17,30 @@ static __always_inline int py_mine(struct pyproc_t *l, u64 ts, u64 self, u32 ns_
     return ns_tid && l->ts_native_tid != NO_OFFSET && (u32)read_u64(ts + l->ts_native_tid) == ns_tid;
 }
 
-// the thread state of the current thread in process l, found through the interpreter's list of them
-// (py_mine); remembered per thread
+// the thread state of the current thread in process l, found through the main interpreter's list of them
+// (py_mine; _PyRuntime.interpreters.main follows .head in every version); remembered per thread. A thread
+// that has none (a C++ worker: autograd's, NCCL's) is remembered as such (NO_TSTATE) and looked for again
+// at one sample in NO_TSTATE_RETRY only: the list's walk is the dearest part of a sample.
 static __always_inline u64 py_tstate(struct pyproc_t *l, u64 id, u64 self, u32 ns_tid) {
     u64 *c = py_threads.lookup(&id);
-    if (c && *c && py_mine(l, *c, self, ns_tid))
-        return *c;
-    u64 interp = read_u64(l->runtime + l->interp_head);
-    if (!interp)
+    if (c && *c == NO_TSTATE && bpf_get_prandom_u32() % NO_TSTATE_RETRY)
         return 0;
-    u64 ts = read_u64(interp + l->threads_head);
+    if (c && *c && *c != NO_TSTATE && py_mine(l, *c, self, ns_tid))
+        return *c;
+    u64 interp = read_u64(l->runtime + l->interp_head + 8);
+    u64 ts = interp ? read_u64(interp + l->threads_head) : 0;
 #pragma clang loop unroll(disable)
     for (int i = 0; i < PY_THREADS; i++) {
         if (!ts)
-            return 0;
+            break;
         if (py_mine(l, ts, self, ns_tid)) {
             py_threads.update(&id, &ts);
             return ts;
         }
         ts = read_u64(ts + l->ts_next);
     }
+    u64 none = NO_TSTATE;
+    py_threads.update(&id, &none);
     return 0;
 }
 
@@ -44,6 +48,11 @@ static __always_inline u64 py_tstate(struct pyproc_t *l, u64 id, u64 self, u32 n
 // counted in the map value (not a register: the verifier would walk every (frame, depth) pair apart)
 static __always_inline void py_walk(struct pyproc_t *l, u64 ts, struct stack_scratch_t *sc) {
     struct pystack_t *st = &sc->st;
+    u32 window = l->frame_window;       // the bytes of a frame the layout's fields lie in (a frame near the
+    if (window > FRAME_WINDOW)          // end of its mapping is read whole)
+        window = FRAME_WINDOW;
+    if (window < 8)
+        window = 8;
     u64 f = read_u64(ts + l->ts_frame);
     if (l->cframe_current != NO_OFFSET && f)
         f = read_u64(f + l->cframe_current);
@@ -51,7 +60,7 @@ static __always_inline void py_walk(struct pyproc_t *l, u64 ts, struct stack_scr
     for (int i = 0; i < STACK_DEPTH + STACK_SKIP; i++) {
         if (!f || st->depth >= STACK_DEPTH)
             break;
-        if (bpf_probe_read_user(sc->window, sizeof(sc->window), (void *)f) != 0)
+        if (bpf_probe_read_user(sc->window, window, (void *)f) != 0)
             break;                      // not a frame (a hostile chain): the walk ends here
         u64 code = *(u64 *)(sc->window + (l->fr_code & FRAME_WINDOW_ALIGN8)) & ~l->code_tag_mask;
         u64 prev = *(u64 *)(sc->window + (l->fr_previous & FRAME_WINDOW_ALIGN8));
@@ -69,12 +78,13 @@ static __always_inline void py_walk(struct pyproc_t *l, u64 ts, struct stack_scr
             break;                      // a frame that is its own caller
         f = prev;
     }
-    if (f && st->depth >= STACK_DEPTH)
+    if (f)                              // frames left: at STACK_DEPTH kept, or the reads' bound
         st->flags |= STACK_TRUNCATED;
 }
 
-// one more sample of (process, stack, kernel func); the stack kept once per process
-static __always_inline void site_count(u32 tgid, u32 gen, struct pystack_t *st, u64 func) {
+// one more sample of (process, stack, kernel func); the stack kept once per process. -1: not kept (a full
+// table or the tenant's share)
+static __always_inline int site_count(u32 tgid, u32 gen, struct pystack_t *st, u64 func) {
     u64 h = 0xcbf29ce484222325ULL ^ st->flags;
 #pragma clang loop unroll(disable)
     for (int j = 0; j < STACK_DEPTH; j++) {
@@ -88,13 +98,13 @@ static __always_inline void site_count(u32 tgid, u32 gen, struct pystack_t *st, 
         struct tenant_t *o = share_take(tgid, SH_CALL_STACKS);
         if (!o) {
             lose(DROP_CALL_SITES, SH_CALL_STACKS);
-            return;
+            return -1;
         }
         if (py_stacks.insert(&sk, st) != 0) {
             share_add(o, SH_CALL_STACKS, -1);
             if (!py_stacks.lookup(&sk)) {
                 lose(DROP_CALL_SITES, SH_CALL_STACKS);
-                return;
+                return -1;
             }
         }
     }
@@ -104,7 +114,7 @@ static __always_inline void site_count(u32 tgid, u32 gen, struct pystack_t *st, 
         struct tenant_t *o = share_take(tgid, SH_CALL_SITES);
         if (!o) {
             lose(DROP_CALL_SITES, SH_CALL_SITES);
-            return;
+            return -1;
         }
         u64 zero = 0;
         if (py_sites.insert(&k, &zero) != 0)
@@ -112,10 +122,11 @@ static __always_inline void site_count(u32 tgid, u32 gen, struct pystack_t *st, 
         n = py_sites.lookup(&k);
         if (!n) {
             lose(DROP_CALL_SITES, SH_CALL_SITES);
-            return;
+            return -1;
         }
     }
     __sync_fetch_and_add(n, 1);
+    return 0;
 }
 
 // A sampled launch of kernel func by process tgid: its Python stack, else its native caller (the
@@ -126,6 +137,16 @@ static __always_inline void site_sample(u32 tgid, u64 func, u64 sp) {
     struct stack_scratch_t *sc = stack_scratch.lookup(&z);
     if (!sc)
         return;
+    // uprobe programs may be preempted (Linux 6.1+: migration disabled only): a task run meanwhile on this
+    // CPU must not walk into the same scratch. It skips its sample instead (the gaps stay random).
+#ifdef __sync_val_compare_and_swap
+    if (sc->busy)
+        return;
+    sc->busy = 1;
+#else
+    if (__sync_val_compare_and_swap(&sc->busy, 0, 1) != 0)
+        return;
+#endif
     struct pystack_t *st = &sc->st;
     u32 gen = gen_of(tgid);
     st->depth = 0;
@@ -155,7 +176,9 @@ static __always_inline void site_sample(u32 tgid, u64 func, u64 sp) {
         st->depth = st->frames[0].code ? 1 : 0;
         st->flags = STACK_NATIVE | (st->flags & STACK_PYTHON);
     }
-    site_count(tgid, gen, st, func);
+    if (site_count(tgid, gen, st, func) && l)
+        __sync_fetch_and_add(&l->unrecorded, 1);    // in no table: user space counts it in the samples
+    sc->busy = 0;
     // what the walk cost, by kind: [0], [1] Python stacks' ns and walks, [2], [3] native callers'
     u32 c = (st->flags & STACK_NATIVE) ? 2 : 0;
     u64 *ns = site_cost.lookup(&c);

@@ -4,9 +4,11 @@ launching thread ran no Python), and the launches each made estimated from them.
 
 The estimate: every launch has the same chance of being sampled (bpf/sites.bpf.h), so a site's part of a
 process's samples estimates its part of the process's launches, which are counted exactly: over an
-interval, launches/s(site) = launches/s(process) x s / S, for s of the interval's S samples. Its error is
-the binomial one: the half-width of a 95 % interval is 1.96 x sqrt(p (1 - p) / S) x launches/s(process),
-p = s / S (the normal approximation; with S >= 2,000 a share is known to within +-2.2 points at worst).
+interval, launches/s(site) = launches/s(process) x s / S, for s of the interval's S samples (S counts the
+samples no table had room for too: they are a site of their own, "unrecorded"). Its error is the binomial
+one, as the half-width of the 95 % Wilson score interval of p = s / S times launches/s(process): about
+1.96 x sqrt(p (1 - p) / S) once S is large (with S >= 2,000 a share is known to within +-2.2 points at
+worst), and never 0 with few samples (3 of 3 samples from one site is not a certainty).
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ Z95 = 1.959963984540054
 
 
 def half_width(p: float, n: int) -> float:
-    """The half-width of the 95 % interval of a proportion ``p`` estimated from ``n`` samples."""
-    return Z95 * math.sqrt(max(p * (1.0 - p), 0.0) / n) if n else math.inf
+    """The half-width of the 95 % Wilson score interval of a proportion ``p`` estimated from ``n`` samples."""
+    if not n:
+        return math.inf
+    z2 = Z95 * Z95
+    return Z95 / (1 + z2 / n) * math.sqrt(max(p * (1.0 - p), 0.0) / n + z2 / (4 * n * n))
 
 
 def frame_of(f: RawFrame) -> Frame:
@@ -40,6 +45,8 @@ def frame_of(f: RawFrame) -> Frame:
 
 def site_key(r: RawSite) -> tuple[object, ...]:
     """What makes a call site: its innermost frame (an unresolved one: by its code object or address)."""
+    if r.unrecorded:
+        return ("unrecorded",)
     if not r.frames:
         return ("none",)
     f = r.frames[0]
@@ -50,7 +57,7 @@ def site_key(r: RawSite) -> tuple[object, ...]:
 
 @dataclass
 class _Site:
-    python: bool
+    kind: str
     samples: int = 0
     total: int = 0
     stacks: dict[int, int] = field(default_factory=dict)      # stack id -> total samples
@@ -70,7 +77,7 @@ def estimate(now: Iterable[RawSite], base: Iterable[RawSite] | None, launches: i
     before = {(r.stack, r.func): r.samples for r in base or ()}
     sites: dict[tuple[object, ...], _Site] = {}
     for r in rows:
-        s = sites.setdefault(site_key(r), _Site(r.python))
+        s = sites.setdefault(site_key(r), _Site("unrecorded" if r.unrecorded else "python" if r.python else "native"))
         iv = r.samples - before.get((r.stack, r.func), r.samples if base is None else 0)
         s.samples += max(iv, 0)
         s.total += r.samples
@@ -82,7 +89,10 @@ def estimate(now: Iterable[RawSite], base: Iterable[RawSite] | None, launches: i
     n_tot = sum(s.total for s in sites.values())
     rate = launches * per_s if launches is not None and per_s is not None else None
     out = []
-    for s in sorted(sites.values(), key=lambda s: (-s.samples, -s.total)):
+    # the top sites by samples since first seen (a set that changes slowly: the exporter's series come from
+    # it), shown busiest in the interval first
+    top = sorted(sites.values(), key=lambda s: -s.total)[:TOP_SITES]
+    for s in sorted(top, key=lambda s: (-s.samples, -s.total)):
         stack = max(s.stacks, key=lambda k: (s.stacks[k], -k))
         func = max(s.kernels, key=lambda k: (s.kernels[k], -k))
         est = err = None
@@ -93,7 +103,7 @@ def estimate(now: Iterable[RawSite], base: Iterable[RawSite] | None, launches: i
             est, err = rate * p, rate * half_width(p, n_iv)
         share = s.total / n_tot
         out.append(CallSite(
-            kind="python" if s.python else "native",
+            kind=s.kind,
             frames=tuple(frame_of(f) for f in s.frames[stack]),
             truncated=s.truncated[stack],
             samples=s.samples,
@@ -102,6 +112,6 @@ def estimate(now: Iterable[RawSite], base: Iterable[RawSite] | None, launches: i
             launches_per_s_error=err,
             share_pct=100.0 * share,
             share_pct_error=100.0 * half_width(share, n_tot),
-            top_kernel=kernel_label(func),
+            top_kernel=None if s.kind == "unrecorded" else kernel_label(func),
         ))
-    return CallSites(samples=n_iv, total_samples=n_tot, sites=tuple(out[:TOP_SITES]), period=period)
+    return CallSites(samples=n_iv, total_samples=n_tot, sites=tuple(out), period=period)

@@ -549,6 +549,8 @@ class SnapshotCollector(Collector):
         # last two parts, names equal once cut) add up, as kernels do
         by_label: dict[tuple[str, str], int] = {}
         for site in cs.sites:
+            if site.kind == "python" and (not site.frames or site.frames[0].file is None):
+                continue        # not read yet: its label would be an address, then change once it is read
             key = (site_label(site), sanitize(site.kind, 16))
             by_label[key] = by_label.get(key, 0) + site.total_samples
         if not by_label:
@@ -566,6 +568,8 @@ def site_label(site: CallSite) -> str:
     """A call site as a label value: ``dir/file.py:line function`` (the file's last two parts, as the
     dashboard shows it), a native caller's ``symbol (object)``; through the sanitiser, cut in the middle
     to SITE_LIMIT characters (the file and line at the start, the function's end kept)."""
+    if site.kind == "unrecorded":
+        return "(unrecorded)"
     if not site.frames:
         return "(no frame)"
     f = site.frames[0]

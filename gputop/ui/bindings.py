@@ -192,14 +192,14 @@ SIGNAL: list[Binding] = [
 ]
 
 SORT_MENU: list[Binding] = [
-    Binding("escape", "cancel", "Cancel", tooltip="close without changes"),
-    Binding("enter", "choose", "Sort by", tooltip="sort by the highlighted column"),
+    Binding("escape", "cancel", "Cancel", tooltip="close, the columns back as they were (nothing saved)"),
+    Binding("enter", "choose", "Sort by", tooltip="sort by the highlighted column, keep the columns shown (saved)"),
     Binding(
         "x,space",
         "toggle_column",
         "Show/hide",
         key_display="x",
-        tooltip="show or hide the highlighted column (saved in config.toml)",
+        tooltip="show or hide the highlighted column (Enter keeps it in config.toml, Esc undoes it)",
     ),
 ]
 

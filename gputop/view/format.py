@@ -56,25 +56,35 @@ def _scaled(value: float, scales: tuple[tuple[int | float, str], ...], next_at: 
     return f"{sign}{text}"
 
 
+#: where a number moves to the next unit: where three significant digits of its own unit run out (999.5
+#: rounds to 1000), the same for counts (SI) and bytes (binary), so that both sides of the switch have
+#: three digits and no value that its unit can still write changes unit
+_NEXT_UNIT = 999.5
+
+
 def si(value: float | None, digits: int | None = None) -> str:
     """A count or rate, three significant digits with SI suffixes: 5, 95.3, 953, 1.00k, 12.3k, 4.10M.
-    Integers below 1000 have no decimals. ``digits`` caps the decimals (axis labels: 0)."""
+    Integers below 1000 have no decimals; from 999.5 of a unit on, the next unit (999k, then 1.00M).
+    ``digits`` caps the decimals (axis labels: 0)."""
     if not _finite(value):
         return NA
     assert value is not None
-    return _scaled(value, _SI, 0.9995, digits)
+    return _scaled(value, _SI, _NEXT_UNIT / 1000, digits)
 
 
 def bytes_(value: float | None, digits: int | None = None) -> str:
     """Bytes, three significant digits with binary suffixes (K, M, G, T = KiB, MiB, GiB, TiB: 1024^n):
-    512, 1.50K, 50.2M, 79.6G. A value past 97% of the next unit reads as that unit (0.98G, not 1004M).
-    The help and docs/dashboard.md say once that K/M/G/T of bytes are 1024-based."""
+    512, 1.50K, 50.2M, 79.6G. As ``si``, a value changes unit only where three digits of its unit run
+    out, at 999.5 of it: 999M, then 0.98G (999.5M) to 1.00G (1023.5M), never 1004M. A unit switch at a
+    share of the next unit inside the three-digit range (97% of it once: 993M) made a steady rate of about
+    1 GiB/s flip between 992M and 0.97G frame to frame (issue 35). The help and docs/dashboard.md say
+    once that K/M/G/T of bytes are 1024-based."""
     if not _finite(value):
         return NA
     assert value is not None
-    if abs(value) < 1024 * 0.97:
+    if abs(value) < _NEXT_UNIT:
         return f"{round(value)}"
-    return _scaled(value, _BIN, 0.97, digits)
+    return _scaled(value, _BIN, _NEXT_UNIT / 1024, digits)
 
 
 def shown(text: str, binary: bool = False) -> float | None:

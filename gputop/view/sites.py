@@ -25,6 +25,8 @@ def frame_label(f: Frame, native: bool = False) -> str:
 
 
 def site_label(site: CallSite) -> str:
+    if site.kind == "unrecorded":
+        return "(samples not recorded: tables full)"
     if not site.frames:
         return "(no frame)"
     return frame_label(site.frames[0], site.kind == "native")

@@ -243,3 +243,40 @@ def test_a_processs_call_site_entries_go_with_it(sampled, testbed) -> None:
     assert seen["py_procs"] == 1 and seen["py_stacks"] >= 3 and seen["py_sites"] >= 3, seen
     assert entries(raw.pid) == {"py_procs": 0, "py_stacks": 0, "py_sites": 0}
     assert not any(me & 0xFFFFFFFF == raw.pid for me in sampled.sites.interpreters)
+
+
+def test_an_exec_starts_the_call_sites_anew(sampled, testbed) -> None:
+    """A process that execs (the same PID) into another program: the old image's stacks go with its image
+    (its code objects, its interpreter's addresses), the new image's are read from its own interpreter."""
+    go = Path(f"/tmp/gputop-pysites-go-{time.monotonic_ns()}")
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--wait", str(go), str(testbed.libcudart), "exec", "1000"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        pid = int(proc.stdout.readline().split()[1])
+        sampled.scan([pid], wait_s=SCAN_WAIT_S)
+        go.touch()
+        assert int(proc.stdout.readline().split()[1]) == pid          # the new image, waiting for go.2
+        deadline = time.monotonic() + 20
+        while True:                                                     # the exec event, handled
+            sampled.poll(0.05)
+            if pid in sampled.read().execed:
+                break
+            assert time.monotonic() < deadline, "the exec was not seen"
+        sampled.scan([pid], wait_s=SCAN_WAIT_S)
+        Path(f"{go}.2").touch()
+        assert proc.stdout.readline().strip() == "done"
+        sampled.read()
+        raw = sampled.read().procs[pid]
+        assert raw.counters["launches"] == 11_000
+        got = shares(raw)
+        assert set(got) == {"big", "mid", "small"}, got
+        for fn, want in (("big", 60.0), ("mid", 30.0), ("small", 10.0)):
+            assert abs(got[fn][0] - want) <= 3.0, (fn, got)
+            check_site(raw, fn, ("shares", "main", "<module>"))
+    finally:
+        go.unlink(missing_ok=True)
+        Path(f"{go}.2").unlink(missing_ok=True)
+        proc.kill()
+        proc.wait()
+        sampled.forget(proc.pid)

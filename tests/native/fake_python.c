@@ -39,7 +39,8 @@ int main(int argc, char **argv) {
     launch_t launch = (launch_t)dlsym(rt, "cudaLaunchKernel");
     int deep = strcmp(argv[2], "deep") == 0;
     long n = atol(argv[3]);
-    put(_PyRuntime + INTERP_HEAD, (uint64_t)interp);
+    put(_PyRuntime + INTERP_HEAD, (uint64_t)interp);        // interpreters.head
+    put(_PyRuntime + INTERP_HEAD + 8, (uint64_t)interp);    // interpreters.main
     put(interp + THREADS_HEAD, (uint64_t)tstate);
     put(tstate + TS_NEXT, 0);
     put(tstate + TS_THREAD_ID, (uint64_t)pthread_self());

@@ -14,6 +14,10 @@ exits at the end of its input (so that gputop reads its code objects while it li
             (via_coroutine: 1 a round)
   stacks    one launch from each recursion depth 0 .. N - 1 of deep(): N distinct stacks (a tenant filling
             its share of the call-site tables: tests/bpf/test_fair_share_tables.py)
+  exec      mid() N times, then the program execs itself (the same PID) into ``--wait GOFILE.2 ... shares N``
+            (gputop starts the call sites of the new image anew)
+  bench     big() N times, timed: prints ``ns_per_call X`` (bench/probe_cost.py --python: as lines
+            ``bench N`` to an idle one)
   idle      N seconds without launching (a process started before gputop: the test launches later
             by writing lines ``shares N`` to stdin)
 Stub addresses: big 0x1001, mid 0x1002, small 0x1003, via_generator 0x1004, via_coroutine 0x1005.
@@ -82,6 +86,13 @@ async def via_coroutine() -> None:
     await asyncio.sleep(0)
 
 
+def bench(n: int) -> None:
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        big()
+    print("ns_per_call", (time.perf_counter_ns() - t0) / n, flush=True)
+
+
 def deep(k: int) -> None:
     if k:
         deep(k - 1)
@@ -117,10 +128,18 @@ def main() -> int:
     print("ready", os.getpid(), flush=True)
     while go is not None and not os.path.exists(go):
         time.sleep(0.005)
+    if mode == "bench":
+        bench(n)
+        return 0
+    if mode == "exec":
+        for _ in range(n):
+            mid()
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, __file__, "--wait", f"{go}.2", lib, "shares", str(n)])
     if mode == "idle":
         for line in sys.stdin:
             what, count = line.split()
-            {"shares": shares, "layers": layers}[what](int(count))
+            {"shares": shares, "layers": layers, "bench": bench}[what](int(count))
             print("done", flush=True)
         return 0
     {"shares": shares, "threads": threads, "layers": layers, "stacks": stacks}[mode](n)

@@ -19,6 +19,7 @@ from gputop.ui.screens.main import MainScreen
 from gputop.ui.widgets.header import HeaderBar, header_content
 from gputop.ui.widgets.panels import TextPanel
 from gputop.ui.widgets.proc_table import ProcTable
+from gputop.view import columns
 from gputop.view.columns import COLUMNS
 from gputop.view.history import History
 
@@ -66,22 +67,37 @@ def test_readonly_footer_has_no_kill_and_k_says_why() -> None:
 
 
 def test_left_right_scroll_hidden_columns_at_80_columns() -> None:
+    """← → scroll the columns that do not fit; PID, USER, GPU and COMMAND stay fixed at the left at every step
+    (issue 35: scrolled right, only PID told rows apart), and the sort column stays, pinned after them."""
     async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
         await pilot.resize_terminal(80, 24)
         await push(pilot, feed, three())
         t = table(app)
-        head = "".join(s.text for s in t.render_line(0))
-        assert head.rstrip().endswith("▶") and "◀" not in head and "LAUNCH/s▼" in head
-        assert "CPU%" not in head
+
+        def line(y: int) -> str:
+            return "".join(s.text for s in t.render_line(y))
+
+        start = line(0)
+        assert start.rstrip().endswith("▶") and "◀" not in start and "LAUNCH/s▼" in start
+        assert "CPU%" not in start
+        fixed = start[:start.index("LAUNCH/s▼")]
+        seen = [start]
         for _ in range(20):
             await pilot.press("right")
-        head = "".join(s.text for s in t.render_line(0))
-        assert "◀" in head and "▶" not in head and "CPU%" in head and "LB" in head
-        assert "LAUNCH/s▼" in head  # the sort column stays, pinned after PID
+            head = line(0)
+            assert head.startswith(fixed), head                 # PID USER GPU COMMAND, where they were
+            assert "LAUNCH/s▼" in head                          # the sort column, pinned after them
+            rows = [line(y) for y in (1, 2, 3)]
+            assert any("bob" in r and "beta" in r for r in rows), rows
+            seen.append(head)
+        head = line(0)
+        assert "◀" in head and "▶" not in head and "%MEM" in head
+        for c in columns.COLUMNS:
+            if c.key not in columns.FLEET_ONLY:
+                assert any(c.header in h for h in seen), c.header   # every column was reached
         for _ in range(20):
             await pilot.press("left")
-        assert "".join(s.text for s in t.render_line(0)) == "".join(s.text for s in table(app).render_line(0))
-        assert "◀" not in "".join(s.text for s in t.render_line(0))
+        assert line(0) == start
 
     run(None, body)
 

@@ -163,16 +163,66 @@ def test_sort_menu_picks_column() -> None:
     run(None, body)
 
 
-def test_sort_menu_hides_and_shows_a_column() -> None:
+def header_text(app: GputopApp) -> str:
+    """The process table's header line, also under a dialog (the sort menu)."""
+    main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
+    return "".join(s.text for s in main.query_one(ProcTable).render_line(0))
+
+
+def test_sort_menu_hides_and_shows_a_column(config_file: Path) -> None:
+    """`x` shows its effect at once behind the menu; Enter keeps it (saved, and sorts by the highlighted
+    column), and `x` again then Enter shows the column again."""
     async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
         await push(pilot, feed, three())
         await pilot.press("s", "home", "down", "x")  # USER
         assert "user" not in app.settings.columns
+        assert "USER" not in header_text(app)         # at once, behind the menu
+        await pilot.press("down", "enter")            # Enter on GPU: keep the columns, sort by GPU
+        assert isinstance(app.screen, MainScreen)
+        header = header_text(app)
+        assert "USER" not in header and "PID" in header and app.settings.sort == "gpu"
+        await pilot.pause(0.3)
+        assert "user" not in tomllib.loads(config_file.read_text())["columns"]
+        await pilot.press("s", "home", "down", "x", "enter")
+        assert "user" in app.settings.columns and "USER" in header_text(app) and app.settings.sort == "user"
+        await pilot.pause(0.3)
+        assert "user" in tomllib.loads(config_file.read_text())["columns"]
+
+    run(None, body)
+
+
+def test_sort_menu_escape_puts_the_columns_back_and_saves_nothing(config_file: Path) -> None:
+    """Issue 35: a column hidden with `x` stayed hidden after Esc, and was saved. Esc cancels everything done in
+    the menu: the columns are those of when it opened, on screen and in config.toml (never written)."""
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        await push(pilot, feed, three())
+        before = app.settings.columns
+        head = header_text(app)
+        await pilot.press("s", "home", "down", "x", "down", "x", "down", "down", "down", "x")   # USER, GPU, GRID off
+        assert not {"user", "gpu", "grid"} & set(app.settings.columns)
+        assert "USER" not in header_text(app)
         await pilot.press("escape")
-        header = "".join(s.text for s in table(app).render_line(0))
-        assert "USER" not in header and "PID" in header
-        await pilot.press("s", "home", "down", "x", "escape")
-        assert "user" in app.settings.columns
+        assert isinstance(app.screen, MainScreen)
+        assert app.settings.columns == before and app.settings.sort == "launches"
+        assert header_text(app) == head
+        await pilot.pause(0.3)
+        # a column hidden, shown again, hidden: Esc still restores the opening state
+        await pilot.press("s", "home", "down", "x", "x", "x", "escape")
+        assert app.settings.columns == before
+        await pilot.pause(0.3)
+
+    run(None, body)
+    assert not config_file.exists()         # nothing was saved
+
+
+def test_sort_menu_enter_on_a_column_hidden_in_it_shows_it_again() -> None:
+    """Sorting by a column shows it: hidden with `x`, then chosen with Enter, it is shown (the sort column is
+    never hidden, as `x` refuses to hide it)."""
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        await push(pilot, feed, three())
+        await pilot.press("s", "home", "down", "x", "enter")     # USER hidden, then chosen
+        assert app.settings.sort == "user" and "user" in app.settings.columns
+        assert "USER▲" in header_text(app)
 
     run(None, body)
 

@@ -18,7 +18,7 @@ from gputop.ui.charts import _nice_ticks, bar_chart, line_chart
 from gputop.ui.screens.details import hist_buckets, stats_rows, without_live_values
 from gputop.ui.widgets.gpu_panel import gpu_line, gpu_lines
 from gputop.ui.widgets.header import HeaderState, header_content, header_lines
-from gputop.ui.widgets.table_layout import GUTTER, col_width, layout
+from gputop.ui.widgets.table_layout import GUTTER, SCROLL_MIN, col_width, layout
 from gputop.view import columns, compare
 from gputop.view import format as fmt
 from gputop.view.baseline import load_baseline, summarize
@@ -592,8 +592,54 @@ def test_narrow_layout_scrolls_and_never_hides_the_sort_column() -> None:
     far = layout(cols, 80, "launches", len(cols))
     # MSET/s, NCCL/s, NCCL B/s, TIME+, RSS and %MEM (columns.OPTIONAL) come last where space is short
     assert far.cols[-1][0].key == "mem" and not far.hidden_right and far.hidden_left
-    assert [c.key for c, _ in far.cols[-7:]] == ["launch_bound", "memset", "nccl", "nccl_bytes", "cpu_time", "rss",
-                                                 "mem"]
+    assert [c.key for c, _ in far.cols[-3:]] == ["cpu_time", "rss", "mem"]
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 160])
+@pytest.mark.parametrize("sort", ["launches", "sync", "mem", "user", "command"])
+def test_scrolling_keeps_the_columns_that_tell_rows_apart(width: int, sort: str) -> None:
+    """Issue 35: scrolled right, only PID told rows apart. PID, USER, GPU and COMMAND stay fixed at the left at
+    every offset, with the same widths (← → never move them); each step right shows something new (the sort
+    column, pinned, is not a step); the last step shows the last column."""
+    cols = columns.visible(columns.SORT_KEYS, fleet=False)
+    seen: list[tuple[str, ...]] = []
+    fixed: set[tuple[tuple[str, int], ...]] = set()
+    offset = 0
+    while True:
+        lay = layout(cols, width, sort, offset)
+        keys = tuple(c.key for c, _ in lay)
+        assert keys[:4] == ("pid", "user", "gpu", "command"), (offset, keys)
+        assert sort in keys
+        fixed.add(tuple((c.key, w) for c, w in lay.cols[:4]))
+        used = sum(w for _, w in lay) + len(lay) - 1 + GUTTER + bool(lay.hidden_left) + bool(lay.hidden_right)
+        assert used <= width
+        if offset:
+            assert keys != seen[-1], offset           # a step that changes nothing on the screen: none
+        seen.append(keys)
+        if not lay.hidden_right:
+            break
+        offset = lay.offset + 1
+    assert len(fixed) <= 2      # unscrolled where every other column fits (160: no ◀ ▶ at offset 0), then one
+    assert seen[-1][-1] == "mem" or sort == "mem"
+    shown = {k for keys in seen for k in keys}
+    assert shown == set(cols)
+
+
+def test_narrow_and_fleet_views_keep_what_tells_rows_apart_first() -> None:
+    """Where keeping every identity column fixed would leave the others fewer than SCROLL_MIN cells, the least
+    telling scroll first: at 50 columns PID and COMMAND stay; the fleet view with pods keeps PID, POD and
+    COMMAND at 80 columns (NAMESPACE, GPU and NODE scroll), without pods PID, NODE, GPU and COMMAND."""
+    local = columns.visible(columns.SORT_KEYS, fleet=False)
+    for offset in range(4):
+        keys = [c.key for c, _ in layout(local, 50, "launches", offset)]
+        assert keys[:2] == ["pid", "command"], keys
+    pods = columns.visible(columns.SORT_KEYS, fleet=True, pods=True)
+    nodes = columns.visible(columns.SORT_KEYS, fleet=True, pods=False)
+    for offset in range(4):
+        assert [c.key for c, _ in layout(pods, 80, "launches", offset)][:3] == ["pid", "pod", "command"]
+        assert [c.key for c, _ in layout(nodes, 80, "launches", offset)][:4] == ["pid", "node", "gpu", "command"]
+    lay = layout(pods, 80, "launches", 0)
+    assert 80 - GUTTER - sum(w + 1 for _, w in lay.cols[:3]) + 1 >= SCROLL_MIN     # what PID POD COMMAND leave
 
 
 def test_a_gpu_name_drops_its_vendor_words_before_it_is_cut() -> None:

@@ -295,7 +295,7 @@ def test_rules_are_these_alerts_each_with_severity_summary_description_and_a_run
         assert set(r) == {"alert", "expr", "labels", "annotations"} | ({"for"} if r.get("for") else set())
         assert set(r["labels"]) == {"severity"}
         assert set(r["annotations"]) == {"summary", "description", "runbook_url"}, r["alert"]
-        assert r["annotations"]["runbook_url"] == f"docs/deploy.md#{r['alert'].lower()}"
+        assert r["annotations"]["runbook_url"] == f"https://gputop.example.com/docs/deploy.md#{r['alert'].lower()}"
         assert r["alert"].lower() in anchors, f"docs/deploy.md has no on-call section for {r['alert']}"
     assert anchors == {a.lower() for a in ALERTS}
 

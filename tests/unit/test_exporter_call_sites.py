@@ -101,14 +101,15 @@ def test_site_labels_are_sanitised_capped_and_never_repeated(clock: Clock) -> No
     text = generate_latest(reg).decode()
     m = scrape(c)           # prometheus_client's parser reads it back
     got = series(m, SITES)
-    assert len(got) == 5 and sum(got.values()) == 108
+    # a Python site whose frames were not read yet (no file: its label would be an address) is left out
+    assert len(got) == 3 and sum(got.values()) == 100
     labels = [s for s, _ in got]
     assert all(len(s) <= SITE_LIMIT for s in labels)
     long = next(s for s in labels if s.endswith("_end"))
     assert long.startswith("d" * 50) and "…" in long and len(long) == SITE_LIMIT   # cut in the middle
     assert got[("pkg/m.py:9 run", "python")] == 50
     assert got[("at::launch\\x1b[0m (/lib/libtorch_cuda.so)", "native")] == 10
-    assert got[("(no frame)", "python")] == 5 and got[("? ?", "python")] == 3
+    assert ("(no frame)", "python") not in got and ("? ?", "python") not in got
     assert "\x07" not in text and "\x1b" not in text and "\u202e" not in text
     # short enough to be kept whole: every escape visible
     short = sites(site("/tmp/\x1b[2Jx\u202e/m.py", 1, "f\x07\n", 1))

@@ -2,8 +2,9 @@
 docs/deploy.md): their names (Prometheus's level:metric:operations), the metrics they read, an exact
 promtool case for every one (deploy/prometheus/gputop-rules.test.yml: a containerd and a CRI-O container
 id, a pod UID, a host process, an unknown id, an id two pods claim, node totals kept whole), each case
-shown to fail when its rule records nothing, and the same groups in the Operator's PrometheusRule. The
-alert rules are tests/unit/test_deploy_kubernetes.py's."""
+shown to fail when its rule records nothing, and the same groups in the Operator's PrometheusRule; the alerts'
+runbook URLs absolute, on the placeholder base docs/deploy.md says how to set, and that setting it as written
+there keeps every file valid. The alert rules are tests/unit/test_deploy_kubernetes.py's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -21,6 +23,10 @@ from support import ROOT
 PROM = ROOT / "deploy" / "prometheus"
 RULES = PROM / "gputop-rules.yml"
 RULES_TEST = PROM / "gputop-rules.test.yml"
+OPERATOR = ROOT / "deploy" / "kubernetes" / "gputop-prometheusrule.yaml"
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+#: the runbook URLs' base the rules ship with: a placeholder that docs/deploy.md tells users to set
+RUNBOOK_BASE = "https://gputop.example.com/docs"
 
 RECORDS = ["container:kube_pod_container_info:relabel", "container:kube_pod_info:relabel",
            "instance_namespace_pod:gputop_kernel_launches:rate2m",
@@ -100,3 +106,69 @@ def test_the_cases_fail_when_a_rule_records_nothing(record: str, tmp_path: Path)
     total = "sum by (instance) (instance_namespace_pod:gputop_kernel_launches:rate2m)"
     readers = {RECORDS[0]: RECORDS[2:], RECORDS[1]: [RECORDS[2], RECORDS[5]], RECORDS[2]: [total]}.get(record, [])
     assert failed == {record, *readers}, failed
+
+
+# --- the alerts' runbook URLs ----------------------------------------------------------------------------
+
+def alerts(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for g in groups for r in g["rules"] if "alert" in r]
+
+
+def on_call_anchors() -> set[str]:
+    """The anchors of docs/deploy.md's on-call sections (a forge's: lower case, punctuation dropped)."""
+    text = DEPLOY_DOC.read_text().split("\n## On call: what each alert means\n", 1)[1].split("\n## ", 1)[0]
+    return {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^### (.+)$", text, re.M)}
+
+
+def test_runbook_urls_are_absolute_and_land_on_the_on_call_sections() -> None:
+    """Issue 35: runbook_url was a relative path (docs/deploy.md#...), which no notification can open. Each is
+    an absolute https URL, RUNBOOK_BASE/deploy.md#<alert>, whose anchor is the alert's on-call section; the
+    promtool cases and the Operator's PrometheusRule expect the same URLs."""
+    anchors = on_call_anchors()
+    for r in alerts(rule_groups()):
+        url = r["annotations"]["runbook_url"]
+        parts = urlsplit(url)
+        assert parts.scheme == "https" and parts.netloc and parts.fragment, url
+        assert url == f"{RUNBOOK_BASE}/deploy.md#{r['alert'].lower()}", url
+        assert parts.fragment in anchors, url
+    expected = {r["annotations"]["runbook_url"] for r in alerts(rule_groups())}
+    tested = {a["exp_annotations"]["runbook_url"] for t in yaml.safe_load(RULES_TEST.read_text())["tests"]
+              for case in t.get("alert_rule_test", []) for a in case["exp_alerts"]}
+    assert tested == expected
+    operator = [d for d in yaml.safe_load_all(OPERATOR.read_text()) if d][0]["spec"]["groups"]
+    assert {r["annotations"]["runbook_url"] for r in alerts(operator)} == expected
+    # the placeholder is said to be one, where the rules are and where the docs say what to do
+    assert RUNBOOK_BASE in DEPLOY_DOC.read_text() and "placeholder" in RULES.read_text()
+
+
+def documented_base_change() -> str:
+    """The command docs/deploy.md gives to set the runbook URLs' base."""
+    m = re.search(r"```sh\n(sed -i 's#" + re.escape(RUNBOOK_BASE) + r"#.*?)\n```", DEPLOY_DOC.read_text(), re.S)
+    assert m is not None, "docs/deploy.md gives no command to set the runbook URLs' base"
+    return m.group(1)
+
+
+def test_setting_the_runbook_base_as_documented_keeps_every_file_valid(tmp_path: Path) -> None:
+    """The command of docs/deploy.md, run on a copy of the deploy files: no placeholder is left, every URL is
+    on the new base, promtool still accepts the rules and their unit tests pass, and the Operator's
+    PrometheusRule still carries the same groups."""
+    tool = promtool()
+    for src in (RULES, RULES_TEST, OPERATOR):
+        dst = tmp_path / src.relative_to(ROOT)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+    res = subprocess.run(["bash", "-ec", documented_base_change()], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=30)
+    assert res.returncode == 0, res.stderr
+    rules, rules_test, operator = (tmp_path / p.relative_to(ROOT) for p in (RULES, RULES_TEST, OPERATOR))
+    new = "https://github.com/ORG/gputop/blob/main/docs"
+    for f in (rules, rules_test, operator):
+        assert "gputop.example.com" not in f.read_text(), f
+    groups = yaml.safe_load(rules.read_text())["groups"]
+    assert {r["annotations"]["runbook_url"] for r in alerts(groups)} == {
+        f"{new}/deploy.md#{r['alert'].lower()}" for r in alerts(groups)}
+    assert [d for d in yaml.safe_load_all(operator.read_text()) if d][0]["spec"]["groups"] == groups
+    res = subprocess.run([tool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = subprocess.run([tool, "test", "rules", str(rules_test)], capture_output=True, text=True, timeout=120)
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Unit Testing:  {rules_test}\n  SUCCESS\n\n", "")

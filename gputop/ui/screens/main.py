@@ -8,7 +8,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
-from gputop.model import ProcKey, ProcSample, Snapshot, summarize
+from gputop.model import ProcKey, ProcSample, Snapshot
 from gputop.ui import bindings
 from gputop.ui.screens.base import LiveScreen
 from gputop.ui.widgets.gpu_panel import GpuPanel
@@ -115,7 +115,7 @@ class MainScreen(LiveScreen):
         if snap is None:
             bar.show(None, 0, app.tree_view)
             return
-        summary = snap.summary if not app.filter_text.strip() else summarize(snap, rows)
+        summary = snap.summary if not app.filter_text.strip() else app.exited_rows.summary(snap, rows)
         live = {p.key for p in snap.processes} if app.tags else set()
         bar.show(summary, sum(1 for t in app.tags if t in live), app.tree_view)
 

@@ -1,4 +1,6 @@
-"""The sort menu (`s`): pick the sort column; `x` shows or hides a column."""
+"""The sort menu (`s`): pick the sort column; `x` shows or hides a column. What `x` does shows at once
+behind the menu; `Enter` keeps it (and saves it), `Esc` puts the columns back as they were when the menu
+opened, nothing saved (issue 35: a column hidden and then cancelled stayed hidden, and saved)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,11 @@ class SortScreen(ModalScreen[None]):
     SortScreen #sort-title { text-style: bold; color: $primary; }
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: the columns when the menu opened: what Esc puts back
+        self._opened: tuple[str, ...] = ()
+
     @property
     def gapp(self) -> GputopApp:
         return cast("GputopApp", self.app)
@@ -54,7 +61,7 @@ class SortScreen(ModalScreen[None]):
         )
 
     def compose(self) -> ComposeResult:
-        title = "Sort by — Enter: sort by it  x: show/hide column  Esc: close"
+        title = "Sort by — Enter: sort by it, keep the columns  x: show/hide column  Esc: cancel"
         labels = [self._label(i) for i in range(len(self.columns))]
         box = Vertical()
         # as wide as its longest row (+ border, padding, the option list's padding and scrollbar), so
@@ -67,18 +74,29 @@ class SortScreen(ModalScreen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._opened = tuple(self.gapp.settings.columns)
         keys = [c.key for c in self.columns]
         self.query_one(OptionList).highlighted = keys.index(self.gapp.settings.sort)
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
-        self.gapp.set_sort(str(event.option.id), reverse=False)
-        self.dismiss()
+        self._keep(str(event.option.id))
 
     def action_choose(self) -> None:
         ol = self.query_one(OptionList)
-        if ol.highlighted is not None:
-            self.gapp.set_sort(self.columns[ol.highlighted].key, reverse=False)
+        self._keep(self.columns[ol.highlighted].key if ol.highlighted is not None else None)
+
+    def _keep(self, key: str | None) -> None:
+        """Enter: keep the columns as shown now (saved when they changed) and sort by ``key``; a column
+        hidden in the menu and then chosen is shown again (the sort column always shows)."""
+        app = self.gapp
+        current = list(app.settings.columns)
+        if key is not None and key not in current and key not in FLEET_ONLY:
+            current = [k for k in (c.key for c in COLUMNS) if k in current or k == key]
+        if tuple(current) != tuple(app.settings.columns) or tuple(current) != self._opened:
+            app.set_columns(current, save=tuple(current) != self._opened)
+        if key is not None:
+            app.set_sort(key, reverse=False)
         self.dismiss()
 
     def action_toggle_column(self) -> None:
@@ -104,8 +122,11 @@ class SortScreen(ModalScreen[None]):
         else:
             order = [c.key for c in COLUMNS]
             current = [k for k in order if k in current or k == key]
-        self.gapp.set_columns(current)
+        self.gapp.set_columns(current, save=False)      # shown at once; saved on Enter, undone by Esc
         ol.replace_option_prompt_at_index(i, self._label(i))
 
     def action_cancel(self) -> None:
+        """Esc: the columns as they were when the menu opened, nothing saved."""
+        if tuple(self.gapp.settings.columns) != self._opened:
+            self.gapp.set_columns(self._opened, save=False)
         self.dismiss()

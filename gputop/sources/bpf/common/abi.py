@@ -79,11 +79,14 @@ CTIME_NSEC_MASK = (1 << 30) - 1
 G_UNKNOWN, G_LOST = 1, 2
 
 #: call sites (bpf/sites.bpf.h): a sampled stack's frames (innermost first; a power of two), the frames
-#: skipped beyond them at most (C-stack shims), the thread states looked through for the launching thread,
+#: skipped beyond them at most (C-stack shims), the thread states looked through for the launching thread
+#: (the main thread is the list's last),
 #: the bytes read of each frame (a power of two), an offset a CPython version does not have, a stack's
-#: flags (Python frames, a native caller, cut at STACK_DEPTH)
-STACK_DEPTH, STACK_SKIP, PY_THREADS, FRAME_WINDOW, NO_OFFSET = 32, 16, 64, 128, 0xFFFF
+#: flags (Python frames, a native caller, cut), a thread known to have no thread state (py_threads) and the
+#: samples of such a thread of which one looks for it again
+STACK_DEPTH, STACK_SKIP, PY_THREADS, FRAME_WINDOW, NO_OFFSET = 32, 16, 256, 128, 0xFFFF
 STACK_PYTHON, STACK_NATIVE, STACK_TRUNCATED = 1, 2, 4
+NO_TSTATE, NO_TSTATE_RETRY = 1, 16
 
 #: what the ``dropped`` array counts, by index: records (procs), kernels, names, allocations, ranges,
 #: captures, ring-buffer events, batch entries past BATCH_MAX, copies to or from CUDA arrays (their bytes

@@ -77,8 +77,8 @@ class Forgetting:
             self._forget(Doomed(frozenset({me})))
 
     def forget_image(self, me: int) -> None:
-        """After an exec of process ``me``: the code ranges and kernel names of the old program no
-        longer apply to new launches. The kernels it launched keep their names, resolved now with the
+        """After an exec of process ``me``: the code ranges, kernel names and call sites of the old program
+        no longer apply to new launches. The kernels it launched keep their names, resolved now with the
         old image: the names the BPF side captured (at registration look-ups, at each kernel's first
         launch) and the old program's symbols (its maps as last scanned); not from the process's
         memory, which is the new program's now."""
@@ -92,6 +92,10 @@ class Forgetting:
         self._attacher.code.forget({pid})
         self._names.namer.forget(pid)
         self._names.namer.keep(pid, named)
+        # its call sites start anew: the old program's interpreter, memory and code objects are gone
+        self._delete_by_pid(only, owners, ("py_stacks", "py_sites"))
+        self._table("py_procs").pop(self._table("py_procs").Key(me), None)
+        self._sites.forget(only)
 
     def sweep(self) -> None:
         """Forget processes that are gone but left no record to report their exit."""

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import math
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +31,14 @@ from gputop.sources.bpf.lifecycle.procid import Doomed, gen_of, ident, key_ident
 from gputop.sources.bpf.pystacks import cpython, lines
 
 MEM_READ_S = 0.5            # one read of a process's memory (objreads.BoundedCalls)
-CODES_PER_REFRESH = 256     # new code objects resolved per refresh, all processes together
-CODES_PER_PROCESS = 8192    # code objects kept resolved per process
+FIND_S = 3.0                # finding a process's interpreter (its objects' ELF symbols, a few reads of memory)
+CODES_PER_REFRESH = 256     # new code objects resolved per refresh, all processes together...
+READS_PER_REFRESH_S = 0.25  # ...within this much time of reads
+CODES_PER_PROCESS = 4096    # code objects kept resolved per process
+FRAMES_PER_PROCESS = 16384  # frames (code object, instruction) kept resolved per process
+#: line-table ranges kept decoded, all processes together (a code object past them keeps its names, and
+#: a frame of it not resolved yet gets no line): a hostile line table decodes to 65,536 ranges (18 MB)
+RANGES_MAX = 200_000
 #: the part of a launch probe's cost sampling may add (issue 37: <= 5 %), and the period's bounds
 COST_SHARE = 0.05
 PERIOD_MIN, PERIOD_MAX, PERIOD_START = 16, 1 << 20, 1024
@@ -58,6 +66,7 @@ class RawSite:
     frames: tuple[RawFrame, ...]    # innermost first
     python: bool            # the launching thread ran Python (its frames; else a native caller)
     truncated: bool         # deeper than the frames kept
+    unrecorded: bool = False    # the samples no table had room for (no stack, no kernel)
 
 
 def _pidns(pid: int) -> tuple[int, int]:
@@ -80,10 +89,16 @@ class CallSites:
         self._native_name = native_name     # (pid, address) -> (symbol, object)
         self._fixed = period                # --sample-period (None: adapted to the cost)
         self._reads = BoundedCalls("gputop-pystack", MEM_READ_S)
+        self._finds = BoundedCalls("gputop-pyfind", FIND_S)
         #: per process identity: its interpreter (None: none, or none the BPF side can walk), its memory
         self.interpreters: dict[int, cpython.Interpreter | None] = {}
+        self._objects: dict[int, frozenset[tuple[int, int]]] = {}   # the interpreter objects it mapped then
         self._mem: dict[int, int] = {}
+        self._unreadable: set[int] = set()     # processes a read of timed out: not read again
         self._codes: dict[int, dict[int, lines.CodeInfo | None]] = {}
+        self._frames: dict[int, dict[tuple[int, int], RawFrame]] = {}
+        self._ranges: Counter[int] = Counter()  # line-table ranges kept, by process
+        self._deadline = 0.0
         self._stacks: dict[tuple[int, int], tuple[tuple[int, int], ...] | None] = {}
         self._stack_flags: dict[tuple[int, int], int] = {}
         self._budget = 0
@@ -95,16 +110,22 @@ class CallSites:
     # ------------------------------------------------------------------ processes
 
     def add(self, pid: int, gen: int, maps: list[discovery.Mapping]) -> None:
-        """Describe ``pid``'s CPython (if it runs one) to the BPF side, once per process."""
+        """Describe ``pid``'s CPython (if it runs one) to the BPF side, once per program: again when the
+        objects that could be its interpreter changed (an exec whose event was lost)."""
         me = ident(pid, gen)
+        objects = frozenset((m.dev, m.inode) for m in maps
+                            if cpython.version_of_name(m.path) is not None or "python" in os.path.basename(m.path))
         if me in self.interpreters:
-            return
+            if self._objects.get(me) == objects:
+                return
+            self.forget_image(me)
+        self._objects[me] = objects
         fd = self._mem_fd(me)
         found = None
         # python3.X and libpython3.X.so before the rest (extension modules' names say python too)
         maps = sorted(maps, key=lambda m: cpython.version_of_name(m.path) is None)
         if fd is not None:
-            found = self._reads.call(lambda: cpython.find_interpreter(pid, maps, fd))
+            found = self._finds.call(lambda: cpython.find_interpreter(pid, maps, fd))
         self.interpreters[me] = found
         if found is None:
             return
@@ -120,6 +141,7 @@ class CallSites:
             value = getattr(lay, name)
             setattr(v, name, NO_OFFSET if value < 0 else value)
         v.instr_is_index = int(lay.instr_is_index)
+        v.frame_window = lay.frame_window
         with contextlib.suppress(Exception):    # full (MAX_PROCS): its launches sample native callers
             table[table.Key(me)] = v
 
@@ -132,25 +154,43 @@ class CallSites:
                 return None
         return self._mem[me]
 
-    def forget(self, doomed: Doomed) -> Counter[int]:
+    def forget(self, doomed: Doomed) -> None:
         """Forget what the processes ``doomed`` names left (their entries: deleted by the caller's walk)."""
-        gone = [me for me in set(self.interpreters) | set(self._mem) if doomed.hit(me)]
-        for me in gone:
-            self.interpreters.pop(me, None)
-            self._codes.pop(me, None)
-            fd = self._mem.pop(me, None)
-            if fd is not None:
-                os.close(fd)
+        for me in [me for me in set(self.interpreters) | set(self._mem) | set(self._codes) if doomed.hit(me)]:
+            self._forget_one(me)
         for key in [k for k in self._stacks if doomed.hit(k[0])]:
             self._stacks.pop(key, None)
             self._stack_flags.pop(key, None)
-        return Counter()
+
+    def forget_image(self, me: int) -> None:
+        """Process ``me`` runs another program (an exec): its interpreter, memory and code objects go (its
+        BPF entries: deleted by the caller, or here where no caller saw the exec)."""
+        self._forget_one(me)
+        for name in ("py_procs",):
+            with contextlib.suppress(KeyError, TypeError):
+                table = self._table(name)
+                table.pop(table.Key(me), None)
+        for key in [k for k in self._stacks if k[0] == me]:
+            self._stacks.pop(key, None)
+            self._stack_flags.pop(key, None)
+
+    def _forget_one(self, me: int) -> None:
+        self.interpreters.pop(me, None)
+        self._objects.pop(me, None)
+        self._codes.pop(me, None)
+        self._frames.pop(me, None)
+        self._ranges.pop(me, None)
+        self._unreadable.discard(me)
+        fd = self._mem.pop(me, None)
+        if fd is not None:
+            os.close(fd)
 
     def close(self) -> None:
         for fd in self._mem.values():
             os.close(fd)
         self._mem.clear()
         self._reads.close()
+        self._finds.close()
 
     # ------------------------------------------------------------------ the sampling period
 
@@ -205,6 +245,7 @@ class CallSites:
         (what the budget allows)."""
         if only is None:
             self._budget = CODES_PER_REFRESH
+            self._deadline = time.monotonic() + READS_PER_REFRESH_S
             self.tell()
         try:
             items = list(self._table("py_sites").items())
@@ -216,14 +257,25 @@ class CallSites:
             if only is None or me in only:
                 by_proc.setdefault(me, []).append((int(k.stack), int(k.func), int(v.value)))
         out: dict[int, tuple[RawSite, ...]] = {}
-        for me, rows in by_proc.items():
+        unrecorded = self._unrecorded(only)
+        for me in set(by_proc) | {me for me, n in unrecorded.items() if n}:
             sites = []
-            for stack, func, n in sorted(rows, key=lambda r: -r[2]):
+            for stack, func, n in sorted(by_proc.get(me, ()), key=lambda r: -r[2]):
                 frames, flags = self._stack(me, stack)
                 sites.append(RawSite(stack, func, n, frames, bool(flags & STACK_PYTHON) and not flags & STACK_NATIVE,
                                      bool(flags & STACK_TRUNCATED)))
+            if unrecorded.get(me):      # samples no table had room for: still samples of the process
+                sites.append(RawSite(0, 0, unrecorded[me], (), False, False, unrecorded=True))
             out[me] = tuple(sites)
         return out
+
+    def _unrecorded(self, only: set[int] | None) -> dict[int, int]:
+        """Samples of each Python process the BPF side could not keep (py_procs' counters)."""
+        try:
+            return {int(k.value): int(v.unrecorded) for k, v in self._table("py_procs").items()
+                    if only is None or int(k.value) in only}
+        except (KeyError, TypeError):
+            return {}
 
     def _stack(self, me: int, stack: int) -> tuple[tuple[RawFrame, ...], int]:
         key = (me, stack)
@@ -246,20 +298,38 @@ class CallSites:
         return RawFrame(obj, None, sym, native=True, address=addr)
 
     def _frame(self, me: int, code: int, instr: int) -> RawFrame:
+        frames = self._frames.setdefault(me, {})
+        known = frames.get((code, instr))
+        if known is not None:
+            return known
         info = self._code(me, code)
         if info is None:
             return RawFrame(None, None, None, address=code)
-        return RawFrame(info.filename, info.line_of(instr), info.name, address=code)
+        frame = RawFrame(info.filename, info.line_of(instr), info.name, address=code)
+        if len(frames) < FRAMES_PER_PROCESS:
+            frames[(code, instr)] = frame
+        return frame
 
     def _code(self, me: int, code: int) -> lines.CodeInfo | None:
+        """The code object at ``code`` in process ``me``, read once (a read that timed out: the process is
+        not read again; one past this refresh's budget: read at a later one)."""
         codes = self._codes.setdefault(me, {})
         if code in codes:
             return codes[code]
         interp = self.interpreters.get(me)
         fd = self._mem.get(me)
-        if interp is None or fd is None or self._budget <= 0 or len(codes) >= CODES_PER_PROCESS:
+        if (interp is None or fd is None or me in self._unreadable or self._budget <= 0
+                or time.monotonic() > self._deadline or len(codes) >= CODES_PER_PROCESS):
             return None
         self._budget -= 1
-        info = self._reads.call(lambda: lines.read_code(fd, code, interp.layout))
+        result = self._reads.call(lambda: (lines.read_code(fd, code, interp.layout),))
+        if result is None:                      # timed out (a FUSE-backed page), or failed: not again
+            self._unreadable.add(me)
+            return None
+        info = result[0]
+        if info is not None and sum(self._ranges.values()) + len(info.ranges) > RANGES_MAX:
+            info = dataclasses.replace(info, ranges=(), starts=())     # its names only: memory is bounded
+        if info is not None:
+            self._ranges[me] += len(info.ranges)
         codes[code] = info
         return info
