@@ -35,14 +35,16 @@ def _sig3(x: float, cap: int | None = None, scaled: bool = False) -> str:
     return text
 
 
-def _scaled(value: float, scales: tuple[tuple[int | float, str], ...], next_at: float, digits: int | None) -> str:
-    """The number style shared by ``si`` and ``bytes_`` (see docs/dashboard.md, Number style)."""
+def _scaled(value: float, scales: tuple[tuple[int | float, str], ...], next_at: float, digits: int | None,
+            base: int = 1000) -> str:
+    """The number style shared by ``si`` and ``bytes_`` (see docs/dashboard.md, Number style); ``base``: the
+    ratio of one unit to the next (1000, 1024)."""
     mag = abs(value)
     sign = "-" if value < 0 else ""
     for i, (scale, suffix) in enumerate(scales):
         if mag >= scale * next_at:
             text = _sig3(mag / scale, digits, scaled=True)
-            if float(text) >= 1000 and i > 0:       # 999.7k rounds to 1000k: one unit up, 1.00M
+            if float(text) >= base and i > 0:       # 999.7k rounds to 1000k: one unit up, 1.00M
                 bigger, up = scales[i - 1]
                 text = _sig3(mag / bigger, digits, scaled=True)
                 suffix = up
@@ -56,35 +58,29 @@ def _scaled(value: float, scales: tuple[tuple[int | float, str], ...], next_at: 
     return f"{sign}{text}"
 
 
-#: where a number moves to the next unit: where three significant digits of its own unit run out (999.5
-#: rounds to 1000), the same for counts (SI) and bytes (binary), so that both sides of the switch have
-#: three digits and no value that its unit can still write changes unit
-_NEXT_UNIT = 999.5
-
-
 def si(value: float | None, digits: int | None = None) -> str:
     """A count or rate, three significant digits with SI suffixes: 5, 95.3, 953, 1.00k, 12.3k, 4.10M.
-    Integers below 1000 have no decimals; from 999.5 of a unit on, the next unit (999k, then 1.00M).
-    ``digits`` caps the decimals (axis labels: 0)."""
+    Integers below 1000 have no decimals. A value moves to the next unit where it rounds to one of it
+    (999.4k is 999k, 999.5k is 1.00M). ``digits`` caps the decimals (axis labels: 0)."""
     if not _finite(value):
         return NA
     assert value is not None
-    return _scaled(value, _SI, _NEXT_UNIT / 1000, digits)
+    return _scaled(value, _SI, 0.9995, digits)
 
 
 def bytes_(value: float | None, digits: int | None = None) -> str:
     """Bytes, three significant digits with binary suffixes (K, M, G, T = KiB, MiB, GiB, TiB: 1024^n):
-    512, 1.50K, 50.2M, 79.6G. As ``si``, a value changes unit only where three digits of its unit run
-    out, at 999.5 of it: 999M, then 0.98G (999.5M) to 1.00G (1023.5M), never 1004M. A unit switch at a
-    share of the next unit inside the three-digit range (97% of it once: 993M) made a steady rate of about
-    1 GiB/s flip between 992M and 0.97G frame to frame (issue 35). The help and docs/dashboard.md say
-    once that K/M/G/T of bytes are 1024-based."""
+    512, 1.50K, 50.2M, 79.6G. As ``si``, a value moves to the next unit where it rounds to one of it:
+    1023.4M is 1023M (from 1000 to 1023 of a unit, four whole digits), 1023.5M is 1.00G, as htop and nvitop
+    switch at 1024; never a fraction of the next unit. (A switch at 97% of the next unit, inside what the
+    unit's own digits write, made a steady rate near 1 GiB/s flip between 992M and 0.97G frame to frame:
+    issue 35.) The help and docs/dashboard.md say once that K/M/G/T of bytes are 1024-based."""
     if not _finite(value):
         return NA
     assert value is not None
-    if abs(value) < _NEXT_UNIT:
+    if abs(value) < 1023.5:
         return f"{round(value)}"
-    return _scaled(value, _BIN, _NEXT_UNIT / 1024, digits)
+    return _scaled(value, _BIN, 1023.5 / 1024, digits, base=1024)
 
 
 def shown(text: str, binary: bool = False) -> float | None:

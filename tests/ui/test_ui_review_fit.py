@@ -93,9 +93,11 @@ def _table_rows(size: tuple[int, int]) -> list[str]:
 
 
 @pytest.mark.parametrize(("size", "cells"), [
-    ((100, 30), {4242: "python train.py --mo…um --fused=0", 4243: "python train.py --mo…um --fused=1",
-                 12001: "python -m vllm.entry…l llama-3-8b"}),
-    ((120, 40), {4242: "python train.py --mode…dium --fused=0", 7300: "python eval.py --ckpt step_12000.pt",
+    # issue 35: COMMAND is fixed at the left with PID, USER and GPU while the others scroll; the cell kept for
+    # the ◀ marker at every offset (so that ← → never change COMMAND's width) is one less for it
+    ((100, 30), {4242: "python train.py --m…um --fused=0", 4243: "python train.py --m…um --fused=1",
+                 12001: "python -m vllm.entr…l llama-3-8b"}),
+    ((120, 40), {4242: "python train.py --mod…dium --fused=0", 7300: "python eval.py --ckpt step_12000.pt",
                  7007: "nbody -benchmark -numbodies=1048576"}),
 ], ids=["100x30", "120x40"])
 def test_command_gets_the_width_left_over_where_columns_scroll(size: tuple[int, int], cells: dict[int, str]) -> None:

@@ -1,9 +1,9 @@
 """Where a formatted number changes unit (gputop/view/format.py ``si``, ``bytes_``; docs/dashboard.md, "Number
-style"). Issue 35: a steady rate of about 1 GiB/s flipped between ``992M`` and ``0.97G`` frame to frame, as
-bytes moved to the next unit at 97% of it, inside the range three digits of their own unit can still write.
-Now counts and bytes alike change unit only where three digits run out, at 999.5 of a unit: every value
-below reads in its unit with three significant digits, every value from there on in the next one, three
-significant digits too (``999M``, then ``0.98G``; ``999k``, then ``1.00M``)."""
+style"). Issue 35: a steady rate near 1 GiB/s flipped between ``992M`` and ``0.97G`` frame to frame, as bytes
+moved to the next unit at 97% of it, inside the range their own unit's digits still write. Now counts and bytes
+alike move to the next unit where the value rounds to one of it, as htop and nvitop switch at 1024: 999.5k is
+``1.00M``, 1023.5M is ``1.00G`` (1000M to 1023M keep four whole digits); a value is never written as a
+fraction of the next unit, and both sides of a switch read the same (``999k``/``1.00M``, ``1023M``/``1.00G``)."""
 
 from __future__ import annotations
 
@@ -22,49 +22,50 @@ def significant(text: str) -> int:
     """How many significant digits ``text`` (a formatted number, its suffix dropped) shows."""
     m = NUMBER.match(text)
     assert m is not None, text
-    digits = m.group(1).replace(".", "").lstrip("0")
-    return len(digits) if "." in m.group(1) else len(digits.rstrip("0")) if digits else 1
+    return len(m.group(1).replace(".", "").lstrip("0")) or 1
 
 
 @pytest.mark.parametrize(("f", "units"), [(fmt.si, SI), (fmt.bytes_, BIN)], ids=["si", "bytes"])
 @pytest.mark.parametrize("boundary", [1, 2, 3, 4])
-def test_every_unit_boundary_is_at_999_5_of_the_unit_below(f, units, boundary: int) -> None:  # type: ignore[no-untyped-def]
+def test_every_unit_boundary_is_where_the_value_rounds_to_one_of_the_next(f, units, boundary: int) -> None:  # type: ignore[no-untyped-def]
     below, scale = units[boundary - 1]
     up, up_scale = units[boundary]
-    cases = {
-        990.0: f"990{below}", 992.0: f"992{below}", 993.3: f"993{below}", 999.0: f"999{below}",
-        999.49: f"999{below}",
-    }
-    for x, text in cases.items():
-        assert f(x * scale) == text, (x, below)
-    # from 999.5 on: the next unit, three significant digits
-    first = f(999.5 * scale)
-    assert first.endswith(up) and significant(first) == 3, first
-    assert first == ("1.00" + up if up_scale / scale == 1000 else "0.98" + up)
+    base = round(up_scale / scale)
+    for x in (950.0, 990.0, 992.0, 993.3, 999.0, 999.49):
+        assert f(x * scale) == f"{x:.0f}{below}", (x, below)
+    assert f(base * 0.97 * scale) == f"{base * 0.97:.0f}{below}"        # where bytes used to switch: no more
+    assert f((base - 0.51) * scale) == f"{base - 1}{below}"              # the last value of the unit below
+    if base == 1024:                                                     # 1000 to 1023: four whole digits
+        assert [f(x * scale) for x in (999.5, 1000, 1004, 1017.7, 1023.4)] == [
+            f"1000{below}", f"1000{below}", f"1004{below}", f"1018{below}", f"1023{below}"]
+    # from (base - 0.5) on: one of the next unit, three significant digits
+    assert f((base - 0.5) * scale) == f"1.00{up}"
     assert f(up_scale) == f"1.00{up}"
     assert f(1.5 * up_scale) == f"1.50{up}"
-    if up_scale / scale == 1024:        # 1000 to 1023 of the unit below: 0.98 to 1.00 of the next, never 4 digits
-        assert [f(x * scale) for x in (1000, 1004, 1017.7, 1023, 1023.9)] == [
-            f"0.98{up}", f"0.98{up}", f"0.99{up}", f"1.00{up}", f"1.00{up}"]
+    assert f(0.5 * up_scale).endswith(below)                              # never a fraction of the next unit
 
 
 @pytest.mark.parametrize(("f", "units"), [(fmt.si, SI), (fmt.bytes_, BIN)], ids=["si", "bytes"])
-def test_a_rate_jittering_near_a_boundary_keeps_its_unit_and_width(f, units) -> None:  # type: ignore[no-untyped-def]
-    """Issue 35's rate, and one jittering ±1% around 97% of every next unit (where bytes used to switch) or
-    around the middle of a unit's range: one unit and one width across every frame."""
-    for (unit, scale), (_, up_scale) in zip(units, units[1:]):
-        for centre in (0.97 * up_scale / scale, 0.95 * up_scale / scale, 500.0):
-            shown = {f(centre * (1 + d / 1000) * scale) for d in range(-10, 11)}
-            suffixes = {t[-1] if t[-1].isalpha() else "" for t in shown}
-            assert suffixes == {unit}, (centre, unit, shown)
-            assert len({len(t) for t in shown}) == 1, (centre, unit, shown)
+def test_a_rate_jittering_near_a_boundary_keeps_its_unit(f, units) -> None:  # type: ignore[no-untyped-def]
+    """Issue 35's rate (992M and 993.3M), and rates jittering ±1% around 97% of every next unit (where bytes
+    used to switch), around the middle of a unit and, for bytes, around 1000 of a unit (a decimal target such
+    as 1 GB/s): one unit across every frame; ±0.5% around 97%: one width too."""
     assert {fmt.bytes_(x * 2**20) for x in (991.6, 992.0, 992.4, 993.0, 993.3, 993.6)} <= {"992M", "993M", "994M"}
+    for (unit, scale), (_, up_scale) in zip(units, units[1:]):
+        centres = [(0.97 * up_scale / scale, 10), (500.0, 10), (0.97 * up_scale / scale, 5)]
+        if f is fmt.bytes_:
+            centres.append((1000.0, 10))
+        for centre, spread in centres:
+            shown = {f(centre * (1 + d / 1000) * scale) for d in range(-spread, spread + 1)}
+            assert {t[-1] if t[-1].isalpha() else "" for t in shown} == {unit}, (centre, unit, shown)
+            if spread == 5:
+                assert len({len(t) for t in shown}) == 1, (centre, unit, shown)
 
 
 @pytest.mark.parametrize(("f", "units"), [(fmt.si, SI), (fmt.bytes_, BIN)], ids=["si", "bytes"])
 def test_three_significant_digits_five_cells_at_most_everywhere(f, units) -> None:  # type: ignore[no-untyped-def]
-    """A sweep from 1 to 10^15 (1.3% apart): every value but whole numbers below 1000 shows three significant
-    digits, in five cells at most (four digits and a point, or three and a suffix: ``0.98G``, ``12.3k``); the
+    """A sweep from 1 to 10^15 (1.3% apart): every value shows three significant digits at least (four whole
+    digits from 1000 to 1023 of a binary unit), in five cells at most (``1023M``, ``12.3k``, ``1.00G``); the
     unit never goes down as the value grows, and what is shown reads back within half a unit of its last digit."""
     x = 1.0
     order = [u for u, _ in units]
@@ -73,9 +74,9 @@ def test_three_significant_digits_five_cells_at_most_everywhere(f, units) -> Non
         text = f(x)
         m = NUMBER.match(text)
         assert m is not None, text
-        assert len(text) <= 5, (x, text)
-        if not (x < 999.5 and float(text).is_integer()):
-            assert significant(text) == 3 or text.startswith("0."), (x, text)
+        assert len(text) <= 5 and not text.startswith("0."), (x, text)
+        if x >= 100:
+            assert significant(text) >= 3, (x, text)
         rank = order.index(m.group(2))
         assert rank >= last, (x, text)
         last = rank
@@ -86,16 +87,17 @@ def test_three_significant_digits_five_cells_at_most_everywhere(f, units) -> Non
 
 def test_negative_and_unknown_values() -> None:
     assert (fmt.si(-999.4), fmt.si(-999.5), fmt.si(-2500)) == ("-999", "-1.00k", "-2.50k")
-    assert (fmt.bytes_(-999.4 * 2**20), fmt.bytes_(-999.5 * 2**20)) == ("-999M", "-0.98G")
+    assert (fmt.bytes_(-1023.4 * 2**20), fmt.bytes_(-1023.5 * 2**20)) == ("-1023M", "-1.00G")
     assert fmt.bytes_(None) == fmt.si(float("nan")) == fmt.bytes_(float("inf")) == fmt.NA
-    assert (fmt.bytes_(999.4), fmt.bytes_(999.5), fmt.bytes_(512)) == ("999", "0.98K", "512")
+    assert (fmt.bytes_(999.4), fmt.bytes_(1023.4), fmt.bytes_(1023.5), fmt.bytes_(512)) == ("999", "1023", "1.00K",
+                                                                                          "512")
 
 
 def test_axis_labels_cap_the_decimals_on_the_same_boundaries() -> None:
     assert fmt.si(999_400, 0) == "999k" and fmt.si(999_600, 0) == "1M"
-    assert fmt.bytes_(999.4 * 2**20, 0) == "999M" and fmt.bytes_(2**30, 0) == "1G"
+    assert fmt.bytes_(1023.4 * 2**20, 0) == "1023M" and fmt.bytes_(2**30, 0) == "1G"
 
 
 def test_the_largest_unit_has_no_next_one() -> None:
     assert fmt.si(999.4e12) == "999T" and fmt.si(1.5e15) == "1500T"
-    assert fmt.bytes_(999.4 * 2**40) == "999T" and fmt.bytes_(1500 * 2**40) == "1500T"
+    assert fmt.bytes_(1023.4 * 2**40) == "1023T" and fmt.bytes_(1500 * 2**40) == "1500T"

@@ -135,7 +135,7 @@ def test_runbook_urls_are_absolute_and_land_on_the_on_call_sections() -> None:
     tested = {a["exp_annotations"]["runbook_url"] for t in yaml.safe_load(RULES_TEST.read_text())["tests"]
               for case in t.get("alert_rule_test", []) for a in case["exp_alerts"]}
     assert tested == expected
-    operator = [d for d in yaml.safe_load_all(OPERATOR.read_text()) if d][0]["spec"]["groups"]
+    operator = next(d for d in yaml.safe_load_all(OPERATOR.read_text()) if d)["spec"]["groups"]
     assert {r["annotations"]["runbook_url"] for r in alerts(operator)} == expected
     # the placeholder is said to be one, where the rules are and where the docs say what to do
     assert RUNBOOK_BASE in DEPLOY_DOC.read_text() and "placeholder" in RULES.read_text()
@@ -167,7 +167,7 @@ def test_setting_the_runbook_base_as_documented_keeps_every_file_valid(tmp_path:
     groups = yaml.safe_load(rules.read_text())["groups"]
     assert {r["annotations"]["runbook_url"] for r in alerts(groups)} == {
         f"{new}/deploy.md#{r['alert'].lower()}" for r in alerts(groups)}
-    assert [d for d in yaml.safe_load_all(operator.read_text()) if d][0]["spec"]["groups"] == groups
+    assert next(d for d in yaml.safe_load_all(operator.read_text()) if d)["spec"]["groups"] == groups
     res = subprocess.run([tool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     res = subprocess.run([tool, "test", "rules", str(rules_test)], capture_output=True, text=True, timeout=120)

@@ -19,6 +19,7 @@ NUMBER_STYLE = (
     "whole numbers below 1000 without decimals: 80, not 80.0",
     "counts and rates: k M G = 10^3 10^6 10^9",
     "bytes (H2D/s, LIVE MEM, GPU MEM, RSS): K M G T = KiB MiB GiB TiB",
+    "the next unit from one of it: 999k then 1.00M, 1023M then 1.00G",
 )
 
 
