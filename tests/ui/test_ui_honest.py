@@ -16,10 +16,11 @@ from gputop.ui.app import DashboardOptions, GputopApp
 from gputop.ui.screens.compare import CompareScreen
 from gputop.ui.screens.details import DetailsScreen
 from gputop.ui.screens.main import MainScreen
-from gputop.ui.widgets.header import HeaderBar, header_content
+from gputop.ui.widgets.header import HeaderBar, SummaryBar, header_content
 from gputop.ui.widgets.panels import TextPanel
 from gputop.ui.widgets.proc_table import ProcTable
 from gputop.view import columns
+from gputop.view import format as fmt
 from gputop.view.columns import COLUMNS
 from gputop.view.history import History
 
@@ -64,6 +65,24 @@ def test_readonly_footer_has_no_kill_and_k_says_why() -> None:
         assert "signal" in footer_keys(app)
 
     run(None, live)
+
+
+def test_a_rate_near_1_gib_keeps_its_unit_from_frame_to_frame() -> None:
+    """Issue 35: H2D/s flipped between 992M and 0.97G from one refresh to the next (bytes moved to the next
+    unit at 97% of it). A rate jittering there, or up to 1010M, keeps its unit in the table and the summary line."""
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: ManualFeed) -> None:
+        cells, totals = set(), set()
+        for i in range(6):
+            mib = (992.0, 993.6, 995.1, 991.8, 1003.0, 1010.2)[i]
+            rates = Rates(launches_per_s=100.0, memcpy_bytes_per_s={"h2d": mib * 2**20, "d2h": 0.0, "d2d": 0.0})
+            await push(pilot, feed, snapshot(proc(10, "copy", 100.0, rates=rates), time=1767258000.0 + i))
+            p = table(app).rows[0]
+            cells.add(columns.BY_KEY["h2d"].render(p))
+            line = app.screen.query_one(SummaryBar).state[0]
+            totals.add(fmt.bytes_(line.h2d_bytes_per_s) if line is not None else "")
+        assert cells == totals == {"992M", "994M", "995M", "1003M", "1010M"}, (cells, totals)
+
+    run(None, body)
 
 
 def test_left_right_scroll_hidden_columns_at_80_columns() -> None:

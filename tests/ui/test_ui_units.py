@@ -604,6 +604,7 @@ def test_scrolling_keeps_the_columns_that_tell_rows_apart(width: int, sort: str)
     cols = columns.visible(columns.SORT_KEYS, fleet=False)
     seen: list[tuple[str, ...]] = []
     fixed: set[tuple[tuple[str, int], ...]] = set()
+    starts: set[int] = set()
     offset = 0
     while True:
         lay = layout(cols, width, sort, offset)
@@ -611,8 +612,11 @@ def test_scrolling_keeps_the_columns_that_tell_rows_apart(width: int, sort: str)
         assert keys[:4] == ("pid", "user", "gpu", "command"), (offset, keys)
         assert sort in keys
         fixed.add(tuple((c.key, w) for c, w in lay.cols[:4]))
-        used = sum(w for _, w in lay) + len(lay) - 1 + GUTTER + bool(lay.hidden_left) + bool(lay.hidden_right)
+        used = (sum(w for _, w in lay) + len(lay) - 1 + GUTTER + bool(lay.hidden_left or lay.gap)
+                + bool(lay.hidden_right))
         assert used <= width
+        if lay.gap or lay.hidden_left:      # the scrolled columns start at the same place at every offset
+            starts.add(GUTTER + sum(w + 1 for _, w in lay.cols[:lay.fixed]) + 1)
         if offset:
             assert keys != seen[-1], offset           # a step that changes nothing on the screen: none
         seen.append(keys)
@@ -620,6 +624,7 @@ def test_scrolling_keeps_the_columns_that_tell_rows_apart(width: int, sort: str)
             break
         offset = lay.offset + 1
     assert len(fixed) <= 2      # unscrolled where every other column fits (160: no ◀ ▶ at offset 0), then one
+    assert len(starts) <= (2 if sort in ("sync", "mem") else 1), starts     # a column pinned from offset 1 on
     assert seen[-1][-1] == "mem" or sort == "mem"
     shown = {k for keys in seen for k in keys}
     assert shown == set(cols)

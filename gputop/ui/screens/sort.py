@@ -61,7 +61,8 @@ class SortScreen(ModalScreen[None]):
         )
 
     def compose(self) -> ComposeResult:
-        title = "Sort by — Enter: sort by it, keep the columns  x: show/hide column  Esc: cancel"
+        # one line at 80 columns; Enter keeps what x did, Esc undoes it
+        title = "Sort by — x: show/hide column  Enter: sort by it and keep  Esc: cancel"
         labels = [self._label(i) for i in range(len(self.columns))]
         box = Vertical()
         # as wide as its longest row (+ border, padding, the option list's padding and scrollbar), so

@@ -299,8 +299,8 @@ class ProcTable(ScrollView, can_focus=True):
         self._measure()
         lay = self._current_layout()
         for i, (col, w) in enumerate(lay):
-            if i == lay.fixed and lay.hidden_left:
-                pos += 1  # the ◀ marker
+            if i == lay.fixed and (lay.hidden_left or lay.gap):
+                pos += 1  # the ◀ marker, or the cell kept for it
             if pos <= x < pos + w + 1:
                 return col.key
             pos += w + 1
@@ -418,8 +418,8 @@ class ProcTable(ScrollView, can_focus=True):
                 label += "▼" if self._descending else "▲"
                 style = sorted_style
             label = fmt.fit(label, w)
-            if i == cols.fixed and cols.hidden_left:
-                parts.append(("◀", base))
+            if i == cols.fixed and (cols.hidden_left or cols.gap):
+                parts.append(("◀" if cols.hidden_left else " ", base))
             if i:
                 parts.append((" ", base))
             parts.append((label.ljust(w) if col.align == "left" else label.rjust(w), style))
@@ -440,7 +440,7 @@ class ProcTable(ScrollView, can_focus=True):
         na = base + Style(dim=True) if cursor else base + self._style("proc-table--na")
         flag = base + self._style("proc-table--flag")
         parts: list[tuple[str, Style]] = [("● " if tagged else "  ", base)]
-        gap = cols.fixed if cols.hidden_left else -1
+        gap = cols.fixed if cols.hidden_left or cols.gap else -1
         for i, ((col, w), cell) in enumerate(zip(cols, cells)):
             text = strips.cell_text(cell, w, col.align, col.cut)
             style = na if cell == fmt.NA else (flag if col.key == "launch_bound" and cell else base)

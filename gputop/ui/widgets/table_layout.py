@@ -43,6 +43,9 @@ class Layout:
     fixed: int = 1
     #: the horizontal scroll in effect (no more than needed to show the last column)
     offset: int = 0
+    #: a cell after the fixed columns is kept for the ◀ marker, blank while nothing is scrolled off to the
+    #: left: the scrolled columns start at the same place at every offset (identity columns fixed)
+    gap: bool = False
 
     def __iter__(self) -> Iterator[tuple[Column, int]]:
         return iter(self.cols)
@@ -161,9 +164,10 @@ def layout(columns: Sequence[str], width: int, sort_key: str = "", offset: int =
         offset, pinned, window, hidden_right = offset - 1, p2, w2, h2
     shown = fixed + pinned + window
     hidden_left = offset
+    gap = flex_fixed is not None and bool(hidden_left or hidden_right)
     used = sum(cw(c) for c in shown) + len(shown) - 1 + GUTTER
-    used += (1 if hidden_left else 0) + (1 if hidden_right else 0)
+    used += (1 if hidden_left or gap else 0) + (1 if hidden_right else 0)
     flex = flex_fixed or next((c for c in shown if c.flex), None)
     spare = extra if flex_fixed is not None else max(0, width - used)
     out = tuple((c, cw(c) + (spare if c is flex else 0)) for c in shown)
-    return Layout(out, hidden_left, hidden_right, len(fixed) + len(pinned), offset)
+    return Layout(out, hidden_left, hidden_right, len(fixed) + len(pinned), offset, gap)
