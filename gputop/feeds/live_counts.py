@@ -7,6 +7,7 @@ owns it and decides when a process is new, gone or reused."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,9 @@ from gputop.sources.host import HostProc
 from gputop.sources.nvml import NvmlProc
 
 TOP_KERNELS = 20
+#: a process younger than this at its first refresh keeps the interval's length as its window (its start
+#: time has the kernel's 10 ms resolution: a window of a few ticks would make a rate of a few launches)
+YOUNG_MIN_S = 0.2
 
 
 def hist(buckets: tuple[int, ...]) -> dict[str, int]:
@@ -145,6 +149,12 @@ class ProcDeltas:
             grid_avg = avg(interval.grid_blocks_sum or 0, n)
             block_avg = avg(interval.block_threads_sum or 0, n)
             per_s = 1.0 / elapsed if elapsed > 0 else None
+            if base is None and state == "running" and host is not None and host.start_time is not None:
+                # it started within the interval (a new process's first refresh): its counts cover its life,
+                # not the whole interval (which read half a process's rate when it started halfway through)
+                age = time.time() - host.start_time
+                if YOUNG_MIN_S <= age < elapsed:
+                    per_s = 1.0 / age
             rates = None if per_s is None else counters.rates(counters.counts_value(interval), per_s)
             kernels = self._top_kernels(pid, raw, per_s, interval.graph_kernel_launches is not None,
                                         total.graph_kernel_launches is not None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -347,3 +348,22 @@ def test_stopped_process_is_not_shown_running() -> None:
     clock.t += 1
     p = s.collect().process(7)
     assert p is not None and p.state == "exited" and p.interval is not None and p.interval.launches == 3
+
+
+def test_a_process_that_started_within_the_interval_is_rated_over_its_life() -> None:
+    """Issue 35 item 7: a process started halfway through a refresh read half its rate at its first one."""
+    s, clock, _ = make([{}, {9: raw(9, 5000)}], {9})
+    started = time.time() - 0.5
+    host = s._host
+    original = host.read
+
+    def with_start(pids: list[int], execed: object = ()) -> dict[int, HostProc]:
+        return {p: dataclasses.replace(h, start_time=started) for p, h in original(pids, execed).items()}
+
+    host.read = with_start          # type: ignore[method-assign]
+    clock.t += 1.0
+    s.collect()
+    clock.t += 1.0
+    p = s.collect().process(9)
+    assert p is not None and p.rates is not None and p.rates.launches_per_s is not None
+    assert 9000 < p.rates.launches_per_s <= 10_000          # 5,000 launches in its ~0.5 s, not over 1 s
