@@ -120,6 +120,7 @@ BPF_F_TABLE("hash", struct site_key_t, u64, py_sites, MAX_SITES, BPF_F_NO_PREALL
 BPF_ARRAY(site_period, u64, 1);
 BPF_PERCPU_ARRAY(site_cost, u64, 4);
 BPF_PERCPU_ARRAY(stack_scratch, struct stack_scratch_t, 1);
+BPF_PROG_ARRAY(site_tail, 1);                           // [0]: site_walk (user space puts it there)
 
 // A PID is one process only until that process exits, and the kernel may give it to a new process
 // before user space has read the old one's last counts (a busy host, a refresh seconds long). So a

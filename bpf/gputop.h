@@ -152,6 +152,8 @@ struct pystack_t {              // py_stacks: a process's sampled stack, innermo
 struct stack_scratch_t {        // a walk's stack and its window on the frame being read
     struct pystack_t st;
     u64 busy;                   // a walk is under way on this CPU (a preempted one)
+    u64 func;                   // the sampled launch's kernel and entry stack pointer (site_handoff)
+    u64 sp;
     u8 window[FRAME_WINDOW];
 };
 struct site_key_t {             // py_sites: (process, stack, kernel) -> samples

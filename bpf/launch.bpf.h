@@ -137,17 +137,17 @@ static __always_inline int count_launch_only(u32 tgid, u64 func, u64 gx, u64 gy,
 
 // A launch counted on the CPU's entry counters h (sp: the entry's stack pointer), then maybe sampled for
 // its call site (sites.bpf.h): last, so that the verifier walks the sample's paths after the count's once
-static __always_inline int count_launch(struct hit_t *h, u64 sp, u32 tgid, u64 func, u64 gx, u64 gy, u64 gz,
-                                        u64 bx, u64 by, u64 bz, u64 stream_addr, int ptsz) {
+static __always_inline int count_launch(struct pt_regs *ctx, struct hit_t *h, u64 sp, u32 tgid, u64 func, u64 gx,
+                                        u64 gy, u64 gz, u64 bx, u64 by, u64 bz, u64 stream_addr, int ptsz) {
     if (count_launch_only(tgid, func, gx, gy, gz, bx, by, bz, stream_addr, ptsz) == 0 && site_due(h))
-        site_sample(tgid, func, sp);
+        site_handoff(ctx, func, sp);
     return 0;
 }
 
 // cudaLaunchKernel(func, dim3 grid (rsi: x|y<<32, rdx: z), dim3 block (rcx, r8), args, smem, stream)
 static __always_inline int rt_launch_regs(struct pt_regs *ctx, struct hit_t *h, int ptsz) {
     u64 g = PT_REGS_PARM2(ctx), b = PT_REGS_PARM4(ctx);
-    return count_launch(h, PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
+    return count_launch(ctx, h, PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
                         PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
                         PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_SP(ctx) + 16, ptsz);
 }
@@ -168,19 +168,20 @@ int rt_launch_checked_ptsz(struct pt_regs *ctx) { struct hit_t *h = count_hit(HI
 }
 
 // config layout shared by cudaLaunchConfig_t and CUlaunchConfig: grid/block u32 @0..20, stream @32
-static __always_inline int launch_config(struct hit_t *h, u64 sp, u32 tgid, u64 cfg, u64 func, int ptsz) {
+static __always_inline int launch_config(struct pt_regs *ctx, struct hit_t *h, u64 sp, u32 tgid, u64 cfg, u64 func,
+                                         int ptsz) {
     u32 d[6] = {};
     bpf_probe_read_user(d, sizeof(d), (void *)cfg);
-    return count_launch(h, sp, tgid, func, d[0], d[1], d[2], d[3], d[4], d[5], cfg + 32, ptsz);
+    return count_launch(ctx, h, sp, tgid, func, d[0], d[1], d[2], d[3], d[4], d[5], cfg + 32, ptsz);
 }
 
 // cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 int rt_launch_exc(struct pt_regs *ctx) {
-    return launch_config(count_hit(HIT_ENTRY), PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx),
+    return launch_config(ctx, count_hit(HIT_ENTRY), PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx),
                          PT_REGS_PARM2(ctx), 0);
 }
 int rt_launch_exc_ptsz(struct pt_regs *ctx) {
-    return launch_config(count_hit(HIT_ENTRY), PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx),
+    return launch_config(ctx, count_hit(HIT_ENTRY), PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx),
                          PT_REGS_PARM2(ctx), 1);
 }
 
@@ -192,7 +193,7 @@ static __always_inline int drv_launch_regs(struct pt_regs *ctx, struct hit_t *h,
     u32 tgid = current_tgid();
     if (nested_at(ctx, tgid, sp, st[0]))
         return 0;
-    return count_launch(h, sp, tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
+    return count_launch(ctx, h, sp, tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
                         PT_REGS_PARM3(ctx) & 0xffffffff, PT_REGS_PARM4(ctx) & 0xffffffff,
                         PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_PARM6(ctx) & 0xffffffff,
                         st[1] & 0xffffffff, sp + 24, ptsz);
@@ -205,7 +206,7 @@ static __always_inline int drv_launch_ex_regs(struct pt_regs *ctx, struct hit_t 
     u32 tgid = current_tgid();
     if (nested(ctx, tgid))
         return 0;
-    return launch_config(h, PT_REGS_SP(ctx), tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), ptsz);
+    return launch_config(ctx, h, PT_REGS_SP(ctx), tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), ptsz);
 }
 int drv_launch_ex(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, count_hit(HIT_ENTRY), 0); }
 int drv_launch_ex_ptsz(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, count_hit(HIT_ENTRY), 1); }

@@ -131,22 +131,8 @@ static __always_inline int site_count(u32 tgid, u32 gen, struct pystack_t *st, u
 
 // A sampled launch of kernel func by process tgid: its Python stack, else its native caller (the
 // return address at sp, the entry's stack pointer)
-static __always_inline void site_sample(u32 tgid, u64 func, u64 sp) {
+static __always_inline void site_sample(struct stack_scratch_t *sc, u32 tgid, u64 func, u64 sp) {
     u64 t0 = bpf_ktime_get_ns();
-    u32 z = 0;
-    struct stack_scratch_t *sc = stack_scratch.lookup(&z);
-    if (!sc)
-        return;
-    // uprobe programs may be preempted (Linux 6.1+: migration disabled only): a task run meanwhile on this
-    // CPU must not walk into the same scratch. It skips its sample instead (the gaps stay random).
-#ifdef __sync_val_compare_and_swap
-    if (sc->busy)
-        return;
-    sc->busy = 1;
-#else
-    if (__sync_val_compare_and_swap(&sc->busy, 0, 1) != 0)
-        return;
-#endif
     struct pystack_t *st = &sc->st;
     u32 gen = gen_of(tgid);
     st->depth = 0;
@@ -188,6 +174,39 @@ static __always_inline void site_sample(u32 tgid, u64 func, u64 sp) {
     u64 *walks = site_cost.lookup(&c);
     if (walks)
         *walks += 1;
+}
+
+// The sampled launch handed to site_walk, one program verified once (inlined into each of the ten launch
+// handlers, the walk's loops made loading minutes long under emulation on older verifiers): a tail call, the
+// launch's kernel and stack pointer left in this CPU's scratch. Uprobe programs may be preempted (Linux 6.1+:
+// migration disabled only), so the scratch is taken with a flag: a task run meanwhile on this CPU skips its
+// sample instead (the gaps stay random). With no program in site_tail (not loaded yet), no sample.
+static __always_inline void site_handoff(struct pt_regs *ctx, u64 func, u64 sp) {
+    u32 z = 0;
+    struct stack_scratch_t *sc = stack_scratch.lookup(&z);
+    if (!sc)
+        return;
+#ifdef __sync_val_compare_and_swap
+    if (sc->busy)
+        return;
+    sc->busy = 1;
+#else
+    if (__sync_val_compare_and_swap(&sc->busy, 0, 1) != 0)
+        return;
+#endif
+    sc->func = func;
+    sc->sp = sp;
+    site_tail.call(ctx, 0);
+    sc->busy = 0;                       // the tail call did not happen
+}
+
+// the sample itself (site_tail[0], put there by user space: attach/uprobes.py)
+int site_walk(struct pt_regs *ctx) {
+    u32 z = 0;
+    struct stack_scratch_t *sc = stack_scratch.lookup(&z);
+    if (sc)
+        site_sample(sc, current_tgid(), sc->func, sc->sp);
+    return 0;
 }
 
 // Whether this launch (counted on hit h, the CPU's entry counters) is sampled: the next sample is due at a

@@ -109,6 +109,8 @@ class UprobeAttacher:
         self._refused: set[tuple[str, int]] = set()     # (fn, file offset) of the last attach() that failed
         #: BPF functions the verifier refused, with bcc's message: not loaded again for the next object
         self._unloadable: dict[str, str] = {}
+        self._site_walk_done = False
+        self.site_walk_error: str | None = None     # why call sites are not sampled (the walk not loaded)
 
     @property
     def mode(self) -> str:
@@ -165,6 +167,7 @@ class UprobeAttacher:
                 for _v, off in where:
                     self._failed(label, fn, off, self._unloadable[fn])
                 continue
+            self._site_walk()
             try:
                 prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
             except Exception as e:      # bcc raises Exception when the kernel refuses the program
@@ -236,6 +239,20 @@ class UprobeAttacher:
         if err == errno.EINVAL:
             why += " (if dmesg says ref_ctr_offset mismatch: another tracer's probe is at this address)"
         return why
+
+    def _site_walk(self) -> None:
+        """The call-site walk (bpf/sites.bpf.h site_walk), loaded as the launch handlers are (a tail call's
+        target must be of their kind) and put where they call it, once; without it launches are counted and
+        not sampled."""
+        if self._site_walk_done:
+            return
+        self._site_walk_done = True
+        try:
+            prog = self._load("site_walk") if self._multi else self._bpf.load_func(b"site_walk", _KPROBE)
+            table = self._bpf[b"site_tail"]
+            table[ctypes.c_int(0)] = ctypes.c_int(prog.fd)
+        except Exception as e:          # a program without it (bench/probe_cost.py --before), or refused
+            self.site_walk_error = str(e)
 
     def _load(self, fn: str) -> Any:
         return self._bpf.load_func(fn.encode(), _KPROBE, None, BPF_TRACE_UPROBE_MULTI)
