@@ -167,7 +167,6 @@ class UprobeAttacher:
                 for _v, off in where:
                     self._failed(label, fn, off, self._unloadable[fn])
                 continue
-            self._site_walk()
             try:
                 prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
             except Exception as e:      # bcc raises Exception when the kernel refuses the program
@@ -179,6 +178,8 @@ class UprobeAttacher:
             attach = self._attach_links if self._multi else self._attach_perf
             attached += attach(prog, path, label, fn, ret, where)
         self.probes += attached
+        if attached:
+            self._site_walk()           # after the object's probes: they count from the first call
         owner = label if owner is None else owner
         links, events, probes = self._owned.get(owner, ([], [], 0))
         self._owned[owner] = (links + self._links[links_before:],

@@ -84,7 +84,7 @@ G_UNKNOWN, G_LOST = 1, 2
 #: the bytes read of each frame (a power of two), an offset a CPython version does not have, a stack's
 #: flags (Python frames, a native caller, cut), a thread known to have no thread state (py_threads) and the
 #: samples of such a thread of which one looks for it again
-STACK_DEPTH, STACK_SKIP, PY_THREADS, FRAME_WINDOW, NO_OFFSET = 32, 16, 256, 128, 0xFFFF
+STACK_DEPTH, STACK_SKIP, PY_THREADS, FRAME_WINDOW, NO_OFFSET = 32, 16, 128, 128, 0xFFFF
 STACK_PYTHON, STACK_NATIVE, STACK_TRUNCATED = 1, 2, 4
 NO_TSTATE, NO_TSTATE_RETRY = 1, 16
 
