@@ -44,10 +44,9 @@ def test_two_minute_churn_soak(testbed, workloads) -> None:
     assert a.objects != b.objects or a.probe_fds == b.probe_fds
     # (the call sites of the long-lived processes fill as their launches are sampled: one stack and one kernel
     # each, so at most 64; those of the 300 short-lived ones went with them)
-    sampled = ("py_stacks", "py_sites")
-    assert {k: v for k, v in a.maps.items() if "(lru)" not in k and k not in sampled} == \
-        {k: v for k, v in b.maps.items() if "(lru)" not in k and k not in sampled}
-    assert all(b.maps[k] <= a.maps[k] <= 64 for k in sampled), a.maps
+    assert {k: v for k, v in a.maps.items() if "(lru)" not in k and k not in soak.SAMPLED} == \
+        {k: v for k, v in b.maps.items() if "(lru)" not in k and k not in soak.SAMPLED}
+    assert all(b.maps[k] <= a.maps[k] <= 64 for k in soak.SAMPLED), a.maps
     assert b.maps["procs"] == 64 and b.maps["kernels"] == 64
     assert a.rss_bytes - b.rss_bytes <= soak.RSS_TOLERANCE_BYTES
     assert res.failures == []
