@@ -1,4 +1,4 @@
-// Call sites: where the launches come from. One launch in SITE_PERIOD on average (site_period[0], set by
+// Call sites: where the launches come from. One launch in N on average (site_period[0], set by
 // user space from what a walk costs: gputop/sources/bpf/pystacks/) is sampled: the launching thread's
 // CPython frames are walked to STACK_DEPTH (innermost first) where the process runs a CPython user space
 // has described (py_procs), else the launch's native caller is taken (the return address), and
@@ -211,8 +211,8 @@ int site_walk(struct pt_regs *ctx) {
 
 // Whether this launch (counted on hit h, the CPU's entry counters) is sampled: the next sample is due at a
 // launch chosen at random (see above); a gap drawn under a longer period than the one now in force (it was
-// lowered) ends at once (one sample per CPU a change: the new period holds from there). site_period[0] == 0: none. (site_period is
-// an array: its lookup is inlined, a few instructions.)
+// lowered) ends at once (one sample per CPU a change: the new period holds from there). site_period[0] == 0:
+// none. (site_period is an array: its lookup is inlined, a few instructions.)
 static __always_inline int site_due(struct hit_t *h) {
     u32 z = 0;
     u64 *period = site_period.lookup(&z);
