@@ -153,3 +153,15 @@ def make_certs(d: Path) -> None:
         run("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
         run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
             "-out", f"{name}.crt", "-days", "2", *(["-extfile", "san"] if name == "server" else []))
+
+
+def pysites_launch_line(function: str) -> int:
+    """The line of tests/native/pysites.py where ``function`` calls the runtime (LAUNCH): a call site's line."""
+    import ast
+    tree = ast.parse((NATIVE / "pysites.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "LAUNCH":
+                    return sub.lineno
+    raise AssertionError(function)

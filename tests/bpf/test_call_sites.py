@@ -5,7 +5,6 @@ CUDA runtime (tests/native/pysites.py), no GPU. Shares are held to within 3 poin
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support import ROOT, SCAN_WAIT_S, build_native
+from support import pysites_launch_line as launch_line
 
 from gputop import callsites
 from gputop.sources.bpf import BpfSource, RawProc
@@ -24,17 +24,6 @@ pytestmark = pytest.mark.bpf
 SCRIPT = ROOT / "tests" / "native" / "pysites.py"
 PERIOD = 4              # one launch in 4 sampled (the test's); the default adapts to the cost (docs/collector.md)
 STUBS = {"big": 0x1001, "mid": 0x1002, "small": 0x1003, "via_generator": 0x1004, "via_coroutine": 0x1005}
-
-
-def launch_line(function: str) -> int:
-    """The line of pysites.py where ``function`` calls the runtime (LAUNCH)."""
-    tree = ast.parse(SCRIPT.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "LAUNCH":
-                    return sub.lineno
-    raise AssertionError(function)
 
 
 @pytest.fixture

@@ -327,7 +327,8 @@ def test_call_sites_of_the_distros_python(run: Run) -> None:
     assert run.last("python")["total"]["launches"] == 10_000
     cs = rows[-1]["call_sites"]
     assert cs["total_samples"] >= 2000 and cs["period"] == 4
-    lines = {fn: launch_line(fn) for fn in ("big", "mid", "small")}
+    from support import pysites_launch_line
+    lines = {fn: pysites_launch_line(fn) for fn in ("big", "mid", "small")}
     by_fn = {s["frames"][0]["function"]: s for s in cs["sites"] if s["frames"]}
     for fn, want in (("big", 60.0), ("mid", 30.0), ("small", 10.0)):
         site = by_fn[fn]
@@ -335,18 +336,6 @@ def test_call_sites_of_the_distros_python(run: Run) -> None:
         assert site["kind"] == "python" and site["frames"][0]["line"] == lines[fn]
         assert site["frames"][0]["file"].endswith("pysites.py")
         assert [f["function"] for f in site["frames"][1:4]] == ["shares", "main", "<module>"]
-
-
-def launch_line(function: str) -> int:
-    """The line of tests/native/pysites.py where ``function`` calls the runtime."""
-    import ast
-    tree = ast.parse((ROOT / "tests" / "native" / "pysites.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == function:
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "LAUNCH":
-                    return sub.lineno
-    raise AssertionError(function)
 
 
 def test_copies_in_every_direction_through_the_real_runtime_and_driver(run: Run) -> None:
