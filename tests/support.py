@@ -67,21 +67,32 @@ gpu 0 ecc 7 2
 
 
 def build_native(source: str, out: str, *args: str) -> Path:
-    """Compile ``tests/native/<source>`` with gcc into ``.cache/native/<out>`` (cached by mtime)."""
+    """Compile ``tests/native/<source>`` with gcc into ``.cache/native/<out>``, cached by the source's mtime
+    and the arguments (a run-path to another tree's test bed is not this tree's: ``.<out>.args``)."""
     src = NATIVE / source
     dst = BUILD / out
     dst.parent.mkdir(parents=True, exist_ok=True)       # ``out`` may name a folder (fake_nvml/libnvidia-ml.so.1)
-    if dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime:
+    cc = shutil.which("gcc") or "cc"
+    argv = [cc, "-O1", "-g", "-Wall", "-o", "OUT", str(src), *args]
+    stamp = dst.with_name(f".{dst.name}.args")
+
+    def fresh() -> bool:
+        try:
+            return dst.stat().st_mtime >= src.stat().st_mtime and stamp.read_text() == "\0".join(argv)
+        except OSError:
+            return False
+
+    if fresh():
         return dst
     # test processes side by side (pytest-xdist) build the same file: one at a time, each into a file of its
     # own renamed into place, so that none runs or loads a half-written one
     with open(dst.parent / f".{dst.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
+        if not fresh():
             part = dst.with_name(f".{dst.name}.{os.getpid()}")
-            cc = shutil.which("gcc") or "cc"
-            subprocess.run([cc, "-O1", "-g", "-Wall", "-o", str(part), str(src), *args], check=True)
+            subprocess.run([str(part) if a == "OUT" else a for a in argv], check=True)
             os.replace(part, dst)
+            stamp.write_text("\0".join(argv))
     return dst
 
 

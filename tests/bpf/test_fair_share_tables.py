@@ -29,7 +29,8 @@ from gputop.sources.bpf.common import linux as bpfsys
 ATTACKER = f"uid:{NOBODY}"
 #: the tables of the module's source (one compile for the tests that use them: ``src``)
 SMALL = {"MAX_PROCS": 16, "MAX_KERNELS": 16, "MAX_NAME_PTRS": 64, "MAX_CAPTURES": 8, "MAX_CODE": 512,
-         "MAX_STACKS": 16, "MAX_SITES": 32}
+         "MAX_STACKS": 16, "MAX_SITES": 32, "MAX_ALLOCS": 16, "MAX_GRAPHS": 16, "MAX_GRAPH_NODES": 32,
+         "MAX_SYNC_HISTS": 8}
 #: what each source's tenants had lost when the running test began (``_lost`` is what they lost since)
 _BEFORE: dict[int, dict[str, dict[str, int]]] = {}
 
@@ -233,6 +234,88 @@ def test_a_tenant_holding_captures_open_leaves_room_for_anothers(src: BpfSource,
         victim.wait()
         c = src.read().procs[victim.pid].counters
         assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (40, 7, 1)
+    finally:
+        _gone(src, attack)
+
+
+def _shim(*ops: str, workloads: Any) -> list[str]:
+    """The test bed's workload through the shim runtime, whose allocations, graphs and syncs succeed
+    (tests/native/shim_runtime.c; its calls enter the real driver's)."""
+    return [str(workloads.dlopen), "--cudart", str(workloads.shim_runtime), *ops]
+
+
+def test_a_tenant_holding_allocations_leaves_room_for_anothers(src: BpfSource, workloads: Any, testbed: Any,
+                                                               nobody_dir: Path) -> None:  # noqa: F811
+    """Two processes of uid 65534 making 10 allocations each that they never free, against a table of 16
+    live allocations: the tenant holds 8, its other 12 are its loss (their calls and bytes still
+    counted); a victim's allocations are tracked: its free finds its allocation and its live bytes are
+    exact. Once the attacker is gone its room comes back."""
+    env = {"SHIM_LIBCUDA": str(testbed.libcuda)}
+    attack = _Workload(src, nobody_dir, _shim("--procs", "2", "malloc:10:4096", "sleep:60000", workloads=workloads),
+                       nobody=True, env=env)
+    try:
+        reading = _until(src, "the attacker's allocations", lambda r: _lost(src, r).get(ATTACKER, {}).get("allocs")
+                         == 12 and sum(raw.counters["alloc_calls"] == 10 for raw in r.procs.values()) == 2)
+        assert sum(raw.counters["live_bytes"] for raw in reading.procs.values()
+                   if raw.counters["alloc_calls"] == 10) == 8 * 4096
+        victim = _Workload(src, nobody_dir, _shim("malloc_async:3:1000", "free_async:1", workloads=workloads), env=env)
+        victim.wait()
+        c = src.read().procs[victim.pid].counters
+        assert (c["alloc_calls"], c["alloc_bytes"], c["free_calls"], c["live_bytes"]) == (3, 3000, 1, 2000)
+        assert set(_lost(src, src.read())) == {ATTACKER}
+    finally:
+        _gone(src, attack)
+    again = _Workload(src, nobody_dir, _shim("malloc:8:4096", workloads=workloads), nobody=True, env=env)
+    again.wait()
+    assert src.read().procs[again.pid].counters["live_bytes"] == 8 * 4096
+
+
+def test_a_tenant_building_many_graphs_leaves_room_for_anothers(src: BpfSource, workloads: Any, testbed: Any,
+                                                                nobody_dir: Path) -> None:  # noqa: F811
+    """uid 65534 building one graph of 40 distinct kernels (by driver handle) and then 20 empty graphs,
+    enough to fill 32 (graph, kernel) pairs and 16 entries of graph records: it holds 16 pairs and 8
+    records, the rest are its loss; a victim's graph, built and replayed afterwards, has its kernels known: 4
+    replays of 5 kernels, 20 graph kernels, none unknown."""
+    env = {"SHIM_LIBCUDA": str(testbed.libcuda)}
+    build = ["cu_g_create:1", *[f"cu_g_kernel:1:{0xbeef0 + 16 * i:x}" for i in range(40)], *["g_create:1"] * 20]
+    attack = _Workload(src, nobody_dir, _shim("--cuda", str(workloads.shim_runtime), *build, "sleep:60000",
+                                              workloads=workloads), nobody=True, env=env)
+    try:
+        reading = _until(src, "the attacker's graphs", lambda r: _lost(src, r).get(ATTACKER, {}).get("graph_nodes")
+                         == 40 - 16 and _lost(src, r)[ATTACKER].get("graphs", 0) >= 20 - 8)
+        held = src.shares.held()[ATTACKER]
+        assert (held["graph_nodes"], held["graphs"]) == (16, 8), held
+        assert set(_lost(src, reading)[ATTACKER]) == {"graphs", "graph_nodes"}
+        victim = _Workload(src, nobody_dir, _shim("g_create:1", "g_kernel:3:0", "g_kernel:2:1", "g_inst:1:0",
+                                                  "g_launch:4", workloads=workloads), env=env)
+        victim.wait()
+        raw = src.read().procs[victim.pid]
+        c = raw.counters
+        assert (c["graph_launches"], c["graph_kernel_launches"], c["graph_unknown_launches"]) == (4, 20, 0)
+        assert {k.name: k.graph_launches for k in raw.kernels if k.graph_launches} == {FUSED: 12, UNFUSED: 8}
+        assert set(_lost(src, src.read())) == {ATTACKER}
+    finally:
+        _gone(src, attack)
+
+
+def test_a_tenant_syncing_from_many_processes_leaves_room_for_anothers_histograms(
+        src: BpfSource, workloads: Any, testbed: Any, nobody_dir: Path) -> None:  # noqa: F811
+    """Four processes of uid 65534 synchronizing through two APIs each (8 histograms, enough to fill a
+    table of 8 (process, API) histograms): it holds 4, the syncs of the other four are its loss (their
+    calls and time still counted); a victim's stream and device syncs are each in their histogram."""
+    env = {"SHIM_LIBCUDA": str(testbed.libcuda)}
+    attack = _Workload(src, nobody_dir, _shim("--procs", "4", "sync:5", "device_sync:5", "sleep:60000",
+                                              workloads=workloads), nobody=True, env=env)
+    try:
+        reading = _until(src, "the attacker's syncs", lambda r: _lost(src, r).get(ATTACKER, {}).get("sync_hists")
+                         == 20 and sum(raw.counters["sync_calls"] == 10 for raw in r.procs.values()) == 4)
+        attackers = [raw for raw in reading.procs.values() if raw.counters["sync_calls"] == 10]
+        assert sum(sum(hist) for raw in attackers for _ns, hist in raw.sync_hist.values()) == 20
+        victim = _Workload(src, nobody_dir, _shim("sync:7", "device_sync:2", workloads=workloads), env=env)
+        victim.wait()
+        raw = src.read().procs[victim.pid]
+        assert {api: sum(hist) for api, (_ns, hist) in raw.sync_hist.items()} == {"stream": 7, "device": 2}
+        assert set(_lost(src, src.read())) == {ATTACKER}
     finally:
         _gone(src, attack)
 
