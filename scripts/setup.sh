@@ -30,7 +30,12 @@ has_candidate() {
 
 want=(bpfcc-tools python3-bpfcc binutils llvm gcc libc6-dev)
 [ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86 nginx-light)
-python3 -c 'import venv, ensurepip' 2>/dev/null || want+=(python3-venv)
+# The venv's interpreter: the distro's python3, the one python3-bpfcc is built for and every user can run
+# (the first python3 on root's PATH may be a pyenv or conda one under /root, mode 0700: a venv built on it
+# runs for root alone). Another python3 only where the distro has none.
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+"$PY" -c 'import venv, ensurepip' 2>/dev/null || want+=(python3-venv)
 missing=()
 for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
 
@@ -68,9 +73,29 @@ fi
 
 # --- the venv --------------------------------------------------------------------------
 VENV="$ROOT/.venv"
+# a directory (or file) on PATH's way that users other than root cannot search (or run): none when all can
+unreachable() {
+    local p=$1
+    while [ -n "$p" ] && [ "$p" != / ]; do
+        [ "$(( 0$(stat -L -c %a "$p") & 01 ))" -ne 0 ] || { echo "$p"; return; }
+        p=$(dirname "$p")
+    done
+}
+home=$(sed -n 's/^home = //p' "$VENV/pyvenv.cfg" 2>/dev/null || true)
+if [ -x "$VENV/bin/python" ] && [ -n "$home" ] && [ "$home" != "$(dirname "$(readlink -f "$PY")")" ] \
+    && [ -n "$(unreachable "$(readlink -f "$VENV/bin/python")")" ]; then
+    # an earlier set-up built it on an interpreter other users cannot reach: built again on $PY
+    say "rebuilding $VENV on $PY ($(readlink -f "$VENV/bin/python") cannot be run by users other than root)"
+    rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
-    say "creating $VENV"
-    python3 -m venv "$VENV"
+    say "creating $VENV with $PY"
+    "$PY" -m venv "$VENV"
+fi
+if blocked=$(unreachable "$(readlink -f "$VENV/bin/python")") && [ -n "$blocked" ]; then
+    say "note: users other than root cannot run $VENV/bin/gputop: $blocked is not searchable by them"
+elif blocked=$(unreachable "$VENV/bin") && [ -n "$blocked" ]; then
+    say "note: users other than root cannot run $VENV/bin/gputop: $blocked is not searchable by them (clone gputop where they can reach it, e.g. /opt/gputop)"
 fi
 extra=""
 [ $MODE = test ] && extra="[test]"
@@ -112,7 +137,7 @@ fi
 # prefer a CPU-only build: they are left out), into a venv of its own, once
 if [ $TORCH = 1 ] && ! "$ROOT/.cache/torch/bin/python" -c 'import torch' >/dev/null 2>&1; then
     say "installing the default torch wheel into $ROOT/.cache/torch (several GB, once)"
-    python3 -m venv "$ROOT/.cache/torch"
+    "$PY" -m venv "$ROOT/.cache/torch"
     if ! PIP_CONFIG_FILE=/dev/null "$ROOT/.cache/torch/bin/python" -m pip install -q --disable-pip-version-check \
         torch; then
         echo "gputop: error: installing torch into $ROOT/.cache/torch failed" >&2

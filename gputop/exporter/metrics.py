@@ -327,7 +327,8 @@ class SnapshotCollector(Collector):
             fam.gauge("gputop_refresh_duration_seconds", "Seconds the collector took to build the last snapshot.",
                       ()).add_metric([], refresh.duration_s)
             phase = fam.gauge("gputop_refresh_phase_seconds", "Seconds of the last refresh spent in each phase: bpf "
-                              "(reading the BPF maps), nvml, host (/proc), build (deltas, rates, the snapshot).",
+                              "(reading the BPF maps), nvml, mapped (BPF unavailable: processes mapping a "
+                              "CUDA library), host (/proc), build (deltas, rates, the snapshot).",
                               ("phase",))
             for name, seconds in refresh.phases:
                 phase.add_metric([name], seconds)

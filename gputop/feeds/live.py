@@ -26,6 +26,7 @@ from gputop.feeds.live_counts import ProcDeltas
 from gputop.model import ProcSample, Snapshot, SourceStatus
 from gputop.sources.bpf import BpfReading, BpfSource, BpfUnavailable
 from gputop.sources.host import HostProc, HostSource
+from gputop.sources.mapped import MappedProcesses
 from gputop.sources.nvml import NvmlReading, NvmlSource
 
 STOP_NOTICE_S = 1.0         # stopping longer than this is announced (see Sampler.stop)
@@ -76,6 +77,8 @@ class Sampler(Feed):
                                                    if config.use_bpf else None)
         self._nvml = nvml if nvml is not None else (NvmlSource(config.nvml_library) if config.use_nvml else None)
         self._host = host or HostSource()
+        #: BPF unavailable: the processes mapping a CUDA library (as doctor lists them), their counts unknown
+        self._mapped = MappedProcesses()
         self._clock = clock
         self._bpf_status = SourceStatus("starting" if self._bpf else "unavailable",
                                         None if self._bpf else "disabled with --no-bpf")
@@ -293,6 +296,10 @@ class Sampler(Feed):
             phases.append(("nvml", time.perf_counter() - t1))
         t1 = time.perf_counter()
         pids = set(reading.procs) | set(reading.idle) | set(nv.procs)
+        if self.bpf_error is not None:     # tracing wanted but unavailable (--no-bpf: NVML's processes only)
+            pids |= self._mapped.pids()
+            phases.append(("mapped", time.perf_counter() - t1))
+            t1 = time.perf_counter()
         hosts = self._host.read(sorted(pids), reading.execed)
         t2 = time.perf_counter()
         phases.append(("host", t2 - t1))

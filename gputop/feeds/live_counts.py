@@ -199,6 +199,7 @@ class ProcDeltas:
             rss_bytes=host.rss_bytes if host else None,
             cpu_time_s=host.cpu_time_s if host else None,
             mem_pct=host.mem_pct if host else None,
+            kernel_state=host.state if host and state != "exited" else None,
             launch_bound=launch_bound,
             start_time=host.start_time if host else None,
             **extra,

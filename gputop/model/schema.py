@@ -27,6 +27,7 @@ from gputop.model.limits import (
     PID,
     PROCESSES,
     SIGNED,
+    STATE_LETTER,
     TIME,
     UNIX_TIME,
     bound,
@@ -257,6 +258,10 @@ class ProcSample:
     cpu_time_s: float | None = None
     #: its resident memory (``rss_bytes``) as a % of the host's physical memory (top's %MEM); None: unknown
     mem_pct: float | None = None
+    #: the kernel's state of the process, one letter as htop's S column and ``/proc/PID/stat`` have it:
+    #: R running, S sleeping, D uninterruptible (disk) sleep, T stopped, t traced, I idle, W paging, P
+    #: parked; None: unknown (the fleet view, an exited process, a refused read)
+    kernel_state: str | None = field(default=None, metadata=bound(STATE_LETTER))
     #: fleet view: the Kubernetes pod and namespace the process runs in, from kube-state-metrics
     #: (``kube_pod_container_info`` by the exporter's container id, ``kube_pod_info`` by a pod UID);
     #: None: unknown (on the host, no such series, or on a single host)

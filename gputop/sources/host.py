@@ -47,6 +47,8 @@ class HostProc:
     cpu_time_s: float | None = None
     #: ``rss_bytes`` as a % of the host's physical memory (top's %MEM); None when either is unknown
     mem_pct: float | None = None
+    #: the kernel's state letter (htop's S: R, S, D, T, t, I, ...; ``STATE_LETTERS``); None when unknown
+    state: str | None = None
 
 
 # ------------------------------------------------------------------ cgroup → container
@@ -191,6 +193,10 @@ def cpu_pct(prev_cpu_s: float, prev_wall_s: float, cpu_s: float, wall_s: float) 
 
 #: psutil's states of a process that does not run until someone resumes it
 _STOPPED = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
+#: psutil's status (read from the third field of /proc/PID/stat) as the kernel's letter, htop's S column
+STATE_LETTERS = {psutil.STATUS_RUNNING: "R", psutil.STATUS_SLEEPING: "S", psutil.STATUS_DISK_SLEEP: "D",
+                 psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t", psutil.STATUS_IDLE: "I",
+                 psutil.STATUS_WAKING: "W", psutil.STATUS_PARKED: "P", psutil.STATUS_DEAD: "X"}
 
 
 @dataclass(frozen=True)
@@ -342,6 +348,7 @@ class HostSource:
             cpu_pct=pct,
             rss_bytes=rss,
             stopped=status in _STOPPED,
+            state=STATE_LETTERS.get(status),
             start_time=static.start_time,
             cpu_time_s=cpu_s,
             mem_pct=rss / self._mem_total * 100.0 if rss is not None and self._mem_total else None,

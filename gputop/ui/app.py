@@ -153,6 +153,15 @@ class GputopApp(App[int]):
     .-narrow FooterKey .footer-key--key { padding: 0 0 0 1; }
     .-narrow FooterKey .footer-key--description { padding: 0 0 0 1; }
     #banner { height: auto; background: $accent 25%; color: $foreground; text-style: bold; padding: 0 1; }
+    /* a page that scrolls (details, compare): one column, as the process table's, and the thumb on a track
+       of its own colour (htop's, nvitop's): Textual's track has the background's colour, so that its thumb
+       alone showed, a block floating mid-screen */
+    .page {
+        scrollbar-size-vertical: 1;
+        scrollbar-background: $panel; scrollbar-background-hover: $panel; scrollbar-background-active: $panel;
+        scrollbar-color: $primary; scrollbar-color-hover: $primary; scrollbar-color-active: $accent;
+        scrollbar-corner-color: $panel;
+    }
     """
 
     def __init__(

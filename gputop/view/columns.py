@@ -61,6 +61,11 @@ def time_plus(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}"
 
 
+def _kernel_state(p: ProcSample) -> str | None:
+    """htop's S: the kernel's state letter; X (the kernel's "dead") for a process that exited."""
+    return "X" if p.state == "exited" else p.kernel_state
+
+
 def _gpu(p: ProcSample) -> str:
     return fmt.text(p.gpu_index)
 
@@ -138,6 +143,16 @@ _OWN: tuple[Column, ...] = (
         lambda p: p.gpu_util_pct,
         lambda p: fmt.pct(p.gpu_util_pct),
         help="SM utilisation attributed to the process (NVML)",
+    ),
+    Column(
+        "state",
+        "S",
+        3,
+        _kernel_state,
+        lambda p: fmt.text(_kernel_state(p)),
+        descending=False,
+        help="process state, as htop's S: R running, S sleeping, D disk sleep, T stopped, t traced, I idle, "
+             "X exited",
     ),
     Column(
         "cpu",
@@ -245,10 +260,10 @@ DEFAULT_SORT = "launches"
 #: columns shown only in the fleet view (NAMESPACE and POD only where some process has a pod)
 FLEET_ONLY: tuple[str, ...] = ("node", "namespace", "pod")
 #: columns the fleet view never knows (the exporter exports no user, CPU or RSS): hidden there
-FLEET_UNKNOWN: tuple[str, ...] = ("user", "cpu", "cpu_time", "rss", "mem")
+FLEET_UNKNOWN: tuple[str, ...] = ("user", "state", "cpu", "cpu_time", "rss", "mem")
 #: columns shown only where every visible column fits the width (else left out before any is
 #: scrolled off; the sort column always shows): the column menu shows or hides them
-OPTIONAL: tuple[str, ...] = ("memset", "nccl", "nccl_bytes", "cpu_time", "rss", "mem")
+OPTIONAL: tuple[str, ...] = ("memset", "nccl", "nccl_bytes", "state", "cpu_time", "rss", "mem")
 
 
 def is_fleet(procs: Iterable[ProcSample]) -> bool:

@@ -145,15 +145,40 @@ def test_without_a_reach_capability_exactly_its_processes_are_missed(
     assert str(st["reason"]).startswith(f"missing CAP_{dropped.upper()}: processes whose CUDA library")
 
 
+def _drop_to_nobody() -> None:
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
 def test_without_privileges_batch_mode_runs_and_says_why(gputop_as_nobody: tuple[str, ...], cache: Path,
-                                                          tmp_path: Path) -> None:
-    res = subprocess.run([*as_nobody([]), *gputop_as_nobody, "-b", "-n", "1", "-f", "json", "--no-nvml"],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env_for(cache))
+                                                          tmp_path: Path, workloads: Workloads) -> None:
+    """Without privileges, batch mode says why it cannot trace and lists what `gputop doctor` sees (issue 35):
+    the user's own process that maps a CUDA runtime, its counts unknown (null, never 0); a root process
+    mapping one (whose maps that user cannot read) and the user's processes that map none are not listed."""
+    def start(nobody: bool, *ops: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([str(workloads.dynamic), *ops], stdout=subprocess.DEVNULL, cwd="/",
+                                preexec_fn=_drop_to_nobody if nobody else None)
+
+    mine, roots, plain = start(True, "sleep:60000"), start(False, "sleep:60000"), subprocess.Popen(
+        [*as_nobody([]), "sleep", "60"])
+    try:
+        time.sleep(0.5)                     # its runtime mapped
+        res = subprocess.run([*as_nobody([]), *gputop_as_nobody, "-b", "-n", "1", "-f", "json", "--no-nvml"],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env_for(cache))
+    finally:
+        for p in (mine, roots, plain):
+            p.kill()
+            p.wait()
     assert res.returncode == 0
     why = WHY
     assert res.stderr == f"gputop: tracing is off ({why}): NVML and host data only. To trace: {ENABLE_HINT}\n"
     snap = json.loads(res.stdout)
     assert (snap["sources"]["bpf"]["status"], snap["sources"]["bpf"]["reason"]) == ("unavailable", why)
+    listed = {p["pid"]: p for p in snap["processes"]}
+    assert set(listed) == {mine.pid}
+    assert listed[mine.pid]["user"] == "nobody" and listed[mine.pid]["total"] is None
+    assert listed[mine.pid]["rates"] is None
 
 
 @pytest.mark.skipif(not have_tmux(), reason="tmux not installed")

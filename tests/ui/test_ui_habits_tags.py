@@ -211,15 +211,15 @@ def test_time_rss_mem_columns_exact_and_optional() -> None:
             t = app.screen.query_one(ProcTable)
             lay = t.current_layout
             keys = [c.key for c, _ in lay]
-            assert keys[-4:] == ["cpu_time", "rss", "mem", "launch_bound"] and not lay.hidden_right
+            assert keys[-6:] == ["state", "cpu", "cpu_time", "rss", "mem", "launch_bound"] and not lay.hidden_right
             at = [keys.index(k) for k in ("cpu_time", "rss", "mem")]
             assert [t._line_key(0, lay)[0][i] for i in at] == ["62:03.45", fmt.bytes_(3 << 29), fmt.pct(2.34, 1)]
             assert [t._line_key(1, lay)[0][i] for i in at] == ["N/A", "N/A", "N/A"]
             await pilot.resize_terminal(160, 30)
             await pilot.pause()
             lay = t.current_layout
-            # at 160 columns the others fit alone: MSET/s, NCCL/s, NCCL B/s, TIME+, RSS, %MEM start scrolled off (▶)
-            assert [c.key for c, _ in lay][-1] == "launch_bound" and lay.hidden_right == 6
+            # at 160 columns the others fit alone: MSET/s, NCCL/s, NCCL B/s, S, TIME+, RSS, %MEM start scrolled off (▶)
+            assert [c.key for c, _ in lay][-1] == "launch_bound" and lay.hidden_right == 7
             # sorting by one of them shows it
             app.set_sort("cpu_time")
             await pilot.pause()

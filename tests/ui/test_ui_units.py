@@ -120,7 +120,7 @@ def test_every_issue_column_exists_and_sort_keys_are_their_names() -> None:
     headers = [c.header for c in columns.COLUMNS]
     assert headers == ["PID", "USER", "GPU", "COMMAND", "LAUNCH/s", "GRID", "BLOCK", "GRAPH/s", "GKERN/s", "H2D/s",
                        "D2H/s", "D2D/s", "MSET/s", "NCCL/s", "NCCL B/s",
-                       "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "CPU%", "TIME+", "RSS",
+                       "LIVE MEM", "UVM f/s", "SYNC%", "GPU MEM", "SM%", "S", "CPU%", "TIME+", "RSS",
                        "%MEM", "LB", "NODE", "NAMESPACE", "POD"]
     assert tuple(c.key for c in columns.COLUMNS) == columns.SORT_KEYS
     assert columns.DEFAULT_SORT == "launches"
@@ -190,9 +190,9 @@ def test_launch_bound_marker() -> None:
 def test_layout_flexes_command_and_drops_right_columns() -> None:
     cols = columns.SORT_KEYS
     wide = layout(cols, 200)
-    # with NODE, NAMESPACE and POD not all fit in 200: MSET/s, NCCL/s, NCCL B/s, TIME+, RSS, %MEM start scrolled
-    # off behind ▶
-    assert wide.hidden_right == 6 and [c.key for c, _ in wide][-1] == "pod"
+    # with NODE, NAMESPACE and POD not all fit in 200: MSET/s, NCCL/s, NCCL B/s, S, TIME+, RSS, %MEM start
+    # scrolled off behind ▶
+    assert wide.hidden_right == 7 and [c.key for c, _ in wide][-1] == "pod"
     assert sum(w for _, w in wide) + len(wide) - 1 + GUTTER + 1 == 200
     assert dict((c.key, w) for c, w in wide)["command"] > 16
     narrow = layout(cols, 80)
@@ -414,11 +414,22 @@ def test_bar_chart() -> None:
 
 
 def test_hist_buckets_fill_gaps_in_order() -> None:
-    labels, values = hist_buckets({"2^7": 10, "2^4": 3, "bad": 1})
+    labels, values = hist_buckets({"2^7": 10, "2^4": 3, "bad": 1}, min_span=1)
     assert labels == ["16", "32", "64", "128"] and values == [3.0, 0.0, 0.0, 10.0]
+    # fewer buckets than min_span: empty neighbours on both sides, the data where it was
+    labels, values = hist_buckets({"2^7": 10, "2^4": 3})
+    assert labels == ["4", "8", "16", "32", "64", "128", "256", "512"]
+    assert values == [0.0, 0.0, 3.0, 0.0, 0.0, 10.0, 0.0, 0.0]
     assert hist_buckets(None) == ([], [])
     labels, _ = hist_buckets({"2^0": 1, "2^30": 1}, limit=5)
     assert len(labels) == 5
+    # one bucket (every block of 256 threads): one bar among seven empty ones, not the chart's width
+    labels, values = hist_buckets({"2^8": 40})
+    assert labels == ["32", "64", "128", "256", "512", "1k", "2k", "4k"] and values == [0.0] * 3 + [40.0] + [0.0] * 4
+    # none below 2^0: the empty buckets go above
+    labels, values = hist_buckets({"2^0": 5})
+    assert labels == ["1", "2", "4", "8", "16", "32", "64", "128"] and values == [5.0] + [0.0] * 7
+    assert len(hist_buckets({"2^3": 1}, limit=4)[0]) == 4           # never more than the limit
 
 
 # -- text builders ------------------------------------------------------------------------------

@@ -55,14 +55,14 @@ def test_headers_are_the_dashboards_in_order_with_command_last() -> None:
 
 
 def test_cells_are_the_dashboards_renders() -> None:
-    p = proc(4242, cpu_time_s=3723.45, rss_bytes=3 << 29, mem_pct=2.34)
+    p = proc(4242, cpu_time_s=3723.45, rss_bytes=3 << 29, mem_pct=2.34, kernel_state="S")
     header, (row,) = rows(batch.table(snap(p)))
     cells, command = split(header, row)
     assert cells == [c.render(p) for c in batch.TABLE_COLUMNS[:-1]]
     assert cells == ["4242", "alice", "0", "1.00k", "80", "128", "20", "250", "2.00K", "1.00M", "0", "3.00M", "N/A",
                      "N/A", "3.00G",
                      "12",
-                     "25%", "4.00G", "55%", "98%", "62:03.45", "1.50G", "2.3%", "◆"]
+                     "25%", "4.00G", "55%", "S", "98%", "62:03.45", "1.50G", "2.3%", "◆"]
     assert command == "python train.py"          # the dashboard's COMMAND: program without its directory
 
 

@@ -84,6 +84,7 @@ def test_read_child_process(sleeper: subprocess.Popen[bytes]) -> None:
             start_time=_start_time(sleeper.pid),
             cpu_time_s=_cpu_time(sleeper.pid),           # TIME+: utime + stime of /proc/PID/stat
             mem_pct=rss / _mem_total() * 100.0,          # %MEM: RSS over MemTotal, as top's
+            state="S",                                   # htop's S: asleep in its nanosleep
         )
     }
     # this machine runs the tests on the host (its cgroup names no container)
@@ -107,13 +108,31 @@ def test_stopped_process_is_marked_stopped_until_continued() -> None:
     try:
         _wait_asleep(p.pid)
         src = HostSource()
-        assert src.read([p.pid])[p.pid].stopped is False
+        first = src.read([p.pid])[p.pid]
+        assert (first.stopped, first.state) == (False, "S")          # htop's S column: sleeping
         os.kill(p.pid, signal.SIGSTOP)
         assert _wait_status(p.pid, {psutil.STATUS_STOPPED}) == psutil.STATUS_STOPPED
-        assert src.read([p.pid])[p.pid].stopped is True
+        stopped = src.read([p.pid])[p.pid]
+        assert (stopped.stopped, stopped.state) == (True, "T")
         os.kill(p.pid, signal.SIGCONT)
         assert _wait_status(p.pid, {psutil.STATUS_SLEEPING, psutil.STATUS_RUNNING}) != psutil.STATUS_STOPPED
-        assert src.read([p.pid])[p.pid].stopped is False
+        again = src.read([p.pid])[p.pid]
+        assert again.stopped is False and again.state in ("S", "R")
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_busy_process_reads_running() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        src = HostSource()
+        seen = set()
+        deadline = time.monotonic() + 10
+        while "R" not in seen and time.monotonic() < deadline:   # on 2 CPUs it may wait its turn (still R)
+            seen.add(src.read([p.pid])[p.pid].state)
+            time.sleep(0.05)
+        assert "R" in seen, seen
     finally:
         p.kill()
         p.wait()

@@ -136,7 +136,7 @@ class CompareScreen(LiveScreen):
         if self.gapp.options.banner:      # `gputop demo`: which kind of workload runs
             yield Static(self.gapp.options.banner, id="banner", markup=False)
         yield TextPanel(id="sides")
-        with VerticalScroll(id="body"):
+        with VerticalScroll(id="body", classes="page"):
             with Horizontal(id="upper"):
                 yield TextPanel(id="metrics")
                 with Vertical(id="charts"):

@@ -27,8 +27,10 @@ from gputop.view.history import Point, series
 _MUTED = "$foreground 60%"
 
 
-def hist_buckets(hist: Mapping[str, int] | None, limit: int = 24) -> tuple[list[str], list[float]]:
-    """Log2 buckets ``{"2^k": n}`` as labels and counts from the lowest to the highest k, gaps as 0."""
+def hist_buckets(hist: Mapping[str, int] | None, limit: int = 24, min_span: int = 8) -> tuple[list[str], list[float]]:
+    """Log2 buckets ``{"2^k": n}`` as labels and counts from the lowest to the highest k, gaps as 0; at
+    least ``min_span`` buckets (empty ones on either side, none below 2^0 unless the data goes there),
+    so that one block size reads as one bar among its neighbours, not a block the chart's width."""
     if not hist:
         return [], []
     by_k: dict[int, int] = {}
@@ -41,6 +43,10 @@ def hist_buckets(hist: Mapping[str, int] | None, limit: int = 24) -> tuple[list[
         return [], []
     lo, hi = min(by_k), max(by_k)
     lo = max(lo, hi - limit + 1)
+    short = min(min_span, limit) - (hi - lo + 1)
+    if short > 0:
+        lo = max(min(lo, 0), lo - short // 2)
+        hi = lo + min(min_span, limit) - 1
     ks = range(lo, hi + 1)
     return [fmt.si(2**k, 0) for k in ks], [float(by_k.get(k, 0)) for k in ks]
 
@@ -272,7 +278,7 @@ class DetailsScreen(LiveScreen):
     def compose(self) -> ComposeResult:
         yield HeaderBar()
         yield TextPanel(id="title")
-        with VerticalScroll(id="body"):
+        with VerticalScroll(id="body", classes="page"):
             with Horizontal(id="top"):
                 yield TextPanel(id="stats")
                 yield KernelsPanel(limit=14, id="kernels")
