@@ -180,10 +180,15 @@ class Containers:
         if p.total is None:
             return
         if now is not None:
-            self._seen[p.container or ""] = max(now, self._seen.get(p.container or "", now))
+            self.touch(p.container, now)
         part = self._retired.setdefault(p.container or "", Part())
         part.add(p, live=False)
         part.trim_kernels(RETIRED_KERNELS)
+
+    def touch(self, container: str | None, now: float) -> None:
+        """A process of ``container`` was listed at ``now`` (an exit shown again): kept the grace from then."""
+        c = container or ""
+        self._seen[c] = max(now, self._seen.get(c, now))
 
     def rows(self, running: Iterable[ProcSample], gone: Iterable[ProcSample], now: float) -> list[ContainerRow]:
         parts: dict[str, Part] = {}
