@@ -25,7 +25,8 @@ class Summary:
     """Host-wide totals of the processes listed in a snapshot (htop's Tasks: line; ``summarize``,
     docs/dashboard.md "Summary line"): ``Snapshot.summary``, written in every JSON snapshot (optional
     field ``summary`` of schema gputop/1, derived: a reader recomputes it). A rate is None when any
-    listed process's rate is unknown."""
+    listed process's rate is unknown; ``warming_up`` (the fleet view's) counts the summed processes whose
+    rates read low."""
 
     processes: int
     running: int
@@ -40,6 +41,9 @@ class Summary:
     gpus: int = 0
     #: GPUs whose utilisation is above 0 %; None: no GPU, or one whose utilisation is unknown
     gpus_busy: int | None = None
+    #: fleet view: of the processes summed into the rates, those warming up (their rates, so the sums, read
+    #: low); None on a single host
+    warming_up: int | None = None
 
 
 def _sum(values: list[Any]) -> float | None:
@@ -64,13 +68,16 @@ def summarize(snap: Snapshot, procs: Sequence[ProcSample] | None = None) -> Summ
     bytes/s over the snapshot's interval (``current``: not a down node's stale rows, nor the fleet's exited
     ones; None when any of them is unknown, when every row is a down node's, and with no process when
     neither the BPF source nor Prometheus counts); the GPUs, and how many are busy (utilisation above 0 %: a
-    kernel ran in NVML's last sample period; None without GPUs or when a GPU's utilisation is unknown)."""
+    kernel ran in NVML's last sample period; None without GPUs or when a GPU's utilisation is unknown); in the
+    fleet view (Prometheus a source) how many of the summed processes are warming up (their series younger
+    than the window: the sums read low), None on a single host."""
     ps = snap.processes if procs is None else procs
     states = Counter(map(_STATE, ps))
     counted = any(st.status in ("ok", "degraded") for name, st in snap.sources.items()
                   if name in ("bpf", "prometheus"))
     sums: dict[str, float | None] = dict.fromkeys(("launches", "graph", "h2d", "d2h", "d2d"))
-    rates = [p.rates for p in ps if current(p)]
+    summed = [p for p in ps if current(p)]
+    rates = list(map(_RATES, summed))
     # every row a down node's: what the fleet does now is unknown, not 0
     unknown = bool(ps) and all(p.stale for p in ps)
     if (ps or counted) and not unknown and not any(map(operator.is_, rates, repeat(None))):     # no Rates.__eq__
@@ -95,10 +102,13 @@ def summarize(snap: Snapshot, procs: Sequence[ProcSample] | None = None) -> Summ
         d2d_bytes_per_s=sums["d2d"],
         gpus=len(utils),
         gpus_busy=busy,
+        warming_up=list(map(_WARMING_UP, summed)).count(True) if "prometheus" in snap.sources else None,
     )
 
 
 _STATE = operator.attrgetter("state")
+_RATES = operator.attrgetter("rates")
+_WARMING_UP = operator.attrgetter("warming_up")
 _LAUNCHES = operator.attrgetter("launches_per_s")
 _GRAPH_KERNELS = operator.attrgetter("graph_kernel_launches_per_s")
 _MEMCPY = operator.attrgetter("memcpy_bytes_per_s")

@@ -233,7 +233,7 @@ def _rate_column(key: str) -> Column:
     q, shows = SHOWS[key]
     render = rate_render(q)
     return Column(key, shows.header, shows.width, lambda p: fields.rate(p, key),
-                  lambda p: ("~" if p.warming_up else "") + render(fields.rate(p, key)), help=shows.help)
+                  lambda p: fmt.reads_low(render(fields.rate(p, key)), p.warming_up), help=shows.help)
 
 
 def _in_order(own: Sequence[Column]) -> tuple[Column, ...]:

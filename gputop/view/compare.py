@@ -25,6 +25,9 @@ class Metric:
     label: str
     value: Callable[[ProcSample], Value]
     render: Callable[[Value], str]
+    #: a rate or the interval's count: ``~`` before it while its process is warming up (the fleet view:
+    #: over a window its series does not fill, it reads low; docs/fleet.md "Warming up")
+    windowed: bool = False
 
     @property
     def binary(self) -> bool:
@@ -75,18 +78,20 @@ _SPECIAL: dict[str, tuple[Metric, ...]] = {
     "launches": (
         Metric("launches total", lambda p: _f(fields.total_launches(p)), fmt.si),
         # a fused or graph-replayed workload against an unfused one: every kernel that ran
-        Metric("kernels run/s", _kernels_per_s, fmt.si),
+        Metric("kernels run/s", _kernels_per_s, fmt.si, windowed=True),
         Metric("kernels run total", _kernels_total, fmt.si)),
     "grid_blocks_sum": (
         Metric("avg grid blocks", lambda p: p.grid_blocks_avg, fmt.num),
         Metric("avg block threads", lambda p: p.block_threads_avg, fmt.num)),
     "memcpy": (
-        Metric("H2H B/s", lambda p: fields.rate_in(p, "memcpy", "h2h"), fmt.bytes_),
-        Metric("no-dir copy B/s", lambda p: fields.rate_in(p, "memcpy", "unknown"), fmt.bytes_),
+        Metric("H2H B/s", lambda p: fields.rate_in(p, "memcpy", "h2h"), fmt.bytes_, windowed=True),
+        Metric("no-dir copy B/s", lambda p: fields.rate_in(p, "memcpy", "unknown"), fmt.bytes_, windowed=True),
         Metric("copied total", _total_copied, fmt.bytes_)),
     "live_alloc_bytes": (Metric("live alloc", lambda p: _f(fields.live_alloc_bytes(p)), fmt.bytes_),),
-    "prefetch": (Metric("prefetch →GPU", lambda p: _f(fields.interval_prefetch_bytes(p, "to_device")), fmt.bytes_),),
-    "uvm_migrated": (Metric("UVM migrated H2D", lambda p: _f(fields.interval_uvm_migrated(p, "h2d")), fmt.bytes_),),
+    "prefetch": (Metric("prefetch →GPU", lambda p: _f(fields.interval_prefetch_bytes(p, "to_device")), fmt.bytes_,
+                        windowed=True),),
+    "uvm_migrated": (Metric("UVM migrated H2D", lambda p: _f(fields.interval_uvm_migrated(p, "h2d")), fmt.bytes_,
+                            windowed=True),),
     "sync_wait_s": (
         Metric("sync p50", lambda p: fields.sync_latency_s(p, "p50_s"), fmt.seconds),
         Metric("sync p99", lambda p: fields.sync_latency_s(p, "p99_s"), fmt.seconds),
@@ -99,7 +104,7 @@ def _rate_metrics(q: Quantity) -> tuple[Metric, ...]:
     if q.rate is None:
         return ()
     render = columns.rate_render(q, pct_digits=1)
-    return tuple(Metric(s.compare, _rate(s.key), render) for s in q.rate.shows if s.compare is not None)
+    return tuple(Metric(s.compare, _rate(s.key), render, windowed=True) for s in q.rate.shows if s.compare is not None)
 
 
 def _rate(key: str) -> Callable[[ProcSample], Value]:
@@ -112,9 +117,9 @@ def _render(q: Quantity) -> Callable[[Value], str]:
 
 def _metrics(q: Quantity) -> tuple[Metric, ...]:
     """A quantity's metrics: the screen's own, then its interval's and its total's (gputop/counters.py)."""
-    plain = ((q.compare, _count(q.field)), (q.compare_total, _total(q.field)))
+    plain = ((q.compare, _count(q.field), True), (q.compare_total, _total(q.field), False))
     return (*_rate_metrics(q), *_SPECIAL.get(q.field, ()),
-            *(Metric(label, value, _render(q)) for label, value in plain if label))
+            *(Metric(label, value, _render(q), windowed) for label, value, windowed in plain if label))
 
 
 #: every metric compared, the catalogue's quantities in its order, then the process's GPU and CPU use
@@ -170,8 +175,10 @@ class Row:
 
 def rows(a: ProcSample | None, b: ProcSample | None) -> list[Row]:
     """One row per metric: formatted A, B and B/A, the ratio of the values as shown (so that
-    0.0% against 0.0% is "=", and 1.0k against 20.0k is 20×)."""
+    0.0% against 0.0% is "=", and 1.0k against 20.0k is 20×). A rate or count of a process warming up
+    (``Metric.windowed``) has ``~`` before it, and so has the ratio of it: they read low."""
     out = []
+    low_a, low_b = (p is not None and bool(p.warming_up) for p in (a, b))
     for m in METRICS:
         ta = m.render(m.value(a) if a is not None else None)
         tb = m.render(m.value(b) if b is not None else None)
@@ -179,7 +186,9 @@ def rows(a: ProcSample | None, b: ProcSample | None) -> list[Row]:
             r = ratio(_seconds(ta), _seconds(tb))
         else:
             r = ratio(fmt.shown(ta, m.binary), fmt.shown(tb, m.binary))
-        out.append(Row(m.label, ta, tb, format_ratio(r), notable(r)))
+        low = (m.windowed and low_a, m.windowed and low_b)
+        out.append(Row(m.label, fmt.reads_low(ta, low[0]), fmt.reads_low(tb, low[1]),
+                       fmt.reads_low(format_ratio(r), any(low)), notable(r)))
     return out
 
 

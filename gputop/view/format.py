@@ -115,6 +115,24 @@ def num(value: float | None, digits: int | None = None) -> str:
     return si(value, digits)
 
 
+#: the mark before a value that reads low: in the fleet view, a rate (or the window's count) of a process whose
+#: Prometheus series is younger than the window, or a total that sums one (docs/fleet.md, "Warming up")
+LOW = "~"
+#: the tag of such a process (the details' title, the compare screen's sides)
+WARMING_UP = "[warming up]"
+
+
+def reads_low(value: str, low: bool | None) -> str:
+    """``value`` (formatted) with ``~`` before it where it reads low (``low``: its process is warming up);
+    an unknown (N/A) or empty one as it is."""
+    return f"{LOW}{value}" if low and value and value != NA else value
+
+
+def low_title(title: str, low: bool | None) -> str:
+    """A rate chart's title, saying while ``low`` (its process warming up) that its values read low."""
+    return f"{title} (warming up: reads low)" if low else title
+
+
 def text(value: object | None, limit: int = DEFAULT_LIMIT) -> str:
     """Any value for display; text from other processes is sanitised and capped at ``limit``
     characters (see gputop.textsafe: an escape is never cut in two)."""

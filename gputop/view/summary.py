@@ -14,18 +14,24 @@ def _per_s(value: str) -> str:
 
 def summary_pieces(s: Summary, tagged: int = 0) -> list[tuple[str, str]]:
     """(label, value) pairs in order: tasks (listed, running, stopped, exited, and tagged when any),
-    launches/s, graph kernels/s, H2D/D2H/D2D bytes/s, GPUs busy of all."""
+    launches/s, graph kernels/s, H2D/D2H/D2D bytes/s, GPUs busy of all. The rates have ``~`` before them
+    while a process they sum is warming up (the fleet view's ``Summary.warming_up``: they read low)."""
     tasks = f"{s.processes} listed, {s.running} running, {s.stopped} stopped, {s.exited} exited"
     if tagged:
         tasks += f", {tagged} tagged"
     busy = fmt.NA if s.gpus_busy is None else f"{s.gpus_busy}/{s.gpus}"
+    low = bool(s.warming_up)
+
+    def rate(value: str) -> str:
+        return _per_s(fmt.reads_low(value, low))
+
     return [
         ("Tasks:", tasks),
-        ("Launches:", _per_s(fmt.si(s.launches_per_s))),
-        ("Graph kernels:", _per_s(fmt.si(s.graph_kernel_launches_per_s))),
-        ("H2D", _per_s(fmt.bytes_(s.h2d_bytes_per_s))),
-        ("D2H", _per_s(fmt.bytes_(s.d2h_bytes_per_s))),
-        ("D2D", _per_s(fmt.bytes_(s.d2d_bytes_per_s))),
+        ("Launches:", rate(fmt.si(s.launches_per_s))),
+        ("Graph kernels:", rate(fmt.si(s.graph_kernel_launches_per_s))),
+        ("H2D", rate(fmt.bytes_(s.h2d_bytes_per_s))),
+        ("D2H", rate(fmt.bytes_(s.d2h_bytes_per_s))),
+        ("D2D", rate(fmt.bytes_(s.d2d_bytes_per_s))),
         ("GPUs busy:", busy),
     ]
 

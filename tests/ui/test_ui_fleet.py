@@ -188,3 +188,74 @@ def test_a_degraded_fleet_says_which_nodes_are_down_whole_at_80_columns() -> Non
         assert any(f"PROM degraded: {down}" in ln for ln in lines), (width, lines)
         assert "BPF N/A" not in "".join(lines)
     assert len(header_lines(HeaderState(snapshot=snap), 80)) == 2
+
+
+def warming(frames: list[Any]) -> list[Any]:
+    """The scenario's frames with 4242 on gpu-node-07 warming up (its series younger than the window), the
+    rest not."""
+    return [replace(f, processes=tuple(replace(p, warming_up=p.key == (INST7, 4242)) for p in f.processes))
+            for f in frames]
+
+
+def test_a_process_warming_up_is_marked_wherever_its_rates_show() -> None:
+    """Issue 35 item 2: a young series' rates read low, and were marked in the table only. Now its details
+    say `[warming up]`, mark the last interval's rates and counts and title the rate charts so; the summary
+    line marks the totals that sum it; compare marks its side. Another process shows no mark."""
+    from gputop.ui.widgets.header import SummaryBar
+    from gputop.view import format as fmt
+
+    async def body(app: GputopApp, pilot: Pilot[Any], feed: FleetFrameFeed) -> None:
+        snap = app.snapshot
+        assert snap is not None and snap.summary.warming_up == 1
+        s = snap.summary
+        bar = app.screen.query_one(SummaryBar).render().plain
+        for total in (f"Launches: ~{fmt.si(s.launches_per_s)}/s", f"H2D ~{fmt.bytes_(s.h2d_bytes_per_s)}/s"):
+            assert total in bar, bar
+        young, old = snap.process((INST7, 4242)), snap.process((INST8, 4242))
+        assert young is not None and old is not None and young.rates and old.rates
+        rate = fmt.si(young.rates.launches_per_s)
+        assert [cells(app, row)[:2] for row in (2, 3)] == [["4242", NODE7], ["4242", NODE8]]
+        assert f" ~{rate} " in " ".join(cells(app, 2))          # the table marked it already
+        assert f" {fmt.si(old.rates.launches_per_s)} " in " ".join(cells(app, 3)) and "~" not in "".join(cells(app, 3))
+
+        async def details(down: int) -> DetailsScreen:
+            await pilot.press(*["down"] * down, "enter")
+            await pilot.pause(0.1)
+            assert isinstance(app.screen, DetailsScreen)
+            return app.screen
+
+        def panel(screen: Any, name: str) -> str:
+            return str(screen.query_one(name).content.plain)
+
+        def stat(screen: Any, label: str) -> str:
+            """The first value of the last interval's cell of row ``label`` (after its 15 cells)."""
+            return next(ln[15:].split()[0] for ln in panel(screen, "#stats").splitlines() if ln.startswith(label))
+
+        def chart_title(screen: Any, name: str) -> str:
+            return str(screen.query_one(name).render().plain.splitlines()[0])
+
+        screen = await details(1)                           # 4242 on gpu-node-07: warming up
+        assert f"[running]  {fmt.WARMING_UP}  GPU 0" in panel(screen, "#title")
+        assert stat(screen, "launches") == f"~{rate}/s"
+        assert stat(screen, "memsets") == f"~{fmt.si(young.interval.memset_calls if young.interval else None)}"
+        assert stat(screen, "avg grid×block") == fmt.num(young.grid_blocks_avg)   # an average: not low
+        assert "launches/s (warming up: reads low)" in chart_title(screen, "#chart-launches")
+        assert "memcpy B/s (warming up: reads low)" in chart_title(screen, "#chart-memcpy")
+        await pilot.press("escape")
+        screen = await details(1)                           # 4242 on gpu-node-08: not warming up
+        assert screen.pid == (INST8, 4242)
+        assert fmt.WARMING_UP not in panel(screen, "#title") and "[running]" in panel(screen, "#title")
+        assert "~" not in panel(screen, "#stats")
+        assert stat(screen, "launches") == f"{fmt.si(old.rates.launches_per_s)}/s"
+        assert "warming up" not in chart_title(screen, "#chart-launches")
+        await pilot.press("escape", "up", "space", "space", "c")     # compare node-07's 4242 (A) with node-08's
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen) and (screen.a_pid, screen.b_pid) == ((INST7, 4242), (INST8, 4242))
+        a_side, b_side = panel(screen, "#sides").splitlines()
+        assert f"[running] {fmt.WARMING_UP} python" in a_side and fmt.WARMING_UP not in b_side
+        row = next(ln for ln in panel(screen, "#metrics").splitlines() if ln.startswith("launches/s"))
+        assert row.split()[1:3] == [f"~{rate}", fmt.si(old.rates.launches_per_s)]
+        assert "launches/s (warming up: reads low)" in chart_title(screen, "#chart-launches")
+
+    run(body, feed=FleetFrameFeed(warming(fleet_frames(20))))

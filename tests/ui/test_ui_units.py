@@ -15,7 +15,7 @@ from gputop.model import CallBytes, Counts, GpuSample, ProcSample, Rates, Snapsh
 from gputop.record import Recorder, RecordingError
 from gputop.ui import themes
 from gputop.ui.charts import _nice_ticks, bar_chart, line_chart
-from gputop.ui.screens.details import hist_buckets, stats_rows, without_live_values
+from gputop.ui.screens.details import hist_buckets, stats_content, stats_rows, title_content, without_live_values
 from gputop.ui.widgets.gpu_panel import gpu_line, gpu_lines
 from gputop.ui.widgets.header import HeaderState, header_content, header_lines
 from gputop.ui.widgets.table_layout import GUTTER, SCROLL_MIN, col_width, layout
@@ -667,3 +667,54 @@ def test_a_gpu_name_drops_its_vendor_words_before_it_is_cut() -> None:
     assert gpu_name("NVIDIA GeForce RTX 4090", 14) == "RTX 4090"
     assert gpu_name("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 14) == "RTX PRO 6000 …"
     assert gpu_name("H200", 14) == "H200"
+
+
+# -- warming up (the fleet view: a series younger than the window reads low; issue 35 item 2) -----------
+
+
+def test_details_mark_the_last_interval_of_a_process_warming_up(scenario: list[Snapshot]) -> None:
+    p = scenario[0].process(4242)
+    assert p is not None and p.warming_up is None
+    plain = {label: (now, total) for label, now, total in stats_rows(p)}
+    young = {label: (now, total) for label, now, total in stats_rows(replace(p, warming_up=True))}
+    assert young["launches"] == ("~" + plain["launches"][0], plain["launches"][1]) == ("~51.3k/s", "51.3k")
+    assert young["memcpy H2D"][0] == "~1.65G/s" and young["captured"][0] == "~0"
+    assert young["memsets"][0] == "~2.05k calls, ~1.00G bytes"
+    assert young["NCCL"][0] == "~12/s, ~300M/s" and young["  allreduce"][0] == "~12 calls, ~300M bytes"
+    assert young["sync blocked"][0] == "~37.5%, ~2.37k calls" and young["prefetch"][0] == "→GPU ~0 →CPU ~0"
+    # averages, levels, latencies and GPU and CPU use do not read low; unknown stays N/A; totals unmarked
+    for label in ("avg grid×block", "live alloc", "sync p50 / p99", "GPU mem / SM", "CPU / RSS", "UVM migrated",
+                  "UVM thrashing"):
+        assert young[label][0] == plain[label][0], label
+    assert young["UVM thrashing"][0] == "N/A"
+    assert [total for _now, total in young.values()] == [total for _now, total in plain.values()]
+    assert not any("~" in now for now, _total in plain.values())
+    # its column is two wider: the widest marked cell keeps a space before the total
+    text = stats_content(replace(p, warming_up=True)).plain
+    assert next(ln for ln in text.splitlines() if ln.startswith("memsets")) == (
+        "memsets".ljust(15) + "~2.05k calls, ~1.00G bytes".ljust(27) + "2.05k calls, 1.00G bytes")
+    assert title_content(replace(p, warming_up=True), p.pid, False).plain.endswith(
+        "[running]  [warming up]  GPU 0  ◆ launch-bound")
+    assert "[warming up]" not in title_content(replace(p, warming_up=True), p.pid, True).plain   # gone
+    assert "[warming up]" not in title_content(replace(p, warming_up=False), p.pid, False).plain
+    assert without_live_values(replace(p, warming_up=True)).warming_up is None
+
+
+def test_compare_marks_the_rates_and_counts_of_a_side_warming_up() -> None:
+    a = proc(1, launches=7730.0, warming_up=True, interval=Counts(launches=7730, sync_calls=40))
+    b = proc(2, launches=20_000.0, warming_up=False, interval=Counts(launches=20_000, sync_calls=80))
+    rows = {r.label: r for r in compare.rows(a, b)}
+    assert (rows["launches/s"].a, rows["launches/s"].b, rows["launches/s"].ratio) == ("~7.73k", "20.0k", "~2.59×")
+    assert (rows["sync calls"].a, rows["sync calls"].b, rows["sync calls"].ratio) == ("~40", "80", "~2.00×")
+    assert (rows["H2D B/s"].a, rows["kernels run/s"].a) == ("~977K", "N/A")             # unknown: unmarked
+    assert (rows["launches total"].a, rows["launches total"].ratio) == ("77.3k", "2.59×")   # totals: not low
+    assert (rows["avg grid blocks"].a, rows["GPU mem"].a) == ("32", "N/A")
+    settled = compare.rows(replace(a, warming_up=False), b)
+    assert not any("~" in r.a + r.b + r.ratio for r in settled)
+
+
+def test_a_rate_column_marks_a_known_rate_of_a_process_warming_up() -> None:
+    launches = columns.BY_KEY["launches"]
+    assert launches.render(proc(1, launches=7730.0, warming_up=True)) == "~7.73k"
+    assert launches.render(proc(1, launches=7730.0, warming_up=False)) == "7.73k"
+    assert launches.render(proc(1, launches=None, warming_up=True)) == "N/A"        # unknown: N/A as ever

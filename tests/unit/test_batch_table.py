@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 from gputop import batch
 from gputop.model import Counts, GpuSample, ProcSample, Rates, Snapshot, SourceStatus, snapshot_to_json
@@ -154,7 +155,7 @@ def test_summary_line_first_and_json_unchanged() -> None:
     assert json.loads(out.getvalue().splitlines()[0])["summary"] == {
         "processes": 1, "running": 1, "stopped": 0, "exited": 0, "launches_per_s": 1000.0,
         "graph_kernel_launches_per_s": 250.0, "h2d_bytes_per_s": 2048.0, "d2h_bytes_per_s": 1048576.0,
-        "d2d_bytes_per_s": 0.0, "gpus": 0, "gpus_busy": None}
+        "d2d_bytes_per_s": 0.0, "gpus": 0, "gpus_busy": None, "warming_up": None}
 
 
 def test_batch_does_not_load_textual() -> None:
@@ -162,3 +163,40 @@ def test_batch_does_not_load_textual() -> None:
             "bad = [m for m in ('textual', 'plotext', 'rich') if m in sys.modules]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def fleet(*procs: ProcSample) -> Snapshot:
+    """A fleet view's snapshot (Prometheus a source) of ``procs``, each on a scrape target."""
+    return Snapshot(time=1_700_000_000.0, interval_s=60.0, host="http://prometheus:9090",
+                    sources={"prometheus": SourceStatus("ok")}, gpus=(),
+                    processes=tuple(replace(p, instance=f"10.0.0.{p.pid}:9464", node=f"node-{p.pid}",
+                                            user=None, stale=False, last_seen=1_700_000_000.0) for p in procs))
+
+
+def test_fleet_totals_that_sum_a_process_warming_up_are_marked() -> None:
+    """Issue 35 item 2: a young series' rates read low wherever they are shown, the summary line's totals
+    too (the table's and JSON's); the JSON summary counts the summed processes warming up. An exited or
+    stale process is not summed: its warming up marks nothing."""
+    young, old = proc(1, launches=7730.0, warming_up=True), proc(2, launches=20_000.0, warming_up=False)
+    gone = proc(3, warming_up=True, state="exited")
+    down = proc(4, warming_up=True)
+    s = fleet(young, old, gone, down)
+    s = replace(s, processes=(*s.processes[:3], replace(s.processes[3], stale=True)))
+    text = batch.table(s)
+    assert text.splitlines()[1] == ("Tasks: 4 listed, 3 running, 0 stopped, 1 exited  Launches: ~27.7k/s  "
+                                    "Graph kernels: ~500/s  H2D ~4.00K/s  D2H ~2.00M/s  D2D ~0/s  GPUs busy: N/A")
+    assert json.loads(snapshot_to_json(s))["summary"]["warming_up"] == 1
+    header, lines = rows(text)
+    at = header.split().index("LAUNCH/s")
+    launches = {split(header, ln)[0][0]: split(header, ln)[0][at] for ln in lines}
+    assert (launches["1"], launches["2"]) == ("~7.73k", "20.0k")     # the table's own marks
+    # none warming up: no mark, a count of 0; an unknown total stays N/A, unmarked
+    settled = fleet(replace(young, warming_up=False), old)
+    assert "Launches: 27.7k/s" in batch.table(settled).splitlines()[1]
+    assert json.loads(snapshot_to_json(settled))["summary"]["warming_up"] == 0
+    unknown = fleet(young, proc(2, launches=None))
+    assert "Launches: N/A  Graph kernels: ~500/s" in batch.table(unknown).splitlines()[1]
+    assert unknown.summary.warming_up == 1
+    # one host: no process warms up, the count is null
+    assert snap(proc(1)).summary.warming_up is None
+    assert json.loads(snapshot_to_json(snap(proc(1))))["summary"]["warming_up"] is None

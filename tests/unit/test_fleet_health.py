@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,8 +24,10 @@ from support import ROOT
 
 from gputop.feeds.prometheus import FleetConfig, FleetError, FleetReader, PromClient
 from gputop.model import ProcSample, Snapshot
-from gputop.ui.widgets.header import HeaderState, header_content
+from gputop.ui.widgets.header import HeaderState, header_content, summary_lines
+from gputop.view import format as fmt
 from gputop.view.columns import BY_KEY
+from gputop.view.summary import summary_text
 
 STEP_S = 15
 WINDOW_S = 120
@@ -138,14 +141,20 @@ def test_exited_young_and_start_time_come_from_the_exporter(fleet: tuple[str, in
     url, t0, _, t_end = fleet
     reader = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
     try:
-        got = rows(reader.read(t_end, (), 5.0)[0])
+        snap = reader.read(t_end, (), 5.0)[0]
     finally:
         reader.close()
+    got = rows(snap)
     old, young, killed = got[("node-a", 100)], got[("node-a", 200)], got[("node-a", 300)]
     assert (old.state, old.warming_up, old.start_time) == ("running", False, float(t0 - 100))
     assert old.rates is not None and old.rates.launches_per_s == pytest.approx(1000.0)
     assert (young.state, young.warming_up, young.start_time) == ("running", True, float(t_end - 61))
     assert BY_KEY["launches"].render(young).startswith("~") and not BY_KEY["launches"].render(old).startswith("~")
+    # the totals sum it (issue 35 item 2: marked where they are shown too), and count it
+    assert snap.summary.warming_up == 1
+    launches = f"Launches: ~{fmt.si(snap.summary.launches_per_s)}/s"
+    assert launches in summary_text(snap.summary)                   # batch's summary line
+    assert launches in summary_lines(snap.summary, 200)[0].plain     # the dashboard's
     # killed a minute ago: exited, as the exporter says, while its rate over the window only halved
     assert (killed.state, killed.warming_up, killed.last_seen) == ("exited", False, float(t_end))
     assert killed.rates is not None and killed.rates.launches_per_s == pytest.approx(441.9 / 2)
@@ -164,6 +173,7 @@ def test_batch_exits_1_after_its_output_when_a_node_is_down(fleet: tuple[str, in
     assert set(procs) == {100, 200, 300, 400}
     assert (procs[400]["stale"], procs[400]["last_seen"], procs[400]["node"]) == (True, t1, "node-b")
     assert (procs[200]["warming_up"], procs[300]["state"], procs[100]["stale"]) == (True, "exited", False)
+    assert doc["summary"]["warming_up"] == 1        # 200, summed into the totals (issue 35 item 2)
     # the totals: node-a's running processes only (issue 35: the stale and the exited ones were summed)
     assert doc["summary"]["launches_per_s"] == pytest.approx(
         procs[100]["rates"]["launches_per_s"] + procs[200]["rates"]["launches_per_s"])
@@ -174,6 +184,8 @@ def test_batch_exits_1_after_its_output_when_a_node_is_down(fleet: tuple[str, in
     assert res.returncode == 1, res.stderr
     lines = res.stdout.splitlines()
     assert "PROM degraded: 1 of 2 nodes down: node-b" in lines[0], lines[0]
+    # the totals read low while 200 warms up: marked, an unknown one N/A as ever (issue 35 item 2)
+    assert re.search(r"  Launches: ~[0-9.]+k/s  Graph kernels: N/A  ", lines[1]), lines[1]
     since = time.strftime("%H:%M:%S", time.localtime(t1))
     assert any(ln.split()[0] == "400" and f"[stale since {since}] other" in ln for ln in lines[2:] if ln.split()), lines
 

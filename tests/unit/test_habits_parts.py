@@ -60,7 +60,7 @@ def test_summary_is_written_and_recomputed_on_reading() -> None:
     assert list(d)[-1] == "summary"
     assert d["summary"] == {"processes": 2, "running": 1, "stopped": 0, "exited": 1, "launches_per_s": 120.0,
                             "graph_kernel_launches_per_s": 0.0, "h2d_bytes_per_s": 0.0, "d2h_bytes_per_s": 0.0,
-                            "d2d_bytes_per_s": 0.0, "gpus": 0, "gpus_busy": None}
+                            "d2d_bytes_per_s": 0.0, "gpus": 0, "gpus_busy": None, "warming_up": None}
     d["summary"]["launches_per_s"] = 1e9                                     # a stored one is not believed
     assert snapshot_from_json(json.dumps(d)).summary.launches_per_s == 120.0
 

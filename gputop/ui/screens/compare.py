@@ -11,7 +11,7 @@ from textual.widgets import Footer, Static
 from gputop.model import ProcKey, ProcSample, Snapshot
 from gputop.ui import bindings, charts
 from gputop.ui.screens.base import LiveScreen
-from gputop.ui.screens.details import key_label, state_label, without_live_values
+from gputop.ui.screens.details import key_label, state_label, warming_label, without_live_values
 from gputop.ui.themes import ChartPalette
 from gputop.ui.widgets.chart import Chart
 from gputop.ui.widgets.header import HeaderBar
@@ -71,15 +71,18 @@ def sites_content(a: ProcSample | None, b: ProcSample | None, width: int = 160, 
 def side_label(tag: str, style: str, p: ProcSample | None, pid: ProcKey | None, note: str = "",
                gone: bool = False, width: int = 160) -> Content:
     """``A 4242 [running] python train.py … --fused=0``: the command cut in the middle, so that two
-    commands with the same start still differ on screen."""
+    commands with the same start still differ on screen; ``[warming up]`` after the state while its rates
+    read low (the fleet view)."""
     if p is None:
         what = f"{key_label(pid)}: waiting for it to appear…" if pid is not None else "—"
         return Content.assemble((f"{tag} ", style), (what, "$warning"))
     state = "" if note else state_label(p, gone)
+    warming = warming_label(p, gone)
     head = Content.assemble(
         (f"{tag} ", style),
         (f"{p.pid} " if p.instance is None else f"{p.pid} on {fmt.text(p.node)} ", "bold"),
         (f"{state} " if state else "", "$success" if state == "[running]" else "$warning"),
+        (f"{warming} " if warming else "", "$warning"),
     )
     tail = Content.styled(f" {note}" if note else "", "italic")
     room = max(16, width - head.cell_length - tail.cell_length)
@@ -217,10 +220,16 @@ class CompareScreen(LiveScreen):
             return series(self._a_points, name, origin=a_end), series(self._b_points, name, origin=b_end)
         return series(self._a_points, name, origin=self._now), series(self._b_points, name, origin=self._now)
 
+    @property
+    def _low(self) -> bool:
+        """Whether A or B is warming up: the rate charts read low (their titles say so)."""
+        return any(p is not None and bool(p.warming_up) for p in (self.a, self.b))
+
     def _draw_launches(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
         a, b = self._pair("launches")
         return charts.line_chart(
-            [a, b], w, h, palette, title="launches/s", y_format=fmt.si, colorless=colorless, labels=["A", "B"]
+            [a, b], w, h, palette, title=fmt.low_title("launches/s", self._low), y_format=fmt.si,
+            colorless=colorless, labels=["A", "B"]
         )
 
     def _draw_memcpy(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
@@ -231,7 +240,7 @@ class CompareScreen(LiveScreen):
             w,
             h,
             palette,
-            title="memcpy B/s",
+            title=fmt.low_title("memcpy B/s", self._low),
             y_format=fmt.bytes_,
             y_binary=True,
             colorless=colorless,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
@@ -55,14 +56,23 @@ def _pair(a: str, b: str) -> str:
     return f"{a} / {b}"
 
 
-def _calls(calls: float | None) -> str:
+#: what a cell does to each number it shows: the last-interval column marks those that read low
+#: (``fmt.reads_low``: a process warming up in the fleet view), the total column keeps them
+Mark = Callable[[str], str]
+
+
+def _as_is(value: str) -> str:
+    return value
+
+
+def _calls(calls: float | None, mark: Mark = _as_is) -> str:
     """``1 call``, ``3 calls``, ``N/A calls``."""
-    return f"{fmt.si(calls)} {'call' if calls == 1 else 'calls'}"
+    return f"{mark(fmt.si(calls))} {'call' if calls == 1 else 'calls'}"
 
 
-def _calls_bytes(calls: float | None, nbytes: float | None) -> str:
+def _calls_bytes(calls: float | None, nbytes: float | None, mark: Mark = _as_is) -> str:
     """``1 call, 0 bytes``, ``3 calls, 50.2M bytes`` (K, M, G of bytes: KiB, MiB, GiB)."""
-    return f"{_calls(calls)}, {fmt.bytes_(nbytes)} bytes"
+    return f"{_calls(calls, mark)}, {mark(fmt.bytes_(nbytes))} bytes"
 
 
 def _cb(c: Counts | None, group: str, key: str) -> tuple[int | None, int | None]:
@@ -90,29 +100,32 @@ def _get(c: Counts | None, name: str | None) -> int | float | None:
     return getattr(c, name) if c is not None and name is not None else None
 
 
-def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
-    """The rows of a quantity the catalogue marks ``Shown.SPECIAL``: rates, averages, directions, levels."""
+def _special_rows(p: ProcSample, q: Quantity, low: Mark = _as_is) -> list[tuple[str, str, str]]:
+    """The rows of a quantity the catalogue marks ``Shown.SPECIAL``: rates, averages, directions, levels;
+    ``low`` marks the last interval's rates and counts (not its averages and levels)."""
     iv, tot = p.interval, p.total
     label = q.label or q.field
 
     def n(c: Counts | None, name: str) -> str:
         return fmt.si(_get(c, name))
 
-    def copies(c: Counts | None, d: str) -> str:
-        return _calls_bytes(*_cb(c, q.field, d))
+    def rate(value: str) -> str:
+        return _per_s(low(value))
 
-    def prefetch(c: Counts | None) -> str:
-        return " ".join(f"{arrow} {fmt.bytes_(_cb(c, q.field, d)[1])}"
+    def copies(c: Counts | None, d: str, mark: Mark = _as_is) -> str:
+        return _calls_bytes(*_cb(c, q.field, d), mark)
+
+    def prefetch(c: Counts | None, mark: Mark = _as_is) -> str:
+        return " ".join(f"{arrow} {mark(fmt.bytes_(_cb(c, q.field, d)[1]))}"
                         for d, arrow in zip(q.directions, ("→GPU", "→CPU")))
 
-    def migrated(c: Counts | None) -> str:
+    def migrated(c: Counts | None, mark: Mark = _as_is) -> str:
         m = getattr(c, q.field) if c is not None else None
-        return " ".join(f"{d.upper()} {fmt.bytes_(m.get(d) if m is not None else None)}" for d in ("h2d", "d2h"))
+        return " ".join(f"{d.upper()} {mark(fmt.bytes_(m.get(d) if m is not None else None))}"
+                        for d in ("h2d", "d2h"))
 
-    if q.field == "launches":
-        return [(label, _per_s(fmt.si(fields.rate_in(p, q.field))), n(tot, q.field))]
-    if q.field in ("graph_launches", "graph_kernel_launches"):
-        return [(label, _per_s(fmt.si(fields.rate_in(p, q.field))), n(tot, q.field))]
+    if q.field in ("launches", "graph_launches", "graph_kernel_launches"):
+        return [(label, rate(fmt.si(fields.rate_in(p, q.field))), n(tot, q.field))]
     if q.field == "grid_blocks_sum":
         tot_grid = _avg(tot.grid_blocks_sum, tot.launches) if tot else None
         tot_block = _avg(tot.block_threads_sum, tot.launches) if tot else None
@@ -120,27 +133,27 @@ def _special_rows(p: ProcSample, q: Quantity) -> list[tuple[str, str, str]]:
                  f"{fmt.num(tot_grid)} × {fmt.num(tot_block)}")]
     if q.field == "memcpy":
         return [(f"{label} {d}" if d == "unknown" else f"{label} {d.upper()}",
-                 _per_s(fmt.bytes_(fields.rate_in(p, q.field, d))), copies(tot, d)) for d in q.directions]
+                 rate(fmt.bytes_(fields.rate_in(p, q.field, d))), copies(tot, d)) for d in q.directions]
     if q.field == "live_alloc_bytes":
         return [(label, "", fmt.bytes_(fields.live_alloc_bytes(p)))]
     if q.field == "prefetch":
-        return [(label, prefetch(iv), prefetch(tot))]
+        return [(label, prefetch(iv, low), prefetch(tot))]
     if q.field == "uvm_cpu_faults":
-        return [(label, _per_s(fmt.si(fields.rate_in(p, q.field))),
+        return [(label, rate(fmt.si(fields.rate_in(p, q.field))),
                  f"CPU {n(tot, q.field)} GPU {n(tot, 'uvm_gpu_faults')}")]
     if q.field == "uvm_migrated":
-        return [(label, migrated(iv), migrated(tot))]
+        return [(label, migrated(iv, low), migrated(tot))]
     if q.field == "nccl":
         used = [d for d in q.directions if (_cb(tot, q.field, d)[0] or 0) > 0]
-        return [(label, f"{_per_s(fmt.si(fields.rate_in(p, 'nccl_calls')))}, "
-                        f"{_per_s(fmt.bytes_(fields.rate_in(p, 'nccl_bytes')))}",
+        return [(label, f"{rate(fmt.si(fields.rate_in(p, 'nccl_calls')))}, "
+                        f"{rate(fmt.bytes_(fields.rate_in(p, 'nccl_bytes')))}",
                  _calls_bytes(_get(tot, "nccl_calls"), _get(tot, "nccl_bytes"))),
-                *((f"  {d}", copies(iv, d), copies(tot, d)) for d in used)]
+                *((f"  {d}", copies(iv, d, low), copies(tot, d)) for d in used)]
     if q.field == "nccl_comms":
         comm = fmt.NA if p.nccl_comm_size is None else f"rank {p.nccl_comm_rank} of {p.nccl_comm_size}"
         return [(label, "", f"{comm}, {fmt.si(_get(tot, q.field))} created")]
     if q.field == "sync_wait_s":
-        return [(label, f"{fmt.pct(fields.rate_in(p, q.field), 1)}, {_calls(_get(iv, 'sync_calls'))}",
+        return [(label, f"{low(fmt.pct(fields.rate_in(p, q.field), 1))}, {_calls(_get(iv, 'sync_calls'), low)}",
                  f"{fmt.seconds(_get(tot, q.field))}, {_calls(_get(tot, 'sync_calls'))}"), *_latency_rows(p)]
     raise ValueError(f"no details row for {q.field}")
 
@@ -163,21 +176,23 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
     """(label, this interval, since gputop first saw the process) for every quantity of the catalogue
     (gputop/counters.py, in its order), then the process's GPU and CPU use.
 
-    The interval column shows the model's rates (``/s``) and the interval's counts; the total
-    column keeps its meaning when the process goes idle or exits."""
+    The interval column shows the model's rates (``/s``) and the interval's counts, each with ``~`` before
+    it while the process is warming up (the fleet view: its series is younger than the window, so they
+    read low); the total column keeps its meaning when the process goes idle or exits."""
     iv, tot = p.interval, p.total
+    low: Mark = partial(fmt.reads_low, low=p.warming_up)
     rows: list[tuple[str, str, str]] = []
     for q in PROC:
         label = q.label or q.field
         if q.shown is Shown.COUNT:
-            rows.append((label, fmt.si(_get(iv, q.field)), fmt.si(_get(tot, q.field))))
+            rows.append((label, low(fmt.si(_get(iv, q.field))), fmt.si(_get(tot, q.field))))
         elif q.shown is Shown.CALLS:
-            rows.append((label, _calls(_get(iv, q.field)), _calls(_get(tot, q.field))))
+            rows.append((label, _calls(_get(iv, q.field), low), _calls(_get(tot, q.field))))
         elif q.shown is Shown.CALLS_BYTES:
-            rows.append((label, _calls_bytes(_get(iv, q.field), _get(iv, q.bytes_field)),
+            rows.append((label, _calls_bytes(_get(iv, q.field), _get(iv, q.bytes_field), low),
                          _calls_bytes(_get(tot, q.field), _get(tot, q.bytes_field))))
         elif q.shown is Shown.SPECIAL:
-            rows += _special_rows(p, q)
+            rows += _special_rows(p, q, low)
     rows += [
         ("GPU mem / SM", _pair(fmt.bytes_(p.gpu_mem_bytes), fmt.pct(p.gpu_util_pct)), ""),
         ("CPU / RSS", _pair(fmt.pct(p.cpu_pct), fmt.bytes_(p.rss_bytes)), ""),
@@ -186,7 +201,9 @@ def stats_rows(p: ProcSample) -> list[tuple[str, str, str]]:
 
 
 def stats_content(p: ProcSample) -> Content:
-    return table3([STATS_HEAD, *stats_rows(p)])
+    # the last interval's widest value, "2.05k calls, 1.00G bytes", takes 24 cells, 26 with its marks while the
+    # process warms up: its column is two wider then (the panel's 66 cells still hold the total's 24)
+    return table3([STATS_HEAD, *stats_rows(p)], (15, 27) if p.warming_up else (15, 25))
 
 
 def table3(rows: list[tuple[str, str, str]], widths: tuple[int, int] = (15, 25)) -> Content:
@@ -209,6 +226,12 @@ def state_label(p: ProcSample, gone: bool) -> str:
     return "[gone]" if gone else f"[{p.state}]"
 
 
+def warming_label(p: ProcSample, gone: bool) -> str:
+    """``[warming up]`` while the process's rates read low (the fleet view: its series is younger than the
+    window, docs/fleet.md "Warming up"), else empty; a process gone has no rates to read."""
+    return fmt.WARMING_UP if p.warming_up and not gone else ""
+
+
 def key_label(key: ProcKey) -> str:
     """``PID 123``, or in the fleet view ``PID 123 at node-7:9464`` (its scrape target)."""
     return f"PID {key}" if isinstance(key, int) else f"PID {key[1]} at {fmt.text(key[0])}"
@@ -218,6 +241,7 @@ def title_content(p: ProcSample | None, pid: ProcKey, gone: bool, width: int = 1
     if p is None:
         return Content.styled(f"{key_label(pid)}: waiting for it to appear…", "$warning")
     state = state_label(p, gone)
+    warming = warming_label(p, gone)
     lb = "  ◆ launch-bound" if p.launch_bound else ""
     where = f" on {fmt.text(p.node)}" if p.instance is not None else ""
     user = "" if p.instance is not None else fmt.text(p.user)    # the fleet view has no user names
@@ -225,6 +249,7 @@ def title_content(p: ProcSample | None, pid: ProcKey, gone: bool, width: int = 1
     tail = Content.assemble(
         "  ",
         (state, "$success" if state == "[running]" else "$warning"),
+        (f"  {warming}" if warming else "", "$warning"),
         f"  GPU {fmt.text(p.gpu_index)}",
         f"  container {fmt.text(p.container[:12])}" if p.container else "",
         (lb, "$warning bold"),
@@ -235,9 +260,9 @@ def title_content(p: ProcSample | None, pid: ProcKey, gone: bool, width: int = 1
 
 def without_live_values(p: ProcSample) -> ProcSample:
     """A process no longer reported: its totals stay, its rates and levels are no longer known
-    (never frozen at its last, partial interval)."""
+    (never frozen at its last, partial interval), nor whether they would read low (``warming_up``)."""
     return replace(
-        p, interval=None, rates=None, grid_blocks_avg=None, block_threads_avg=None, gpu_mem_bytes=None,
+        p, interval=None, rates=None, warming_up=None, grid_blocks_avg=None, block_threads_avg=None, gpu_mem_bytes=None,
         gpu_util_pct=None, cpu_pct=None, rss_bytes=None, launch_bound=None,
         kernels=tuple(replace(k, interval_launches=None, launches_per_s=None, interval_graph_launches=None,
                               graph_launches_per_s=None) for k in p.kernels),
@@ -336,10 +361,16 @@ class DetailsScreen(LiveScreen):
         self.app.push_screen(StackScreen(site, key_label(self.pid)))
 
     # -- charts (called by the Chart widgets with their size) ----------------------------------
+    @property
+    def _low(self) -> bool:
+        """Whether the process is warming up: its rate charts read low (their titles say so)."""
+        return self.proc is not None and bool(self.proc.warming_up)
+
     def _draw_launches(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
         s = series(self._points, "launches", origin=self._now)
         return charts.line_chart(
-            [s], w, h, palette, title="launches/s", y_format=fmt.si, colorless=colorless, labels=["launches"]
+            [s], w, h, palette, title=fmt.low_title("launches/s", self._low), y_format=fmt.si, colorless=colorless,
+            labels=["launches"]
         )
 
     def _draw_memcpy(self, w: int, h: int, palette: ChartPalette, colorless: bool) -> str:
@@ -349,7 +380,7 @@ class DetailsScreen(LiveScreen):
             w,
             h,
             palette,
-            title="memcpy B/s",
+            title=fmt.low_title("memcpy B/s", self._low),
             y_format=fmt.bytes_,
             y_binary=True,
             colorless=colorless,
