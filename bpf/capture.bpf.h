@@ -25,9 +25,45 @@ static __always_inline struct cap_t *capture_of(u32 tgid, u64 stream) {
     if (!c)
         return 0;
     struct cap_t *o = live_capture(tgid, c->origin, c->seq);
-    if (!o)
-        joined.delete(&k);
+    if (!o && joined.delete(&k) == 0)
+        share_give(tgid, SH_JOINS, 1);
     return o;
+}
+
+// A stream of process tgid joins capture cap (joined) / an event of it is recorded into capture cap
+// (capture_events): the entry updated in place when there, else made and charged to the process's
+// tenant (SH_JOINS, SH_CAPTURE_EVENTS: hash tables, not LRU ones, so that no tenant's entries push out
+// another's); a join lost to the share or a full table is counted as the tenant's (DROP_CAPTURES: the
+// joined stream's launches are then counted as run). Two functions: bcc rewrites a table's calls only
+// where it is named.
+static __always_inline void join_put(u32 tgid, struct tkey_t *k, struct cap_t *cap) {
+    if (joined.lookup(k)) {
+        joined.update(k, cap);
+        return;
+    }
+    struct tenant_t *o = share_take(tgid, SH_JOINS);
+    int rc = o ? joined.insert(k, cap) : -ENOSPC;
+    if (rc != 0 && o)
+        share_add(o, SH_JOINS, -1);
+    if (rc == -EEXIST)                  // another thread's, made meanwhile
+        joined.update(k, cap);
+    else if (rc != 0)
+        lose(DROP_CAPTURES, SH_JOINS);
+}
+
+static __always_inline void event_put(u32 tgid, struct tkey_t *k, struct cap_t *cap) {
+    if (capture_events.lookup(k)) {
+        capture_events.update(k, cap);
+        return;
+    }
+    struct tenant_t *o = share_take(tgid, SH_CAPTURE_EVENTS);
+    int rc = o ? capture_events.insert(k, cap) : -ENOSPC;
+    if (rc != 0 && o)
+        share_add(o, SH_CAPTURE_EVENTS, -1);
+    if (rc == -EEXIST)
+        capture_events.update(k, cap);
+    else if (rc != 0)
+        lose(DROP_CAPTURES, SH_CAPTURE_EVENTS);
 }
 
 // true while some stream of the process captures (the event probes' fast exit)
@@ -143,17 +179,17 @@ int end_capture_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return end_cap
 // forms: an event recorded into a capturing stream is a node of that capture
 static __always_inline int record_event_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = current_tgid();
-    if (!any_capture(tgid))
+    if (!any_capture(tgid) || nested(ctx, tgid))    // the runtime's own call of the driver's: done once
         return 0;
     struct tkey_t ek = {.tgid = tgid, .gen = gen_of(tgid), .addr = PT_REGS_PARM1(ctx)};
     struct cap_t *c = capture_of(tgid, stream_id(PT_REGS_PARM2(ctx), ptsz));
     if (!c) {
-        capture_events.delete(&ek);     // recorded outside a capture: joins nothing
+        if (capture_events.delete(&ek) == 0)    // recorded outside a capture: joins nothing
+            share_give(tgid, SH_CAPTURE_EVENTS, 1);
         return 0;
     }
     struct cap_t cap = *c;
-    if (capture_events.update(&ek, &cap) != 0)
-        drop(DROP_CAPTURES);
+    event_put(tgid, &ek, &cap);
     return 0;
 }
 int record_event(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return record_event_at(ctx, 0); }
@@ -164,7 +200,7 @@ int record_event_ptsz(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return record
 // an event of a joined stream (the join back) changes nothing
 static __always_inline int wait_event_at(struct pt_regs *ctx, int ptsz) {
     u32 tgid = current_tgid();
-    if (!any_capture(tgid))
+    if (!any_capture(tgid) || nested(ctx, tgid))
         return 0;
     struct tkey_t ek = {.tgid = tgid, .gen = gen_of(tgid), .addr = PT_REGS_PARM2(ctx)};
     struct cap_t *e = capture_events.lookup(&ek);
@@ -173,13 +209,14 @@ static __always_inline int wait_event_at(struct pt_regs *ctx, int ptsz) {
     struct cap_t cap = *e;
     u64 stream = stream_id(PT_REGS_PARM1(ctx), ptsz);
     if (!live_capture(tgid, cap.origin, cap.seq)) {
-        capture_events.delete(&ek);     // that capture has ended
+        if (capture_events.delete(&ek) == 0)    // that capture has ended
+            share_give(tgid, SH_CAPTURE_EVENTS, 1);
         return 0;
     }
     if (stream == cap.origin || capture_of(tgid, stream))
         return 0;
     struct tkey_t sk = {.tgid = tgid, .gen = gen_of(tgid), .addr = stream};
-    joined.update(&sk, &cap);
+    join_put(tgid, &sk, &cap);
     return 0;
 }
 int wait_event(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return wait_event_at(ctx, 0); }

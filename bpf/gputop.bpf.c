@@ -57,10 +57,10 @@ BPF_HASH(allocs, struct tkey_t, struct alloc_t, MAX_ALLOCS);
 // streams that began a capture under way (deleted at its end)
 BPF_HASH(capturing, struct tkey_t, struct cap_t, MAX_CAPTURES);
 // streams that joined a capture through an event recorded in it: an entry goes stale when its
-// capture ends (checked on use; the LRU makes room by evicting the oldest)
-BPF_TABLE("lru_hash", struct tkey_t, struct cap_t, joined, MAX_JOINED);
-// events recorded into a capturing stream: waiting on one joins the capture
-BPF_TABLE("lru_hash", struct tkey_t, struct cap_t, capture_events, MAX_CAPTURE_EVENTS);
+// capture ends (dropped on use, else with its process); each tenant holds a share (bpf/share.bpf.h)
+BPF_HASH(joined, struct tkey_t, struct cap_t, MAX_JOINED);
+// events recorded into a capturing stream: waiting on one joins the capture (a share each, as joined)
+BPF_HASH(capture_events, struct tkey_t, struct cap_t, MAX_CAPTURE_EVENTS);
 BPF_F_TABLE("lpm_trie", struct range_key_t, u32, ranges, MAX_ALLOCS * 8, BPF_F_NO_PREALLOC);
 // code of the CUDA runtime and driver in each process (filled by user space from /proc/PID/maps):
 // CODE_CUDA, or CODE_LAYER for a driver-level interception layer's text (rule 7)

@@ -23,7 +23,8 @@
     !defined(NCCL_DTYPE_LOG2) || !defined(NCCL_ALLREDUCE) || !defined(NCCL_RECV) || !defined(NCCL_SUCCESS) || \
     !defined(NCCL_IN_PROGRESS) || !defined(STACK_DEPTH) || !defined(STACK_SKIP) || !defined(PY_THREADS) || \
     !defined(FRAME_WINDOW) || !defined(NO_OFFSET) || !defined(STACK_PYTHON) || !defined(STACK_NATIVE) || \
-    !defined(STACK_TRUNCATED) || !defined(NO_TSTATE) || !defined(NO_TSTATE_RETRY) || !defined(SH_CALL_SITES) || !defined(SH_CALL_STACKS) || !defined(DROP_CALL_SITES)
+    !defined(STACK_TRUNCATED) || !defined(NO_TSTATE) || !defined(NO_TSTATE_RETRY) || !defined(SH_CALL_SITES) || !defined(SH_CALL_STACKS) || !defined(DROP_CALL_SITES) || \
+    !defined(SH_JOINS) || !defined(SH_CAPTURE_EVENTS)
 #error "compile with gputop/sources/bpf/common/abi.py's cflags(): the constants shared with user space are defined there"
 #endif
 #if !defined(MAX_PROCS) || !defined(MAX_KERNELS) || !defined(MAX_KSLOTS) || !defined(MAX_NAMES) || \

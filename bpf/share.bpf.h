@@ -29,7 +29,8 @@ static __always_inline s64 share_cap(u32 c) {
           : c == SH_NAMES ? MAX_NAMES : c == SH_NAME_PTRS ? MAX_NAME_PTRS : c == SH_ALLOCS ? MAX_ALLOCS
           : c == SH_RANGES ? MAX_ALLOCS * 8ULL : c == SH_CAPTURES ? MAX_CAPTURES
           : c == SH_GRAPHS ? MAX_GRAPHS : c == SH_SYNC_HISTS ? MAX_SYNC_HISTS : c == SH_CALL_STACKS ? MAX_STACKS
-          : c == SH_CALL_SITES ? MAX_SITES : MAX_GRAPH_NODES;
+          : c == SH_CALL_SITES ? MAX_SITES : c == SH_JOINS ? MAX_JOINED
+          : c == SH_CAPTURE_EVENTS ? MAX_CAPTURE_EVENTS : MAX_GRAPH_NODES;
     return n * TENANT_SHARE_PCT / 100;
 }
 

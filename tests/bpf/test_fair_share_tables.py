@@ -30,7 +30,7 @@ ATTACKER = f"uid:{NOBODY}"
 #: the tables of the module's source (one compile for the tests that use them: ``src``)
 SMALL = {"MAX_PROCS": 16, "MAX_KERNELS": 16, "MAX_NAME_PTRS": 64, "MAX_CAPTURES": 8, "MAX_CODE": 512,
          "MAX_STACKS": 16, "MAX_SITES": 32, "MAX_ALLOCS": 16, "MAX_GRAPHS": 16, "MAX_GRAPH_NODES": 32,
-         "MAX_SYNC_HISTS": 8}
+         "MAX_SYNC_HISTS": 8, "MAX_JOINED": 16, "MAX_CAPTURE_EVENTS": 16}
 #: what each source's tenants had lost when the running test began (``_lost`` is what they lost since)
 _BEFORE: dict[int, dict[str, dict[str, int]]] = {}
 
@@ -234,6 +234,28 @@ def test_a_tenant_holding_captures_open_leaves_room_for_anothers(src: BpfSource,
         victim.wait()
         c = src.read().procs[victim.pid].counters
         assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (40, 7, 1)
+    finally:
+        _gone(src, attack)
+
+
+def test_a_tenant_flooding_capture_joins_leaves_room_for_anothers(src: BpfSource, workloads: Any, testbed: Any,
+                                                                   nobody_dir: Path) -> None:  # noqa: F811
+    """uid 65534 recording 20 events into a capture and joining 20 streams to it, against tables of 16 events
+    and 16 joins (the review's "LRU tables shared first come, first served": a victim's join then lost, its
+    joined stream's launches counted as run): it holds 8 of each and loses 12 of each, counted as its own;
+    a victim's fork/join capture is exact."""
+    shim = [str(workloads.dlopen), "--cudart", str(workloads.shim_runtime)]
+    env = {"SHIM_LIBCUDA": str(testbed.libcuda)}
+    attack = _Workload(src, nobody_dir, [*shim, "capture_flood:20:20", "sleep:60000"], nobody=True, env=env)
+    try:
+        _until(src, "the attacker's joins", lambda r: _lost(src, r).get(ATTACKER, {}).get("joins") == 12)
+        assert _lost(src, src.read())[ATTACKER] == {"capture_events": 12, "joins": 12}
+        victim = _Workload(src, nobody_dir, [*shim, "capture_fork:40:7"], env=env)
+        victim.wait()
+        reading = src.read()
+        c = reading.procs[victim.pid].counters
+        assert (c["captured_launches"], c["launches"], c["graph_launches"]) == (41, 14, 1)
+        assert set(_lost(src, reading)) == {ATTACKER}
     finally:
         _gone(src, attack)
 

@@ -72,6 +72,8 @@
 //                      record 0xe2 on 0x88, 0x77 waits on it (join back), end the capture; then K
 //                      launches into 0x88, a new capture on 0x77 that 0x88 does not join with K
 //                      more launches into 0x88, its end, and one cudaGraphLaunch
+//   capture_flood:N:J  begin capturing stream 0x77, record N events (0x10000 + i) there, J streams
+//                      (0x20000 + j) wait on the first (each joins the capture); the capture is never ended
 //   capture_threads:N:K:MODE  thread A begins capturing its per-thread default stream, thread B launches K
 //                      times into its own, A launches N times into the capture and ends it, B launches K
 //                      more: MODE 0 through cudaStreamPerThread (0x2), MODE 1 through stream 0 and the
@@ -905,6 +907,19 @@ static void run_op(const char *op) {
         pthread_join(ta, NULL);
         pthread_join(tb, NULL);
         pthread_barrier_destroy(&cap_barrier);
+        return;
+    }
+    if (!strcmp(name, "capture_flood")) {
+        NEED(begin_capture);
+        NEED(event_record);
+        NEED(wait_event);
+        void *s1 = (void *)0x77;
+        long j = atol(a);
+        api.begin_capture(s1, 0);
+        for (long i = 0; i < n; i++)
+            api.event_record((void *)(0x10000 + i), s1);
+        for (long i = 0; i < j; i++)
+            api.wait_event((void *)(0x20000 + i), (void *)0x10000, 0);
         return;
     }
     if (!strcmp(name, "capture_fork")) {

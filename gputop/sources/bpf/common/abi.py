@@ -100,16 +100,17 @@ NDROP = len(DROP_KINDS)
 #: the classes of table entries a tenant has a share of (bpf/share.bpf.h), by index: process owners,
 #: records, (process, kernel) pairs, names and aliases, registrations, allocations, their address
 #: ranges, captures under way, graph contents with graphs, execs and parts, graph nodes, sync latency
-#: histograms (a process's, per API), sampled call stacks, and their sample counts by kernel (call sites). The
-#: C side names index i SH_<KIND>.
+#: histograms (a process's, per API), sampled call stacks, and their sample counts by kernel (call sites),
+#: streams that joined a capture and events recorded into one. The C side names index i SH_<KIND>.
 SHARE_KINDS = ("owners", "procs", "kernels", "names", "name_ptrs", "allocs", "ranges", "captures", "graphs",
-               "graph_nodes", "sync_hists", "call_stacks", "call_sites")
+               "graph_nodes", "sync_hists", "call_stacks", "call_sites", "joins", "capture_events")
 NSHARE = len(SHARE_KINDS)
 #: the class each table's entries are charged as (the tables user space deletes entries of)
 SHARE_OF = {"procs": "procs", "owners": "owners", "kernels": "kernels", "names": "names", "aliases": "names",
             "name_ptrs": "name_ptrs", "allocs": "allocs", "ranges": "ranges", "capturing": "captures",
             "gids": "graphs", "graphs": "graphs", "execs": "graphs", "gparts": "graphs", "gnodes": "graph_nodes",
-            "sync_hist": "sync_hists", "py_stacks": "call_stacks", "py_sites": "call_sites"}
+            "sync_hist": "sync_hists", "py_stacks": "call_stacks", "py_sites": "call_sites", "joined": "joins",
+            "capture_events": "capture_events"}
 
 #: every constant above, by name: what cflags passes
 SHARED: dict[str, int] = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}
@@ -135,8 +136,8 @@ LIMITS: dict[str, int] = {
     "MAX_STACKS": 16384,            # py_stacks: (process, sampled stack)
     "MAX_SITES": 65536,             # py_sites: (process, sampled stack, kernel) sample counts
     "MAX_CAPTURES": 1024,           # capturing: streams that began a capture under way
-    "MAX_JOINED": 8192,             # joined: streams that joined a capture (LRU)
-    "MAX_CAPTURE_EVENTS": 4096,     # capture_events: events recorded into a capture (LRU)
+    "MAX_JOINED": 8192,             # joined: streams that joined a capture
+    "MAX_CAPTURE_EVENTS": 4096,     # capture_events: events recorded into a capture
     "MAX_MMAPS": 1024,              # exec_mmap: threads inside an executable mmap (LRU)
     "MAX_FILES": 16384,             # known_files: files user space classified (LRU)
     "EVENT_PAGES": 64,              # events: the ring buffer's pages (a power of two)
