@@ -9,8 +9,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gputop.errors import EX_ERROR, EX_OK, GputopError
-from gputop.modes.args import build_parser, fail, fleet_wanted, validate
+from gputop.errors import EX_ERROR, EX_OK, EX_USAGE, GputopError
+from gputop.modes.args import fail, fleet_wanted, validate
+from gputop.modes.commands import full_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +29,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gputop.modes import demo
 
             return demo.main(argv[1:])
-        args = build_parser().parse_args(argv)
+        args = full_parser().parse_args(argv)
+        if args.command is not None:    # a subcommand after gputop's own options: whose are they?
+            raise GputopError(f"options before the command {args.command!r} are gputop's, not its own",
+                              f"put the command first: gputop {args.command} [OPTIONS]", EX_USAGE)
+        if args.print_completion is not None:
+            from gputop.modes import manual
+
+            sys.stdout.write(manual.completion(full_parser(), args.print_completion))
+            return EX_OK
+        if args.print_man:
+            from gputop.modes import manual
+
+            sys.stdout.write(manual.man_page(full_parser()))
+            return EX_OK
         if args.ebpf:
             from gputop.sources.bpf import BpfSource
 

@@ -45,85 +45,27 @@ import ssl
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer
+from gputop.exporter.httpconn import (
+    ANSWERING,
+    DRAINING,
+    LIMITS,
+    READING,
+    SENDING,
+    TLS_RECORD,
+    Conn,
+    Limits,
+    ReplyBuffer,
+    canned,
+    host_of,
+    send_quietly,
+)
 
-
-@dataclass(frozen=True)
-class Limits:
-    max_connections: int = 64          # open at once: reading, queued, answered, being sent
-    workers: int = 4                   # threads answering complete requests
-    request_deadline_s: float = 5.0    # from accept to the head's last byte, however it trickles
-    write_deadline_s: float = 10.0     # from the reply's first byte sent to its last
-    stall_s: float = 2.0               # a reply's client that takes nothing this long is cut off
-    max_per_address: int = 8           # open at once from one client address (503 beyond)
-    max_request_line: int = 8192       # bytes, its line ending included (414 beyond)
-    max_headers: int = 64              # header lines (431 beyond)
-    max_head_bytes: int = 32768        # request line and headers (431 beyond)
-    linger_s: float = 1.0              # after a refusal: drain what the client still sends this long
-    linger_bytes: int = 1 << 20        # and at most this much
-
-
-LIMITS = Limits()
 ACCEPT_BATCH = 16          # accepts per turn of the loop: the heads already accepted are read first
 ACCEPT_PAUSE_S = 0.1       # accept() out of descriptors or memory: stop accepting this long
 STALLED_S = 0.5            # a reply whose client took nothing this long may be evicted for a new connection
-_READING, _DRAINING, _ANSWERING, _SENDING = 0, 1, 2, 3
-
-
-def canned(code: int) -> bytes:
-    """A complete HTTP/1.0 reply with a one-line plain-text body."""
-    reason = HTTPStatus(code).phrase
-    body = f"{code} {reason}\n".encode()
-    return (f"HTTP/1.0 {code} {reason}\r\nServer: gputop-exporter\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
-
-
-class _Conn:
-    """An accepted connection: the I/O thread's while it reads its head, drains or sends its reply;
-    a worker's between (``head`` set, ``out`` filled)."""
-
-    __slots__ = ("addr", "buf", "deadline", "drain_left", "head", "host", "lines", "out", "progress", "scan",
-                 "shaking", "sock", "started", "state")
-
-    def __init__(self, sock: socket.socket, addr: Any, deadline: float) -> None:
-        self.sock = sock
-        self.addr = addr
-        self.host = _host(addr)
-        self.deadline = deadline
-        self.started = 0.0          # sending: when the reply's first byte went out, and its last progress
-        self.progress = 0.0
-        self.buf = bytearray()
-        self.scan = 0               # where the line being read starts in buf
-        self.lines = 0              # complete lines so far: the request line, then headers
-        self.state = _READING
-        self.drain_left = 0
-        self.head = b""
-        self.out: list[memoryview] = []
-        self.shaking = isinstance(sock, ssl.SSLSocket)     # TLS: its handshake first, within the head's deadline
-
-
-class ReplyBuffer(io.BufferedIOBase):
-    """A handler's ``wfile``: what it writes, kept for the I/O thread to send (bytes by reference)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.chunks: list[memoryview] = []
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: ReadableBuffer) -> int:
-        view = memoryview(b if isinstance(b, bytes) else bytes(b)).cast("B")   # a mutable buffer: copied
-        if view.nbytes:
-            self.chunks.append(view)
-        return view.nbytes
-
 
 class PreparsedRequestHandler(BaseHTTPRequestHandler):
     """``BaseHTTPRequestHandler`` over a head the server has already read and checked, writing its
@@ -161,10 +103,10 @@ class BoundedHTTPServer(HTTPServer):
         self._lock = threading.Lock()
         self._open = 0                                  # accepted and not yet closed
         self._by_host: dict[str, int] = {}              # open connections by client address
-        self._conns: dict[_Conn, None] = {}             # reading or draining, in accept order: the oldest first
-        self._sending: dict[_Conn, None] = {}
-        self._requests: queue.SimpleQueue[_Conn | None] = queue.SimpleQueue()      # to the workers
-        self._replies: queue.SimpleQueue[_Conn] = queue.SimpleQueue()              # from the workers
+        self._conns: dict[Conn, None] = {}             # reading or draining, in accept order: the oldest first
+        self._sending: dict[Conn, None] = {}
+        self._requests: queue.SimpleQueue[Conn | None] = queue.SimpleQueue()      # to the workers
+        self._replies: queue.SimpleQueue[Conn] = queue.SimpleQueue()              # from the workers
         self._waker_r, self._waker_w = socket.socketpair()
         self._waker_r.setblocking(False)
         self._waker_w.setblocking(False)
@@ -220,7 +162,7 @@ class BoundedHTTPServer(HTTPServer):
                         accept = True
                     elif key.data is self._waker_r:
                         self._take_replies(sel)
-                    elif key.data.state == _SENDING:
+                    elif key.data.state == SENDING:
                         self._send(sel, key.data)
                     else:
                         self._on_readable(sel, key.data)
@@ -258,7 +200,7 @@ class BoundedHTTPServer(HTTPServer):
                     return False
                 continue                                # ECONNABORTED and the like: that client left
             sock.setblocking(False)
-            host = _host(addr)
+            host = host_of(addr)
             with self._lock:
                 full = self._open >= limits.max_connections
                 crowded = self._by_host.get(host, 0) >= limits.max_per_address
@@ -273,7 +215,7 @@ class BoundedHTTPServer(HTTPServer):
                     self._turn_away(sock)
                     continue
                 self._count("evicted")
-                self._close(sel, victim, 503 if victim.state == _READING else None)
+                self._close(sel, victim, 503 if victim.state == READING else None)
             if self.tls is not None:            # its handshake comes first, done by this thread a step at a time
                 try:
                     sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
@@ -285,12 +227,12 @@ class BoundedHTTPServer(HTTPServer):
             with self._lock:
                 self._open += 1
                 self._by_host[host] = self._by_host.get(host, 0) + 1
-            c = _Conn(sock, addr, time.monotonic() + limits.request_deadline_s)
+            c = Conn(sock, addr, time.monotonic() + limits.request_deadline_s)
             self._conns[c] = None
             sel.register(sock, selectors.EVENT_READ, c)
         return True
 
-    def _victim(self, now: float) -> _Conn | None:
+    def _victim(self, now: float) -> Conn | None:
         """The connection a new one may take the slot of: the oldest still sending its head (or
         draining), else the reply whose client has taken nothing for longest, STALLED_S or more."""
         victim = next(iter(self._conns), None)
@@ -299,7 +241,7 @@ class BoundedHTTPServer(HTTPServer):
         stalled = min(self._sending, key=lambda c: c.progress, default=None)
         return stalled if stalled is not None and now - stalled.progress >= STALLED_S else None
 
-    def _handshake(self, sel: selectors.BaseSelector, c: _Conn) -> bool:
+    def _handshake(self, sel: selectors.BaseSelector, c: Conn) -> bool:
         """A TLS connection's handshake, a step at a time as its bytes come; True once done. A client that
         does not speak TLS, or whose certificate is refused, is closed (counted ``tls``)."""
         sock = c.sock
@@ -320,10 +262,10 @@ class BoundedHTTPServer(HTTPServer):
         sel.modify(sock, selectors.EVENT_READ, c)
         return True
 
-    def _on_readable(self, sel: selectors.BaseSelector, c: _Conn) -> None:
+    def _on_readable(self, sel: selectors.BaseSelector, c: Conn) -> None:
         if c.shaking and not self._handshake(sel, c):
             return
-        if c.state == _DRAINING:
+        if c.state == DRAINING:
             try:
                 n = c.sock.recv_into(self._scratch)
             except (BlockingIOError, InterruptedError):
@@ -361,10 +303,10 @@ class BoundedHTTPServer(HTTPServer):
         end = -verdict                                 # the head is complete: hand it to a worker
         sel.unregister(c.sock)
         del self._conns[c]
-        c.head, c.buf, c.state = bytes(c.buf[:end]), bytearray(), _ANSWERING
+        c.head, c.buf, c.state = bytes(c.buf[:end]), bytearray(), ANSWERING
         self._requests.put(c)
 
-    def _scan(self, c: _Conn) -> int | None:
+    def _scan(self, c: Conn) -> int | None:
         """None: the head goes on; a positive status code: refuse it; minus the head's length: complete."""
         limits, buf = self.limits, c.buf
         while True:
@@ -389,10 +331,10 @@ class BoundedHTTPServer(HTTPServer):
             return 431
         return None
 
-    def _refuse(self, sel: selectors.BaseSelector, c: _Conn, code: int) -> None:
+    def _refuse(self, sel: selectors.BaseSelector, c: Conn, code: int) -> None:
         """Answer ``code`` at once, half-close, and drain what the client still sends for a moment, so
         that it reads the answer rather than a reset; then close."""
-        if not _send_quietly(c.sock, canned(code)):
+        if not send_quietly(c.sock, canned(code)):
             self._close(sel, c)
             return
         try:
@@ -400,7 +342,7 @@ class BoundedHTTPServer(HTTPServer):
         except OSError:
             self._close(sel, c)
             return
-        c.state, c.buf = _DRAINING, bytearray()
+        c.state, c.buf = DRAINING, bytearray()
         c.deadline = time.monotonic() + self.limits.linger_s
         c.drain_left = self.limits.linger_bytes
 
@@ -421,7 +363,7 @@ class BoundedHTTPServer(HTTPServer):
             for _ in range(4):
                 if not sock.recv_into(self._scratch):
                     break
-        if _send_quietly(sock, canned(code)):
+        if send_quietly(sock, canned(code)):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_WR)
         with contextlib.suppress(OSError):
@@ -437,13 +379,13 @@ class BoundedHTTPServer(HTTPServer):
             except queue.Empty:
                 return
             now = time.monotonic()
-            c.state, c.started, c.progress = _SENDING, now, now
+            c.state, c.started, c.progress = SENDING, now, now
             c.deadline = now + min(self.limits.write_deadline_s, self.limits.stall_s)
             self._sending[c] = None
             sel.register(c.sock, selectors.EVENT_WRITE, c)
             self._send(sel, c)
 
-    def _send(self, sel: selectors.BaseSelector, c: _Conn) -> None:
+    def _send(self, sel: selectors.BaseSelector, c: Conn) -> None:
         tls = isinstance(c.sock, ssl.SSLSocket)
         while c.out:
             try:
@@ -466,14 +408,14 @@ class BoundedHTTPServer(HTTPServer):
 
     def _expire(self, sel: selectors.BaseSelector, now: float) -> None:
         for c in [c for c in (*self._conns, *self._sending) if c.deadline <= now]:
-            if c.state == _READING:
+            if c.state == READING:
                 self._count("deadline")
-            elif c.state == _SENDING:
+            elif c.state == SENDING:
                 whole = c.started + self.limits.write_deadline_s <= now
                 self._count("write-deadline" if whole else "stalled")
-            self._close(sel, c, 408 if c.state == _READING else None)
+            self._close(sel, c, 408 if c.state == READING else None)
 
-    def _close(self, sel: selectors.BaseSelector, c: _Conn, answer: int | None = None) -> None:
+    def _close(self, sel: selectors.BaseSelector, c: Conn, answer: int | None = None) -> None:
         with contextlib.suppress(KeyError, ValueError):
             sel.unregister(c.sock)
         self._conns.pop(c, None)
@@ -483,7 +425,7 @@ class BoundedHTTPServer(HTTPServer):
             self._answer_and_close(c.sock, answer)
         self._release(c)
 
-    def _release(self, c: _Conn) -> None:
+    def _release(self, c: Conn) -> None:
         with contextlib.suppress(OSError):
             c.sock.close()
         with self._lock:
@@ -533,23 +475,3 @@ class BoundedHTTPServer(HTTPServer):
             self._replies.put(c)
             with contextlib.suppress(OSError):          # full: the I/O thread is already woken
                 self._waker_w.send(b"\0")
-
-
-#: what one TLS send is given: one record's plaintext
-TLS_RECORD = 16384
-
-
-def _host(addr: Any) -> str:
-    """A client's address without its port (what ``max_per_address`` counts by)."""
-    return str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
-
-
-def _send_quietly(sock: socket.socket, data: bytes) -> bool:
-    """Send a short reply without blocking, as much as the socket takes; False if the client is gone."""
-    try:
-        sock.send(data)
-    except (BlockingIOError, InterruptedError):
-        return True
-    except OSError:
-        return False
-    return True

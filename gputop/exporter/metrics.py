@@ -11,27 +11,38 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
-from gputop import __version__, latency
+from gputop import __version__
 from gputop.counters import BY_FIELD, GPU, PROC, Kind, Quantity
-from gputop.exporter.admission import MAX_PROCESSES, Admission
+from gputop.exporter.admission import Admission
 from gputop.exporter.aggregate import ContainerRow, Containers, same_process
+from gputop.exporter.families import (
+    BLOCK_FINITE,
+    CMDLINE_LIMIT,
+    COMM_LIMIT,
+    CONTAINER_LIMIT,
+    COPY_FINITE,
+    GRID_FINITE,
+    KERNEL_LIMIT,
+    SYNC_HELP,
+    SYNC_METRIC,
+    USER_LIMIT,
+    Families,
+    cumulative,
+    site_label,
+    sync_buckets,
+    used_families,
+)
+from gputop.exporter.options import BUCKETS, ExportOptions
 from gputop.model import (
-    LOG2_BUCKETS,
     MEMCPY_DIRECTIONS,
     CallBytes,
-    CallSite,
     CallSites,
-    Counts,
     GpuSample,
-    LatencyHistogram,
     ProcSample,
     Snapshot,
 )
@@ -39,133 +50,6 @@ from gputop.textsafe import sanitize, sanitize_middle
 
 if TYPE_CHECKING:
     from gputop.feeds.live import RefreshTiming
-
-#: label value caps (characters, after escaping)
-COMM_LIMIT = 64
-CONTAINER_LIMIT = 128
-CMDLINE_LIMIT = 512
-USER_LIMIT = 64
-KERNEL_LIMIT = 128
-SITE_LIMIT = 256
-
-#: finite ``le`` bounds exported per histogram (values are integers, so bucket k is ``le`` 2^(k+1) - 1);
-#: a block has at most 1024 threads, so its histogram stops at 2047
-GRID_FINITE = LOG2_BUCKETS - 1
-BLOCK_FINITE = 11
-COPY_FINITE = LOG2_BUCKETS - 1
-SYNC_METRIC = "gputop_sync_duration_seconds"
-SYNC_HELP = ("Time each synchronisation call blocked, by API (device, stream, event, context); le at powers of "
-             "four (--buckets log2) or sixteen (log16) nanoseconds up to 68.7 s (docs/metrics.md).")
-
-
-def _nonzero(value: object) -> bool:
-    if isinstance(value, Mapping):
-        return any(_nonzero(v) for v in value.values())
-    if isinstance(value, CallBytes):
-        return bool(value.calls or value.bytes)
-    return bool(value)
-
-
-def _used_families(t: Counts) -> set[str]:
-    """The sparse families (``Quantity.sparse``) a process's totals use: one of their values is non-zero."""
-    return {q.sparse for q in PROC if q.sparse is not None and _nonzero(getattr(t, q.field))}
-
-
-def sync_buckets(h: LatencyHistogram, step: int) -> list[tuple[str, float]]:
-    """A sync latency histogram's Prometheus buckets: every ``latency.EXPORT_LE_NS`` bound (``--buckets
-    log2``: powers of four nanoseconds), every other one (``log16``: powers of sixteen, 4.096 us to 68.7 s),
-    or none (+Inf, ``_count`` and ``_sum`` only)."""
-    every = {0: 0, 1: 1}.get(step, 2)
-    out: list[tuple[str, float]] = []
-    if every:           # log16: 2^12, 2^16 ... 2^36 ns, the odd ones of 2^10 ... 2^36 (the last kept)
-        out = [(floatToGoString(le / 1e9), float(n))
-               for i, (le, n) in enumerate(zip(latency.EXPORT_LE_NS, h.le_counts)) if i % every == every - 1]
-    out.append(("+Inf", float(h.calls)))
-    return out
-
-
-@dataclass(frozen=True)
-class ExportOptions:
-    exited_grace_s: float = 300.0
-    kernel_metrics: int = 0             # top N kernels per process as series (0: none)
-    call_site_metrics: int = 0          # top N call sites per process as series (0: none; per process only)
-    max_processes: int = MAX_PROCESSES  # processes with series of their own (the rest summed: admission.py)
-    cmdline_label: bool = False         # command lines can hold secrets: off by default
-    user_label: bool = False            # the process's user as a label (issue 40: tell tenants apart)
-    node: str | None = None             # node label of gputop_build_info (None: the snapshot's host)
-    interval_s: float | None = None     # the collector's refresh interval (None: not known, no series)
-    aggregate: str = "process"          # "process": series per PID; "container": per container (AGGREGATES)
-    buckets: str = "log2"               # histogram bounds (BUCKETS): "log2", "log16" or "none"
-
-
-#: ``--aggregate``: what one row of series stands for
-AGGREGATES = ("process", "container")
-#: ``--buckets``: log2 exponents between two finite ``le`` bounds (0: none, only +Inf, _count and _sum)
-BUCKETS: dict[str, int] = {"log2": 1, "log16": 4, "none": 0}
-
-
-@cache
-def bucket_ends(finite: int, step: int = 1) -> tuple[int, ...]:
-    """The log2 buckets whose upper bounds are exported as finite ``le``: every ``step``-th one
-    (bucket k ends at 2^(k+1) - 1), and the last finite one, so that no finite value reaches +Inf;
-    none for ``step`` 0 (+Inf, ``_count`` and ``_sum`` only)."""
-    if step == 0:
-        return ()
-    ends = [k for k in range(finite) if (k + 1) % step == 0]
-    if not ends or ends[-1] != finite - 1:
-        ends.append(finite - 1)
-    return tuple(ends)
-
-
-@cache
-def le_bounds(finite: int, step: int = 1) -> tuple[str, ...]:
-    """The ``le`` labels of a log2 histogram with ``finite`` finite buckets (every ``step``-th), then +Inf."""
-    return (*(floatToGoString(float((1 << (k + 1)) - 1)) for k in bucket_ends(finite, step)), "+Inf")
-
-
-def cumulative(hist: Mapping[str, int] | None, finite: int, step: int = 1) -> list[tuple[str, float]] | None:
-    """Prometheus buckets (cumulative, ``le``) from the snapshot's ``{"2^k": count}`` log2 buckets."""
-    if hist is None:
-        return None
-    counts = [0] * LOG2_BUCKETS
-    for key, n in hist.items():
-        k = int(key.removeprefix("2^"))
-        counts[min(k, LOG2_BUCKETS - 1)] += int(n)
-    out: list[tuple[str, float]] = []
-    ends = bucket_ends(finite, step)
-    for k, le in zip(ends, le_bounds(finite, step)[:-1]):
-        out.append((le, float(sum(counts[:k + 1]))))
-    out.append(("+Inf", float(sum(counts))))
-    return out
-
-
-_M = TypeVar("_M", CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
-
-
-class _Families:
-    """Metric families being filled for one scrape, created on first use, yielded in order."""
-
-    def __init__(self) -> None:
-        self._by_name: dict[str, Metric] = {}
-
-    def _family(self, kind: type[_M], name: str, doc: str, labels: Sequence[str]) -> _M:
-        m = self._by_name.get(name)
-        if m is None:
-            m = self._by_name[name] = kind(name, doc, labels=labels)
-        assert isinstance(m, kind)
-        return m
-
-    def counter(self, name: str, doc: str, labels: Sequence[str]) -> CounterMetricFamily:
-        return self._family(CounterMetricFamily, name, doc, labels)
-
-    def gauge(self, name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
-        return self._family(GaugeMetricFamily, name, doc, labels)
-
-    def histogram(self, name: str, doc: str, labels: Sequence[str]) -> HistogramMetricFamily:
-        return self._family(HistogramMetricFamily, name, doc, labels)
-
-    def __iter__(self) -> Iterator[Metric]:
-        return iter(self._by_name.values())
 
 
 _GPU_LABELS = ("gpu", "mig", "uuid", "name")
@@ -278,7 +162,7 @@ class SnapshotCollector(Collector):
         now = self._clock()
         with self._lock:
             snap = self._snap
-        fam = _Families()
+        fam = Families()
         node = self.options.node or (snap.host if snap else "")
         fam.gauge("gputop_build_info", "gputop's version and the node it runs on (always 1).",
                   ("version", "node")).add_metric([__version__, sanitize(node, 253)], 1.0)
@@ -309,7 +193,7 @@ class SnapshotCollector(Collector):
             self._process(fam, row.sample)
         yield from fam
 
-    def _container_rows(self, fam: _Families, rows: Sequence[ContainerRow], processes: int) -> None:
+    def _container_rows(self, fam: Families, rows: Sequence[ContainerRow], processes: int) -> None:
         fam.gauge("gputop_exporter_processes", "Processes exported (running, or exited within the grace period).",
                   ()).add_metric([], float(processes))
         listed = fam.gauge("gputop_container_processes", "Processes of the container running now "
@@ -325,7 +209,7 @@ class SnapshotCollector(Collector):
         """The collector's own liveness, computed at every scrape (``LivenessCollector``): the age of
         the snapshot served moves between refreshes, so it is never part of a cached rendering."""
         age, refresh, refreshes = self.liveness()
-        fam = _Families()
+        fam = Families()
         if age is not None:
             fam.gauge("gputop_snapshot_age_seconds", "Seconds since the collector posted the snapshot being served "
                       "(computed at the scrape; above 2 refresh intervals + 5 s /healthz says stale).",
@@ -346,7 +230,7 @@ class SnapshotCollector(Collector):
                     ()).add_metric([], float(refreshes))
         yield from fam
 
-    def _sources(self, fam: _Families, snap: Snapshot) -> None:
+    def _sources(self, fam: Families, snap: Snapshot) -> None:
         up = fam.gauge("gputop_source_up", "1 when the source works, 0 when it is starting or unavailable.",
                        ("source",))
         for name, st in sorted(snap.sources.items()):
@@ -391,7 +275,7 @@ class SnapshotCollector(Collector):
             if value is not None:
                 fam.gauge(name, doc, ()).add_metric([], float(value))
 
-    def _gpu(self, fam: _Families, g: GpuSample) -> None:
+    def _gpu(self, fam: Families, g: GpuSample) -> None:
         labels = [str(g.index), "" if g.mig_instance is None else str(g.mig_instance),
                   sanitize(g.uuid or "", 128), sanitize(g.name or "", 128)]
         for f in GPU:           # the gauges, then the counters
@@ -418,11 +302,11 @@ class SnapshotCollector(Collector):
             values.append(sanitize(p.cmdline or "", CMDLINE_LIMIT))
         return names, values
 
-    def _process(self, fam: _Families, p: ProcSample) -> None:
+    def _process(self, fam: Families, p: ProcSample) -> None:
         names, values = self._labels(p)
         t = p.total
         if t is not None:
-            used = _used_families(t)
+            used = used_families(t)
             for q in PROC:
                 value = getattr(t, q.field)
                 if value is None or q.metric is None or (q.sparse is not None and q.sparse not in used):
@@ -453,7 +337,7 @@ class SnapshotCollector(Collector):
             self._call_sites(fam, p.call_sites, names, values)
 
     @staticmethod
-    def _directed(fam: _Families, q: Quantity, by_dir: Mapping[str, object],
+    def _directed(fam: Families, q: Quantity, by_dir: Mapping[str, object],
                   names: tuple[str, ...], values: list[str]) -> None:
         """A directed quantity's counters, one series per direction it has."""
         assert q.metric is not None
@@ -473,7 +357,7 @@ class SnapshotCollector(Collector):
                 calls.add_metric([*values, d], float(cb.calls))
                 nbytes.add_metric([*values, d], float(cb.bytes))
 
-    def _histograms(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
+    def _histograms(self, fam: Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
         t = p.total
         assert t is not None
         step = BUCKETS[self.options.buckets]
@@ -495,12 +379,12 @@ class SnapshotCollector(Collector):
                 fam.histogram("gputop_memcpy_size_bytes", "Bytes per memory copy, by direction (log2 buckets).",
                               (*names, "direction")).add_metric([*values, d], buckets, float(cb.bytes))
 
-    def _gpu_use(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
+    def _gpu_use(self, fam: Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
         if p.gpu_index is not None:
             self._gpu_values(fam, names, values, p.gpu_index, p.gpu_mem_bytes, p.gpu_util_pct, p.launch_bound)
 
     @staticmethod
-    def _gpu_values(fam: _Families, names: tuple[str, ...], values: list[str], gpu: int, mem_bytes: int | None,
+    def _gpu_values(fam: Families, names: tuple[str, ...], values: list[str], gpu: int, mem_bytes: int | None,
                     util_pct: float | None, launch_bound: bool | None) -> None:
         labels = [*values, str(gpu)]
         gnames = (*names, "gpu")
@@ -515,7 +399,7 @@ class SnapshotCollector(Collector):
                       "fast while its GPU idles (docs/nvml.md, the launch-bound rule).",
                       gnames).add_metric(labels, float(launch_bound))
 
-    def _kernels(self, fam: _Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
+    def _kernels(self, fam: Families, p: ProcSample, names: tuple[str, ...], values: list[str]) -> None:
         n = self.options.kernel_metrics
         if n <= 0 or not p.kernels:
             return
@@ -543,7 +427,7 @@ class SnapshotCollector(Collector):
                     in_graphs.add_metric([*values, label], float(graph[label]))
 
 
-    def _call_sites(self, fam: _Families, cs: CallSites | None, names: tuple[str, ...], values: list[str]) -> None:
+    def _call_sites(self, fam: Families, cs: CallSites | None, names: tuple[str, ...], values: list[str]) -> None:
         """With ``--call-site-metrics N``: the process's sampled launches, and the samples of its top N call
         sites by samples since first seen. Exact counts of samples, never estimates: PromQL estimates a
         site's launches from them over any window (docs/metrics.md, "Call sites")."""
@@ -570,25 +454,6 @@ class SnapshotCollector(Collector):
                               (*names, "site", "kind"))
         for key in sorted(by_label, key=lambda k: (-by_label[k], k))[:n]:
             samples.add_metric([*values, *key], float(by_label[key]))
-
-
-def site_label(site: CallSite) -> str:
-    """A call site as a label value: ``dir/file.py:line function`` (the file's last two parts, as the
-    dashboard shows it), a native caller's ``symbol (object)``; through the sanitiser, cut in the middle
-    to SITE_LIMIT characters (the file and line at the start, the function's end kept)."""
-    if site.kind == "unrecorded":
-        return "(unrecorded)"
-    if not site.frames:
-        return "(no frame)"
-    f = site.frames[0]
-    if site.kind == "native":
-        name = f.function if f.function is not None else "?"
-        text = f"{name} ({f.file})" if f.file else name
-    else:
-        where = "/".join(f.file.split("/")[-2:]) if f.file else "?"
-        line = f":{f.line}" if f.line is not None else ""
-        text = f"{where}{line} {f.function if f.function is not None else '?'}"
-    return sanitize_middle(text, SITE_LIMIT)
 
 
 class LivenessCollector(Collector):

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 
 from gputop.derive import LaunchBoundRule
 from gputop.feeds.base import Feed, FeedKind, Filters, SnapshotCallback
-from gputop.feeds.live_counts import TOP_KERNELS as TOP_KERNELS  # the exporter's bound (gputop.modes.exporter)
 from gputop.feeds.live_counts import ProcDeltas
 from gputop.model import ProcSample, Snapshot, SourceStatus
 from gputop.sources.bpf import BpfReading, BpfSource, BpfUnavailable

@@ -15,11 +15,12 @@ from gputop import callsites, counters, latency
 from gputop.counters import PROC, Kind, Quantity
 from gputop.derive import LaunchBoundRule, is_launch_bound
 from gputop.model import MEMCPY_DIRECTIONS, CallBytes, Counts, KernelStat, ProcSample
+from gputop.model.limits import MAX_KERNELS
 from gputop.sources.bpf import IdleProc, RawKernel, RawProc
 from gputop.sources.host import HostProc
 from gputop.sources.nvml import NvmlProc
 
-TOP_KERNELS = 20
+TOP_KERNELS = MAX_KERNELS        # the snapshot keeps the top kernels of each process: these
 #: a process younger than this at its first refresh keeps the interval's length as its window (its start
 #: time has the kernel's 10 ms resolution: a window of a few ticks would make a rate of a few launches)
 YOUNG_MIN_S = 0.2

@@ -138,9 +138,7 @@ def user(text: str, replay: bool = False) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="gputop", description="A top for CUDA processes: kernel launches, copies, allocations "
-                "and sync time per process, traced with eBPF, beside NVML's view of each GPU.",
-                epilog="subcommands: 'gputop doctor' checks the host; 'gputop demo' runs a fused vs unfused "
-                "comparison; 'gputop exporter' serves Prometheus metrics.")
+                "and sync time per process, traced with eBPF, beside NVML's view of each GPU.")
     p.add_argument("-d", "--delay", type=positive, default=None, metavar="SECONDS",
                    help="refresh interval (default 1)")
     p.add_argument("-p", "--pid", type=pids, default=frozenset(), metavar="PID[,PID...]",
@@ -182,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="window of increase() and rate() (default 2m; docs/fleet.md gives its error)")
     fleet.add_argument("--node", default=None, metavar="NODE[,NODE...]", help="only these nodes")
     p.add_argument("--ebpf", action="store_true", help="print the BPF program and exit")
+    p.add_argument("--print-completion", choices=("bash", "zsh", "fish"), default=None, metavar="SHELL",
+                   help="print the completion script of SHELL (bash, zsh, fish) and exit: "
+                        "gputop --print-completion bash > /etc/bash_completion.d/gputop")
+    p.add_argument("--print-man", action="store_true", help="print gputop's man page (roff) and exit: "
+                   "gputop --print-man > /usr/local/share/man/man1/gputop.1")
     p.add_argument("--version", action="version", version=f"gputop {__version__}")
     return p
 

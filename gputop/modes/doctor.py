@@ -355,15 +355,9 @@ def run(out: TextIO) -> int:
 
 def main(argv: list[str], out: TextIO) -> int:
     """`gputop doctor [--selftest [-n N] [--cudart PATH]]`."""
-    from gputop.modes.args import Parser
+    from gputop.modes.commands import doctor_parser
 
-    p = Parser(prog="gputop doctor", description="Check what gputop needs here and say how to fix each gap.",
-               hint="run: gputop doctor [--selftest [-n N] [--cudart PATH]]")
-    p.add_argument("--selftest", action="store_true",
-                   help="on a GPU host: launch and copy known work in this process and check that gputop counts "
-                        "every figure exactly (exit 0 only then)")
-    p.add_argument("-n", type=int, default=1000, metavar="N", help="launches per layer in the self-test (default 1000)")
-    p.add_argument("--cudart", metavar="PATH", help="the libcudart the self-test uses (default: the newest found)")
+    p = doctor_parser()
     args = p.parse_args(argv)
     if not args.selftest and (args.cudart or args.n != 1000):
         p.error("-n and --cudart apply to --selftest only")

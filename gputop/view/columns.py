@@ -6,7 +6,6 @@ Unknown values sort last whichever the direction.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -46,19 +45,6 @@ def _flag(p: ProcSample) -> str:
 
 def _bool_value(p: ProcSample) -> float | None:
     return None if p.launch_bound is None else float(p.launch_bound)
-
-
-def time_plus(seconds: float | None) -> str:
-    """CPU time as top's TIME+: minutes:seconds.hundredths (``12:34.56``); from 1,000 minutes on, hours
-    and minutes (``16h40``); N/A when unknown."""
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return fmt.NA
-    centis = round(seconds * 100)
-    minutes, centis = divmod(centis, 6000)
-    if minutes < 1000:
-        return f"{minutes}:{centis // 100:02d}.{centis % 100:02d}"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}"
 
 
 def _kernel_state(p: ProcSample) -> str | None:
@@ -167,7 +153,7 @@ _OWN: tuple[Column, ...] = (
         "TIME+",
         9,
         lambda p: p.cpu_time_s,
-        lambda p: time_plus(p.cpu_time_s),
+        lambda p: fmt.time_plus(p.cpu_time_s),
         help="CPU time the process has used since it started, minutes:seconds.hundredths (top's TIME+)",
     ),
     Column(

@@ -406,3 +406,16 @@ def source_state(key: str, st: SourceStatus | None) -> str:
     if key == "uvm" and st.status == "ok" and st.scope == "cpu":
         return "CPU only"       # GPU faults and migrations are not traced
     return STATE_WORDS.get(st.status, text(st.status))
+
+
+def time_plus(seconds: float | None) -> str:
+    """CPU time as top's TIME+: minutes:seconds.hundredths (``12:34.56``); from 1,000 minutes on, hours
+    and minutes (``16h40``); N/A when unknown."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return NA
+    centis = round(seconds * 100)
+    minutes, centis = divmod(centis, 6000)
+    if minutes < 1000:
+        return f"{minutes}:{centis // 100:02d}.{centis % 100:02d}"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}"

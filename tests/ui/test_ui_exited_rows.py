@@ -13,7 +13,8 @@ from textual.pilot import Pilot
 
 from gputop.model import Counts
 from gputop.record import read_recording
-from gputop.ui.app import LINGER_REFRESHES, LINGER_S, DashboardOptions, ExitedRows, GputopApp
+from gputop.ui.app import DashboardOptions, GputopApp
+from gputop.ui.exited import LINGER_REFRESHES, LINGER_S, ExitedRows
 from gputop.ui.screens.details import DetailsScreen
 from gputop.ui.widgets.panels import TextPanel
 from gputop.view import format as fmt

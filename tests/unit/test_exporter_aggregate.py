@@ -17,14 +17,8 @@ from prometheus_client.process_collector import ProcessCollector
 from support import ROOT
 from test_exporter_metrics import Clock, lbl, proc, scrape, snap
 
-from gputop.exporter.metrics import (
-    ExportOptions,
-    LivenessCollector,
-    SnapshotCollector,
-    bucket_ends,
-    cumulative,
-    le_bounds,
-)
+from gputop.exporter.families import bucket_ends, cumulative, le_bounds
+from gputop.exporter.metrics import ExportOptions, LivenessCollector, SnapshotCollector
 from gputop.feeds.live import RefreshTiming
 from gputop.feeds.live_counts import zero_counts
 from gputop.model import MEMCPY_DIRECTIONS, PREFETCH_DIRECTIONS, CallBytes, Counts, GpuSample, KernelStat, ProcSample

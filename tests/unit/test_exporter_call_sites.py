@@ -18,7 +18,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from promserver import promtool
 from test_exporter_metrics import P1, Clock, lbl, proc, scrape, snap
 
-from gputop.exporter.metrics import SITE_LIMIT, ExportOptions, SnapshotCollector
+from gputop.exporter.families import SITE_LIMIT
+from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 from gputop.model import CallSite, CallSites, Frame
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gputop import latency
-from gputop.exporter.metrics import ExportOptions, SnapshotCollector, cumulative, le_bounds
+from gputop.exporter.families import cumulative, le_bounds
+from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 from gputop.model import CallBytes, Counts, GpuSample, KernelStat, ProcSample, Snapshot, SourceStatus
 
 

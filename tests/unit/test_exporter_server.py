@@ -12,7 +12,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from gputop.exporter.metrics import ExportOptions, SnapshotCollector
 from gputop.exporter.server import RenderCache, health, make_server
 from gputop.model import Snapshot, SourceStatus
-from gputop.modes.exporter import parse_listen
+from gputop.modes.commands import parse_listen
 
 
 def snap(bpf: str) -> Snapshot:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gputop.exporter.metrics import BLOCK_FINITE, GRID_FINITE, cumulative
+from gputop.exporter.families import BLOCK_FINITE, GRID_FINITE, cumulative
 from gputop.feeds.prometheus import Results, build_snapshot, check_url, log2_hist, parse_duration, selector_body
 from gputop.model import CallBytes, snapshot_from_json, snapshot_to_json
 

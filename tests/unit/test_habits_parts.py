@@ -15,7 +15,7 @@ from gputop.model import (
     snapshot_to_json,
     summarize,
 )
-from gputop.view.columns import time_plus
+from gputop.view.format import time_plus
 from gputop.view.history import PROC_SERIES, Point, window_mean
 from gputop.view.tree import tree_order
 

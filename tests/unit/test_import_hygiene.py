@@ -202,3 +202,13 @@ def test_the_cycle_finder_sees_a_loop_and_deferred_imports() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: the most lines a module of gputop/ may have (issue 33: modules with one job each)
+MODULE_LINES_MAX = 500
+
+
+def test_no_module_over_the_line_limit() -> None:
+    long = {p.relative_to(PACKAGE).as_posix(): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MODULE_LINES_MAX}
+    assert long == {}

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from gputop.feeds.live import Sampler
 
 HERE = Path(__file__).resolve().parent
-STEPS_PER_S = 2000.0
 
 
 class DemoError(GputopError):
@@ -140,41 +139,12 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-#: the fastest a demo workload steps (each step launches several kernels)
-MAX_STEPS_PER_S = 1e6
-
-
-def _rate(text: str) -> float:
-    """``--rate``: steps per second, above 0 and at most MAX_STEPS_PER_S."""
-    import argparse
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < v <= MAX_STEPS_PER_S:    # false for nan too
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most {MAX_STEPS_PER_S:g} steps per second: {text!r}")
-    return v
-
-
 def main(argv: list[str]) -> int:
     from gputop.errors import EX_USAGE
-    from gputop.modes.args import Parser, count, fail, positive
+    from gputop.modes.args import fail
+    from gputop.modes.commands import demo_parser
 
-    ap = Parser(prog="gputop demo", description="Run an unfused and a fused workload side by side and compare "
-                 "them live: the dashboard's compare screen on their two processes (needs a GPU, or the "
-                 "GPU-less test bed's libraries, and the BPF collector).",
-                 epilog="example: sudo gputop demo --rate 500; in batch mode: sudo gputop demo -b -n 5")
-    ap.add_argument("--rate", type=_rate, default=STEPS_PER_S, metavar="STEPS",
-                    help=f"steps per second of each workload (default {STEPS_PER_S:g})")
-    ap.add_argument("-b", "--batch", action="store_true",
-                    help="batch mode: print the two workloads' refreshes to stdout instead of the compare screen")
-    ap.add_argument("-n", "--iterations", type=count, default=5, metavar="N",
-                    help="batch mode: stop after N refreshes (default 5)")
-    ap.add_argument("-d", "--delay", type=positive, default=1.0, metavar="SECONDS",
-                    help="refresh interval (default 1)")
-    ap.add_argument("--theme", default=None, metavar="THEME",
-                    help="colour theme of the compare screen (default: the one saved in config.toml, else dark)")
+    ap = demo_parser()
     args = ap.parse_args(argv)
     if args.theme is not None:
         from gputop.ui.themes import theme_names
