@@ -73,11 +73,11 @@ PLATFORMS+=(--platform "manylinux2014_${ARCH}" --platform "manylinux2010_${ARCH}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 "$PIP_PY" -m pip wheel -q --no-deps -w "$TMP/build" "$ROOT" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-WHEEL=$(ls "$TMP"/build/gputop-*.whl 2>/dev/null | head -n1)
+WHEEL=$(ls "$TMP"/build/gputop_ebpf-*.whl 2>/dev/null | head -n1)
 [ -n "$WHEEL" ] || die "gputop's wheel could not be built (see pip's output above)" "run pip wheel $ROOT by hand"
 "$PIP_PY" -m pip download -q --only-binary=:all: --python-version "$PYVER" --implementation cp "${PLATFORMS[@]}" \
     -d "$TMP/wheels" "$WHEEL" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-ls "$TMP"/wheels/*.whl >/dev/null 2>&1 && [ -n "$(ls "$TMP"/wheels/gputop-*.whl 2>/dev/null)" ] \
+ls "$TMP"/wheels/*.whl >/dev/null 2>&1 && [ -n "$(ls "$TMP"/wheels/gputop_ebpf-*.whl 2>/dev/null)" ] \
     || die "the wheels of gputop's dependencies could not be downloaded (see pip's output above)" \
         "check pip's configuration (pip config list) and that wheels exist for Python $PYVER"
 # pip evaluates environment markers (python_version < "3.11": tomli) for the Python it runs on, not for

@@ -29,7 +29,7 @@ has_candidate() {
 }
 
 want=(bpfcc-tools python3-bpfcc binutils llvm gcc libc6-dev)
-[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86 nginx-light)
+[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86 nginx-light zsh fish groff-base)
 # The venv's interpreter: the distro's python3, the one python3-bpfcc is built for and every user can run
 # (the first python3 on root's PATH may be a pyenv or conda one under /root, mode 0700: a venv built on it
 # runs for root alone). Another python3 only where the distro has none.
@@ -100,7 +100,7 @@ fi
 extra=""
 [ $MODE = test ] && extra="[test]"
 stamp="$VENV/.gputop-installed$extra"
-sum=$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)
+sum=$(cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
     say "installing gputop$extra into $VENV"
     log=$(mktemp)
@@ -117,7 +117,14 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
             exit 1
         fi
     fi
-    if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT$extra" >"$log" 2>&1 \
+    # the distribution was called "gputop" before it took a name of its own on the package index: the
+    # old one's metadata and script would stay beside the new one's
+    if "$VENV/bin/python" -m pip show -q gputop >/dev/null 2>&1; then
+        "$VENV/bin/python" -m pip uninstall -q -y gputop >/dev/null 2>&1 || true
+    fi
+    # the versions the suite passed with (requirements.lock), within pyproject.toml's ranges
+    if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/requirements.lock" \
+        -e "$ROOT$extra" >"$log" 2>&1 \
         || ! (cd / && "$VENV/bin/python" -c 'import gputop.cli'); then
         grep -v '^WARNING: Location' "$log" >&2
         rm -f "$log"

@@ -75,4 +75,11 @@ stamp doctor
 timeout 1200 .venv/bin/python scripts/matrix/guest_checks.py "$O" > "$O/checks.log" 2>&1
 rc=$?
 stamp checks
+# gputop as a package (pipx, uv) on the Debian releases the issue names, 12 and later (sid has no VERSION_ID),
+# booted: on this machine's kernel the host's BPF tier would see its gputop
+. /etc/os-release
+if [ $rc = 0 ] && pid1 && [ "${VERSION_ID:-99}" -ge 12 ]; then
+    timeout 1500 .venv/bin/python scripts/matrix/guest_package.py "$O" > "$O/package.log" 2>&1 || rc=94
+    stamp package
+fi
 finish $rc

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from gputop import __version__
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -50,6 +52,11 @@ class Suite:
     compiler_cmpxchg: bool = True
     #: the kernel logs a WARNING when gputop's program loads (no bpf_mem_alloc: before Linux 6.1)
     warns_at_load: bool = False
+
+    @property
+    def package(self) -> bool:
+        """gputop's wheel installed with pipx and uv there (guest_package.py): Debian 12 and later, booted."""
+        return not self.on_host and self.python != "3.9"
 
     @property
     def why_perf(self) -> str:
@@ -197,12 +204,13 @@ def run(request: pytest.FixtureRequest, boots: dict[str, Future[Run]]) -> Run:
 
 
 #: guest-run.sh's own exit statuses
-GUEST_STEPS = {"90": "the repository copy", "91": "the README's set-up (setup.log)"}
+GUEST_STEPS = {"90": "the repository copy", "91": "the README's set-up (setup.log)",
+               "94": "the package's install (package.log)"}
 
 
 def test_the_guest_ran_every_step(run: Run) -> None:
     status = run.text("status").strip()
-    logs = [run.dir / "out" / n for n in ("guest.log", "setup.log", "checks.log")]
+    logs = [run.dir / "out" / n for n in ("guest.log", "setup.log", "checks.log", "package.log")]
     why = GUEST_STEPS.get(status, "the checks (checks.log)") + "\n" + "".join(
         p.read_text()[-3000:] for p in logs if p.is_file())
     assert (status, run.rc) == ("0", 0), why
@@ -264,6 +272,30 @@ def test_readme_set_up_and_doctor(run: Run) -> None:
                         "CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_CHECKPOINT_RESTORE" + (
                             " and CAP_SYS_ADMIN (uprobes attach as perf events here)"
                             if run.suite.attach == "perf" else "")), doctor
+
+
+def test_the_wheel_installs_with_pipx_and_uv_then_traces(run: Run) -> None:
+    """On Debian 12 and later, booted: the wheel built from the checkout (distribution gputop-ebpf, command
+    gputop), installed by pipx and by uv for the distro's python3 with the distro's bcc, traces: its doctor
+    passes, finding bcc where Debian puts it, and `gputop -b` counts a workload's launches exactly
+    (scripts/matrix/guest_package.py). Elsewhere the step does not run."""
+    package = run.dir / "out" / "package.json"
+    if not run.suite.package:
+        assert not package.exists()
+        return
+    res = json.loads(package.read_text())
+    why = run.text("package.log")[-3000:] if (run.dir / "out" / "package.log").exists() else ""
+    assert (res["wheel_rc"], res["wheel"], res["tools_rc"]) == (
+        0, f"gputop_ebpf-{__version__}-py3-none-any.whl", 0), why
+    for tool in ("pipx", "uv"):
+        got = res[tool]
+        doctor = run.text(f"package-{tool}-doctor.log")
+        assert (got["install_rc"], got["doctor_rc"]) == (0, 0), (tool, run.text(f"package-{tool}-install.log"), doctor)
+        assert doctor.splitlines()[-1] == "gputop can trace with BPF"
+        assert any(line.startswith("OK    bcc: bcc ") and " from /usr/lib/python3/dist-packages/bcc" in line
+                   for line in doctor.splitlines()), doctor
+        assert (got["workload_rc"], got["launches"]) == (0, 4321), (tool, got)
+        assert got["gputop_rc"] in (0, -15)
 
 
 def test_the_least_capability_set_on_this_kernel(run: Run) -> None:

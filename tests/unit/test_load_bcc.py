@@ -50,3 +50,24 @@ def test_the_pypi_bcc_is_never_picked(fresh_bcc: None, tmp_path: Path) -> None:
     sys.path.insert(0, str(pypi_bcc(tmp_path / "dist-packages")))
     mod = bpf.load_bcc()
     assert Path(mod.__file__ or "") == DISTRO_BCC / "__init__.py"
+
+
+def test_the_distributions_places_in_order_and_none_another_user_can_change(tmp_path: Path) -> None:
+    """Debian's and Ubuntu's python3-bpfcc, Fedora's and RHEL's python3-bcc under any python3.X (this
+    interpreter's first, then the newest), a build from source under /usr/local; a directory group- or
+    other-writable on the way (Debian's /usr/local/lib/python3.X is group staff's) is passed over."""
+    from gputop.sources.bpf.program.program import bcc_dirs
+
+    mine = sys.version_info.minor
+    made = ["usr/lib/python3/dist-packages", "usr/lib/python3.6/site-packages",
+            f"usr/lib/python3.{mine}/site-packages", f"usr/lib/python3.{mine + 2}/site-packages",
+            "usr/lib64/python3.9/site-packages", "usr/local/lib/python3.12/dist-packages",
+            "usr/local/lib/python3.13/site-packages", "usr/lib/python2.7/dist-packages"]
+    for d in made:
+        (tmp_path / d).mkdir(parents=True)
+    tmp_path.chmod(0o755)
+    (tmp_path / "usr/local/lib/python3.13").chmod(0o2775)            # root:staff, group-writable
+    got = [str(Path(d).relative_to(tmp_path)) for d in bcc_dirs(str(tmp_path))]
+    assert got == ["usr/lib/python3/dist-packages", f"usr/lib/python3.{mine}/site-packages",
+                   f"usr/lib/python3.{mine + 2}/site-packages", "usr/lib/python3.6/site-packages",
+                   "usr/lib64/python3.9/site-packages", "usr/local/lib/python3.12/dist-packages"]

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from gputop.errors import EX_ERROR, EX_NOPERM, GputopError
+from gputop.safefiles import untrusted_reason
 from gputop.sources.bpf.attach import catalogue
 from gputop.sources.bpf.common import abi, btf
 from gputop.sources.bpf.common.linux import (
@@ -34,8 +35,31 @@ from gputop.sources.bpf.lifecycle.procid import pid_gen_words
 from gputop.sources.bpf.program import compilecache, ctext, kheaders
 from gputop.sources.bpf.program.startup import Steps
 
-_DIST_DIRS = ("/usr/lib/python3/dist-packages", f"/usr/lib/python3.{sys.version_info.minor}/site-packages",
-              "/usr/local/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
+#: where distributions put bcc's Python module (pure Python: any interpreter of the host loads it): Debian
+#: and Ubuntu's python3-bpfcc, Fedora and RHEL's python3-bcc (under their python3.X), a build from source
+#: (/usr/local); in this order, each python3.X this interpreter's first, then the newest
+_DIST_GLOBS = ("usr/lib/python3/dist-packages", "usr/lib/python3.*/site-packages", "usr/lib64/python3.*/site-packages",
+               "usr/local/lib/python3/dist-packages", "usr/local/lib/python3.*/dist-packages",
+               "usr/local/lib/python3.*/site-packages")
+
+
+def _minor(path: Path) -> int:
+    """The X of a python3.X directory on ``path`` (-1: none)."""
+    for part in path.parts:
+        if part.startswith("python3.") and part[8:].isdigit():
+            return int(part[8:])
+    return -1
+
+
+def bcc_dirs(root: str = "/") -> list[str]:
+    """The distributions' module directories (``_DIST_GLOBS``) that exist under ``root``, in order. Only
+    those whose every directory no other user than root can change (safefiles.untrusted_reason: bcc is
+    code run as root; Debian's /usr/local/lib/python3.X is writable by group staff)."""
+    out: list[str] = []
+    for pattern in _DIST_GLOBS:
+        found = sorted(Path(root).glob(pattern), key=lambda p: (_minor(p) != sys.version_info.minor, -_minor(p)))
+        out += [str(p) for p in found if p.is_dir() and untrusted_reason(p) is None]
+    return out
 
 
 #: bcc before 0.19 defines __HAVE_BUILTIN_BSWAP*__ that Linux 5.x's compiler-clang.h defines again: 40
@@ -77,12 +101,14 @@ def program_text(path: Path | None = None) -> str:
 def load_bcc() -> ModuleType:
     """The distro's bcc module (python3-bpfcc), whatever else is called ``bcc`` on sys.path: the first
     in the dist-packages folders on sys.path (PYTHONPATH: an offline bundle's, docs/offline-install.md),
-    then the distro's. Only a package with bcc's ``libbcc.py`` counts (the PyPI ``bcc`` has none)."""
+    then the distributions' (``bcc_dirs``: where Debian, Ubuntu, Fedora and RHEL put it, whichever Python
+    runs gputop: a pipx or uv tool venv too). Only a package with bcc's ``libbcc.py`` counts (the PyPI
+    ``bcc`` has none)."""
     mod = sys.modules.get("bcc")
     if mod is not None and hasattr(mod, "BPF"):
         return mod
     sys.modules.pop("bcc", None)
-    for d in dict.fromkeys([*(p for p in sys.path if Path(p).name == "dist-packages"), *_DIST_DIRS]):
+    for d in dict.fromkeys([*(p for p in sys.path if Path(p).name == "dist-packages"), *bcc_dirs()]):
         init = Path(d) / "bcc" / "__init__.py"
         if not init.is_file() or not (init.parent / "libbcc.py").is_file():
             continue
