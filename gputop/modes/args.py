@@ -136,6 +136,15 @@ def user(text: str, replay: bool = False) -> str:
                       "give a user name or a numeric uid of this host (getent passwd lists them)", EX_USAGE)
 
 
+def add_source_options(p: argparse.ArgumentParser) -> None:
+    """The sources' options the live modes share (the dashboard, batch mode, the exporter)."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
+    src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
+    p.add_argument("--no-nvml", action="store_true", help="run without NVML")
+    p.add_argument("--sample-period", type=sample_period_arg, default=None, metavar="N", help=SAMPLE_PERIOD_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="gputop", description="A top for CUDA processes: kernel launches, copies, allocations "
                 "and sync time per process, traced with eBPF, beside NVML's view of each GPU.")
@@ -162,11 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dashboard: compare live processes against a recording")
     p.add_argument("--baseline-pid", type=pid, default=None, metavar="PID",
                    help="dashboard: the recorded process to compare against (default: the one with the most launches)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
-    src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
-    p.add_argument("--no-nvml", action="store_true", help="run without NVML")
-    p.add_argument("--sample-period", type=sample_period_arg, default=None, metavar="N", help=SAMPLE_PERIOD_HELP)
+    add_source_options(p)
     p.add_argument("--theme", default=None, help="colour theme of the dashboard (batch output has no colours)")
     p.add_argument("--readonly", action="store_true", help="never send signals")
     fleet = p.add_argument_group("fleet view (gputop_* metrics of every node, read from Prometheus)")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from gputop.exporter.admission import MAX_PROCESSES
 from gputop.exporter.options import AGGREGATES, BUCKETS
 from gputop.model.limits import MAX_CALL_SITES, MAX_KERNELS
-from gputop.modes.args import SAMPLE_PERIOD_HELP, Parser, count, positive, sample_period_arg
+from gputop.modes.args import Parser, add_source_options, count, positive
 
 
 def doctor_parser() -> argparse.ArgumentParser:
@@ -136,11 +136,7 @@ def exporter_parser() -> argparse.ArgumentParser:
                    help="add each process's user as a label (tells tenants apart; the fleet view shows it)")
     p.add_argument("--node", default=os.environ.get("GPUTOP_NODE") or None,
                    help="node name in gputop_build_info (default $GPUTOP_NODE, else the hostname)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--bpf", action="store_true", help="require the BPF collector (exit 77 without privileges)")
-    src.add_argument("--no-bpf", action="store_true", help="run without the BPF collector")
-    p.add_argument("--no-nvml", action="store_true", help="run without NVML")
-    p.add_argument("--sample-period", type=sample_period_arg, default=None, metavar="N", help=SAMPLE_PERIOD_HELP)
+    add_source_options(p)
     return p
 
 
