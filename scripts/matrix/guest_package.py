@@ -4,11 +4,11 @@ uv install a tool (issue 38, item 4), then its doctor and an exact count from it
 The wheel is built from the repository's copy on the guest's disk (``pip wheel``, hatchling from the package
 index); pipx and uv come from the package index into a venv of their own (neither is in every release's
 archive), uv told the index pip is configured with (uv reads no pip.conf). Each installs the wheel for the
-distro's python3 into a directory of its own, with the distro's bcc (python3-bpfcc, found by
-``bcc_dirs``: no system site-packages in either venv). With each installed ``gputop``: ``gputop doctor``,
-then ``gputop -b -f json`` while one workload launches COUNT kernels (tests/native/cuda_workload.c against
-the test bed's libcudart). Writes package.json (the host asserts: tests/matrix/test_kernels.py) and each
-step's output beside it. Kept to Python 3.9: bullseye's.
+distro's python3 into a directory of its own (pipx through its default backend: uv, installed beside it),
+with the distro's bcc (python3-bpfcc, found by ``bcc_dirs``: no system site-packages in either venv). With
+each installed ``gputop``: ``gputop doctor``, then ``gputop -b -f json`` while one workload launches COUNT
+kernels (tests/native/cuda_workload.c against the test bed's libcudart). Writes package.json (the host
+asserts: tests/matrix/test_kernels.py) and each step's output beside it. Kept to Python 3.9: bullseye's.
 """
 
 from __future__ import annotations
@@ -114,9 +114,10 @@ def main() -> int:
         return done()
     tb = Testbed(TESTBED, TESTBED / "cudart", TESTBED / "nvidia", TESTBED / "cudart13")
     installers = {
+        # pipx's default backend (uv, where uv is installed beside it, as here; else pip): told both ways
         "pipx": ([str(tools / "bin" / "pipx"), "install", "--python", PYTHON, str(wheels[0])],
-                 {**base, "PIPX_HOME": str(work / "pipx"), "PIPX_BIN_DIR": str(work / "pipx-bin"),
-                  "PIPX_MAN_DIR": str(work / "pipx-man")}, work / "pipx-bin" / "gputop"),
+                 _uv_env({**base, "PIPX_HOME": str(work / "pipx"), "PIPX_BIN_DIR": str(work / "pipx-bin"),
+                          "PIPX_MAN_DIR": str(work / "pipx-man")}), work / "pipx-bin" / "gputop"),
         "uv": ([str(tools / "bin" / "uv"), "tool", "install", "--python", PYTHON, str(wheels[0])],
                _uv_env({**base, "UV_TOOL_DIR": str(work / "uv"), "UV_TOOL_BIN_DIR": str(work / "uv-bin")}),
                work / "uv-bin" / "gputop"),

@@ -123,7 +123,7 @@ def test_the_manifest_holds_bcc_headers_and_wheels_but_never_the_c_library(bundl
     headers = sorted(p["name"] for p in bundle["packages"] if p["file"].startswith("headers/"))
     assert headers[-1] == bundle["headers_meta"] and any(h.endswith("-common") for h in headers)
     wheels = {w["file"].split("/")[1].split("-")[0] for w in bundle["wheels"]}
-    assert {"gputop", "textual", "rich", "psutil", "plotext", "prometheus_client",
+    assert {"gputop_ebpf", "textual", "rich", "psutil", "plotext", "prometheus_client",
             "nvidia_ml_py"} <= wheels
     sums = (BUNDLE / "SHA256SUMS").read_text().splitlines()
     assert len(sums) == len(bundle["packages"]) + len(bundle["wheels"]) + 1       # + install.sh
