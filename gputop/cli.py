@@ -29,19 +29,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gputop.modes import demo
 
             return demo.main(argv[1:])
-        args = full_parser().parse_args(argv)
+        parser = full_parser()
+        args = parser.parse_args(argv)
         if args.command is not None:    # a subcommand after gputop's own options: whose are they?
             raise GputopError(f"options before the command {args.command!r} are gputop's, not its own",
                               f"put the command first: gputop {args.command} [OPTIONS]", EX_USAGE)
         if args.print_completion is not None:
             from gputop.modes import manual
 
-            sys.stdout.write(manual.completion(full_parser(), args.print_completion))
+            sys.stdout.write(manual.completion(parser, args.print_completion))
             return EX_OK
         if args.print_man:
             from gputop.modes import manual
 
-            sys.stdout.write(manual.man_page(full_parser()))
+            sys.stdout.write(manual.man_page(parser))
             return EX_OK
         if args.ebpf:
             from gputop.sources.bpf import BpfSource

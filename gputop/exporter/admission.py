@@ -73,7 +73,7 @@ class Admission:
                 self._admit(p.pid, p, now if p.state == "exited" else None)
         self._admitted = sorted(self._in.values(), key=lambda pt: (-(pt[0].total.launches or 0) if pt[0].total
                                                                    else 1, pt[0].pid))
-        self.others = self._sums.rows(self._out.values(), (), now)
+        self.others = self._sums.rows(self._out.values(), now)
 
     def _follow_admitted(self, listed: dict[int, ProcSample], now: float) -> None:
         """The admitted processes' latest samples; those gone past the grace period, or vanished, or

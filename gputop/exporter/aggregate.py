@@ -190,7 +190,7 @@ class Containers:
         c = container or ""
         self._seen[c] = max(now, self._seen.get(c, now))
 
-    def rows(self, running: Iterable[ProcSample], gone: Iterable[ProcSample], now: float) -> list[ContainerRow]:
+    def rows(self, running: Iterable[ProcSample], now: float) -> list[ContainerRow]:
         parts: dict[str, Part] = {}
         listed: dict[str, int] = {}
         gpus: dict[str, dict[int, list[ProcSample]]] = {}
@@ -201,8 +201,6 @@ class Containers:
                 parts.setdefault(c, Part()).add(p, live=True)
             if p.gpu_index is not None:
                 gpus.setdefault(c, {}).setdefault(p.gpu_index, []).append(p)
-        for p in gone:
-            parts.setdefault(p.container or "", Part()).add(p, live=False)
         for c in (*parts, *listed):
             self._seen[c] = now
         for c in [c for c, t in self._seen.items() if now - t > self.grace_s]:

@@ -129,7 +129,7 @@ class SnapshotCollector(Collector):
             exits[pid] = (p.start_time, now)
         self._exits = exits
         self._exported = exported
-        self._rows = self._containers.rows(running, (), now)
+        self._rows = self._containers.rows(running, now)
 
     @property
     def snapshot(self) -> Snapshot | None:

@@ -20,7 +20,6 @@ from gputop.sources.bpf import IdleProc, RawKernel, RawProc
 from gputop.sources.host import HostProc
 from gputop.sources.nvml import NvmlProc
 
-TOP_KERNELS = MAX_KERNELS        # the snapshot keeps the top kernels of each process: these
 #: a process younger than this at its first refresh keeps the interval's length as its window (its start
 #: time has the kernel's 10 ms resolution: a window of a few ticks would make a rate of a few launches)
 YOUNG_MIN_S = 0.2
@@ -210,7 +209,7 @@ class ProcDeltas:
                      total_known: bool = True) -> tuple[KernelStat, ...]:
         """The top kernels by launches, direct and inside graph launches; their graph launches are
         known where the process's are (``*_known``) and its graph tables lost nothing."""
-        top = sorted(raw.kernels, key=lambda k: (-(k.launches + k.graph_launches), k.key))[:TOP_KERNELS]
+        top = sorted(raw.kernels, key=lambda k: (-(k.launches + k.graph_launches), k.key))[:MAX_KERNELS]
         out = []
         for k in top:
             prev = self.kernels.get((pid, k.key), 0)

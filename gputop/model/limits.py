@@ -37,7 +37,8 @@ MAX_KERNEL_NAME = 8192
 #: characters of a key of a keyed object (a direction, a source's name, a field's name), and its entries
 MAX_KEY = 64
 MAX_ENTRIES = 64
-#: kernels per process: the schema keeps the top 20 (``sampler.TOP_KERNELS``); more are cut to 20
+#: kernels per process: the snapshot keeps the top 20 (feeds/live_counts.py), the exporter at most these;
+#: more are cut to 20
 MAX_KERNELS = 20
 MAX_GPUS = 1 << 16
 #: call sites per process the schema keeps (the top ones: gputop/callsites.py's TOP_SITES), and frames of a
