@@ -98,7 +98,8 @@ elif blocked=$(unreachable "$VENV/bin") && [ -n "$blocked" ]; then
     say "note: users other than root cannot run $VENV/bin/gputop: $blocked is not searchable by them (clone gputop where they can reach it, e.g. /opt/gputop)"
 fi
 extra=""
-[ $MODE = test ] && extra="[test]"
+# the tests need the OTLP extra too (gputop exporter --otlp-endpoint; tests/unit/test_otlp.py)
+[ $MODE = test ] && extra="[test,otlp]"
 stamp="$VENV/.gputop-installed$extra"
 sum=$(cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
@@ -138,6 +139,9 @@ fi
 
 if [ $MODE = test ]; then
     "$ROOT/scripts/testbed.sh"
+    # a real OTLP receiver for tests/unit/test_otlp.py (Debian's victoria-metrics; its tests skip without it)
+    python3 "$ROOT/scripts/otlp_receiver.py" "$ROOT/.cache/otlp/apt" "$ROOT/.cache/otlp" \
+        || say "warning: no OTLP receiver fetched; the OTLP tests skip"
 fi
 
 # the default torch wheel as users install it (a CUDA build, several GB; this host's pip settings may

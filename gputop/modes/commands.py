@@ -136,6 +136,13 @@ def exporter_parser() -> argparse.ArgumentParser:
                    help="add each process's user as a label (tells tenants apart; the fleet view shows it)")
     p.add_argument("--node", default=os.environ.get("GPUTOP_NODE") or None,
                    help="node name in gputop_build_info (default $GPUTOP_NODE, else the hostname)")
+    p.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                   help="also push the metrics as OTLP/HTTP (protobuf) at every refresh to the receiver at URL "
+                   "(/v1/metrics added unless there: http://collector:4318, http://prometheus:9090/api/v1/otlp); "
+                   "needs the extra gputop-ebpf[otlp] (docs/metrics.md, OTLP)")
+    p.add_argument("--otlp-http-config-file", dest="otlp_http_config", default=None, metavar="FILE",
+                   help="the pushes' login, headers and TLS, in Prometheus' HTTP client format as --http.config.file "
+                   "(basic_auth, authorization, tls_config, http_headers)")
     add_source_options(p)
     return p
 

@@ -4,10 +4,12 @@ the families), with systemd's notifications and the signals that stop it."""
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
@@ -31,6 +33,9 @@ from gputop.model import Snapshot
 from gputop.model.limits import MAX_CALL_SITES, MAX_KERNELS
 from gputop.modes.commands import exporter_parser
 from gputop.sources.bpf.program.privileges import PERF_ADMIN_HINT, privileges_error
+
+if TYPE_CHECKING:
+    from gputop.exporter.otlp import OtlpPusher
 
 
 def main(argv: Sequence[str]) -> int:
@@ -78,6 +83,7 @@ def main(argv: Sequence[str]) -> int:
         except ValueError as e:
             raise GputopError(str(e), "the format is Prometheus exporter-toolkit's web configuration, as node_exporter "
                               "takes it (docs/deploy.md, \"TLS and basic auth\")", EX_USAGE) from None
+    pusher = otlp_pusher(args, (registry, live), say_line)
     server = make_server(host, port, registry, collector, max_age_s, live=live, web=web)   # before the BPF compile
     stop = threading.Event()
 
@@ -116,6 +122,8 @@ def main(argv: Sequence[str]) -> int:
         collector.update(snap, refresh)
         if refresh is None:
             return                      # the "starting" snapshot: no refresh yet
+        if pusher is not None:
+            pusher.offer()              # pushed on the pusher's thread: never waits for the receiver
         with told:
             if stopping:
                 return
@@ -128,6 +136,9 @@ def main(argv: Sequence[str]) -> int:
     http = threading.Thread(target=serve, name="gputop-http", daemon=True)
     http.start()
     print(f"gputop: exporter serving /metrics on {show_address(host, server.server_port)}", file=sys.stderr, flush=True)
+    if pusher is not None:
+        say(f"exporter pushing OTLP metrics to {pusher.url} at every refresh")
+        pusher.start()
     sampler.start(on_snapshot)
     try:
         while not stop.wait(0.5):
@@ -149,5 +160,48 @@ def main(argv: Sequence[str]) -> int:
         server.shutdown()
         server.server_close()
         sampler.stop()
+        if pusher is not None:
+            pusher.stop()
         notify.close()
     return EX_OK
+
+
+def say_line(message: str) -> None:
+    print(f"gputop: {message}", file=sys.stderr, flush=True)
+
+
+def otlp_pusher(args: argparse.Namespace, registries: tuple[CollectorRegistry, CollectorRegistry],
+                say: Callable[[str], None]) -> OtlpPusher | None:
+    """``--otlp-endpoint``: the pusher of the registries' families (gputop/exporter/otlp.py), its own counts
+    served with the other self-metrics (the second, live, registry); None without the flag."""
+    if args.otlp_endpoint is None:
+        if args.otlp_http_config is not None:
+            raise GputopError("--otlp-http-config-file is the login of --otlp-endpoint's pushes",
+                              "add --otlp-endpoint URL, or drop --otlp-http-config-file", EX_USAGE)
+        return None
+    from gputop.exporter import otlp
+
+    url = otlp.metrics_url(args.otlp_endpoint)
+    otlp.need_sdk()
+    http = None
+    if args.otlp_http_config is not None:
+        from gputop import yamlconfig
+        from gputop.feeds import http_config
+
+        path = args.otlp_http_config
+        try:
+            http = yamlconfig.load(path, "--otlp-http-config-file",
+                                   lambda doc, base: http_config.parse(doc, base, path))
+        except ValueError as e:
+            raise GputopError(str(e), "the format is Prometheus' HTTP client configuration "
+                              "(basic_auth, authorization, tls_config, http_headers; docs/metrics.md, OTLP)",
+                              EX_USAGE) from None
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
+            cgroup: str | None = f.read(1 << 16)
+    except OSError:
+        cgroup = None
+    pusher = otlp.OtlpPusher(registries, url, interval_s=args.delay, http_config=http, node=args.node, say=say,
+                             cgroup_text=cgroup)
+    registries[1].register(otlp.StatsCollector(pusher.stats))
+    return pusher
