@@ -81,10 +81,11 @@ int alloc_pitch(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 h = PT_REGS_PARM4(ctx);
     return alloc_call(ctx, K_DEVICE, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx) * h, h, PT_REGS_PARM2(ctx), F_PITCH);
 }
-// cudaMalloc3D(cudaPitchedPtr *out, cudaExtent {width, height, depth} passed in memory at [sp+8])
+// cudaMalloc3D(cudaPitchedPtr *out, cudaExtent {width, height, depth}): the extent (24 bytes) passed by value,
+// in memory at [sp+8] on x86-64, by its copy's address in x1 on arm64 (BIG_BYVAL)
 int alloc_3d(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     u64 e[3] = {};
-    bpf_probe_read_user(e, sizeof(e), (void *)(PT_REGS_SP(ctx) + 8));
+    bpf_probe_read_user(e, sizeof(e), (void *)BIG_BYVAL(ctx, 2, 8));
     return alloc_call(ctx, K_DEVICE, PT_REGS_PARM1(ctx), e[0] * e[1] * e[2], e[1] * e[2], 0, F_3D);
 }
 // cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, flags):

@@ -5,7 +5,7 @@
 #define __CALLS_BPF_H
 
 // Each call is counted once, whichever layers it passes through: an entry point whose caller
-// (the return address at [sp]) is code of the CUDA runtime or driver is the runtime calling the
+// (the return address: at [sp] on x86-64, in x30 on arm64) is code of the CUDA runtime or driver is the runtime calling the
 // driver (or the driver calling itself), already counted where the application called in.
 // Only driver-layer probes ask: the driver never calls the runtime.
 static __always_inline u32 code_kind(u32 tgid, u64 addr) {
@@ -81,8 +81,7 @@ static __always_inline int nested_at(struct pt_regs *ctx, u32 tgid, u64 sp, u64 
     return through_layer(ctx, tgid, sp, ra);
 }
 static __always_inline int nested(struct pt_regs *ctx, u32 tgid) {
-    u64 sp = PT_REGS_SP(ctx);
-    return nested_at(ctx, tgid, sp, read_u64(sp));
+    return nested_at(ctx, tgid, PT_REGS_SP(ctx), RA_OF(RA_SLOT(ctx)));
 }
 
 // the calling process's record for a call the application made (0: the runtime's own call, see

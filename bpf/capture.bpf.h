@@ -77,17 +77,21 @@ static __always_inline int any_capture(u32 tgid) {
 // --default-stream per-thread calls) is a different stream in each thread: it is keyed by the
 // thread. Handlers of _ptsz entry points pass ptsz = 1 (a constant: no cost on the hot path).
 #define PER_THREAD_STREAM (1ULL << 63)
+// or'd into a launch handler's ptsz: the stream it passes is the stream itself, not its address (arm64)
+#define STREAM_VAL 2
 static __always_inline u64 stream_id(u64 stream, int ptsz) {
     if (stream == 2 || (ptsz && stream == 0))
         return PER_THREAD_STREAM | (u32)bpf_get_current_pid_tgid();
     return stream;
 }
 
-// launches into a stream in capture mode are recorded into a graph, not run: the capture, or 0
-static __always_inline struct cap_t *captured_by(u32 tgid, struct proc_t *p, u64 stream_addr, int ptsz) {
+// launches into a stream in capture mode are recorded into a graph, not run: the capture, or 0. stream_ref is
+// the stream's address (read here), or with STREAM_VAL in ptsz the stream itself (arm64: in a register)
+static __always_inline struct cap_t *captured_by(u32 tgid, struct proc_t *p, u64 stream_ref, int ptsz) {
     if (!p->capturing)
         return 0;
-    return capture_of(tgid, stream_id(read_u64(stream_addr), ptsz));
+    u64 stream = (ptsz & STREAM_VAL) ? stream_ref : read_u64(stream_ref);
+    return capture_of(tgid, stream_id(stream, ptsz & 1));
 }
 
 // true when some capture on the host may be under way. The counters are read ended and forgotten

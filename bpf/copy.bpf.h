@@ -52,9 +52,9 @@ int rt_memcpy(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
                      PT_REGS_PARM4(ctx) & 0xffffffff);
 }
 
-// cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind)
+// cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind): kind the seventh (x86-64: [sp+8]; arm64: x6)
 int rt_memcpy2d(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
-    u64 kind = read_u32(PT_REGS_SP(ctx) + 8);
+    u64 kind = ARG7(ctx) & 0xffffffff;
     return copy_kind(ctx, 0, PT_REGS_PARM1(ctx), PT_REGS_PARM3(ctx),
                      PT_REGS_PARM5(ctx) * PT_REGS_PARM6(ctx), kind);
 }

@@ -5,6 +5,7 @@
 // Laid out as bcc's libbpf-tools lay theirs: gputop.h holds what user space shares (the maps' types,
 // the names of the constants gputop/sources/bpf/common/abi.py passes as -D, with the map sizes), this file
 // the maps, and one *.bpf.h per concern the helpers and handlers, each after what it uses:
+//   arch.bpf.h      what differs by architecture: arguments past the registers, the return address
 //   bits.bpf.h      shared helpers: drops, hit counts, user and kernel reads, log2 buckets, bounded indices
 //   identity.bpf.h  a process is (tgid, generation): its keys
 //   share.bpf.h     each tenant's share of the tables: who owns a process's entries, what a tenant holds
@@ -143,6 +144,7 @@ BPF_F_TABLE("hash", struct gkey_t, u64, gparts, MAX_GRAPHS, BPF_F_NO_PREALLOC);
 // graph calls whose result is read at return (out-pointers, success), tracked by depth
 BPF_TABLE("lru_hash", u64, struct pending_t, pend_graph, MAX_THREADS);
 
+#include "arch.bpf.h"
 #include "bits.bpf.h"
 #include "identity.bpf.h"
 #include "share.bpf.h"

@@ -50,7 +50,12 @@ static __always_inline struct kslot_t *kslot_of(u32 tgid, u32 gen, u64 func, u64
 #pragma unroll
     for (int j = 0; j < KS_BLOCK; j++)
         s->block_bucket[j] = s->block_count[j] = 0;
+#ifdef GPUTOP_ARM64
+    // after the stores above: arm64 may reorder plain stores, a cmpxchg orders them (casal, or ll/sc and dmb)
+    __sync_val_compare_and_swap(&s->owner, who | KS_CLAIMED, mine);
+#else
     s->owner = mine;                    // after the stores above (x86 keeps stores in order)
+#endif
     return s;
 }
 
@@ -135,21 +140,30 @@ static __always_inline int count_launch_only(u32 tgid, u64 func, u64 gx, u64 gy,
     return 0;
 }
 
-// A launch counted on the CPU's entry counters h (sp: the entry's stack pointer), then maybe sampled for
-// its call site (sites.bpf.h): last, so that the verifier walks the sample's paths after the count's once
-static __always_inline int count_launch(struct pt_regs *ctx, struct hit_t *h, u64 sp, u32 tgid, u64 func, u64 gx,
-                                        u64 gy, u64 gz, u64 bx, u64 by, u64 bz, u64 stream_addr, int ptsz) {
-    if (count_launch_only(tgid, func, gx, gy, gz, bx, by, bz, stream_addr, ptsz) == 0 && site_due(h))
-        site_handoff(ctx, func, sp);
+// A launch counted on the CPU's entry counters h (ra_slot: where its return address is, arch.bpf.h's
+// RA_SLOT), then maybe sampled for its call site (sites.bpf.h): last, so that the verifier walks the sample's
+// paths after the count's once. stream_ref: the stream's address, or (ptsz | STREAM_VAL) the stream itself
+static __always_inline int count_launch(struct pt_regs *ctx, struct hit_t *h, u64 ra_slot, u32 tgid, u64 func,
+                                        u64 gx, u64 gy, u64 gz, u64 bx, u64 by, u64 bz, u64 stream_ref, int ptsz) {
+    if (count_launch_only(tgid, func, gx, gy, gz, bx, by, bz, stream_ref, ptsz) == 0 && site_due(h))
+        site_handoff(ctx, func, ra_slot);
     return 0;
 }
 
-// cudaLaunchKernel(func, dim3 grid (rsi: x|y<<32, rdx: z), dim3 block (rcx, r8), args, smem, stream)
+// cudaLaunchKernel(func, dim3 grid (x|y<<32, z: two registers), dim3 block (two), args, smem, stream): func in
+// the first register, the dims in the 2nd to 5th (x86-64: rsi, rdx, rcx, r8; arm64: x1..x4), the stream the
+// eighth argument (x86-64: at [sp + 16], read only while the process captures; arm64: x7)
 static __always_inline int rt_launch_regs(struct pt_regs *ctx, struct hit_t *h, int ptsz) {
     u64 g = PT_REGS_PARM2(ctx), b = PT_REGS_PARM4(ctx);
+#ifdef GPUTOP_ARM64
+    return count_launch(ctx, h, RA_SLOT(ctx), current_tgid(), PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
+                        PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
+                        PT_REGS_PARM5(ctx) & 0xffffffff, ARG8(ctx), ptsz | STREAM_VAL);
+#else
     return count_launch(ctx, h, PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx), g & 0xffffffff, g >> 32,
                         PT_REGS_PARM3(ctx) & 0xffffffff, b & 0xffffffff, b >> 32,
                         PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_SP(ctx) + 16, ptsz);
+#endif
 }
 int rt_launch(struct pt_regs *ctx) { return rt_launch_regs(ctx, count_hit(HIT_ENTRY), 0); }
 int rt_launch_ptsz(struct pt_regs *ctx) { return rt_launch_regs(ctx, count_hit(HIT_ENTRY), 1); }
@@ -168,35 +182,45 @@ int rt_launch_checked_ptsz(struct pt_regs *ctx) { struct hit_t *h = count_hit(HI
 }
 
 // config layout shared by cudaLaunchConfig_t and CUlaunchConfig: grid/block u32 @0..20, stream @32
-static __always_inline int launch_config(struct pt_regs *ctx, struct hit_t *h, u64 sp, u32 tgid, u64 cfg, u64 func,
-                                         int ptsz) {
+static __always_inline int launch_config(struct pt_regs *ctx, struct hit_t *h, u64 ra_slot, u32 tgid, u64 cfg,
+                                         u64 func, int ptsz) {
     u32 d[6] = {};
     bpf_probe_read_user(d, sizeof(d), (void *)cfg);
-    return count_launch(ctx, h, sp, tgid, func, d[0], d[1], d[2], d[3], d[4], d[5], cfg + 32, ptsz);
+    return count_launch(ctx, h, ra_slot, tgid, func, d[0], d[1], d[2], d[3], d[4], d[5], cfg + 32, ptsz);
 }
 
 // cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 int rt_launch_exc(struct pt_regs *ctx) {
-    return launch_config(ctx, count_hit(HIT_ENTRY), PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx),
+    return launch_config(ctx, count_hit(HIT_ENTRY), RA_SLOT(ctx), current_tgid(), PT_REGS_PARM1(ctx),
                          PT_REGS_PARM2(ctx), 0);
 }
 int rt_launch_exc_ptsz(struct pt_regs *ctx) {
-    return launch_config(ctx, count_hit(HIT_ENTRY), PT_REGS_SP(ctx), current_tgid(), PT_REGS_PARM1(ctx),
+    return launch_config(ctx, count_hit(HIT_ENTRY), RA_SLOT(ctx), current_tgid(), PT_REGS_PARM1(ctx),
                          PT_REGS_PARM2(ctx), 1);
 }
 
-// cuLaunchKernel(f, gx, gy, gz, bx, by, [sp+8] bz, [sp+16] smem, [sp+24] stream, ...)
+// cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, ...): x86-64: bz at [sp+8], smem [sp+16], stream
+// [sp+24]; arm64: bz in x6, smem x7, stream at [sp]
 static __always_inline int drv_launch_regs(struct pt_regs *ctx, struct hit_t *h, int ptsz) {
     u64 sp = PT_REGS_SP(ctx);
+#ifdef GPUTOP_ARM64
+    u32 tgid = current_tgid();
+    u64 ra_slot = RA_SLOT(ctx);
+    if (nested_at(ctx, tgid, sp, RA_OF(ra_slot)))
+        return 0;
+    u64 bz = ARG7(ctx), stream_ref = STACK_ARG(ctx, 0);
+#else
     u64 st[2] = {};                     // return address and block z in one read
     bpf_probe_read_user(st, sizeof(st), (void *)sp);
     u32 tgid = current_tgid();
     if (nested_at(ctx, tgid, sp, st[0]))
         return 0;
-    return count_launch(ctx, h, sp, tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
+    u64 ra_slot = sp, bz = st[1], stream_ref = sp + 24;
+#endif
+    return count_launch(ctx, h, ra_slot, tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx) & 0xffffffff,
                         PT_REGS_PARM3(ctx) & 0xffffffff, PT_REGS_PARM4(ctx) & 0xffffffff,
                         PT_REGS_PARM5(ctx) & 0xffffffff, PT_REGS_PARM6(ctx) & 0xffffffff,
-                        st[1] & 0xffffffff, sp + 24, ptsz);
+                        bz & 0xffffffff, stream_ref, ptsz);
 }
 int drv_launch(struct pt_regs *ctx) { return drv_launch_regs(ctx, count_hit(HIT_ENTRY), 0); }
 int drv_launch_ptsz(struct pt_regs *ctx) { return drv_launch_regs(ctx, count_hit(HIT_ENTRY), 1); }
@@ -206,7 +230,7 @@ static __always_inline int drv_launch_ex_regs(struct pt_regs *ctx, struct hit_t 
     u32 tgid = current_tgid();
     if (nested(ctx, tgid))
         return 0;
-    return launch_config(ctx, h, PT_REGS_SP(ctx), tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), ptsz);
+    return launch_config(ctx, h, RA_SLOT(ctx), tgid, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), ptsz);
 }
 int drv_launch_ex(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, count_hit(HIT_ENTRY), 0); }
 int drv_launch_ex_ptsz(struct pt_regs *ctx) { return drv_launch_ex_regs(ctx, count_hit(HIT_ENTRY), 1); }

@@ -24,11 +24,12 @@ int rt_memset2d(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
 }
 
 // cudaMemset3D(cudaPitchedPtr p, int value, cudaExtent e), cudaMemset3DAsync(..., stream): both structs
-// are passed by value in memory (x86-64 SysV: over 16 bytes), p {ptr, pitch, xsize, ysize} at [sp + 8],
-// e {width (bytes), height, depth} at [sp + 40]
+// are passed by value, over 16 bytes: x86-64 copies them onto the stack, p {ptr, pitch, xsize, ysize} at
+// [sp + 8], e {width (bytes), height, depth} at [sp + 40]; arm64 passes their copies' addresses, p's in x0,
+// e's in x2 (value in w1) (BIG_BYVAL)
 int rt_memset3d(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
-    u64 sp = PT_REGS_SP(ctx);
-    return count_memset(ctx, read_u64(sp + 40) * read_u64(sp + 48) * read_u64(sp + 56));
+    u64 e = BIG_BYVAL(ctx, 3, 40);
+    return count_memset(ctx, read_u64(e) * read_u64(e + 8) * read_u64(e + 16));
 }
 
 // cuMemsetD8_v2(dst, value, n), cuMemsetD16_v2, cuMemsetD32_v2 (+Async(..., stream)): n elements of 1, 2 or

@@ -56,16 +56,26 @@ int nccl_group(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
     return 0;
 }
 
-// ncclCommInitRank(comm*, nranks, commId (128 bytes, by value: on the stack), rank), ncclCommInitRankConfig
-// (..., rank, config), ncclCommInitRankScalable(newcomm*, nranks, myrank, ...): nranks in esi, rank in edx
-int nccl_init_enter(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+// ncclCommInitRankScalable(newcomm*, nranks, myrank, ...): nranks the second argument, rank the third
+static __always_inline int nccl_init_at(struct pt_regs *ctx, u64 rank) {
     u64 tid = bpf_get_current_pid_tgid();
     struct pending_t n = {};
     n.size = PT_REGS_PARM2(ctx) & 0xffffffff;
-    n.kind = PT_REGS_PARM3(ctx) & 0xffffffff;
+    n.kind = rank & 0xffffffff;
     pending_init(&n, ctx);
     pend_nccl.update(&tid, &n);
     return 0;
+}
+int nccl_init_enter(struct pt_regs *ctx) { count_hit(HIT_ENTRY); return nccl_init_at(ctx, PT_REGS_PARM3(ctx)); }
+// ncclCommInitRank(comm*, nranks, commId (128 bytes, by value), rank), ncclCommInitRankConfig(..., rank,
+// config): the id is copied onto the stack on x86-64 (rank in edx, the third register), passed by its
+// copy's address on arm64 (in x2: rank in w3)
+int nccl_init_id_enter(struct pt_regs *ctx) { count_hit(HIT_ENTRY);
+#ifdef GPUTOP_ARM64
+    return nccl_init_at(ctx, PT_REGS_PARM4(ctx));
+#else
+    return nccl_init_at(ctx, PT_REGS_PARM3(ctx));
+#endif
 }
 
 // at its return: a communicator exists when it succeeded (or goes on without blocking); the process keeps

@@ -130,8 +130,8 @@ static __always_inline int site_count(u32 tgid, u32 gen, struct pystack_t *st, u
 }
 
 // A sampled launch of kernel func by process tgid: its Python stack, else its native caller (the
-// return address at sp, the entry's stack pointer)
-static __always_inline void site_sample(struct stack_scratch_t *sc, u32 tgid, u64 func, u64 sp) {
+// return address, RA_OF(ra_slot): arch.bpf.h)
+static __always_inline void site_sample(struct stack_scratch_t *sc, u32 tgid, u64 func, u64 ra_slot) {
     u64 t0 = bpf_ktime_get_ns();
     struct pystack_t *st = &sc->st;
     u32 gen = gen_of(tgid);
@@ -157,7 +157,7 @@ static __always_inline void site_sample(struct stack_scratch_t *sc, u32 tgid, u6
         }
     }
     if (!st->depth) {                   // no Python frame: the native caller
-        st->frames[0].code = read_u64(sp);
+        st->frames[0].code = RA_OF(ra_slot);
         st->frames[0].instr = 0;
         st->depth = st->frames[0].code ? 1 : 0;
         st->flags = STACK_NATIVE | (st->flags & STACK_PYTHON);
@@ -178,10 +178,10 @@ static __always_inline void site_sample(struct stack_scratch_t *sc, u32 tgid, u6
 
 // The sampled launch handed to site_walk, one program verified once (inlined into each of the ten launch
 // handlers, the walk's loops made loading minutes long under emulation on older verifiers): a tail call, the
-// launch's kernel and stack pointer left in this CPU's scratch. Uprobe programs may be preempted (Linux 6.1+:
+// launch's kernel and where its return address is (RA_SLOT) left in this CPU's scratch. Uprobe programs may be preempted (Linux 6.1+:
 // migration disabled only), so the scratch is taken with a flag: a task run meanwhile on this CPU skips its
 // sample instead (the gaps stay random). With no program in site_tail (not loaded yet), no sample.
-static __always_inline void site_handoff(struct pt_regs *ctx, u64 func, u64 sp) {
+static __always_inline void site_handoff(struct pt_regs *ctx, u64 func, u64 ra_slot) {
     u32 z = 0;
     struct stack_scratch_t *sc = stack_scratch.lookup(&z);
     if (!sc)
@@ -195,7 +195,7 @@ static __always_inline void site_handoff(struct pt_regs *ctx, u64 func, u64 sp) 
         return;
 #endif
     sc->func = func;
-    sc->sp = sp;
+    sc->sp = ra_slot;
     site_tail.call(ctx, 0);
     sc->busy = 0;                       // the tail call did not happen
 }

@@ -191,8 +191,8 @@ NCCL = (
         ("scatter", ("ncclScatter", "ncclScatterConfig")), ("send", ("ncclSend",)), ("recv", ("ncclRecv",)))
      for sym in names]
     + [Probe("ncclGroupStart", "nccl_group")]
-    + _variants(("ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankScalable"), "nccl_init_enter",
-                "nccl_init_return")
+    + _variants(("ncclCommInitRank", "ncclCommInitRankConfig"), "nccl_init_id_enter", "nccl_init_return")
+    + _variants(("ncclCommInitRankScalable",), "nccl_init_enter", "nccl_init_return")
 )
 
 NAMES = [

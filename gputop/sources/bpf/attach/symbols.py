@@ -36,6 +36,9 @@ _MARKERS = (b"cudaLaunchKernel", b"cuLaunchKernel", b"cudaMemcpy", b"cuMemcpy", 
 _CUDA_CODE = re.compile(r"^(_{0,2}cuda|cu[A-Z]|cudbg|libcudart_static_|_ZN\d+cudart|_?_?cudart|_ZN\d+cuda)")
 #: functions whose first bytes are kept, to tell a thunk from a body (catalogue.INTERNAL_LAUNCH)
 _KEEP_CODE = ("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz")
+#: bytes kept of each: x86-64's longest thunk (endbr64, a frame made and undone, jmp rel32) is 14 bytes; the
+#: aarch64 runtimes' is five instructions (symbols._arm64_jump_target), 20
+CODE_HEAD_BYTES = 32
 
 
 @dataclass
@@ -58,6 +61,8 @@ class ObjectSymbols:
     all_exports_cuda: bool = False
     #: first code bytes of the functions in _KEEP_CODE
     code_heads: dict[str, bytes] = field(default_factory=dict)
+    #: the object's ELF machine (e_machine): how its code heads are decoded
+    machine: int = elfread.EM_X86_64
 
     def name_at(self, vaddr: int) -> str | None:
         """The function symbol whose [start, start+size) holds ``vaddr`` (start if size is 0)."""
@@ -118,6 +123,10 @@ class ObjectSymbols:
         code = self.code_heads.get(name)
         if vaddr is None or code is None:
             return None
+        if self.machine == elfread.EM_AARCH64:
+            return _arm64_jump_target(vaddr, code)
+        if self.machine != elfread.EM_X86_64:
+            return None
         i = 4 if code.startswith(b"\xf3\x0f\x1e\xfa") else 0          # endbr64
         if code[i:i + 5] == b"\x55\x48\x89\xe5\x5d":                   # push rbp; mov rbp,rsp; pop rbp
             i += 5
@@ -131,6 +140,44 @@ class ObjectSymbols:
             if off <= file_offset < off + size:
                 return vaddr + (file_offset - off)
         return None
+
+
+#: arm64 instructions a thunk may run before its branch, touching no memory and no control flow: bti c, nop,
+#: paciasp; a frame made and undone (stp x29, x30, [sp, #-16]!; mov x29, sp; ldp x29, x30, [sp], #16), as
+#: compilers emit it without optimising the frame pointer; and (masks) ``sub sp, sp, #n`` / ``add sp, sp, #n``
+#: and ``mov wN, wN`` (the upper half cleared): the aarch64 runtimes' ``__cudaLaunchKernel`` is ``sub sp, sp,
+#: #0x20; mov w4, w4; mov w2, w2; add sp, sp, #0x20; b cudaLaunchKernel`` (the dims' z zero-extended)
+_ARM64_SKIP = frozenset({0xD503245F, 0xD503201F, 0xD503233F})
+_ARM64_FRAME = (0xA9BF7BFD, 0x910003FD, 0xA8C17BFD)
+_ARM64_SKIP_MASKED = ((0xFFC003FF, 0xD10003FF), (0xFFC003FF, 0x910003FF))
+
+
+def _arm64_plain(word: int) -> bool:
+    """A thunk's instruction before its branch (see _ARM64_SKIP): no memory, no branch."""
+    if word in _ARM64_SKIP or any(word & mask == want for mask, want in _ARM64_SKIP_MASKED):
+        return True
+    # orr wd, wzr, wm with d == m: mov wN, wN
+    return word & 0xFFE0FFE0 == 0x2A0003E0 and (word >> 16) & 0x1F == word & 0x1F
+
+
+def _arm64_jump_target(vaddr: int, code: bytes) -> int:
+    """Where arm64 code starting at ``vaddr`` jumps when it is only a jump (``b imm26`` after at most a few
+    instructions that touch neither memory nor the control flow, or a frame made and undone); -1 otherwise."""
+    words = [int.from_bytes(code[j:j + 4], "little") for j in range(0, len(code) - 3, 4)]
+    i = 0
+    while i < len(words):
+        if tuple(words[i:i + 3]) == _ARM64_FRAME:
+            i += 3
+        elif _arm64_plain(words[i]):
+            i += 1
+        else:
+            break
+    if i >= len(words) or words[i] >> 26 != 0b000101:                 # b imm26
+        return -1
+    imm = words[i] & 0x3FFFFFF
+    if imm & 0x2000000:
+        imm -= 1 << 26
+    return vaddr + 4 * i + 4 * imm
 
 
 def _offset_in(segments: list[tuple[int, int, int]], vaddr: int) -> int | None:
@@ -183,7 +230,8 @@ def read_symbols(obj: int | str, path: str | None = None, budget_s: float = elfr
 
 
 def _read(elf: elfread.ElfReader, path: str) -> ObjectSymbols:
-    out = ObjectSymbols(path, elf.elf_type, segments=elf.segments(), rodata=elf.segments(executable=False))
+    out = ObjectSymbols(path, elf.elf_type, segments=elf.segments(), rodata=elf.segments(executable=False),
+                        machine=elf.machine)
     entries: dict[int, tuple[int, str]] = {}
     exports: list[str] = []
     kept = 0
@@ -208,7 +256,7 @@ def _read(elf: elfread.ElfReader, path: str) -> ObjectSymbols:
     for name in _KEEP_CODE:
         off = out.offset_of_vaddr(out.functions[name]) if name in out.functions else None
         if off is not None:
-            out.code_heads[name] = elfread.pread_full(elf.fd, 16, off)
+            out.code_heads[name] = elfread.pread_full(elf.fd, CODE_HEAD_BYTES, off)
     for addr in sorted(entries):
         size, name = entries[addr]
         out._addrs.append(addr)

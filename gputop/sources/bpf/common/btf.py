@@ -105,9 +105,13 @@ FILE_MEMBERS = {
     "OFF_DENTRY_PARENT": ("dentry", "d_parent"),
     "OFF_DENTRY_NAME": ("dentry", "d_name.name"),
 }
-#: where the kernel keeps a task's thread pointer (its TLS base: glibc's and musl's pthread_self()), which
-#: CPython keeps as PyThreadState.thread_id: the BPF side finds the launching thread's state by it (call sites)
-THREAD_POINTER = {"x86_64": ("task_struct", "thread.fsbase"), "aarch64": ("task_struct", "thread.uw.tp_value")}
+#: where the kernel keeps a task's thread pointer (its TLS base: on x86-64 glibc's and musl's pthread_self()),
+#: which CPython keeps as PyThreadState.thread_id: the BPF side finds the launching thread's state by it (call
+#: sites). Not on arm64: its TLS layout puts the thread pointer after glibc's struct pthread (pthread_self() is
+#: the thread pointer less that struct's size, which differs by glibc release), so the BPF side finds the
+#: thread's state by its native thread id there (CPython 3.11+; 3.9 and 3.10 keep none: their launches' call
+#: sites are their native callers on arm64)
+THREAD_POINTER = {"x86_64": ("task_struct", "thread.fsbase")}
 if platform.machine() in THREAD_POINTER:
     FILE_MEMBERS["OFF_TASK_THREAD_POINTER"] = THREAD_POINTER[platform.machine()]
 #: struct inode's change time as each kernel spells it, (seconds, nanoseconds), newest first: split

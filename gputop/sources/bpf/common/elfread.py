@@ -11,6 +11,7 @@ until its NUL: a crafted object cost it 31 s of CPU, or 800 MB for a 4 MB file.)
 from __future__ import annotations
 
 import os
+import platform
 import struct
 import time
 from collections.abc import Iterator
@@ -36,6 +37,9 @@ _SYM = struct.Struct("<IBBHQQ")
 SHT_SYMTAB, SHT_STRTAB, SHT_DYNSYM = 2, 3, 11
 _MAX_SECTIONS = 1 << 16
 EM_X86_64 = 62
+EM_AARCH64 = 183
+#: this machine's own ELF machine (objects of another one are not its processes' code); None elsewhere
+HOST_MACHINE = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64}.get(platform.machine())
 _ET = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC", 3: "ET_DYN", 4: "ET_CORE"}
 
 

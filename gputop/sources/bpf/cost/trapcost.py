@@ -5,8 +5,11 @@ BPF run-time statistics count only the programs' own run time; the trap costs se
 It depends on the CPU, the kernel and how the probe is attached, so gputop measures it on the host:
 
 - a tiny function in a memfd (no compiler needed), mapped executable in this process, whose first
-  instruction is ``push %rbp`` -- what libcudart's ``cudaLaunchKernel`` starts with, an instruction
-  the kernel emulates (one that must be single-stepped out of line costs several times more);
+  instruction is what libcudart's ``cudaLaunchKernel`` starts with: on x86-64 ``push %rbp``, an
+  instruction the kernel emulates (one that must be single-stepped out of line costs several times
+  more); on arm64 ``stp x29, x30, [sp, #-N]!``, which the kernel single-steps out of line (it simulates
+  only branches and PC-relative loads there): the machine code of both is below, chosen by
+  ``platform.machine()``;
 - three copies of it: one without a probe, one with an empty BPF program on its entry, one with
   empty programs on its entry and return; each attached as gputop attaches (a uprobe_multi link,
   or a perf event per probe);
@@ -39,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gputop import safefiles
-from gputop.sources.bpf.common.linux import BPF_TRACE_UPROBE_MULTI, open_uprobe, uprobe_multi_link
+from gputop.sources.bpf.common.linux import _SYS_BPF, BPF_TRACE_UPROBE_MULTI, open_uprobe, uprobe_multi_link
 
 CACHE_NAME = "trap-cost.json"
 #: the cache file is a few hundred bytes per kernel and CPU; a larger one is not read
@@ -51,13 +54,21 @@ CALLS = 20_000
 
 #: loop(n, fn): calls fn() n times (x86-64 SysV): push rbx; push r12; mov rbx,rdi; mov r12,rsi;
 #: .L: test rbx,rbx; je .done; call *r12; dec rbx; jmp .L; .done: pop r12; pop rbx; ret
-_LOOP = bytes.fromhex("53 4154 4889fb 4989f4 4885db 7408 41ffd4 48ffcb ebf3 415c 5b c3".replace(" ", ""))
+_LOOP_X86_64 = bytes.fromhex("53 4154 4889fb 4989f4 4885db 7408 41ffd4 48ffcb ebf3 415c 5b c3".replace(" ", ""))
 #: the probed function: push rbp; mov rbp,rsp; pop rbp; ret (libcudart's entry points begin so)
-_FUNC = bytes.fromhex("554889e55dc3")
+_FUNC_X86_64 = bytes.fromhex("554889e55dc3")
+#: loop(n, fn) (AAPCS64): stp x29,x30,[sp,#-32]!; mov x29,sp; stp x19,x20,[sp,#16]; mov x19,x0; mov x20,x1;
+#: .L: cbz x19,.done; blr x20; sub x19,x19,#1; b .L; .done: ldp x19,x20,[sp,#16]; ldp x29,x30,[sp],#32; ret
+_LOOP_AARCH64 = bytes.fromhex("fd7bbea9 fd030091 f35301a9 f30300aa f40301aa 930000b4 80023fd6 730600d1 fdffff17"
+                              " f35341a9 fd7bc2a8 c0035fd6".replace(" ", ""))
+#: the probed function: stp x29,x30,[sp,#-16]!; mov x29,sp; ldp x29,x30,[sp],#16; ret (a frame record pushed
+#: first, as libcudart's entry points begin on arm64)
+_FUNC_AARCH64 = bytes.fromhex("fd7bbfa9 fd030091 fd7bc1a8 c0035fd6".replace(" ", ""))
+#: this machine's (loop, function); None where gputop has no code for it
+CODE = {"x86_64": (_LOOP_X86_64, _FUNC_X86_64), "aarch64": (_LOOP_AARCH64, _FUNC_AARCH64)}.get(platform.machine())
 #: where the three copies of _FUNC lie in the page: none, entry probe, entry + return probe
 _OFFSETS = {"none": 0x40, "entry": 0x80, "return": 0xC0}
 
-_SYS_BPF = 321
 _BPF_PROG_LOAD = 5
 _PROG_TYPE_KPROBE = 2
 _PERF_EVENT_IOC_ENABLE = 0x2400
@@ -100,6 +111,8 @@ def cache_key(attach: str) -> str:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
+            if line.startswith(("CPU implementer", "CPU part")):   # arm64's cpuinfo names no model
+                cpu = (cpu if cpu != "unknown cpu" else "arm64") + " " + line.split(":", 1)[1].strip()
     return f"{platform.release()} {platform.machine()} {cpu} {attach}"
 
 
@@ -192,10 +205,14 @@ def _perf_uprobe(prog: int, path: str, offset: int, retprobe: bool) -> int:
 @contextlib.contextmanager
 def _code() -> Iterator[tuple[str, int]]:
     """The loop and the function copies in a memfd mapped executable: (path, address)."""
+    if CODE is None:
+        raise CalibrationError(f"the calibration has machine code for x86-64 and arm64 only (this is "
+                               f"{platform.machine()})")
+    loop, func = CODE
     page = bytearray(mmap.PAGESIZE)
-    page[0:len(_LOOP)] = _LOOP
+    page[0:len(loop)] = loop
     for off in _OFFSETS.values():
-        page[off:off + len(_FUNC)] = _FUNC
+        page[off:off + len(func)] = func
     fd = os.memfd_create("gputop-trap-calibration", os.MFD_CLOEXEC)
     try:
         os.write(fd, bytes(page))
@@ -242,8 +259,6 @@ def measure(attach: str = "links", rounds: int = ROUNDS, calls: int = CALLS,
 
     ``pause``, if given, is called between rounds (to yield to others). Raises CalibrationError.
     """
-    if platform.machine() != "x86_64":
-        raise CalibrationError(f"the calibration's code is x86-64 only (this is {platform.machine()})")
     with _code() as (path, base):
         loop = _LOOP_FN(base)
         fds = _attach(path, attach == "links")

@@ -16,6 +16,7 @@ inode, never through a path it controls), read with elfread's bounds, and its me
 from __future__ import annotations
 
 import os
+import platform
 import re
 import struct
 from collections.abc import Iterable
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 from gputop.sources.bpf.attach import discovery
 from gputop.sources.bpf.common import elfread
 
-#: user-space addresses on x86-64 (47 bits): a pointer read from the process outside this is garbage
-ADDR_MAX = 1 << 47
+#: user-space addresses (x86-64: 47 bits; arm64: 48, or 52 with large virtual addresses, which Linux gives a
+#: process only when it asks for them by a hint): a pointer read from the process outside this is garbage
+ADDR_MAX = 1 << 48 if platform.machine() == "aarch64" else 1 << 47
 #: bytes of _Py_DebugOffsets read (3.14's is 736 bytes)
 DEBUG_OFFSETS_READ = 1024
 #: objects of one process probed for _PyRuntime, and each one's time budget
@@ -295,7 +297,7 @@ def _symbols(pid: int, m: discovery.Mapping) -> _Symbols | None:
         return None
     try:
         elf = elfread.ElfReader(fd, ELF_BUDGET_S)
-        if elf.machine != elfread.EM_X86_64:
+        if elf.machine != elfread.HOST_MACHINE:
             return None
         bias = _load_bias(elf, m)
         syms = _object_symbols(elf) if bias is not None else {}
