@@ -95,3 +95,79 @@ def test_no_handler_reads_the_stack_but_through_arch_bpf_h() -> None:
     for macro in ("ARG7", "ARG8", "STACK_ARG", "RA_SLOT", "RA_OF", "BIG_BYVAL"):
         assert len(re.findall(rf"#define {macro}\(", arch)) == 2, macro      # one per architecture
     assert '#include "arch.bpf.h"' in (_BPF / "gputop.bpf.c").read_text()
+
+
+def test_the_matrix_boots_an_arm64_suite_on_qemus_virt_board() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("matrix_vm_arm64", ROOT / "scripts" / "matrix" / "vm.py")
+    assert spec is not None and spec.loader is not None
+    vm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vm)
+    assert (vm.arch_of("bookworm-arm64"), vm.arch_of("trixie-arm64"), vm.arch_of("bookworm")) == (
+        "arm64", "arm64", "amd64")
+    cmd = vm.qemu_command(Path("/c"), Path("/d"), "arm64")
+    assert cmd[:3] == ["qemu-system-aarch64", "-M", "virt"] and "max,pauth-impdef=on" in cmd
+    assert "root=/dev/vda rw console=ttyAMA0 init=/usr/local/sbin/matrix-init" in cmd
+    # the x86-64 suites' command line as it was
+    assert vm.qemu_command(Path("/c"), Path("/d")) == [
+        "qemu-system-x86_64", "-accel", "tcg,thread=single", "-cpu", "max", "-m", "2G", "-smp", "2", "-nographic",
+        "-no-reboot", "-kernel", "/c/vmlinuz", "-initrd", "/c/initrd.img",
+        "-append", "root=/dev/vda rw console=ttyS0 init=/usr/local/sbin/matrix-init",
+        "-drive", "file=/c/root.img,format=raw,if=virtio,snapshot=on", "-drive", "file=/d,format=raw,if=virtio",
+        "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"]
+
+
+_CROSS_CC = "aarch64-linux-gnu-gcc"
+_REG_NAMES = {"host_side_stub": b"_ZN6gputop4test13device_lambdaIZ4mainEUlfE_EEvT_", "second_stub": b"second_kernel"}
+
+
+@pytest.mark.parametrize("flags", [("-O0", "-shared", "-fPIC"), ("-O2", "-shared", "-fPIC"),
+                                   ("-O3", "-shared", "-fPIC"), ("-O2", "-no-pie", "-DOWN_REGISTER"),
+                                   ("-O2", "-DOWN_REGISTER")],
+                         ids=["O0", "O2", "O3", "no-pie", "pie"])
+def test_arm64_registration_code_gives_each_stubs_device_name(flags: tuple[str, ...], tmp_path: Path) -> None:
+    """tests/unit/test_regcode.py's objects built for aarch64 (gcc-aarch64-linux-gnu): regcode_arm64 maps each
+    host stub to the device name it registers, whatever the stub's own symbol."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which(_CROSS_CC) is None:
+        pytest.skip(f"no {_CROSS_CC} (apt-get install gcc-aarch64-linux-gnu)")
+    obj = tmp_path / "kernels"
+    subprocess.run([_CROSS_CC, *flags, "-o", str(obj), str(ROOT / "tests" / "native" / "registered_kernels.c")],
+                   check=True, capture_output=True)
+    fd = os.open(obj, os.O_RDONLY)
+    try:
+        syms = symbols.read_symbols(fd, str(obj))
+        assert syms is not None and syms.machine == elfread.EM_AARCH64
+        got = {}
+        for stub, at in syms.registered.items():
+            off = syms.offset_of_constant(at)
+            got[syms.name_at(stub)] = os.pread(fd, 128, off).split(b"\0")[0] if off is not None else None
+    finally:
+        os.close(fd)
+    assert got == _REG_NAMES
+
+
+def test_arm64_registration_scan_of_hostile_code_is_bounded(tmp_path: Path) -> None:
+    """4 MiB of thread-limit markers, adrp/add pairs and calls, as densely as possible: the scan stops at its
+    deadline (ElfError), and without one it returns within its bounds."""
+    import os
+    import time
+
+    from gputop.sources.bpf.attach import regcode_arm64
+
+    site = struct.pack("<6I", 0x90000001, 0x91000021, 0x90000003, 0x91000063, 0x12800004, 0x94000100)
+    code = tmp_path / "code"
+    code.write_bytes(site * ((4 << 20) // len(site)))
+    fd = os.open(code, os.O_RDONLY)
+    try:
+        with pytest.raises(elfread.ElfError):
+            regcode_arm64.registrations(fd, [(0x10000, 0, code.stat().st_size)], time.monotonic() - 1)
+        t0 = time.monotonic()
+        out = regcode_arm64.registrations(fd, [(0x10000, 0, code.stat().st_size)], time.monotonic() + 120)
+        assert len(out) <= regcode_arm64.MAX_REGISTRATIONS and time.monotonic() - t0 < 120
+    finally:
+        os.close(fd)

@@ -18,7 +18,7 @@ object has no host stub symbols at all.
 Checked against what the process itself registers (tests/torch: all of libtorch_cuda.so's 24,114, one
 site's name rejected as not a name). Hostile objects: the code scanned is bounded (MAX_CODE_BYTES, in
 CHUNK windows), names are read later, bounded, and taken only when they look like one (``is_name``).
-Other architectures: nothing found (arm64: issue 39).
+arm64: regcode_arm64.py (the same scan for AAPCS64 code); other architectures: nothing found.
 """
 
 from __future__ import annotations

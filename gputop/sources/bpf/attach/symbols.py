@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from gputop import safefiles
-from gputop.sources.bpf.attach import regcode
+from gputop.sources.bpf.attach import regcode, regcode_arm64
 from gputop.sources.bpf.attach.catalogue import is_driver_layer, is_runtime_wrapper
 from gputop.sources.bpf.common import elfread
 
@@ -264,10 +264,14 @@ def _read(elf: elfread.ElfReader, path: str) -> ObjectSymbols:
         out._names.append(name)
     # objects that call (or define) the registration function: nvcc's code, not a random call's arguments;
     # the symbols stand without them when the object's time runs out first
-    if elf.machine == elfread.EM_X86_64 and elf.string_tables_mention((b"__cudaRegisterFunction",)):
+    if elf.machine in (elfread.EM_X86_64, elfread.EM_AARCH64) and elf.string_tables_mention(
+            (b"__cudaRegisterFunction",)):
         with suppress(elfread.ElfError):
-            out.registered = regcode.registrations(elf.fd, out.segments, elf.deadline,
-                                                   absolute=elf.elf_type == "ET_EXEC")
+            if elf.machine == elfread.EM_AARCH64:
+                out.registered = regcode_arm64.registrations(elf.fd, out.segments, elf.deadline)
+            else:
+                out.registered = regcode.registrations(elf.fd, out.segments, elf.deadline,
+                                                       absolute=elf.elf_type == "ET_EXEC")
     return out
 
 

@@ -97,7 +97,7 @@ def tracepoint_exists(category: str, event: str) -> bool:
 
 
 
-_SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
+SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
 _BPF_OBJ_GET_INFO_BY_FD = 15
 _BPF_ENABLE_STATS = 32
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -106,7 +106,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def enable_stats() -> int | None:
     """Turn on BPF run-time statistics while the returned fd stays open (None if refused)."""
     attr = ctypes.create_string_buffer(128)
-    fd = int(_libc.syscall(_SYS_BPF, _BPF_ENABLE_STATS, attr, 4))
+    fd = int(_libc.syscall(SYS_BPF, _BPF_ENABLE_STATS, attr, 4))
     return fd if fd >= 0 else None
 
 
@@ -117,7 +117,7 @@ def prog_run_stats(fd: int) -> tuple[int, int] | None:
     ctypes.memmove(attr, ctypes.byref(ctypes.c_uint32(fd)), 4)
     ctypes.memmove(ctypes.addressof(attr) + 4, ctypes.byref(ctypes.c_uint32(256)), 4)
     ctypes.memmove(ctypes.addressof(attr) + 8, ctypes.byref(ctypes.c_uint64(ctypes.addressof(info))), 8)
-    if _libc.syscall(_SYS_BPF, _BPF_OBJ_GET_INFO_BY_FD, attr, 16) != 0:
+    if _libc.syscall(SYS_BPF, _BPF_OBJ_GET_INFO_BY_FD, attr, 16) != 0:
         return None
     run_time_ns = ctypes.c_uint64.from_buffer_copy(info.raw[192:200]).value
     run_cnt = ctypes.c_uint64.from_buffer_copy(info.raw[200:208]).value
@@ -157,7 +157,7 @@ def uprobe_multi_link(prog_fd: int, path: str, offsets: list[int], *, retprobe: 
     struct.pack_into("IIII", attr, 0, prog_fd, 0, BPF_TRACE_UPROBE_MULTI, 0)
     struct.pack_into("QQQQIII", attr, 16, ctypes.addressof(name), ctypes.addressof(offs), 0, 0, len(offsets),
                      _BPF_F_UPROBE_MULTI_RETURN if retprobe else 0, 0)
-    fd = int(_libc.syscall(_SYS_BPF, _BPF_LINK_CREATE, attr, 64))
+    fd = int(_libc.syscall(SYS_BPF, _BPF_LINK_CREATE, attr, 64))
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
@@ -252,7 +252,7 @@ def atomic_cmpxchg() -> bool | None:
         lic = ctypes.create_string_buffer(b"GPL")
         attr = ctypes.create_string_buffer(128)
         struct.pack_into("IIQQ", attr, 0, 2, len(insns) // 8, ctypes.addressof(ibuf), ctypes.addressof(lic))
-        fd = int(_libc.syscall(_SYS_BPF, 5, attr, 128))     # BPF_PROG_LOAD, a kprobe program
+        fd = int(_libc.syscall(SYS_BPF, 5, attr, 128))     # BPF_PROG_LOAD, a kprobe program
         err = ctypes.get_errno()
         if fd >= 0:
             os.close(fd)

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gputop import safefiles
-from gputop.sources.bpf.common.linux import _SYS_BPF, BPF_TRACE_UPROBE_MULTI, open_uprobe, uprobe_multi_link
+from gputop.sources.bpf.common.linux import BPF_TRACE_UPROBE_MULTI, SYS_BPF, open_uprobe, uprobe_multi_link
 
 CACHE_NAME = "trap-cost.json"
 #: the cache file is a few hundred bytes per kernel and CPU; a larger one is not read
@@ -167,7 +167,7 @@ def store(cost: TrapCost, directory: Path | None = None) -> None:
 
 
 def _bpf(cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
-    fd = int(_libc.syscall(_SYS_BPF, cmd, attr, len(attr)))
+    fd = int(_libc.syscall(SYS_BPF, cmd, attr, len(attr)))
     if fd < 0:
         err = ctypes.get_errno()
         raise CalibrationError(f"bpf({cmd}) failed: {os.strerror(err)}")
