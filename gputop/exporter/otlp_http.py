@@ -64,13 +64,14 @@ class BoundedSession(requests.Session):
         self.requests = 0
 
     def _ssl_context(self, verify: object, cert: object) -> ssl.SSLContext:
-        """The TLS context of https:// pushes: ``--otlp-http-config-file``'s, else the SDK's CA and client
-        certificate paths, else the system's CAs. Built once per setting."""
+        """The TLS context of https:// pushes: ``--otlp-http-config-file``'s ``tls_config``, else the SDK's CA
+        and client certificate paths, else the system's CAs. Built once per setting."""
         key = (verify, cert)
         if self._context is not None and self._context_key == key:
             return self._context
-        if self._http is not None:
-            ctx = self._http.ssl_context()
+        h = self._http
+        if h is not None and (h.ca_pem or h.cert_pem or h.insecure_skip_verify or h.min_version or h.max_version):
+            ctx = h.ssl_context()
         else:
             ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
             if verify is False:

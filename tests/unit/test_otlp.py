@@ -7,6 +7,7 @@ counted and said once, never a traceback."""
 
 from __future__ import annotations
 
+import base64
 import http.server
 import os
 import socket
@@ -191,7 +192,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_tls_and_basic_auth_from_the_http_config_and_a_wrong_password_is_a_counted_failure(
-        certs: Path, tmp_path: Path) -> None:
+        certs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rx = Receiver(tmp_path, tls_dir=certs, user="alice", password_file=certs / "password")
     said: list[str] = []
     try:
@@ -229,6 +230,18 @@ def test_tls_and_basic_auth_from_the_http_config_and_a_wrong_password_is_a_count
         finally:
             noca.stop()
         assert "certificate verify failed" in said[-1].lower() or "CERTIFICATE_VERIFY_FAILED" in said[-1]
+        # the SDK's own variables: the CA and a header (the login) from the environment
+        login = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(certs / "ca.crt"))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Basic%20{login}")
+        monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=gputop-x1,k8s.namespace.name=gpu")
+        env = otlp.OtlpPusher([reg], otlp.metrics_url(rx.otlp_url), interval_s=5.0, node="env-node")
+        try:
+            assert env.push()
+        finally:
+            env.stop()
+        assert rx.value('gputop_kernel_launches_total{pid="42",service_instance_id="env-node",'
+                        'k8s_pod_name="gputop-x1",k8s_namespace_name="gpu"}') == 17
     finally:
         rx.stop()
 
