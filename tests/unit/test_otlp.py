@@ -286,6 +286,27 @@ def test_a_silent_receiver_is_cut_at_the_deadline_and_a_dead_one_is_said_once() 
         silent.sock.close()
         for c in silent.conns:
             c.close()
+    # on its thread: a refresh never waits for the receiver; those that come while a push hangs are skipped
+    said.clear()
+    silent = _Silent()
+    silent.start()
+    p = _pusher(f"http://127.0.0.1:{silent.port}", said)
+    p.start()
+    try:
+        waits = []
+        for _ in range(4):
+            t0 = time.monotonic()
+            p.offer()
+            waits.append(time.monotonic() - t0)
+            time.sleep(0.1)
+        assert max(waits) < 0.05, waits
+        wait_until("two pushes to fail", lambda: p.stats.failures >= 2, 10)
+        assert (p.stats.pushes, p.stats.failures, p.stats.skipped, len(said)) == (2, 2, 2, 1), said
+    finally:
+        p.stop()
+        silent.sock.close()
+        for c in silent.conns:
+            c.close()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]           # bound, not listening: refused
