@@ -92,4 +92,9 @@ if [ ! -e "$NV/libcuda.so.1" ] || [ ! -e "$NV/libnvidia-ml.so.1" ]; then
     fi
 fi
 python3 "$ROOT/scripts/testbed_libs.py" runtimes "$PY" "$TB/runtimes"
+# --- the arm64 test bed (issue 39): the aarch64 runtimes, Debian's arm64 libcuda1/libnvidia-ml1 and
+# linux-headers-arm64, for tests/unit/test_arm64.py, tests/bpf/test_arm64_compile.py and the matrix's arm64
+# suites (scripts/matrix/testbed_arm64.py; cached). Not fatal: without it those tests skip, saying so
+python3 "$ROOT/scripts/matrix/testbed_arm64.py" "$TB-arm64" \
+    || echo "testbed: the arm64 test bed could not be fetched; its tests skip" >&2
 echo "testbed: ready in $TB"

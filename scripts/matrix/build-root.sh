@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (or find cached) a Debian root + ext4 image for one suite of the kernel matrix, run as root.
-#   scripts/matrix/build-root.sh SUITE      (bullseye | bookworm | trixie)
+#   scripts/matrix/build-root.sh SUITE      (bullseye | bookworm | trixie | sid; SUITE-arm64: bookworm-arm64,
+#                                            trixie-arm64: Debian's arm64 root and kernel, docs/matrix.md)
 # Prints the cache directory holding root.img, vmlinuz, initrd.img, kernel-release and times.txt.
 # The root comes from this machine's own apt mirror (read from its apt sources at run time), with
 # Debian's cloud kernel, its headers, bcc, python3-venv and gcc, and this machine's CA bundle and pip
@@ -8,6 +9,10 @@
 # KEY a hash of this recipe: a changed recipe rebuilds; a missing cache is rebuilt.
 set -euo pipefail
 SUITE=${1:?usage: build-root.sh SUITE}
+# SUITE-arm64: the arm64 port of SUITE (debootstrap's second stage runs its arm64 binaries through
+# qemu-user-static and binfmt_misc), with the generic arm64 kernel (booted under qemu-system-aarch64 -M virt)
+DIST=${SUITE%-arm64}
+if [ "$DIST" != "$SUITE" ]; then ARCH=arm64; else ARCH=amd64; fi
 CACHE=${GPUTOP_MATRIX_CACHE:-/var/cache/gputop-matrix}
 say() { echo "matrix: $*" >&2; }
 if [ "$(id -u)" -ne 0 ]; then
@@ -16,7 +21,8 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 77
 fi
 
-PACKAGES=linux-image-cloud-amd64,linux-headers-cloud-amd64,bpfcc-tools,python3-bpfcc,python3-venv,gcc,libc6-dev,binutils,ca-certificates,iproute2,kmod,procps
+if [ "$ARCH" = arm64 ]; then KFLAVOUR=arm64; else KFLAVOUR=cloud-amd64; fi
+PACKAGES=linux-image-$KFLAVOUR,linux-headers-$KFLAVOUR,bpfcc-tools,python3-bpfcc,python3-venv,gcc,libc6-dev,binutils,ca-certificates,iproute2,kmod,procps
 # the recipe: this script and the suite (the mirror is this machine's, not part of the key)
 KEY=$( (cat "$0"; echo "$SUITE") | sha256sum | cut -c1-16)
 OUT="$CACHE/$SUITE/$KEY"
@@ -48,13 +54,22 @@ if [ -z "$mirror" ]; then
     exit 1
 fi
 
+if [ "$ARCH" != "$(dpkg --print-architecture)" ] && ! grep -qs '^enabled' "/proc/sys/fs/binfmt_misc/qemu-aarch64"; then
+    mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+    update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+    if ! grep -qs '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64; then
+        echo "gputop: error: an $ARCH root needs qemu-user-static registered with binfmt_misc (qemu-aarch64)" >&2
+        echo "hint: apt-get install qemu-user-static binfmt-support" >&2
+        exit 1
+    fi
+fi
 rm -rf "$OUT"
 mkdir -p "$OUT" "$CACHE/debs/$SUITE"
 WORK="$OUT/root"
 t0=$(date +%s.%N)
 say "debootstrap $SUITE (log in $OUT/debootstrap.log)"
-if ! debootstrap --variant=minbase --include="$PACKAGES" --cache-dir="$CACHE/debs/$SUITE" \
-        "$SUITE" "$WORK" "$mirror" >"$OUT/debootstrap.log" 2>&1; then
+if ! debootstrap --arch="$ARCH" --variant=minbase --include="$PACKAGES" --cache-dir="$CACHE/debs/$SUITE" \
+        "$DIST" "$WORK" "$mirror" >"$OUT/debootstrap.log" 2>&1; then
     tail -n 20 "$OUT/debootstrap.log" >&2
     echo "gputop: error: debootstrap of $SUITE failed" >&2
     echo "hint: see $OUT/debootstrap.log" >&2
@@ -66,7 +81,7 @@ t1=$(date +%s.%N)
 # files that set a proxy, a CA, or switch off the validity checks of a frozen mirror's Release files:
 # without them sid's and experimental's, which expire within a week, are refused); the machine's CA
 # bundle and pip configuration go in
-printf 'deb %s %s main\n' "$mirror" "$SUITE" > "$WORK/etc/apt/sources.list"
+printf 'deb %s %s main\n' "$mirror" "$DIST" > "$WORK/etc/apt/sources.list"
 for conf in /etc/apt/apt.conf /etc/apt/apt.conf.d/*; do
     if [ -f "$conf" ] && grep -q -E 'Acquire::(Check-Valid-Until|Check-Date|https?::(Proxy|CAInfo|Verify-Peer))' "$conf"; then
         cp "$conf" "$WORK$conf"

@@ -9,7 +9,10 @@
    emulation), and an empty out/.
 3. qemu-system-x86_64 -accel tcg -cpu max -m 2G -smp 2, the root disk in snapshot mode (the cache is
    never written), the run disk writable, the serial console to OUTDIR/console.log, a hard timeout
-   after which QEMU is killed.
+   after which QEMU is killed. An arm64 suite (SUITE-arm64: bookworm-arm64, trixie-arm64) boots under
+   qemu-system-aarch64 -M virt -cpu max -m 4G -smp 2 (full emulation), with the arm64 test bed
+   (.cache/testbed-arm64: scripts/matrix/testbed_arm64.py, fetched here when missing) as the copy's
+   .cache/testbed.
 4. out/ copied back with debugfs (no mount, no loop device) into OUTDIR/out; OUTDIR/host-times.json.
 --on-host: the suite's userland on this machine's kernel instead of its own (Debian 11's bcc 0.18 and
 LLVM 11 on a 5.12+ kernel, as with a backports kernel): the root image's files copied out with debugfs,
@@ -35,7 +38,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 HERE = ROOT / "scripts" / "matrix"
 TESTBED_PARTS = ("cudart", "cudart13", "nvidia")
-TOOLS = ("qemu-system-x86_64", "debootstrap", "mkfs.ext4", "debugfs", "git")
+TOOLS = ("debootstrap", "mkfs.ext4", "debugfs", "git")
+#: the arm64 suites' test bed (scripts/matrix/testbed_arm64.py), carried in as the copy's .cache/testbed
+TESTBED_ARM64 = ROOT / ".cache" / "testbed-arm64"
+#: default hard timeouts of a boot (s): the x86-64 guests', and the arm64 guests' under full emulation
+TIMEOUT_S = {"amd64": 1500.0, "arm64": 7200.0}
+
+
+def arch_of(suite: str) -> str:
+    """The suite's Debian architecture: SUITE-arm64 is arm64, the rest amd64 (build-root.sh's rule)."""
+    return "arm64" if suite.endswith("-arm64") else "amd64"
+
+
+def qemu_of(arch: str) -> str:
+    return "qemu-system-aarch64" if arch == "arm64" else "qemu-system-x86_64"
 
 
 def build_root(suite: str) -> Path:
@@ -43,13 +59,14 @@ def build_root(suite: str) -> Path:
     return Path(res.stdout.strip().splitlines()[-1])
 
 
-def stage(dst: Path) -> None:
-    """The run disk's content: guest-run.sh, repo/ and out/."""
+def stage(dst: Path, arch: str = "amd64") -> None:
+    """The run disk's content: guest-run.sh, repo/ and out/ (the test bed of the guest's architecture)."""
     shutil.copy(HERE / "guest-run.sh", dst / "guest-run.sh")
     (dst / "out").mkdir()
     copy_repo(dst / "repo")
+    testbed = TESTBED_ARM64 if arch == "arm64" else ROOT / ".cache" / "testbed"
     for part in TESTBED_PARTS:
-        shutil.copytree(ROOT / ".cache" / "testbed" / part, dst / "repo" / ".cache" / "testbed" / part, symlinks=True)
+        shutil.copytree(testbed / part, dst / "repo" / ".cache" / "testbed" / part, symlinks=True)
 
 
 def copy_repo(repo: Path) -> None:
@@ -74,16 +91,30 @@ def make_disk(src: Path, img: Path) -> None:
                    check=True)
 
 
-def boot(cache: Path, disk: Path, console: Path, timeout_s: float) -> tuple[int | str, float]:
+def qemu_command(cache: Path, disk: Path, arch: str = "amd64") -> list[str]:
+    """The QEMU command line of one boot: x86-64 (2 GiB), or arm64 on QEMU's virt board (4 GiB; pointer
+    authentication emulated by QEMU's cheap implementation-defined algorithm, pauth-impdef: Debian's arm64
+    kernel signs every return address, and the architected one is many times slower under TCG; the PL011
+    UART as the console). Both on one host thread (defect 15)."""
+    if arch == "arm64":
+        machine = ["qemu-system-aarch64", "-M", "virt", "-accel", "tcg,thread=single", "-cpu", "max,pauth-impdef=on",
+                   "-m", "4G"]
+        console = "ttyAMA0"
+    else:
+        machine = ["qemu-system-x86_64", "-accel", "tcg,thread=single", "-cpu", "max", "-m", "2G"]
+        console = "ttyS0"
+    return [*machine, "-smp", "2", "-nographic",
+            "-no-reboot", "-kernel", str(cache / "vmlinuz"), "-initrd", str(cache / "initrd.img"),
+            "-append", f"root=/dev/vda rw console={console} init=/usr/local/sbin/matrix-init",
+            "-drive", f"file={cache / 'root.img'},format=raw,if=virtio,snapshot=on",
+            "-drive", f"file={disk},format=raw,if=virtio",
+            "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"]
+
+
+def boot(cache: Path, disk: Path, console: Path, timeout_s: float, arch: str = "amd64") -> tuple[int | str, float]:
     """QEMU until the guest powers off (its exit status), the timeout or a lockup (run_logged);
     the wall time."""
-    cmd = ["qemu-system-x86_64", "-accel", "tcg,thread=single", "-cpu", "max", "-m", "2G", "-smp", "2", "-nographic",
-           "-no-reboot", "-kernel", str(cache / "vmlinuz"), "-initrd", str(cache / "initrd.img"),
-           "-append", "root=/dev/vda rw console=ttyS0 init=/usr/local/sbin/matrix-init",
-           "-drive", f"file={cache / 'root.img'},format=raw,if=virtio,snapshot=on",
-           "-drive", f"file={disk},format=raw,if=virtio",
-           "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"]
-    return run_logged(cmd, console, timeout_s)
+    return run_logged(qemu_command(cache, disk, arch), console, timeout_s)
 
 
 #: soft-lockup reports on the console after which the guest is taken as locked up (the kernel
@@ -157,18 +188,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite")
     ap.add_argument("outdir", type=Path)
-    ap.add_argument("--timeout-s", type=float, default=1500.0)
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="the boot's hard timeout (default 1500 s; an arm64 suite's 7200 s)")
     ap.add_argument("--on-host", action="store_true", help="the suite's userland on this machine's kernel")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("gputop: error: the kernel matrix needs root (debootstrap, chroot)\nhint: run it with sudo",
               file=sys.stderr)
         return 77
-    missing = [t for t in TOOLS if shutil.which(t) is None]
+    arch = arch_of(args.suite)
+    if arch == "arm64" and args.on_host:
+        print("gputop: error: --on-host runs a suite's userland on this machine's kernel: not an arm64 one",
+              file=sys.stderr)
+        return 2
+    timeout_s = args.timeout_s if args.timeout_s is not None else TIMEOUT_S[arch]
+    missing = [t for t in (*TOOLS, qemu_of(arch)) if shutil.which(t) is None]
     if missing:
         print(f"gputop: error: {', '.join(missing)} not found\n"
-              "hint: scripts/setup.sh --test installs qemu-system-x86 and debootstrap", file=sys.stderr)
+              "hint: scripts/setup.sh --test installs qemu-system-x86 and debootstrap; an arm64 suite needs "
+              "qemu-system-arm, qemu-user-static and binfmt-support too", file=sys.stderr)
         return 1
+    if arch == "arm64" and not all((TESTBED_ARM64 / part).is_dir() for part in TESTBED_PARTS):
+        subprocess.run([sys.executable, str(HERE / "testbed_arm64.py"), str(TESTBED_ARM64)], check=True)
     out: Path = args.outdir
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float | None] = {}
@@ -180,17 +221,17 @@ def main() -> int:
         t0 = time.monotonic()
         src = Path(tmp) / "run"
         src.mkdir()
-        stage(src)
+        stage(src, arch)
         shutil.rmtree(out / "out", ignore_errors=True)
         if args.on_host:
             times["run_disk_s"] = time.monotonic() - t0
-            qemu_rc, times["qemu_wall_s"] = on_host(cache, src, Path(tmp), out / "console.log", args.timeout_s)
+            qemu_rc, times["qemu_wall_s"] = on_host(cache, src, Path(tmp), out / "console.log", timeout_s)
             shutil.copytree(Path(tmp) / "root" / "mnt" / "matrix" / "out", out / "out")
         else:
             disk = Path(tmp) / "run.img"
             make_disk(src, disk)
             times["run_disk_s"] = time.monotonic() - t0
-            qemu_rc, times["qemu_wall_s"] = boot(cache, disk, out / "console.log", args.timeout_s)
+            qemu_rc, times["qemu_wall_s"] = boot(cache, disk, out / "console.log", timeout_s, arch)
             subprocess.run(["debugfs", "-R", f"rdump /out {out}", str(disk)], check=True, capture_output=True)
     # what was tested: the commit, and the tracked files that differed from it in the work tree
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout.strip()
@@ -200,7 +241,7 @@ def main() -> int:
                                                      "head": head, "modified": [d[3:] for d in dirty if d]},
                                                     indent=1))
     if qemu_rc == "timed out":
-        print(f"matrix: {args.suite}: timed out after {args.timeout_s:.0f} s", file=sys.stderr)
+        print(f"matrix: {args.suite}: timed out after {timeout_s:.0f} s", file=sys.stderr)
         return 124
     if qemu_rc == "locked up":
         print(f"matrix: {args.suite}: the guest's kernel locked up ({LOCKUP_REPORTS} soft-lockup reports in "

@@ -6,7 +6,9 @@ once its root is cached): part of ./test.sh's full run (what CI runs), as root, 
 and debootstrap installed (scripts/setup.sh --test); GPUTOP_MATRIX=0 leaves it out (the inner loop,
 ./test.sh --quick, never runs it).
 GPUTOP_MATRIX_SUITES=bookworm,trixie picks suites (default: the three, and bullseye's userland on this
-machine's kernel; sid on demand). Each suite boots once (scripts/matrix/vm.py), one a CPU at a time
+machine's kernel; on demand sid, and the arm64 suites bookworm-arm64 and trixie-arm64: Debian's arm64 kernel
+and userland under qemu-system-aarch64's full emulation, about an hour each here, docs/matrix.md). Each suite
+boots once (scripts/matrix/vm.py), one a CPU at a time
 (GPUTOP_MATRIX_JOBS lowers that); every test below reads that one run.
 """
 
@@ -52,6 +54,22 @@ class Suite:
     compiler_cmpxchg: bool = True
     #: the kernel logs a WARNING when gputop's program loads (no bpf_mem_alloc: before Linux 6.1)
     warns_at_load: bool = False
+    #: the Debian architecture: amd64, or arm64 (SUITE-arm64: the arm64 port booted under qemu-system-aarch64)
+    arch: str = "amd64"
+
+    @property
+    def flavour(self) -> str:
+        """The end of the booted kernel's release: Debian's cloud kernel on amd64, the generic one on arm64."""
+        return "-arm64" if self.arch == "arm64" else "-cloud-amd64"
+
+    @property
+    def machine(self) -> str:
+        return "aarch64" if self.arch == "arm64" else "x86_64"
+
+    @property
+    def timeout_s(self) -> float:
+        """How long vm.py may take: its own boot timeout (vm.TIMEOUT_S) and the root's build, with room."""
+        return 7800.0 if self.arch == "arm64" else 1800.0
 
     @property
     def package(self) -> bool:
@@ -76,6 +94,10 @@ SUITES = {
     # cannot emit the cmpxchg this kernel takes, and bcc 0.18 reads tracepoints under debugfs only
     # Debian's unstable (on demand, GPUTOP_MATRIX_SUITES=sid: its archive changes daily)
     "sid": Suite("sid", "7.", "3.14", "0.37", "links"),
+    # Debian's arm64 port (Grace Hopper hosts, issue 39), on demand (GPUTOP_MATRIX_SUITES=bookworm-arm64): full
+    # emulation of another architecture takes about an hour a suite on this machine's two cores
+    "bookworm-arm64": Suite("bookworm-arm64", "6.1.", "3.11", "0.26", "perf", arch="arm64"),
+    "trixie-arm64": Suite("trixie-arm64", "6.12.", "3.13", "0.31", "links", arch="arm64"),
     "bullseye-on-host": Suite("bullseye-on-host", os.uname().release, "3.9", "0.18", "perf", OLD_BCC,
                               root="bullseye", on_host=True, compiler_cmpxchg=False),
 }
@@ -147,7 +169,7 @@ class Boots:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.procs.append(proc)
         try:
-            _, err = proc.communicate(timeout=1800)
+            _, err = proc.communicate(timeout=suite.timeout_s)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGINT)         # vm.py kills its guest on the way out
             _, err = proc.communicate()
@@ -217,15 +239,16 @@ def test_the_guest_ran_every_step(run: Run) -> None:
 
 
 def test_every_workload_exited_0(run: Run) -> None:
-    assert run.result["returncodes"] == {"before": 0, "dynamic": 0, "copies": 0, "driver": 0, "python": 0,
-                                         "short": 0}
+    assert run.result["returncodes"] == {"before": 0, "dynamic": 0, "copies": 0, "driver": 0, "graphs": 0,
+                                         "python": 0, "short": 0}
     assert run.result["gputop_rc"] in (0, -15)      # stopped with SIGTERM after the last snapshot
 
 
 def test_platform_is_the_suites_own(run: Run) -> None:
     plat = dict(line.split(" ", 1) for line in run.text("platform.txt").splitlines())
     assert plat["kernel"].startswith(run.suite.kernel)
-    assert plat["kernel"].endswith("-cloud-amd64") != run.suite.on_host       # its own kernel, or this machine's
+    assert plat["kernel"].endswith(run.suite.flavour) != run.suite.on_host    # its own kernel, or this machine's
+    assert plat["machine"] == run.suite.machine
     assert plat["python"].rsplit(".", 1)[0] == run.suite.python
     assert plat["bcc"].startswith(run.suite.bcc + ".")
     assert plat["btf"] == "present"
@@ -389,6 +412,19 @@ def test_driver_launches(run: Run) -> None:
     # driver handles nobody named are shown by their handle; sums as tests/bpf/test_counts.py's
     assert sorted((k["name"], k["launches"], k["grid_blocks_avg"], k["block_threads_avg"]) for k in p["kernels"]) == [
         ("0xabc0", 30, 4.0, 32.0), ("0xdef0", 42, 4.0, 128.0)]
+
+
+def test_a_captured_graph_replayed_counts_its_kernels(run: Run) -> None:
+    """tests/bpf/test_graph_kernels.py's first test on the suite's kernel: 30 + 12 launches captured from
+    stream 0x77 (read at each launch: on the stack on x86-64, in x7 on arm64) into one graph, instantiated
+    once and launched 25 times: 1,050 kernels, by kernel, and no launch counted as run."""
+    p = run.last("graphs")
+    assert (p["state"], p["comm"]) == ("exited", "wl_dlopen")
+    t = p["total"]
+    assert (t["captured_launches"], t["graph_launches"], t["graph_kernel_launches"], t["launches"]) == (
+        42, 25, 25 * 42, 0)
+    assert {k["name"]: k["graph_launches"] for k in p["kernels"] if k["graph_launches"]} == {
+        FUSED: 25 * 30, "unfused_step(float const*, float*, int)": 25 * 12}
 
 
 def test_a_classified_files_mappings_are_not_named_again(run: Run) -> None:
