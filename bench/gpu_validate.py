@@ -6,10 +6,10 @@
 Run it with the Python that has PyTorch (on a GPU host, the host's own; gputop runs as the command
 --gputop names, in its own Python). What it does:
 
-1. Starts the workload `before` (bench/gpu_workloads.py), then gputop (`-b -f json -d 0.25 --bpf`),
-   and waits for gputop's first snapshot with its BPF collector running: `before` is a process gputop
-   finds already running.
-2. Runs `before`'s measured phase alone, then every other workload, --jobs at a time. Each warms up,
+1. Starts the workloads `before` and `driver_before` (bench/gpu_workloads.py), then gputop (`-b -f json
+   -d 0.25 --bpf`), and waits for gputop's first snapshot with its BPF collector running: they are
+   processes gputop finds already running.
+2. Runs their measured phases alone, one after the other, then every other workload, --jobs at a time. Each warms up,
    stays idle, runs its phase under the profiler, stays idle again (gpu_workloads.GAP_S) and exits.
    While it is idle after its phase, nvidia-smi is asked for its GPU memory.
 3. gputop's count of a phase: the process's totals in its last snapshot inside the idle time after the
@@ -74,8 +74,8 @@ ALLOC_API = {"cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaMallo
              "cudaHostAlloc", "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
              "cuMemAllocFromPoolAsync_ptsz", "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocHost_v2",
              "cuMemHostAlloc", "cuMemCreate", "cuMemAlloc", "cuMemAllocHost"}
-#: the workloads in the order they start (the longest warm-ups first); `before` (a name ending so) is
-#: started first of all, before gputop
+#: the workloads in the order they start (the longest warm-ups first); `before` and `driver_before` (names
+#: ending so) are started first of all, before gputop
 ORDER = ("compiled", "reduce_overhead", "triton", "gemm", "cudagraph", "ptds_capture", "copies", "malloc_async",
          "expandable", "managed", "managed_prefetch", "eager", "idle")
 
@@ -144,6 +144,21 @@ def phase_counts(rows: list[tuple[float, dict[str, Any]]], phase: tuple[float, f
         prev = b.get(key, 0 if key.startswith(("kernel ", "graph kernel ")) else None)
         out[key] = None if value is None or prev is None else value - prev
     return out
+
+
+#: a workload's own figure (0): the kernels it launched in its phase that gputop shows by address
+BY_ADDRESS = "kernels shown as addresses"
+
+
+def shown_as_addresses(rows: list[tuple[float, dict[str, Any]]], phase: tuple[float, float]) -> int | None:
+    """The kernels launched in the phase that gputop shows by address (0x…, object@0x…), not by name, in
+    its row after the phase (None without rows in both idle times: phase_counts says why)."""
+    before, after = row_in(rows, phase[0] - GAP_S, phase[0]), row_in(rows, phase[1], phase[1] + GAP_S)
+    if before is None or after is None:
+        return None
+    was = {k.get("address"): k.get("launches") or 0 for k in before.get("kernels") or ()}
+    return sum(1 for k in after.get("kernels") or ()
+               if k.get("address") is not None and (k.get("launches") or 0) > was.get(k["address"], 0))
 
 
 def _outermost(api: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -409,6 +424,8 @@ class Harness:
             near = row_in(rows, t1, t1 + GAP_S) if self.args.nvidia_smi else None
             mem = None if near is None else near.get("gpu_mem_bytes")
             counts = None if self.args.no_bpf else phase_counts(rows, tuple(report["phase"]))
+            if isinstance(counts, dict) and BY_ADDRESS in report.get("own", {}):
+                counts[BY_ADDRESS] = shown_as_addresses(rows, tuple(report["phase"]))
             if counts is None:          # NVML's view only
                 lines = [memory_line(s.name, s.smi_mib, mem)]
             elif isinstance(counts, str):
@@ -422,18 +439,18 @@ class Harness:
                 print("\n".join(render_line(ln) for ln in lines), flush=True)
 
     def run(self, names: list[str]) -> None:
-        first = next((n for n in names if n.endswith("before")), None)
-        before = self.start(first, go=self.out / "go") if first else None
-        if before is not None:          # warmed up (CUDA going) before gputop starts
-            deadline = time.monotonic() + self.args.timeout_s
+        first = [n for n in names if n.endswith("before")]
+        befores = [self.start(n, go=self.out / f"{n}.go") for n in first]
+        deadline = time.monotonic() + self.args.timeout_s
+        for before in befores:          # warmed up (CUDA going) before gputop starts
             while not (self.out / f"{before.name}.ready").exists() and before.proc.poll() is None \
                     and time.monotonic() < deadline:
                 time.sleep(0.05)
         self.gputop()
-        if before is not None:
-            (self.out / "go").touch()
+        for before in befores:          # their phases one at a time, each alone
+            (self.out / f"{before.name}.go").touch()
             self.evaluate(self.finish(before))
-        rest = [n for n in names if n != first]
+        rest = [n for n in names if n not in first]
         pool = ThreadPoolExecutor(max_workers=self.args.jobs)
         try:
             for future in [pool.submit(lambda n: self.evaluate(self.finish(self.start(n))), n) for n in rest]:
@@ -494,7 +511,8 @@ def main() -> int:
         return 77
     if args.testbed and not args.cudart:
         ap.error("--testbed needs --cudart")
-    names = list(TESTBED) if args.testbed else (args.only.split(",") if args.only else ["before", *ORDER])
+    names = list(TESTBED) if args.testbed else (args.only.split(",") if args.only else ["before", "driver_before",
+                                                                                      *ORDER])
     unknown = [n for n in names if n not in WORKLOADS and n not in TESTBED]
     if unknown:
         ap.error(f"unknown workloads: {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")

@@ -46,6 +46,8 @@ class Workload:
     warm: Step | None = None    # the warm-up's step, when it is not `step` (a capture stays in the phase)
     #: gputop's figures the profiler has no oracle for in this workload (shown as info)
     no_oracle: tuple[str, ...] = ()
+    #: run once after --go, before the idle time that precedes the phase (gputop is running by then)
+    after_go: Step | None = None
 
 
 def _torch() -> Any:
@@ -107,6 +109,47 @@ def triton_kernel() -> Workload:
     y = torch.empty_like(x)
     grid = (triton.cdiv(N, 1024),)
     return Workload(lambda: gputop_axpy[grid](x, y, N, BLOCK=1024), 200)
+
+
+def driver_before() -> Workload:
+    """Driver-API kernels looked up before gputop started (issue 34): the hand-written Triton kernel and the
+    chain under torch.compile (Inductor's Triton kernels), loaded (cuModuleLoadData, cuModuleGetFunction) in
+    the warm-up, before gputop; and a cuBLAS GEMM. After --go, two Triton kernels new to the process are
+    looked up and launched once each: handles gputop sees looked up, which it learns the driver's layout
+    from (gputop/sources/bpf/names/handles.py). The phase launches the first ones: gputop must show each by
+    its name, the profiler's (the per-name lines), none by address (`kernels shown as addresses`, 0)."""
+    torch = _torch()
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def gputop_before_axpy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = i < n
+        tl.store(y_ptr + i, 3.0 * tl.load(x_ptr + i, mask=m) - 1.0, mask=m)
+
+    @triton.jit
+    def gputop_seen_a(x_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1.0, mask=i < n)
+
+    @triton.jit
+    def gputop_seen_b(x_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2.0, mask=i < n)
+
+    x = torch.randn(N, device="cuda")
+    y = torch.empty_like(x)
+    a, b = torch.randn(1024, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda")
+    grid = (triton.cdiv(N, 1024),)
+    fn = torch.compile(_chain)
+
+    def seen() -> None:
+        gputop_seen_a[grid](y, N, BLOCK=1024)
+        gputop_seen_b[grid](y, N, BLOCK=1024)
+        torch.cuda.synchronize()
+    return Workload(lambda: (gputop_before_axpy[grid](x, y, N, BLOCK=1024), fn(x), a @ b), 100,
+                    own={"kernels shown as addresses": 0}, after_go=seen)
 
 
 def cudagraph() -> Workload:
@@ -324,7 +367,8 @@ def testbed(cudart: str) -> Workload:
 
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
-    "idle": idle, "eager": eager, "before": eager, "compiled": compiled, "gemm": gemm, "triton": triton_kernel,
+    "idle": idle, "eager": eager, "before": eager, "driver_before": driver_before, "compiled": compiled,
+    "gemm": gemm, "triton": triton_kernel,
     "cudagraph": cudagraph, "reduce_overhead": reduce_overhead, "copies": copies, "malloc_async": malloc_async,
     "expandable": expandable, "managed": lambda: managed(False), "managed_prefetch": lambda: managed(True),
     "ptds_capture": ptds_capture,
@@ -364,6 +408,8 @@ def run(name: str, go: Path | None, ready: Path | None, cudart: str | None, trac
         ready.touch()
     if go is not None:
         _wait_for(go)
+    if wl.after_go is not None:
+        wl.after_go()
     time.sleep(GAP_S)
     t0 = time.time()
     if gpu:

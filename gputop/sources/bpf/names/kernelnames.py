@@ -3,7 +3,8 @@
 In order: a name the BPF side captured (``__cudaRegisterFunction``, ``cuModuleGetFunction``,
 ``cuLibraryGetKernel``), following handle aliases (``cuKernelGetFunction``, ``__cudaGetKernel``)
 to what they stand for; then the ELF symbol at that address in the object mapped there (the
-process's maps are remembered from the last scan, so a process that exited is still named).
+process's maps are remembered from the last scan, so a process that exited is still named); a driver
+handle nobody saw looked up, from the driver's structure it points to (handles.py).
 Resolved names are cached; misses are retried after a while, not on every refresh.
 """
 
@@ -18,6 +19,7 @@ from typing import Optional
 from gputop.sources.bpf.attach import discovery, regcode, symbols
 from gputop.sources.bpf.attach.objreads import Pending
 from gputop.sources.bpf.common.abi import NAME_LEN  # names as long as NAME_LEN - 1 may be cut: ELF is preferred then
+from gputop.sources.bpf.names.handles import HandleNames
 
 RETRY_S = 5.0
 MAX_ALIAS_HOPS = 3
@@ -44,7 +46,8 @@ class KernelNamer:
                  symcache: dict[tuple[int, int], symbols.ObjectSymbols | None],
                  known_maps: Callable[[int], list[discovery.Mapping]],
                  saw_maps: Callable[[int, list[discovery.Mapping]], None], clock: Callable[[], float] = time.monotonic,
-                 read: SymbolReader = _read_now, read_string: StringReader = discovery.read_string_in_file) -> None:
+                 read: SymbolReader = _read_now, read_string: StringReader = discovery.read_string_in_file,
+                 memory_ok: Callable[[int], bool] = lambda pid: True) -> None:
         self._read = read
         self._read_string = read_string
         self._reading = False           # the last resolution waits for an object's read
@@ -57,6 +60,10 @@ class KernelNamer:
         self._done: dict[tuple[int, int], Resolved] = {}
         self._missed: dict[tuple[int, int], tuple[float, Resolved]] = {}
         self._fresh_maps: dict[int, list[discovery.Mapping]] = {}
+        #: driver handles nobody saw looked up (set by the caller: handles.py); read from a process's memory
+        #: only where ``memory_ok(pid)`` (not for a program that is gone, nor a PID another process holds now)
+        self.handles: HandleNames | None = None
+        self._memory_ok = memory_ok
 
     def begin_refresh(self) -> None:
         """Maps are read at most once per process per refresh; demangling has a budget per refresh."""
@@ -94,14 +101,20 @@ class KernelNamer:
             if text:                    # an empty one is no name (a copy that failed): never taken
                 # only a name that fills the BPF buffer may be cut (one read from the process's
                 # memory at its registration can be longer, and is whole)
-                if len(text) != NAME_LEN - 1:
-                    return self._demangled(text), self._object_at(pid, addr)
+                whole = len(text) != NAME_LEN - 1
+                obj = self._object_at(pid, addr)
+                if obj is None and self.handles is not None and self._memory_ok(pid):
+                    self.handles.seen(pid, addr, text.encode("utf-8", "surrogateescape"), not whole)
+                if whole:
+                    return self._demangled(text), obj
                 cut = text
             target = self._alias(pid, addr)
             if target is None or target == addr:
                 break
             addr = target
         name, obj = self._from_elf(pid, addr)
+        if name is None and obj is None and cut is None and self.handles is not None and self._memory_ok(pid):
+            name = self.handles.name(pid, addr)     # a driver handle looked up before gputop started
         if name is None and cut is not None:
             name = cut + "…"
         return name, obj
@@ -215,6 +228,14 @@ class KernelNamer:
         """Names resolved elsewhere (an exec'd process's kernels, named with its old program)."""
         self._done.update(((pid, addr), res) for addr, res in named.items())
 
+    def unname(self, keys: set[tuple[int, int]]) -> None:
+        """Forgets the names of these (pid, address) pairs (read with a driver layout given up: handles.py)."""
+        for key in keys:
+            self._done.pop(key, None)
+            self._missed.pop(key, None)
+
     def forget(self, pid: int) -> None:
         self._done = {k: v for k, v in self._done.items() if k[0] != pid}
         self._missed = {k: v for k, v in self._missed.items() if k[0] != pid}
+        if self.handles is not None:
+            self.handles.forget(pid)

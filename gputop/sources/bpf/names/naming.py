@@ -1,11 +1,13 @@
 """Kernel names as the BPF source resolves them (kernelnames.py does the resolving): what the BPF side
 captured under the generation being named, whole names read from the process's memory while it
-still holds them, and the names a program that is gone (an exec, an unmapping, an exit) leaves."""
+still holds them, driver handles nobody saw looked up (handles.py: from the driver's structure, with a
+layout learned from the handles whose look-up the BPF side saw), and the names a program that is gone
+(an exec, an unmapping, an exit) leaves."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from gputop.sources.bpf.attach import discovery
@@ -14,6 +16,7 @@ from gputop.sources.bpf.attach.objreads import BoundedCalls
 from gputop.sources.bpf.common.abi import NAME_LEN
 from gputop.sources.bpf.lifecycle.procid import gen_of, ident, key_ident, pid_of
 from gputop.sources.bpf.lifecycle.proctable import ProcTable
+from gputop.sources.bpf.names.handles import HandleNames, Known
 from gputop.sources.bpf.names.kernelnames import KernelNamer, Resolved
 
 MEM_READ_S = 0.5      # a read of a kernel's name from its process's memory (objreads.BoundedCalls)
@@ -27,9 +30,10 @@ class Naming:
         self.namer = KernelNamer(self._captured_name, self._alias, attacher.symcache, procs.maps_of,
                                  lambda pid, maps: procs.saw_maps({pid: maps}),
                                  read=lambda key, fd, path: reads.read(key, fd, path, cuda_only=False),
-                                 read_string=self._string_in_file)
-        #: reads of processes' memory (kernel names at their registration), bounded in time
+                                 read_string=self._string_in_file, memory_ok=self._memory_current)
+        #: reads of processes' memory (kernel names at their registration, driver handles), bounded in time
         self._mem_reads = BoundedCalls("gputop-mem", MEM_READ_S)
+        self.namer.handles = HandleNames(self._looked_up, self.namer.maps, self.namer.unname, self._mem_reads.call)
         #: the generation whose names a pid's kernels are being resolved with (_by_key)
         self._gen: dict[int, int] = {}
         self._memory_stale = False  # names being resolved for an old image (named_as_gone)
@@ -88,6 +92,24 @@ class Naming:
 
     def _string_in_file(self, pid: int, m: discovery.Mapping, offset: int) -> bytes | None:
         return self._mem_reads.call(lambda: discovery.read_string_in_file(pid, m, offset))
+
+    def _memory_current(self, pid: int) -> bool:
+        """Whether the kernels being named are of the process that holds ``pid`` now (its memory is theirs)."""
+        return not self._memory_stale and self._gen.get(pid, self._procs.now(pid)) == self._procs.now(pid)
+
+    def _looked_up(self, wanted: Callable[[int], bool]) -> Iterable[Known]:
+        """Driver handles whose names the BPF side captured at their look-up, of the processes that hold
+        their PIDs now and are ``wanted``: the names with no registration behind them (a registered name
+        is a host stub's). One system call a name, and two more for a wanted process's."""
+        names, ptrs = self._table("names"), self._table("name_ptrs")
+        for k in names:
+            pid = int(k.tgid)
+            if key_ident(k) != ident(pid, self._procs.now(pid)) or not wanted(pid) or ptrs.get(k) is not None:
+                continue
+            v = names.get(k)
+            name = bytes(v.name).split(b"\0", 1)[0] if v is not None else b""
+            if name:
+                yield pid, int(k.addr), name, len(name) == NAME_LEN - 1
 
     def _alias(self, pid: int, addr: int) -> int | None:
         v = self._by_key("aliases", pid, addr)
