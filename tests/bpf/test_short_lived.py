@@ -240,7 +240,6 @@ def _probed_by_a_short_one(src: BpfSource, workloads: Any, lib: Path) -> tuple[i
     return key
 
 
-@pytest.mark.attach_modes("links", "perf")
 def test_an_object_stays_probed_a_while_after_its_last_process_exits(bpf_source: BpfSource, workloads, testbed,
                                                                       tmp_path: Path) -> None:
     """The matrix's flake: every process mapping the runtime had exited when a full rescan swept,
@@ -285,7 +284,6 @@ def test_a_released_object_is_named_again_by_its_next_mapping(bpf_source: BpfSou
     bpf_source.forget(pid)
 
 
-@pytest.mark.attach_modes("links", "perf")
 def test_at_most_keep_unmapped_max_objects_are_kept(bpf_source: BpfSource, workloads, testbed, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Objects no process maps are kept KEEP_UNMAPPED_MAX at most, the latest unmapped: three
