@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -97,6 +98,19 @@ class Exporter:
         code, body = http_get(self.url + "/metrics")
         assert code == 200
         return body
+
+    def listed(self) -> set[int]:
+        """The PIDs the exporter serves a process row for."""
+        return {int(m) for m in re.findall(r'^gputop_process_start_time_seconds\{[^}]*\bpid="([0-9]+)"', self.metrics(),
+                                           re.MULTILINE)}
+
+    def wait_listed(self, *pids: int, timeout_s: float = 60.0) -> None:
+        """Until the exporter lists ``pids``: their objects probed (a process is listed once an object it
+        maps is), so a workload released then is counted from its first call. A fixed second was short on a
+        host loaded by other work: a runtime's probes attach one program after another, and a workload
+        released meanwhile lost its syncs."""
+        wait_until(f"the exporter listing {sorted(pids)}", lambda: set(pids) <= self.listed() or None, timeout_s)
+        time.sleep(0.6)                 # the objects the first call maps (libcuda) too, a refresh later
 
     def stop(self) -> tuple[int, str]:
         if self.proc.poll() is None:

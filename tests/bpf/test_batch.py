@@ -34,15 +34,17 @@ def test_batch_json_exact_counts_and_exit(workloads, tmp_path) -> None:
         go = tmp_path / "go"
         wl = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:6000:40,2,1:128,1,1:0",
                                "memcpy:4:1:1000", "memcpy:2:2:500", "sync:3", "sleep:1200"], stdout=subprocess.PIPE)
-        time.sleep(1.0)                  # the exec event attaches gputop to the new process
-        go.touch()
         interval_launches = 0
         seen_running = None
+        deadline = time.monotonic() + 60
         for snap in snaps:
             procs = {p["pid"]: p for p in snap["processes"]}
             p = procs.get(wl.pid)
             if p is None:
+                assert go.exists() or time.monotonic() < deadline, "gputop never listed the workload"
                 continue
+            if not go.exists():          # listed: the exec event attached gputop to it (a fixed second was
+                go.touch()               # short on a loaded host: its syncs were lost)
             interval_launches += p["interval"]["launches"]
             if p["state"] == "running":
                 seen_running = p

@@ -105,12 +105,6 @@ def launches(exp: Exporter) -> dict[int, float]:
     return out
 
 
-def listed(exp: Exporter) -> set[int]:
-    """The PIDs the exporter serves a process row for."""
-    return {int(s.labels["pid"]) for fam in text_string_to_metric_families(exp.metrics()) for s in fam.samples
-            if s.name == "gputop_process_start_time_seconds"}
-
-
 def run_two_workloads(workloads: Workloads, testbed: support.Testbed, tmp: Path, exp: Exporter,
                       container: bool = True, reached: bool = True) -> tuple[int, int | None]:
     """A host process (6,000 launches) and one in its own mount namespace whose runtime only exists
@@ -132,14 +126,11 @@ def run_two_workloads(workloads: Workloads, testbed: support.Testbed, tmp: Path,
     for p in procs:
         assert p.stdout is not None
         pids.append(int(p.stdout.readline().split()[1]))
-    # the exec events attach the exporter to both: listed once attached (a fixed 1.5 s was too short on
-    # a host loaded by other work, and the container's first launches were lost)
-    deadline = time.monotonic() + 60
-    wanted = set(pids if reached else pids[:1])     # the container's, unless the exporter cannot reach it
-    while not wanted <= listed(exp):
-        assert time.monotonic() < deadline, f"the exporter did not list {wanted}: {sorted(listed(exp))}"
-        time.sleep(0.2)
-    time.sleep(0.6 if reached else 2.0)     # a refresh after; time enough to list the other, were it reached
+    # the exec events attach the exporter to both (a fixed 1.5 s was too short on a host loaded by other
+    # work: the container's first launches were lost); the container's unless the exporter cannot reach it
+    exp.wait_listed(*(pids if reached else pids[:1]))
+    if not reached:
+        time.sleep(1.5)             # time enough to list it, were it reached
     go.touch()
     for p in procs:
         assert p.wait(timeout=60) == 0

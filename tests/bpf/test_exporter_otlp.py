@@ -43,7 +43,7 @@ def test_the_receiver_holds_the_exact_counts_of_metrics(workloads: Workloads, tm
                                "sleep:15000"], stdout=subprocess.PIPE)
         assert wl.stdout is not None
         pid = int(wl.stdout.readline().split()[1])
-        time.sleep(1.0)                             # the exec event attaches gputop to the new process
+        exp.wait_listed(pid)                        # the exec event attaches gputop to the new process
         go.touch()
         sel = f'pid="{pid}",service_instance_id="otlp-bpf"'
         wait_until("the pushed launches", lambda: rx.value(f"gputop_kernel_launches_total{{{sel}}}") == 7000, 60)

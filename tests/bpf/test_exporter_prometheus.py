@@ -73,7 +73,7 @@ def test_prometheus_gets_exact_counts_and_every_panel_has_data(workloads: Worklo
         assert wl.stdout is not None
         pid = int(wl.stdout.readline().split()[1])
         write_nvml_script(script, pid)
-        time.sleep(1.0)                             # the exec event attaches gputop to the new process
+        exp.wait_listed(pid)                        # the exec event attaches gputop to the new process
         go.touch()
         sel = f'pid="{pid}"'
         # scraped while the process sleeps after its last call: exact totals

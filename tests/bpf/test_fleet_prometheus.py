@@ -59,7 +59,8 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
                                f"paced:{PACED_RATE}:40000", "sleep:60000"], stdout=subprocess.PIPE)
         assert wl.stdout is not None
         pid = int(wl.stdout.readline().split()[1])
-        time.sleep(1.0)                             # the exec event attaches both exporters to it
+        for e in exporters:                         # the exec event attaches both exporters to it
+            e.wait_listed(pid)
         go.touch()
         started = time.monotonic()
         for e in exporters:

@@ -79,12 +79,14 @@ def trace_workload(snaps: Iterator[dict[str, Any]], workloads: Workloads, tmp_pa
     wl = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "launch:6000:40,2,1:128,1,1:0",
                            "memcpy:4:1:1000", "memcpy:2:2:500", "sync:3", "sleep:1200"], stdout=subprocess.PIPE)
     try:
-        time.sleep(1.5)             # the exec event attaches gputop to the new process
-        go.touch()
         last = None
+        deadline = time.monotonic() + 90
         for snap in snaps:
             row = {p["pid"]: p for p in snap["processes"]}.get(wl.pid)
-            if row is not None:
+            assert row is not None or go.exists() or time.monotonic() < deadline, "gputop never listed the workload"
+            if row is not None and not go.exists():
+                go.touch()          # listed: the exec event attached gputop to it (a fixed 1.5 s was short
+            elif row is not None:   # on a loaded host: its syncs were lost)
                 last = row
                 if row["state"] == "exited":
                     break
