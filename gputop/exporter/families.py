@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
+from itertools import accumulate
 from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -76,11 +77,9 @@ def cumulative(hist: Mapping[str, int] | None, finite: int, step: int = 1) -> li
     for key, n in hist.items():
         k = int(key.removeprefix("2^"))
         counts[min(k, LOG2_BUCKETS - 1)] += int(n)
-    out: list[tuple[str, float]] = []
-    ends = bucket_ends(finite, step)
-    for k, le in zip(ends, le_bounds(finite, step)[:-1]):
-        out.append((le, float(sum(counts[:k + 1]))))
-    out.append(("+Inf", float(sum(counts))))
+    below = list(accumulate(counts))        # below[k]: the values in buckets 0 to k (integers: exact)
+    out = [(le, float(below[k])) for k, le in zip(bucket_ends(finite, step), le_bounds(finite, step)[:-1])]
+    out.append(("+Inf", float(below[-1])))
     return out
 
 

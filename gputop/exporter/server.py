@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from gputop.errors import EX_ERROR, GputopError
+from gputop.exporter import exposition
 from gputop.exporter.httpserver import LIMITS, BoundedHTTPServer, Limits, PreparsedRequestHandler
 from gputop.exporter.metrics import SnapshotCollector
 from gputop.exporter.sdnotify import Notifier
@@ -137,11 +138,12 @@ class RenderCache:
         """(content type, body) for a scraper that accepts ``accept``; ``gzip_ok``: the body gzip-compressed
         (the snapshot's part compressed once per snapshot, the live part at each scrape, in one stream)."""
         encoder, content_type = choose_encoder(accept)
-        live = encoder(self._live) if self._live is not None else b""
+        live = exposition.render(self._live, encoder, content_type) if self._live is not None else b""
         with self._lock:
             key = (self._collector.version, content_type)
             if key != self._key:
-                self._body, self._key, self._gzipped = encoder(self._registry), key, None
+                self._body = exposition.render(self._registry, encoder, content_type)
+                self._key, self._gzipped = key, None
             body = self._body
             # what moves between refreshes (the snapshot's age) is rendered at every scrape, after the rest
             if body.endswith(b"# EOF\n") and live.endswith(b"# EOF\n"):     # OpenMetrics: one EOF, at the end

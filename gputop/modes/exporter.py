@@ -38,6 +38,16 @@ if TYPE_CHECKING:
     from gputop.exporter.otlp import OtlpPusher
 
 
+def sample_period(asked: int | None, call_site_metrics: int) -> int | None:
+    """The collector's call-site sampling period (``--sample-period``): as asked; else, without
+    ``--call-site-metrics``, none (0): no series the exporter serves comes from the samples, and sampling
+    costs every traced process a stack walk now and then and the exporter the reading of the stacks at
+    each refresh; with it, adapted to the cost (None), as the dashboard samples."""
+    if asked is not None:
+        return asked
+    return None if call_site_metrics > 0 else 0
+
+
 def main(argv: Sequence[str]) -> int:
     """``gputop exporter [options]``: serve until SIGTERM, SIGINT or SIGHUP (then exit 0)."""
     args = exporter_parser().parse_args(list(argv))
@@ -100,7 +110,7 @@ def main(argv: Sequence[str]) -> int:
     watchdog_for(notify, max_age_s, args.delay, say)
     sampler = Sampler(SamplerConfig(interval_s=args.delay, first_interval_s=min(1.0, args.delay),
                                     use_bpf=not args.no_bpf, use_nvml=not args.no_nvml, filters=Filters(),
-                                    sample_period=args.sample_period))
+                                    sample_period=sample_period(args.sample_period, args.call_site_metrics)))
     sampler.notice = say
     stale = StaleLog(collector, max_age_s, args.delay, say)
 

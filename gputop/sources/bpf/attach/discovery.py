@@ -59,11 +59,15 @@ def read_maps(pid: int, *, executable_only: bool = True) -> list[Mapping]:
     """File-backed mappings of ``pid`` (only executable ones by default); [] if it vanished."""
     out: list[Mapping] = []
     try:
-        # file names are bytes: keep undecodable ones round-trippable instead of failing
-        text = (PROC / str(pid) / "maps").read_bytes().decode("utf-8", "surrogateescape")
+        with open(f"{PROC}/{pid}/maps", "rb") as f:     # (a rescan reads every process's: no pathlib)
+            data = f.read()
     except OSError:
         return out
-    for line in text.splitlines():
+    # file names are bytes: keep undecodable ones round-trippable instead of failing
+    for line in data.decode("utf-8", "surrogateescape").splitlines():
+        # a line kept names a file ("/...") and, executable, has an "x": most lines have neither
+        if "/" not in line or (executable_only and "x" not in line):
+            continue
         parts = line.split(None, 5)
         if len(parts) < 6 or not parts[5].startswith("/"):
             continue
@@ -208,7 +212,7 @@ def read_string_in_file(pid: int, m: Mapping, offset: int) -> bytes | None:
 
 
 def all_pids() -> list[int]:
-    return [int(d.name) for d in PROC.iterdir() if d.name.isdigit()]
+    return [int(name) for name in os.listdir(PROC) if name.isdigit()]
 
 
 def tgid_of(pid: int) -> int | None:

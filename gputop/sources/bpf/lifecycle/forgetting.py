@@ -84,16 +84,25 @@ class Forgetting:
         memory, which is the new program's now."""
         pid, only = pid_of(me), Doomed(frozenset({me}))
         owners = self._shares.owners(only)
-        self._delete_by_pid(only, owners, ("name_ptrs",))
+        # The BPF side makes a process's owner before its first entry in any table keyed by process
+        # (bpf/share.bpf.h, share_take), and only user space deletes it, once every entry is gone: a
+        # process without one (every exec of a program that never called a probed function, most execs
+        # on a host) has no kernels, names or call sites to walk the tables for. The walks are most of an
+        # exec's cost (name_ptrs alone has a million buckets), and every exec on the host comes here.
+        entries = me in owners
+        if entries:
+            self._delete_by_pid(only, owners, ("name_ptrs",))
         # names kept already (a scan saw the new image first: Naming.keep_unmapped) come first
-        named = self._names.old_names(me, self._names.launched(me), self._procs.maps_of(pid))
+        named = self._names.old_names(me, self._names.launched(me) if entries else [], self._procs.maps_of(pid))
         self._attacher.code.delete(only)
-        self._delete_by_pid(only, owners, ("names", "aliases"))
+        if entries:
+            self._delete_by_pid(only, owners, ("names", "aliases"))
         self._attacher.code.forget({pid})
         self._names.namer.forget(pid)
         self._names.namer.keep(pid, named)
         # its call sites start anew: the old program's interpreter, memory and code objects are gone
-        self._delete_by_pid(only, owners, ("py_stacks", "py_sites"))
+        if entries:
+            self._delete_by_pid(only, owners, ("py_stacks", "py_sites"))
         self._table("py_procs").pop(self._table("py_procs").Key(me), None)
         self._sites.forget(only)
 

@@ -125,8 +125,9 @@ class LaunchSlots:
         """Indices of the slots that count for a process (of ``doomed``, when given)."""
         lay = self._layout
         owners = words[lay.at["owner"]::lay.words].tolist()
+        # (a free slot's owner word is 0: skipped before the call, most of the array on most hosts)
         return [i for i, o in enumerate(owners)
-                if (me := _ready_ident(o)) is not None and (doomed is None or doomed.hit(me))]
+                if o and (me := _ready_ident(o)) is not None and (doomed is None or doomed.hit(me))]
 
     def _owned_of(self, words: memoryview, funcs: dict[int, set[int]]) -> list[int]:
         """Indices of the slots that count for the processes of ``funcs`` (identity -> its kernels'
