@@ -24,6 +24,11 @@
    while a refresh is being read (the feed refreshes back to back), and paused. --before-ui does
    the same with the feed as it was before (every family, parsed in the dashboard's process).
 
+4. With ``--baseline-tree DIR`` (``git archive <commit> | tar -x -C DIR``): the whole fleet read as the
+   dashboard reads it by that tree and by this one, side by side (``--rounds`` rounds, A B then B A, each
+   ``--refreshes`` refreshes of a feed in a process of its own): seconds per refresh (median), CPU seconds
+   per refresh of Prometheus, of the reader process and of the dashboard's process.
+
 Figures go to docs/PERFORMANCE.md ("Fleet view at scale") and docs/fleet.md; --json writes every
 figure. Needs `prometheus` and `promtool`.
 """
@@ -287,6 +292,64 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int, before: bool) -> N
     print(json.dumps(out))
 
 
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def feed_child(url: str, at: float, refreshes: int) -> None:
+    """The whole fleet read as the dashboard reads it, by the gputop on sys.path: prints JSON figures."""
+    from gputop.feeds.fleet import FleetFeed
+    from gputop.feeds.prometheus import FleetConfig
+
+    feed = FleetFeed(FleetConfig(url=url, window="1m", at=at, timeout_s=600.0, table_only=True, child=True))
+    feed.collect()                      # the reader process started, and one refresh to warm both
+    worker = getattr(feed.reader, "pid", None)
+    times, cpu, reader, procs = [], [], [], 0
+    before = feed.queries
+    for _ in range(refreshes):
+        c0, w0, t0 = time.process_time(), _cpu_s(worker) if worker else 0.0, time.monotonic()
+        procs = len(feed.collect().processes)
+        times.append(time.monotonic() - t0)
+        cpu.append(time.process_time() - c0)
+        reader.append(_cpu_s(worker) - w0 if worker else 0.0)
+    out = {"times": times, "cpu": cpu, "reader_cpu": reader, "processes": procs,
+           "queries_per_refresh": (feed.queries - before) // refreshes}
+    feed.stop()
+    print(json.dumps(out))
+
+
+def side_by_side(url: str, at: float, prom_pid: int, baseline: Path, rounds: int, refreshes: int) -> dict[str, Any]:
+    """This tree's reading of the whole fleet (as the dashboard reads it) and ``baseline``'s, side by side."""
+    got: dict[str, dict[str, list[float]]] = {k: {"s": [], "cpu": [], "reader_cpu": [], "prom_cpu": []}
+                                              for k in ("now", "before")}
+    queries: dict[str, int] = {}
+    for r in range(rounds):
+        order = [("now", ROOT), ("before", baseline)]
+        for name, tree in order if r % 2 == 0 else order[::-1]:
+            c0 = _cpu_s(prom_pid)
+            res = subprocess.run([sys.executable, __file__, "--feed-child", url, "--feed-tree", str(tree), "--at",
+                                  str(at), "--refreshes", str(refreshes)], capture_output=True, text=True,
+                                 timeout=3600, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+            if res.returncode != 0:
+                raise SystemExit(f"feed run ({name}) failed: {res.stderr[-2000:]}")
+            f = json.loads(res.stdout.strip().splitlines()[-1])
+            # Prometheus's CPU over the run, per refresh read (the warm-up refresh included: refreshes + 1)
+            got[name]["prom_cpu"].append((_cpu_s(prom_pid) - c0) / (refreshes + 1))
+            got[name]["s"] += f["times"]
+            got[name]["cpu"] += f["cpu"]
+            got[name]["reader_cpu"] += f["reader_cpu"]
+            queries[name] = f["queries_per_refresh"]
+            print(f"  side by side, {name}: {statistics.median(f['times']):.2f} s per refresh, Prometheus "
+                  f"{got[name]['prom_cpu'][-1]:.2f} CPU s, reader {statistics.median(f['reader_cpu']):.2f} CPU s "
+                  f"a refresh (load {os.getloadavg()[0]:.1f})", flush=True)
+    return {name: {"s_per_refresh": statistics.median(v["s"]), "cpu_s_per_refresh": statistics.median(v["cpu"]),
+                   "reader_cpu_s_per_refresh": statistics.median(v["reader_cpu"]),
+                   "prometheus_cpu_s_per_refresh": statistics.median(v["prom_cpu"]),
+                   "queries_per_refresh": queries[name], "refreshes": len(v["s"])}
+            for name, v in got.items()}
+
+
 def ui_figures(url: str, at: float, nodes: str, refreshes: int, before: bool = False) -> dict[str, Any]:
     res = subprocess.run([sys.executable, __file__, "--ui-child", url, "--at", str(at), "--ui-nodes", nodes,
                           "--refreshes", str(refreshes), *(["--before-ui"] if before else [])],
@@ -310,10 +373,20 @@ def main() -> int:
                          "which a user's dashboard does not share its cores with; 0: it competes as an equal)")
     ap.add_argument("--before-ui", action="store_true",
                     help="also run the dashboard with the feed as it was before (slow: minutes at 64,000 rows)")
+    ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
+                    help="a checkout of the tree before (git archive COMMIT | tar -x -C DIR): its reading of the "
+                         "whole fleet beside this one's")
+    ap.add_argument("--rounds", type=int, default=2, help="side-by-side rounds with --baseline-tree (A B, B A)")
+    ap.add_argument("--feed-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--feed-tree", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ui-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--at", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ui-nodes", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.feed_child:
+        sys.path.insert(0, args.feed_tree)     # the gputop of that tree (its reader process follows it)
+        feed_child(args.feed_child, args.at, args.refreshes)
+        return 0
     if args.ui_child:
         ui_child(args.ui_child, args.at, args.ui_nodes, args.refreshes, args.before_ui)
         return 0
@@ -364,6 +437,10 @@ def main() -> int:
             "small_dashboard": refresh_times(url, t_end, args.refreshes, small, dashboard=True),
         }
         figures["feed"] = feed
+        if args.baseline_tree is not None:
+            figures["side_by_side"] = side_by_side(url, t_end, prom.pid, args.baseline_tree.resolve(), args.rounds,
+                                                   args.refreshes)
+            figures["rounds"] = args.rounds
         for name, f in feed.items():
             print(f"refresh, {name} ({f['processes']:.0f} processes): {f['s_per_refresh']:.2f} s median, "
                   f"{f['queries_per_refresh']:.0f} queries, {f['cpu_s_per_refresh']:.2f} CPU s of this process",

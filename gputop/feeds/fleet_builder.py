@@ -173,8 +173,9 @@ class SnapshotBuilder:
         return p
 
     def add(self, job: str, samples: list[Sample]) -> None:
-        """One query's result: ``build_info``, ``source_up``, ``gpus``, ``gauges``, ``watched``,
-        ``total:METRIC`` (current values) or ``inc:METRIC`` (increase over the window)."""
+        """One query's result: ``build_info``, ``source_up``, ``gpus``, ``gauges`` (or a part of them:
+        ``gauges:ANY``), ``watched``, ``total:METRIC`` (current values) or ``inc:METRIC`` (increase over
+        the window)."""
         if job == "build_info":
             for s in samples:
                 m = s["metric"]
@@ -195,7 +196,7 @@ class SnapshotBuilder:
             self.source_up = samples
         elif job == "gpus":
             self.gpu_samples = samples
-        elif job == "gauges":
+        elif job == "gauges" or job.startswith("gauges:"):
             for s in samples:
                 m = s["metric"]
                 part = m.get(PART)

@@ -9,7 +9,7 @@ pod's UID; the label is empty on the host. kube-state-metrics exports
 scheme stripped from ``container_id`` (``label_replace``), the UID copied into ``container``, each kept
 only where some gputop process has that id (``and on(container)``), so the answer holds at most a
 series per container gputop knows, whatever the size of the cluster. The fleet reader folds it into its
-gauges query (no query more). Without kube-state-metrics the answer is empty: every ``pod`` and
+processes' state query (no query more). Without kube-state-metrics the answer is empty: every ``pod`` and
 ``namespace`` stays None (unknown) and the columns stay hidden.
 
 Names come from another program through Prometheus: they are kept raw (the model's rule; every

@@ -5,8 +5,10 @@ Every node runs ``gputop exporter``; Prometheus scrapes them all; this feed read
 fixed number of queries per refresh, one per metric family, never one per process or node:
 
 - ``gputop_build_info`` (each target's node name), ``gputop_source_up``, the GPU families (one
-  query, by name) and the per-process gauges (one query, by name, with each process's Kubernetes
-  pod and namespace from kube-state-metrics folded in: ``gputop.feeds.fleet_pods``);
+  query, by name), the per-process gauges (a query each: one selector of them all by a regular
+  expression on the name costs Prometheus twice the CPU) and each process's state (last sample,
+  warming up, with its Kubernetes pod and namespace from kube-state-metrics folded in:
+  ``gputop.feeds.fleet_pods``);
 - each per-process counter family twice: its current values (the snapshot's ``total``) and
   ``increase(FAMILY[window])``: the ``interval`` counts (rounded to integers) and, divided by the
   window, the rates (what ``rate()`` computes). Answers are read as they arrive and dropped, so a

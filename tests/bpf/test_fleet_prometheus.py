@@ -84,9 +84,9 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
             ("node-a", 0, 412.345, 87.0), ("node-b", 0, 412.345, 87.0)]
         assert snap.sources["prometheus"].status == "ok" and snap.sources["bpf"].status == "ok"
         # a fixed number of queries: one per metric family, whatever the processes and nodes
-        assert per_refresh == 4 + 2 * 32
+        assert per_refresh == 10 + 2 * 32
 
-        # the dashboard's reading, in a child process: the table's families for every process (17 queries
+        # the dashboard's reading, in a child process: the table's families for every process (23 queries
         # and the build info), everything for the watched ones, equal to batch mode's reading at one instant
         at = time.time()
         time.sleep(SCRAPE_S)        # a scrape begun before `at` is stored by now
@@ -95,7 +95,7 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
                                      child=True))
         try:
             table = mine(dash.collect(), pid)
-            assert dash.queries == 1 + 4 + 13
+            assert dash.queries == 1 + 10 + 13
             assert isinstance(dash.reader, WorkerReader) and dash.reader.pid not in (None, os.getpid())
             for p in table.values():
                 assert p.comm == "wl_dynamic" and p.total is not None and p.total.launches == 6000
@@ -104,7 +104,7 @@ def test_two_exporters_exact_totals_rate_and_failures(workloads: Workloads, tmp_
             dash.watch(keys)
             batch_feed.watch(keys)
             watched = mine(dash.collect(), pid)
-            assert dash.queries == 2 * (1 + 4 + 13) + 2 + 8       # + histograms & totals, other increases, charts
+            assert dash.queries == 2 * (1 + 10 + 13) + 2 + 8       # + histograms & totals, other increases, charts
             assert watched == mine(batch_feed.collect(), pid)
             assert watched["node-a"].total is not None and watched["node-a"].total.sync_calls == 3
             assert all(dash.series(k) == batch_feed.series(k) for k in keys)

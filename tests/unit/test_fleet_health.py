@@ -102,7 +102,7 @@ def test_a_down_node_is_said_and_its_last_rows_stay_stale(fleet: tuple[str, int,
         assert rows(before)[("node-b", 400)].stale is False
         queries = reader.queries
         snap = reader.read(t_end, (), 5.0)[0]
-        assert reader.queries - queries == queries == 1 + 3 + 2 * 32    # no query more: folded in
+        assert reader.queries - queries == queries == 1 + 9 + 2 * 32    # no query more: folded in
     finally:
         reader.close()
     prom = snap.sources["prometheus"]
@@ -129,8 +129,8 @@ def test_a_down_node_is_said_and_its_last_rows_stay_stale(fleet: tuple[str, int,
     fresh = FleetReader(FleetConfig(url=url, window=f"{WINDOW_S}s"))
     try:
         cold = fresh.read(t_end, (), 5.0)[0]
-        assert fresh.queries == 68 + 1 + 68
-        assert fresh.read(t_end, (), 5.0)[0] == cold and fresh.queries == 3 * 68 + 1
+        assert fresh.queries == 74 + 1 + 74
+        assert fresh.read(t_end, (), 5.0)[0] == cold and fresh.queries == 3 * 74 + 1
     finally:
         fresh.close()
     assert cold.sources["prometheus"].reason == "1 of 2 nodes down: node-b"

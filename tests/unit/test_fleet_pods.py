@@ -3,7 +3,7 @@ gputop exporter labels processes with container ids (containerd, CRI-O and Docke
 nothing (the host), an id kube-state-metrics does not know, and an id two pods claim; and synthetic
 kube-state-metrics series (``kube_pod_container_info``, ``kube_pod_info``) for the last 10 minutes only,
 for those pods and 40 unrelated ones. Exact: each process's namespace and pod (N/A where unknown), the
-query count unchanged (the pods are folded into the gauges query), the answer bounded by gputop's
+query count unchanged (the pods are folded into the process state query), the answer bounded by gputop's
 containers, hostile names capped and sanitised, and before kube-state-metrics's series (no such series)
 nothing visible: no pod, no NAMESPACE or POD column, no error. `-b` as a subprocess, table and JSON."""
 
@@ -123,7 +123,7 @@ def pods(snap: Snapshot) -> dict[int, tuple[str, str] | None]:
 def test_each_process_has_its_pod_exactly_and_no_query_more(prom: tuple[str, int, int]) -> None:
     url, _, t_end = prom
     snap, queries = read(url, t_end)
-    assert queries == 1 + 3 + 2 * 32            # as without pods: folded into the gauges query
+    assert queries == 1 + 9 + 2 * 32            # as without pods: folded into the process state query
     assert pods(snap) == EXPECTED
     got = {p.pid: p for p in snap.processes}
     assert all((p.namespace is None) == (p.pod is None) for p in snap.processes)
@@ -155,7 +155,7 @@ def test_hostile_names_are_capped_and_sanitised_in_the_table(prom: tuple[str, in
 def test_without_kube_state_metrics_nothing_shows_and_nothing_fails(prom: tuple[str, int, int]) -> None:
     url, ksm_from, _ = prom
     snap, queries = read(url, ksm_from - 6 * 60)         # before its first sample (and its 5 min lookback)
-    assert queries == 1 + 3 + 2 * 32
+    assert queries == 1 + 9 + 2 * 32
     assert len(snap.processes) == len(PROCS) and pods(snap) == dict.fromkeys(EXPECTED)
     assert snap.sources["prometheus"].status == "ok" and snap.sources["prometheus"].reason is None
     header = batch.process_table(snap.processes)[0].split()

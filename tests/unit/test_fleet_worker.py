@@ -59,13 +59,14 @@ def test_child_reads_the_table_exactly_in_chunks(tmp_path: Path) -> None:
             snap = dash.collect()
             assert gc.isenabled()
             assert isinstance(dash.reader, WorkerReader) and dash.reader.pid not in (None, os.getpid())
-            # 1 build info + sources, GPUs, gauges, total launches (with the names) + 13 increases
-            assert dash.queries == 18
+            # 1 build info + sources, GPUs, 6 gauge families, the processes' state, total launches (with the names)
+            # + 13 increases
+            assert dash.queries == 24
             assert len(snap.processes) == NODES * PROCS > 2 * CHUNK      # handed back in three chunks
             assert {p.key: p.rates.launches_per_s if p.rates else None for p in snap.processes} == {
                 k: v * (1.0 / WINDOW_S) for k, v in rise.items()}
             full = batch.collect()
-            assert batch.queries == 1 + 3 + 2 * 32
+            assert batch.queries == 1 + 9 + 2 * 32
             assert {p.key: table_values(p) for p in snap.processes} == {p.key: table_values(p) for p in full.processes}
             assert (snap.gpus, snap.sources) == (full.gpus, full.sources)
             p = snap.processes[0]
@@ -81,14 +82,14 @@ def test_child_reads_the_table_exactly_in_chunks(tmp_path: Path) -> None:
                        lambda: Path(f"/proc/{first}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
                        and os.listdir(f"/proc/{first}/task") == [str(first)])
             assert dash.collect().processes == snap.processes
-            assert dash.reader.pid not in (None, first) and dash.queries == 2 * 18
+            assert dash.reader.pid not in (None, first) and dash.queries == 2 * 24
             # watched: everything, as batch mode reads it
             dash.watch([p.key])
             batch.watch([p.key])
             watched = {q.key: q for q in dash.collect().processes}[p.key]
             assert watched == {q.key: q for q in batch.collect().processes}[p.key]
             assert watched.total is not None and watched.total.sync_calls is not None
-            assert dash.queries == 3 * 18 + 2 + 8
+            assert dash.queries == 3 * 24 + 2 + 8
             # the child ends with the feed
             child = dash.reader.pid
             dash.stop()
