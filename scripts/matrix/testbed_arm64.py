@@ -10,7 +10,7 @@
   ``libnvidia-ml1`` (non-free) of this machine's release, through its own mirror with a private apt state
   (scripts/privapt.py) told the arm64 architecture: the machine's package lists and dpkg database are left
   alone;
-* ``headers/``: Debian's ``linux-headers-arm64`` (its header packages, unpacked): tests/bpf/test_arm64_compile.py
+* ``headers/``: Debian's ``linux-headers-arm64`` (its header packages, unpacked): tests/unit/test_arm64_compile.py
   compiles gputop's BPF program for arm64 on an x86-64 host with them (bcc told ``ARCH=arm64``).
 
 vm.py carries DEST into an arm64 guest as the copy's ``.cache/testbed``: nothing is fetched under emulation.

@@ -1,4 +1,5 @@
-"""Issue 39: gputop's BPF program compiles for arm64 on this x86-64 host, with and without BPF's atomics.
+"""Issue 39: gputop's BPF program compiles for arm64 on this x86-64 host, with and without BPF's atomics
+(a unit test: it attaches nothing and counts nothing host-wide, so it runs on every CPU beside the others).
 
 bcc compiles for the architecture its ARCH variable names (its own cross-compile switch: the target triple and
 the kernel's arch/ headers), here against Debian's linux-headers-arm64 (.cache/testbed-arm64/headers, fetched by
