@@ -28,9 +28,13 @@ import re
 import struct
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 from gputop.sources.bpf.common import elfread
+
+#: a window's code as an instruction set's decoder takes it (bytes, or arm64's words)
+_Code = TypeVar("_Code")
 
 #: code bytes scanned in one object (libtorch_cuda.so has 62 MB) and the window read at a time
 MAX_CODE_BYTES = 512 << 20
@@ -127,12 +131,22 @@ def registrations(fd: int, segments: list[tuple[int, int, int]], deadline: float
     the object open as ``fd`` (``absolute``: linked at a fixed address, ET_EXEC); {} where none is found.
     Two passes over the code (the registration function is the call most sites share), holding one
     window at a time; ElfError past the deadline."""
+    return two_passes(_chunks(fd, segments, deadline), lambda size, offset: elfread.pread_full(fd, size, offset),
+                      _sites, lambda code, vaddr, target: _pairs(code, vaddr, target, absolute), deadline)
+
+
+def two_passes(windows: Iterable[tuple[int, int, int]], read: Callable[[int, int], _Code],
+               sites: Callable[[_Code, int], Sequence[tuple[int, ...]]],
+               pairs: Callable[[_Code, int, int], dict[int, int]], deadline: float) -> dict[int, int]:
+    """The two passes of ``registrations`` for any instruction set: ``sites`` of each window (``read`` as
+    (size, offset)), each ending with the call's target; the target most sites share is the registration
+    function, and ``pairs`` gives each window's (stub, name) pairs for it."""
     targets: Counter[int] = Counter()
     with_sites = []
-    for vaddr, offset, size in _chunks(fd, segments, deadline):
-        found = _sites(elfread.pread_full(fd, size, offset), vaddr)
+    for vaddr, offset, size in windows:
+        found = sites(read(size, offset), vaddr)
         if found:
-            targets.update(t for _a, _c, t in found)
+            targets.update(site[-1] for site in found)
             with_sites.append((vaddr, offset, size))
     if not targets:
         return {}
@@ -141,7 +155,7 @@ def registrations(fd: int, segments: list[tuple[int, int, int]], deadline: float
     for vaddr, offset, size in with_sites:
         if time.monotonic() > deadline:
             raise elfread.ElfError("reading the registration code took too long")
-        out.update(_pairs(elfread.pread_full(fd, size, offset), vaddr, target, absolute))
+        out.update(pairs(read(size, offset), vaddr, target))
         if len(out) >= MAX_REGISTRATIONS:
             return dict(itertools.islice(out.items(), MAX_REGISTRATIONS))
     return out

@@ -13,13 +13,11 @@ such sites share is the registration function; each site that calls it gives one
 
 from __future__ import annotations
 
-import itertools
 import struct
 import time
-from collections import Counter
 from collections.abc import Iterator
 
-from gputop.sources.bpf.attach.regcode import CHUNK, MAX_CODE_BYTES, MAX_REGISTRATIONS
+from gputop.sources.bpf.attach.regcode import CHUNK, MAX_CODE_BYTES, two_passes
 from gputop.sources.bpf.common import elfread
 
 #: a site's words: the marker this many instructions before the call at most, the arguments followed from
@@ -121,21 +119,5 @@ def _words(fd: int, size: int, offset: int) -> tuple[int, ...]:
 def registrations(fd: int, segments: list[tuple[int, int, int]], deadline: float) -> dict[int, int]:
     """Host stub vaddr -> device name vaddr, from the executable ``segments`` ((vaddr, offset, filesz)) of the
     arm64 object open as ``fd``; {} where none is found. Two passes, as regcode.registrations."""
-    targets: Counter[int] = Counter()
-    with_sites = []
-    for vaddr, offset, size in _chunks(fd, segments, deadline):
-        found = _sites(_words(fd, size, offset), vaddr)
-        if found:
-            targets.update(t for _c, t in found)
-            with_sites.append((vaddr, offset, size))
-    if not targets:
-        return {}
-    target = targets.most_common(1)[0][0]
-    out: dict[int, int] = {}
-    for vaddr, offset, size in with_sites:
-        if time.monotonic() > deadline:
-            raise elfread.ElfError("reading the registration code took too long")
-        out.update(_pairs(_words(fd, size, offset), vaddr, target))
-        if len(out) >= MAX_REGISTRATIONS:
-            return dict(itertools.islice(out.items(), MAX_REGISTRATIONS))
-    return out
+    return two_passes(_chunks(fd, segments, deadline), lambda size, offset: _words(fd, size, offset), _sites,
+                      _pairs, deadline)
