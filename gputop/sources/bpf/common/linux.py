@@ -110,17 +110,20 @@ def enable_stats() -> int | None:
     return fd if fd >= 0 else None
 
 
+#: bpf_attr.info of BPF_OBJ_GET_INFO_BY_FD (bpf_fd, info_len, info), and bpf_prog_info's run_time_ns, run_cnt
+_INFO_ATTR = struct.Struct("=IIQ")
+_RUN_STATS = struct.Struct("=QQ")
+_INFO_LEN = 256
+
+
 def prog_run_stats(fd: int) -> tuple[int, int] | None:
-    """(run_time_ns, run_cnt) of a loaded BPF program."""
-    info = ctypes.create_string_buffer(256)
-    attr = ctypes.create_string_buffer(16)
-    ctypes.memmove(attr, ctypes.byref(ctypes.c_uint32(fd)), 4)
-    ctypes.memmove(ctypes.addressof(attr) + 4, ctypes.byref(ctypes.c_uint32(256)), 4)
-    ctypes.memmove(ctypes.addressof(attr) + 8, ctypes.byref(ctypes.c_uint64(ctypes.addressof(info))), 8)
-    if _libc.syscall(SYS_BPF, _BPF_OBJ_GET_INFO_BY_FD, attr, 16) != 0:
+    """(run_time_ns, run_cnt) of a loaded BPF program (read for every program twice a statistics window)."""
+    info = ctypes.create_string_buffer(_INFO_LEN)
+    attr = ctypes.create_string_buffer(_INFO_ATTR.pack(fd & 0xFFFFFFFF, _INFO_LEN, ctypes.addressof(info)),
+                                       _INFO_ATTR.size)
+    if _libc.syscall(SYS_BPF, _BPF_OBJ_GET_INFO_BY_FD, attr, _INFO_ATTR.size) != 0:
         return None
-    run_time_ns = ctypes.c_uint64.from_buffer_copy(info.raw[192:200]).value
-    run_cnt = ctypes.c_uint64.from_buffer_copy(info.raw[200:208]).value
+    run_time_ns, run_cnt = _RUN_STATS.unpack_from(info, 192)
     return run_time_ns, run_cnt
 
 
