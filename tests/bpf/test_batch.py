@@ -75,20 +75,23 @@ def test_batch_json_exact_counts_and_exit(workloads, tmp_path) -> None:
 
 def test_batch_table_with_pid_filter_on_a_running_process(workloads, tmp_path) -> None:
     go = tmp_path / "go"
-    wl = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "paced:2000:6000"], stdout=subprocess.PIPE)
-    other = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "paced:500:6000"], stdout=subprocess.PIPE)
+    # paced for 60 s, stopped once gputop is done: its start (a BPF compile beside the QEMU guests) may take longer
+    # than a short workload lives, and the last frame is to show it running
+    wl = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "paced:2000:120000"], stdout=subprocess.PIPE)
+    other = subprocess.Popen([str(workloads.dynamic), "--wait", str(go), "paced:500:30000"], stdout=subprocess.PIPE)
     try:
         assert wl.stdout is not None and wl.stdout.readline().startswith(b"ready")
         go.touch()
         out = subprocess.run([*GPUTOP, "-b", "-n", "2", "-d", "1", "-p", str(wl.pid), "--no-nvml"],
                              capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
     finally:
-        wl.wait()
-        other.wait()
+        for p in (wl, other):
+            p.kill()
+            p.wait()
     rows = table_rows(out)
     assert {int(r["PID"]) for r in rows} == {wl.pid}    # -p hides the other process
     last = rows[-1]
-    assert last["COMMAND"] == f"wl_dynamic --wait {go} paced:2000:6000"    # whole, last
+    assert last["COMMAND"] == f"wl_dynamic --wait {go} paced:2000:120000"    # whole, last
     assert (last["USER"], last["GPU"]) == ("root", "N/A")
     rate = float(last["LAUNCH/s"].rstrip("k")) * (1000 if last["LAUNCH/s"].endswith("k") else 1)
     assert 1500 <= rate <= 2500                         # paced at 2000/s over a 1 s refresh

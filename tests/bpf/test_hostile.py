@@ -23,14 +23,18 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 _UNSAFE = {chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x0A} | {"\u202e", "\u200b"}
 
 
-def _exited(rec: Path, pid: int) -> bool:
+def _states(rec: Path, pid: int) -> set[str]:
+    """The states the recording has shown the process ``pid`` in so far."""
     try:
         text = rec.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return False
-    return any(p["pid"] == pid and p["state"] == "exited"
-               for line in text.splitlines(keepends=True) if line.endswith("\n")
-               for p in json.loads(line)["processes"])
+        return set()
+    return {p["state"] for line in text.splitlines(keepends=True) if line.endswith("\n")
+            for p in json.loads(line)["processes"] if p["pid"] == pid}
+
+
+def _exited(rec: Path, pid: int) -> bool:
+    return "exited" in _states(rec, pid)
 
 
 def _traced(tmp_path: Path, form: str, argv: list[bytes], env: dict[str, str] | None = None
@@ -55,7 +59,13 @@ def _traced(tmp_path: Path, form: str, argv: list[bytes], env: dict[str, str] | 
                           env={**os.environ, **(env or {})})
     try:
         assert wl.stdout is not None and wl.stdout.readline().startswith(b"ready")
-        time.sleep(1.0)                  # the exec event attaches gputop to the new process
+        # listed once an object it maps is probed (a fixed second was short beside the QEMU guests: the shim's
+        # registrations went unseen and the kernel was named from its host stub's symbol)
+        deadline = time.monotonic() + 60
+        while not _states(rec, wl.pid):
+            assert time.monotonic() < deadline, "the workload was never listed"
+            time.sleep(0.05)
+        time.sleep(0.6)                  # the objects it maps next (libcuda), a refresh later
         go.touch()
         assert wl.wait(timeout=60) == 0
         deadline = time.monotonic() + 60
