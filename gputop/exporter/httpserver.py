@@ -66,6 +66,7 @@ from gputop.exporter.httpconn import (
 ACCEPT_BATCH = 16          # accepts per turn of the loop: the heads already accepted are read first
 ACCEPT_PAUSE_S = 0.1       # accept() out of descriptors or memory: stop accepting this long
 STALLED_S = 0.5            # a reply whose client took nothing this long may be evicted for a new connection
+IDLE_WAIT_S = 30.0         # the longest wait of an idle I/O thread: shutdown() wakes it
 
 class PreparsedRequestHandler(BaseHTTPRequestHandler):
     """``BaseHTTPRequestHandler`` over a head the server has already read and checked, writing its
@@ -139,7 +140,9 @@ class BoundedHTTPServer(HTTPServer):
 
     # -- the I/O thread -------------------------------------------------------------------------
 
-    def serve_forever(self, poll_interval: float = 0.5) -> None:
+    def serve_forever(self, poll_interval: float = IDLE_WAIT_S) -> None:
+        """Serve until ``shutdown``, which wakes the I/O thread: ``poll_interval`` is only the longest
+        wait of an idle server (no wake-up every half second: issue 38 item 7, the exporter's cost)."""
         self._idle.clear()
         sel = selectors.DefaultSelector()
         try:
@@ -181,6 +184,8 @@ class BoundedHTTPServer(HTTPServer):
     def shutdown(self) -> None:
         """Stop ``serve_forever`` and wait for it to return (at once if it is not running)."""
         self._stop.set()
+        with contextlib.suppress(OSError):              # full: the I/O thread is already woken
+            self._waker_w.send(b"\0")
         self._idle.wait()
 
     def _count(self, reason: str) -> None:

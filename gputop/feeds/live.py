@@ -30,7 +30,7 @@ from gputop.sources.nvml import NvmlReading, NvmlSource
 
 STOP_NOTICE_S = 1.0         # stopping longer than this is announced (see Sampler.stop)
 STOP_TIMEOUT_S = 60.0       # then the exit hook finishes the job (BpfSource.close)
-#: how long ``detach_in_child`` waits for the collector thread to end (it polls events for 0.2 s at most)
+#: how long ``detach_in_child`` waits for the collector thread to end (``stop`` ends its wait for events)
 DETACH_WAIT_S = 1.0
 #: the longest the child of ``detach_in_child`` may take
 DETACH_DEADLINE_S = 30
@@ -129,20 +129,24 @@ class Sampler(Feed):
         self._bpf = None
 
     def wait(self, timeout_s: float) -> None:
-        """Sleep until ``timeout_s`` passed, handling exec/mmap events (attaching new objects)."""
+        """Sleep until ``timeout_s`` passed, handling exec/mmap events (attaching new objects). Between
+        events it wakes only when the BPF source has work of its own (``BpfSource.idle_s``), or ``stop``."""
         deadline = self._clock() + timeout_s
+        if self._bpf is not None:
+            self._bpf.refresh_in(timeout_s)
         while not self._stop.is_set():
             left = deadline - self._clock()
             if left <= 0:
                 return
-            if self._bpf is not None:
+            bpf = self._bpf
+            if bpf is not None:
                 try:
-                    self._bpf.poll(min(left, 0.2))
+                    bpf.poll(min(left, bpf.idle_s()))
                 except Exception as e:
                     self._bpf_failed(BpfUnavailable(f"the BPF source failed: {type(e).__name__}: {e}",
                                                     "restart gputop; report the error"))
             else:
-                self._stop.wait(min(left, 0.05))
+                self._stop.wait(left)
 
     def start(self, on_snapshot: SnapshotCallback) -> None:
         self._thread = threading.Thread(target=self._run, args=(on_snapshot,), name="gputop-collector",
@@ -175,6 +179,9 @@ class Sampler(Feed):
         """Stop the collector thread and wait for it to detach everything. When that takes more
         than a second (perf-event uprobes detach one by one), ``notice`` says what is going on."""
         self._stop.set()
+        bpf = self._bpf
+        if bpf is not None:
+            bpf.wake()              # its wait for events ends now
         t = self._thread
         if t is None or t is threading.current_thread():
             return

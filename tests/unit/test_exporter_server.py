@@ -92,3 +92,31 @@ def test_every_interface_means_ipv6_and_ipv4() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_idle_server_sleeps_until_shutdown_wakes_it() -> None:
+    """The I/O thread of an idle server waits for sockets only (no wake-up every half second: issue 38
+    item 7); shutdown() wakes it, and it still answers."""
+    import threading
+    import time
+    import urllib.request
+
+    from gputop.exporter import httpserver
+
+    assert httpserver.IDLE_WAIT_S >= 10
+    c = SnapshotCollector(ExportOptions())
+    c.update(snap("ok"))
+    server = make_server("127.0.0.1", 0, CollectorRegistry(auto_describe=False), c)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/healthz", timeout=10) as r:
+            assert r.status == 200
+        time.sleep(0.3)                         # idle: in its long wait
+    finally:
+        t0 = time.monotonic()
+        server.shutdown()
+        took = time.monotonic() - t0
+        server.server_close()
+    t.join(5)
+    assert not t.is_alive() and took < 2.0

@@ -48,6 +48,13 @@ class FakeBpf:
     def poll(self, timeout_s: float) -> bool:
         return False
 
+    def idle_s(self) -> float:
+        return 0.2
+
+    def wake(self) -> None: ...
+
+    def refresh_in(self, seconds: float) -> None: ...
+
     def read(self) -> BpfReading:
         st = SourceStatus("ok", objects=1, probes=10, dropped=0)
         return BpfReading(st, self.readings.pop(0), uvm_cpu_faults=self.uvm_cpu_faults, overhead_ns_per_s=2e5,

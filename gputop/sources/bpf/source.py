@@ -8,7 +8,10 @@ another thread) from freeing what the collector is using."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
+import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +71,10 @@ class BpfSource:
         #                                         GPUTOP_UPROBE_LINKS=off)
         self._lock = threading.RLock()
         self._clock = clock
+        #: the ring buffer's wait: poll(2) on its map and on a pipe that ``wake`` writes (None: bcc's own wait)
+        self._poller: select.poll | None = None
+        self._wake_fds: tuple[int, int] | None = None
+        self._wake_mu = threading.Lock()            # wake() never writes to a descriptor close() closed
         #: seconds each start-up step took (bench/startup.py), resident memory after each, and the
         #: compiler's pages handed back after the compile
         self.startup_s: dict[str, float] = {}
@@ -220,13 +227,62 @@ class BpfSource:
         atexit.register(self.close)
         self.attacher.uprobes = UprobeAttacher(self.bpf, bcc.lib, links=self._uprobe_links)
         self.cost.tick()
-        self.table("events").open_ring_buffer(self.events.on_event)
+        ring = self.table("events")
+        ring.open_ring_buffer(self.events.on_event)
+        self._open_wait(int(ring.map_fd))
         with self.attacher.reads.budget(START_WAIT_S):
             self.scan()
         self.attacher.prefetched = {}
         self.events.last_full_scan = self._clock()
         steps("attach")
         self.startup_s["elf_read"] = reader.elapsed_s
+
+    def _open_wait(self, ring_fd: int) -> None:
+        """The ring buffer's wait, which ``wake`` can cut short: the map's descriptor is readable when
+        events are on the ring (what bcc's epoll waits for), the pipe's when ``wake`` wrote."""
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        poller = select.poll()
+        poller.register(ring_fd, select.POLLIN)
+        poller.register(r, select.POLLIN)
+        with self._wake_mu:
+            self._poller, self._wake_fds = poller, (r, w)
+
+    def _close_wait(self) -> None:
+        with self._wake_mu:
+            fds, self._wake_fds, self._poller = self._wake_fds, None, None
+        for fd in fds or ():
+            os.close(fd)
+
+    def wake(self) -> None:
+        """End the current (or next) ``poll``'s wait now (from any thread: stopping the collector)."""
+        with self._wake_mu:
+            if self._wake_fds is not None:
+                with contextlib.suppress(OSError):      # full: a wake-up is pending already
+                    os.write(self._wake_fds[1], b"\0")
+
+    def refresh_in(self, seconds: float) -> None:
+        """The collector's next refresh comes in ``seconds`` (its statistics window is timed for it)."""
+        self.cost.refresh_in(seconds)
+
+    def idle_s(self) -> float:
+        """How long the collector may wait in ``poll`` for events before it has work of its own (the next
+        full rescan or statistics window, pending rescans or reads): it never wakes for nothing."""
+        return min(self.events.idle_s(), self.cost.idle_s())
+
+    def _wait_ring(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for events (or ``wake``), then take those on the ring (at most
+        events.DRAIN_AT_ONCE: ``Events.on_event``)."""
+        poller, fds = self._poller, self._wake_fds
+        if poller is None or fds is None:
+            self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
+            return
+        if timeout_s > 0:
+            for fd, _ev in poller.poll(int(timeout_s * 1000)):
+                if fd == fds[0]:
+                    with contextlib.suppress(OSError):
+                        while os.read(fd, 64):
+                            pass
+        self.bpf.ring_buffer_consume()
 
     # ------------------------------------------------------------ the collector's calls
 
@@ -240,7 +296,7 @@ class BpfSource:
         something happened (a rescan attached probes or a process exited).
         """
         self.events.begin_drain()
-        self.bpf.ring_buffer_poll(max(0, int(timeout_s * 1000)))
+        self._wait_ring(timeout_s)
         with self.attacher.reads.budget():
             # the trap cost (cached per kernel), measured on a background thread once a snapshot is out
             self.cost.tick(self.uprobes.mode if self.uprobes else None, measure=self.reader.snapshots > 0)
@@ -310,5 +366,6 @@ class BpfSource:
                     self.sites.close()
                     bpf.cleanup()
                 self.cost.stop()
+                self._close_wait()
                 self.attacher.reads.close()
                 self.names.close()

@@ -8,7 +8,9 @@ kernel keeps only while someone holds them on, and which meanwhile make every BP
 host -- other tools' too -- pay two clock reads more per run. gputop holds them on for
 STATS_WINDOW_S in every STATS_PERIOD_S (2 % of the time), so what the traced processes pay
 continuously is the between-windows cost; the latest window's run time per uprobe hit times the
-interval's exact hits is the interval's program time. The trap cost per hit comes from ``trapcost``
+interval's exact hits is the interval's program time. Refreshes further apart than STATS_PERIOD_S (the
+exporter's 15 s) get one window each, STATS_LEAD_S before the refresh (``refresh_in``), not one every
+STATS_PERIOD_S of which the refresh reads only the last. The trap cost per hit comes from ``trapcost``
 (measured once per kernel and cached). Unknown parts make the total unknown (None), never 0.
 """
 
@@ -24,7 +26,10 @@ from gputop.sources.bpf.common import linux
 from gputop.sources.bpf.cost.trapcost import Calibration, TrapCost
 
 STATS_WINDOW_S = 0.1  # BPF run-time statistics are on for this long...
-STATS_PERIOD_S = 5.0  # ...in every this long
+STATS_PERIOD_S = 5.0  # ...in every this long at most
+#: a refresh further off than STATS_PERIOD_S gets one window, this long before it (``refresh_in``)
+STATS_LEAD_S = 1.0
+CALIBRATION_POLL_S = 0.2  # while the trap cost is measured: how often the collector looks whether it is done
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,7 @@ class SelfCost:
         self.entry_hits_per_s: float | None = None
         self.return_hits_per_s: float | None = None
         self._hits: tuple[float, int, int] | None = None     # (clock, entry total, return total)
+        self._refresh_at: float | None = None    # when the next refresh reads the run times (refresh_in)
 
     @property
     def trap(self) -> TrapCost | None:
@@ -161,6 +167,20 @@ class SelfCost:
                 self.return_hits_per_s = (return_hits - r0) / (now - t0)
             self._hits = (now, entry_hits, return_hits)
 
+    def refresh_in(self, seconds: float) -> None:
+        """The next refresh, which reads the latest window, comes in ``seconds``: when it is further off
+        than STATS_PERIOD_S, the next window waits until STATS_LEAD_S before it."""
+        with self._mu:
+            self._refresh_at = self._clock() + seconds
+
+    def _due(self) -> float:
+        """When the next window opens (under _mu): STATS_PERIOD_S after the last one opened, or later,
+        STATS_LEAD_S before the next refresh (the one whose figure it gives)."""
+        due = self._t0 + STATS_PERIOD_S if self._fd is not None else self._next
+        if self._refresh_at is not None:
+            due = max(due, self._refresh_at - STATS_LEAD_S)
+        return due
+
     def tick(self, attach: str | None = None, measure: bool = True) -> None:
         """Open a statistics window when one is due; with ``attach`` (how the probes attach), take
         the trap cost from the cache, or measure it once on a background thread when ``measure``
@@ -172,7 +192,7 @@ class SelfCost:
                 self.calibration.start(measure)
             if self.calibration is not None and self.calibration.running:
                 return          # statistics would add their clock reads to the calibration's probes
-            if self._fd is not None or self._clock() < self._next:
+            if self._fd is not None or self._clock() < self._due():
                 return
             fd = linux.enable_stats()
             if fd is None:      # refused: the programs' cost stays unknown
@@ -184,6 +204,14 @@ class SelfCost:
                 return
             self._fd, self._t0, self._base = fd, self._clock(), base
         self._schedule(STATS_WINDOW_S, self.close_window)
+
+    def idle_s(self) -> float:
+        """How long the collector may wait before ``tick`` has something to do: until the next window is
+        due (inf where statistics were refused), CALIBRATION_POLL_S while the trap cost is being measured."""
+        with self._mu:
+            if self.calibration is not None and self.calibration.running:
+                return CALIBRATION_POLL_S
+            return max(0.0, self._due() - self._clock())
 
     def close_window(self) -> None:
         try:

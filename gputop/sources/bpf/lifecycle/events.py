@@ -8,7 +8,11 @@ Bounded against tenants that produce events faster than they can be handled (iss
 takes at most DRAIN_AT_ONCE events (the rest wait on the ring, which drops what it has no room for)
 and a handle() rescans at most RESCANS_AT_ONCE processes, the longest waiting first. A rescan asked
 is taken off the BPF side's rescan_pending before the process's maps are read, so that a mapping
-made after the read asks again. Events lost on the BPF side bring the next full rescan forward."""
+made after the read asks again. Events lost on the BPF side bring the next full rescan forward.
+
+Between events the collector sleeps until ``idle_s`` (no wake-up that finds nothing to do: issue 38
+item 7): the next full rescan, at most MAX_IDLE_S (how often the BPF side's count of events lost is
+read), POLL_S while a rescan, an unknown file or an object's read is still pending."""
 
 from __future__ import annotations
 
@@ -39,6 +43,8 @@ RESCAN_S = 10.0       # full rescan and sweep of dead processes, besides the exe
 EARLY_RESCAN_S = 1.0  # a file that a gone process mapped and no path reaches, events lost: full rescan this soon
 DRAIN_AT_ONCE = 1024  # events taken by one poll
 RESCANS_AT_ONCE = 64  # processes rescanned by one handle()
+POLL_S = 0.2          # the longest wait while work is pending (rescans beyond RESCANS_AT_ONCE, objects' reads)
+MAX_IDLE_S = EARLY_RESCAN_S  # the longest wait without events: the count of events lost is read this often
 
 
 class _Event(ctypes.Structure):
@@ -139,6 +145,14 @@ class Events:
             forgetting.sweep()
         procs.events_handled()        # only an exit handled with these events compares with them
         return changed
+
+    def idle_s(self) -> float:
+        """How long the collector may wait for the next event before ``handle`` has work of its own: POLL_S
+        while rescans, unknown files or objects' reads are pending; else until the next full rescan, at
+        most MAX_IDLE_S."""
+        if self._procs.rescan or self.unknown_files or self._attacher.reads.running():
+            return POLL_S
+        return max(0.0, min(MAX_IDLE_S, self.last_full_scan + RESCAN_S - self._clock()))
 
     def _reach_unknown(self) -> int:
         """Probe the files the BPF side named that the rescans did not classify: their processes
