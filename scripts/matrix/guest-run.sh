@@ -77,7 +77,7 @@ stamp setup
 timeout $((600 * SLOW)) ./gputop.sh doctor > "$O/doctor.txt" 2>&1
 echo $? > "$O/doctor.rc"
 stamp doctor
-timeout $((1200 * SLOW)) .venv/bin/python scripts/matrix/guest_checks.py "$O" > "$O/checks.log" 2>&1
+timeout $((1800 * SLOW)) .venv/bin/python scripts/matrix/guest_checks.py "$O" > "$O/checks.log" 2>&1
 rc=$?
 stamp checks
 # gputop as a package (pipx, uv) on the Debian releases the issue names, 12 and later (sid has no VERSION_ID),

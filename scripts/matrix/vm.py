@@ -42,7 +42,7 @@ TOOLS = ("debootstrap", "mkfs.ext4", "debugfs", "git")
 #: the arm64 suites' test bed (scripts/matrix/testbed_arm64.py), carried in as the copy's .cache/testbed
 TESTBED_ARM64 = ROOT / ".cache" / "testbed-arm64"
 #: default hard timeouts of a boot (s): the x86-64 guests', and the arm64 guests' under full emulation
-TIMEOUT_S = {"amd64": 1500.0, "arm64": 7200.0}
+TIMEOUT_S = {"amd64": 2400.0, "arm64": 7200.0}
 
 
 def arch_of(suite: str) -> str:
@@ -189,7 +189,7 @@ def main() -> int:
     ap.add_argument("suite")
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--timeout-s", type=float, default=None,
-                    help="the boot's hard timeout (default 1500 s; an arm64 suite's 7200 s)")
+                    help="the boot's hard timeout (default 2400 s; an arm64 suite's 7200 s)")
     ap.add_argument("--on-host", action="store_true", help="the suite's userland on this machine's kernel")
     args = ap.parse_args()
     if os.geteuid() != 0:

@@ -69,7 +69,7 @@ class Suite:
     @property
     def timeout_s(self) -> float:
         """How long vm.py may take: its own boot timeout (vm.TIMEOUT_S) and the root's build, with room."""
-        return 7800.0 if self.arch == "arm64" else 1800.0
+        return 7800.0 if self.arch == "arm64" else 2700.0
 
     @property
     def package(self) -> bool:
