@@ -96,6 +96,7 @@ def bpf_source(request: pytest.FixtureRequest) -> Iterator[BpfSource]:
     if request.param == "links" and src.uprobes.mode != "links":
         src.close()
         pytest.skip("no uprobe_multi links here (Linux < 6.6, or a bcc that cannot load programs for them: 0.18)")
+    src.uprobes.wait_preloaded()        # descriptors and programs counted from here hold still
     yield src
     src.close()
 

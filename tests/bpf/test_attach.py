@@ -127,3 +127,34 @@ def test_close_from_the_exit_hook_still_detaches(waiting, monkeypatch: pytest.Mo
     monkeypatch.setattr(uprobes, "ThreadPoolExecutor", ShuttingDown)
     src.close()
     assert _probe_fds() == before
+
+
+@pytest.mark.attach_modes("links", "perf")
+def test_the_handlers_are_loaded_before_the_first_cuda_process(bpf_source: BpfSource, waiting) -> None:
+    """The preload (UprobeAttacher.preload, off the collector's thread) loads every handler a runtime and a
+    driver take before any CUDA process is seen: probing the first one loads nothing more on the collector's
+    thread (the verifier's most of a second there held the refresh that showed it: test_fair_share_live)."""
+    bpf = bpf_source.program.bpf
+    assert bpf is not None
+    loaded = {name.decode() for name in bpf.funcs}
+    assert set(uprobes.PRELOAD) <= loaded, sorted(set(uprobes.PRELOAD) - loaded)
+    assert not {fn for fn in loaded for p in catalogue.NCCL if fn == p.entry}     # no libnccl here: not loaded
+    funcs = dict(bpf.funcs)
+    bpf_source.scan([waiting.pid], wait_s=SCAN_WAIT_S)
+    assert bpf_source.probes > 0
+    assert dict(bpf.funcs) == funcs                 # the same programs, none loaded by the attach
+
+
+def test_closing_while_the_handlers_load_waits_for_the_load_and_stops(tmp_path: Path) -> None:
+    """close() right after start, the preload under way: it stops after the load it is in (bcc's cleanup
+    frees the module it loads from), every program is unloaded, and no thread is left."""
+    src = BpfSource()
+    src.start()
+    assert src.uprobes is not None
+    preloader = src.uprobes._preloader
+    assert preloader is not None and preloader.is_alive()     # ~100 programs: most of a second at least
+    bpf = src.program.bpf
+    assert bpf is not None
+    src.close()
+    assert not preloader.is_alive()
+    assert not bpf.funcs                            # bcc's cleanup closed what the preload had loaded

@@ -226,6 +226,7 @@ class BpfSource:
         atexit.unregister(self.bpf.cleanup)
         atexit.register(self.close)
         self.attacher.uprobes = UprobeAttacher(self.bpf, bcc.lib, links=self._uprobe_links)
+        self.attacher.uprobes.preload()         # the handlers, off the collector's thread
         self.cost.tick()
         ring = self.table("events")
         ring.open_ring_buffer(self.events.on_event)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gputop.sources.bpf.attach.catalogue import LAUNCH, Probe
+from gputop.sources.bpf.attach.catalogue import ALL, LAUNCH, NCCL, Probe
 from gputop.sources.bpf.common.linux import BPF_TRACE_UPROBE_MULTI, uprobe_multi_link
 from gputop.sources.bpf.cost.trapcost import CalibrationError, empty_prog
 from gputop.sources.bpf.program.compilecache import func_load_takes_attach_type
@@ -37,6 +37,13 @@ _KPROBE = 2     # BPF_PROG_TYPE_KPROBE (uprobes use it too)
 #: the launch handlers, attached first
 LAUNCH_ENTRIES = frozenset(p.entry for p in LAUNCH) | {"rt_launch", "rt_launch_checked", "rt_launch_checked_ptsz"}
 _EV_UNSAFE = re.compile(rb"[^a-zA-Z0-9_]")
+#: the handlers loaded ahead of the first object that needs them (UprobeAttacher.preload): launches first, then
+#: what a runtime and a driver use (a real libcudart and libcuda take nearly all); NCCL's only with a libnccl
+PRELOAD = tuple(dict.fromkeys(
+    [*sorted(LAUNCH_ENTRIES)]
+    + [fn for p in ALL if p not in NCCL for fn in (p.entry, p.ret) if fn is not None]
+    # the handlers catalogue.probes_for picks by what the runtime has, and the call-site walk
+    + ["rt_prefetch_dev", "rt_prefetch_loc", "graph_add_node5", "graph_add_node6", "site_walk"]))
 #: how bcc's "Failed to load BPF program" ends when the verifier refused it (not a transient shortage)
 _REFUSALS = tuple(os.strerror(e) for e in (errno.EINVAL, errno.E2BIG, errno.EACCES, errno.EPERM))
 
@@ -109,6 +116,10 @@ class UprobeAttacher:
         self._refused: set[tuple[str, int]] = set()     # (fn, file offset) of the last attach() that failed
         #: BPF functions the verifier refused, with bcc's message: not loaded again for the next object
         self._unloadable: dict[str, str] = {}
+        #: held while a program loads: attach() and the preload never load one twice
+        self._load_mu = threading.Lock()
+        self._preloading = threading.Event()        # set: the preload goes on; cleared to stop it
+        self._preloader: threading.Thread | None = None
         self._site_walk_done = False
         self.site_walk_error: str | None = None     # why call sites are not sampled (the walk not loaded)
 
@@ -163,15 +174,9 @@ class UprobeAttacher:
                 where = [w for w in where if w not in alone]
                 if not where:
                     continue
-            if fn in self._unloadable:  # refused before: the same bytecode, the same verifier (seconds each)
-                for _v, off in where:
-                    self._failed(label, fn, off, self._unloadable[fn])
-                continue
             try:
-                prog = self._load(fn) if self._multi else self._bpf.load_func(fn.encode(), _KPROBE)
+                prog = self._loaded(fn)
             except Exception as e:      # bcc raises Exception when the kernel refuses the program
-                if str(e).endswith(_REFUSALS):
-                    self._unloadable[fn] = str(e)
                 for _v, off in where:
                     self._failed(label, fn, off, str(e))
                 continue
@@ -249,14 +254,61 @@ class UprobeAttacher:
             return
         self._site_walk_done = True
         try:
-            prog = self._load("site_walk") if self._multi else self._bpf.load_func(b"site_walk", _KPROBE)
+            prog = self._loaded("site_walk")
             table = self._bpf[b"site_tail"]
             table[ctypes.c_int(0)] = ctypes.c_int(prog.fd)
         except Exception as e:          # a program without it (bench/probe_cost.py --before), or refused
             self.site_walk_error = str(e)
 
-    def _load(self, fn: str) -> Any:
-        return self._bpf.load_func(fn.encode(), _KPROBE, None, BPF_TRACE_UPROBE_MULTI)
+    def _loaded(self, fn: str) -> Any:
+        """The BPF function ``fn``, loaded on first use (by attach() or the preload, whichever asks first;
+        bcc keeps it). One the verifier refused is not loaded again: the same bytecode, the same verifier
+        (seconds each); its message is raised again."""
+        with self._load_mu:
+            if fn in self._unloadable:
+                raise Exception(self._unloadable[fn])       # as bcc raises it: attach() says it per probe
+            try:
+                if self._multi:
+                    return self._bpf.load_func(fn.encode(), _KPROBE, None, BPF_TRACE_UPROBE_MULTI)
+                return self._bpf.load_func(fn.encode(), _KPROBE)
+            except Exception as e:
+                if str(e).endswith(_REFUSALS):
+                    self._unloadable[fn] = str(e)
+                raise
+
+    def preload(self, fns: Sequence[str] = PRELOAD) -> None:
+        """Load ``fns`` on a thread of its own, ahead of the first object that needs them: the
+        verifier takes most of a second for a runtime's handlers (alloc_return alone 0.1 s, 0.5 s beside a
+        tenant's busy processes), which attach() would otherwise spend on the collector's thread, holding
+        the refresh that sees the first CUDA process (tests/bpf/test_fair_share_live.py). detach_all() stops
+        it. It waits while an attach() runs, and is not niced: an attach() waits for the load it is in, which
+        a busy host would stretch. A function it could not load is attach()'s to try again (or to say
+        refused)."""
+        if self._preloader is not None:
+            return
+        self._preloading.set()
+        self._preloader = threading.Thread(target=self._preload, args=(list(fns),), name="gputop-preload",
+                                           daemon=True)
+        self._preloader.start()
+
+    def _preload(self, fns: list[str]) -> None:
+        for fn in fns:
+            self._not_attaching.wait()              # an attach() first: it is what a refresh waits for
+            if not self._preloading.is_set():
+                return
+            with contextlib.suppress(Exception):
+                self._loaded(fn)
+        self._preloading.clear()
+
+    def wait_preloaded(self) -> None:
+        """Until the preload is done (or stopped)."""
+        if self._preloader is not None:
+            self._preloader.join()
+
+    def _stop_preload(self) -> None:
+        """Stop the preload and wait for the load it is in: bcc's cleanup frees the module it loads from."""
+        self._preloading.clear()
+        self.wait_preloaded()
 
     def _attach_links(self, prog: Any, path: str, label: str, fn: str, ret: bool,
                       where: list[tuple[int, int]]) -> int:
@@ -287,7 +339,9 @@ class UprobeAttacher:
         return done
 
     def detach_all(self) -> None:
-        """Close every link at once (their grace periods overlap); perf events stay for bcc's cleanup."""
+        """Stop the preload, then close every link at once (their grace periods overlap); perf events stay
+        for bcc's cleanup."""
+        self._stop_preload()
         links, self._links = self._links, []
         self._owned.clear()
         if not links:
