@@ -312,7 +312,13 @@ def test_crafted_objects_and_names_leave_every_refresh_on_time(workloads, testbe
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, env={**os.environ, "SHIM_LIBCUDA": str(testbed.libcuda)})
             assert p.stdout is not None and p.stdout.readline().startswith(b"ready")
             runs.append((p, go))
-        time.sleep(1.0)                     # the exec events attach gputop to each
+        # listed once an object each maps is probed (a fixed second: short beside other work)
+        pids = {p.pid for p, _go in runs}
+        deadline = time.monotonic() + 60
+        while not pids <= {q["pid"] for _, snap in gt.lines[-3:] for q in snap["processes"]}:
+            assert time.monotonic() < deadline, "the workloads were never listed"
+            time.sleep(0.05)
+        time.sleep(0.6)                     # the objects they map next (libcuda), a refresh later
         for _p, go in runs:
             go.touch()
         for p, _go in runs:
