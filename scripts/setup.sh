@@ -29,7 +29,7 @@ has_candidate() {
 }
 
 want=(bpfcc-tools python3-bpfcc binutils llvm gcc libc6-dev)
-[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86 nginx-light zsh fish groff-base)
+[ $MODE = test ] && want+=(tmux debian-archive-keyring util-linux e2fsprogs prometheus systemd podman runc debootstrap qemu-system-x86 nginx-light zsh fish groff-base gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 # The venv's interpreter: the distro's python3, the one python3-bpfcc is built for and every user can run
 # (the first python3 on root's PATH may be a pyenv or conda one under /root, mode 0700: a venv built on it
 # runs for root alone). Another python3 only where the distro has none.
