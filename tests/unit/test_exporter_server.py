@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -74,16 +76,21 @@ def test_bad_listen_addresses(text: str) -> None:
         parse_listen(text)
 
 
-def test_every_interface_means_ipv6_and_ipv4() -> None:
-    import socket
-    import threading
-    import urllib.request
-
+def _serving(host: str) -> tuple[Any, threading.Thread]:
+    """A server of one "ok" snapshot on ``host``, port chosen by the kernel, serving on a thread."""
     c = SnapshotCollector(ExportOptions())
     c.update(snap("ok"))
-    server = make_server("", 0, CollectorRegistry(auto_describe=False), c)
+    server = make_server(host, 0, CollectorRegistry(auto_describe=False), c)
     t = threading.Thread(target=server.serve_forever, daemon=True)
     t.start()
+    return server, t
+
+
+def test_every_interface_means_ipv6_and_ipv4() -> None:
+    import socket
+    import urllib.request
+
+    server, _t = _serving("")
     try:
         hosts = ["127.0.0.1"] + (["[::1]"] if socket.has_ipv6 else [])
         for host in hosts:
@@ -97,18 +104,13 @@ def test_every_interface_means_ipv6_and_ipv4() -> None:
 def test_an_idle_server_sleeps_until_shutdown_wakes_it() -> None:
     """The I/O thread of an idle server waits for sockets only (no wake-up every half second: issue 38
     item 7); shutdown() wakes it, and it still answers."""
-    import threading
     import time
     import urllib.request
 
     from gputop.exporter import httpserver
 
     assert httpserver.IDLE_WAIT_S >= 10
-    c = SnapshotCollector(ExportOptions())
-    c.update(snap("ok"))
-    server = make_server("127.0.0.1", 0, CollectorRegistry(auto_describe=False), c)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
+    server, t = _serving("127.0.0.1")
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/healthz", timeout=10) as r:
             assert r.status == 200
