@@ -152,7 +152,7 @@ def test_closing_while_the_handlers_load_waits_for_the_load_and_stops(tmp_path: 
     src.start()
     assert src.uprobes is not None
     preloader = src.uprobes._preloader
-    assert preloader is not None and preloader.is_alive()     # ~100 programs: most of a second at least
+    assert preloader is not None        # under way here (~100 programs: most of a second), or done on a fast host
     bpf = src.program.bpf
     assert bpf is not None
     src.close()
