@@ -278,8 +278,8 @@ class UprobeAttacher:
 
     def preload(self, fns: Sequence[str] = PRELOAD) -> None:
         """Load ``fns`` on a thread of its own, ahead of the first object that needs them: the
-        verifier takes most of a second for a runtime's handlers (alloc_return alone 0.1 s, 0.5 s beside a
-        tenant's busy processes), which attach() would otherwise spend on the collector's thread, holding
+        verifier takes most of a second for a runtime's handlers (longer beside busy processes), which
+        attach() would otherwise spend on the collector's thread, holding
         the refresh that sees the first CUDA process (tests/bpf/test_fair_share_live.py). detach_all() stops
         it. It waits while an attach() runs, and is not niced: an attach() waits for the load it is in, which
         a busy host would stretch. A function it could not load is attach()'s to try again (or to say
