@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
-from gputop.model import ProcKey, Snapshot
+from gputop.model import ProcKey, Snapshot, Summary
 
 SnapshotCallback = Callable[[Snapshot], None]
 #: a process's own time series, by name of ``gputop.view.history.PROC_SERIES``: ``[(time, value)]``
@@ -137,6 +137,19 @@ class Feed:
 
     def series(self, key: ProcKey) -> SeriesByName | None:
         """The feed's own time series of a process (``capabilities.own_series``); None: none."""
+        return None
+
+    def set_view(self, sort: str, descending: bool, query: str) -> None:
+        """The table's sort column, direction and filter text now (the fleet feed reads its top rows by them)."""
+
+    def table_note(self, snap: Snapshot) -> str | None:
+        """What the table of ``snap`` leaves out, said on the summary line (the fleet feed's top rows of
+        many); None: it holds every process."""
+        return None
+
+    def summary_of(self, snap: Snapshot, query: str) -> Summary | None:
+        """The totals of the processes ``query`` finds in ``snap`` where the feed summed them itself (the
+        fleet feed's top rows: rows are left out); None: the dashboard sums the rows."""
         return None
 
     def refreshes(self, stop: threading.Event) -> Generator[Snapshot, None, None]:

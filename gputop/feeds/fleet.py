@@ -12,9 +12,11 @@ from typing import Protocol
 
 from gputop.errors import EX_USAGE, GputopError
 from gputop.feeds.base import Feed, FeedKind, SeriesByName, SnapshotCallback
+from gputop.feeds.fleet_topk import Scope, View
 from gputop.feeds.fleet_worker import WorkerReader
 from gputop.feeds.prometheus import FleetConfig, FleetError, FleetReader, Series, Watched, parse_duration
-from gputop.model import ProcKey, Snapshot, SourceStatus
+from gputop.model import ProcKey, Snapshot, SourceStatus, Summary
+from gputop.view.columns import BY_KEY
 
 
 class Reader(Protocol):
@@ -23,7 +25,11 @@ class Reader(Protocol):
     @property
     def queries(self) -> int: ...
 
-    def read(self, at: float, watched: Watched, interval_s: float) -> tuple[Snapshot, Series]: ...
+    @property
+    def scope(self) -> Scope | None: ...
+
+    def read(self, at: float, watched: Watched, interval_s: float,
+             view: View | None = None) -> tuple[Snapshot, Series]: ...
 
     def close(self) -> None: ...
 
@@ -57,6 +63,10 @@ class FleetFeed(Feed):
         self.refreshing = False
         self._last: Snapshot | None = None
         self._watched: Watched = ()
+        #: the table's sort and filter (``set_view``): with ``FleetConfig.top``, a refresh reads its top rows only
+        self._view: View | None = None
+        #: what the last refresh's table holds (its top rows of how many); None: every process
+        self.scope: Scope | None = None
         self._series: Series = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -99,6 +109,40 @@ class FleetFeed(Feed):
             self._watched = remote
             self._wake.set()        # the screen waits for them: refresh now
 
+    def set_view(self, sort: str, descending: bool, query: str) -> None:
+        """The table's sort column, direction and filter: with ``FleetConfig.top`` a refresh reads the top
+        rows by them, so a change refreshes now (not at the next interval)."""
+        view = View(sort, descending, query.strip())
+        if view != self._view:
+            self._view = view
+            if self.config.top > 0:
+                self._wake.set()
+
+    def _scope_of(self, snap: Snapshot) -> Scope | None:
+        scope = self.scope
+        return scope if scope is not None and self._last is not None and snap.time == self._last.time else None
+
+    def table_note(self, snap: Snapshot) -> str | None:
+        """``top 500 of 64,000 by LAUNCH/s`` (``matching 'vllm'`` with a filter) where the table of ``snap``
+        holds the top rows of more processes; while a refresh by another sort or filter is on its way, it
+        says so."""
+        scope = self._scope_of(snap)
+        if scope is None or not scope.partial:
+            return None
+        v = scope.view
+        matching = f" matching {v.query!r}" if v.query else ""
+        note = (f"table: {'top' if v.descending else 'bottom'} {scope.top:,} of {scope.processes:,}{matching} "
+                f"by {BY_KEY[v.sort].header}")
+        if self._view is not None and self._view != v:
+            note += " (reading the new order…)"
+        return note
+
+    def summary_of(self, snap: Snapshot, query: str) -> Summary | None:
+        """The fleet's totals of the processes ``query`` finds, summed by Prometheus (a top-K refresh
+        read with that filter); None otherwise."""
+        scope = self._scope_of(snap)
+        return scope.summary if scope is not None and scope.view.query == query.strip() else None
+
     def series(self, key: ProcKey) -> SeriesByName | None:
         """The time series of a watched process (``SERIES_QUERIES``' names, memcpy by direction)."""
         with self._lock:
@@ -109,6 +153,7 @@ class FleetFeed(Feed):
     def _run(self, on_snapshot: SnapshotCallback) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
+            self._wake.clear()          # what asks for a refresh from now on asks for the next one
             if not self._paused:
                 snap = self.refresh()
                 if self._stop.is_set():
@@ -137,7 +182,10 @@ class FleetFeed(Feed):
         if last is None:
             return Snapshot(time=time.time(), interval_s=self.window_s, host=self.config.url,
                             sources={"prometheus": status})
-        return replace(last, sources={**last.sources, "prometheus": status})
+        stale = replace(last, sources={**last.sources, "prometheus": status})
+        if self.scope is not None:          # the last totals of the fleet, not those of the rows kept
+            stale.__dict__["summary"] = self.scope.summary
+        return stale
 
     def refreshes(self, stop: threading.Event) -> Generator[Snapshot, None, None]:
         """Batch mode: ``collect`` every interval in the caller's thread (``FleetError`` ends it:
@@ -160,9 +208,11 @@ class FleetFeed(Feed):
         at = self.config.at if self.config.at is not None else time.time()
         self.refreshing = True
         try:
-            snap, series = self.reader.read(at, self._watched, self.interval_s)
+            view = self._view if self.config.top > 0 else None
+            snap, series = self.reader.read(at, self._watched, self.interval_s, view)
         finally:
             self.refreshing = False
+        self.scope = self.reader.scope
         with self._lock:
             self._series = series
         self._last = snap

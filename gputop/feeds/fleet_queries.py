@@ -157,19 +157,28 @@ def last_scrape_query(match: str, instances: Iterable[str]) -> str:
             f"[{NAME_LOOKBACK}:1s]))")
 
 
+def nodes_matcher(info: Sequence[Sample], url: str, nodes: frozenset[str]) -> str:
+    """``--node``'s matcher: the named nodes' targets (``info``: the answer to ``info_query``); "" without
+    it. Raises ``FleetError`` when no node is named ``nodes``."""
+    if not nodes:
+        return ""
+    instances = [s["metric"].get("instance", "") for s in info if s["metric"].get("node") in nodes]
+    if not instances:
+        raise FleetError("empty", f"no node named {', '.join(sorted(nodes))} in Prometheus at "
+                         f"{url}", "check --node against the node label of gputop_build_info")
+    return f'instance=~"{_regex_alt(instances)}"'
+
+
 def refresh_queries(info: Sequence[Sample], watched: Sequence[tuple[str, int]], *, url: str, match: str,
-                    window: str, nodes: frozenset[str], table_only: bool) -> tuple[dict[str, str], dict[str, str]]:
+                    window: str, nodes: frozenset[str], table_only: bool,
+                    procs: str = "") -> tuple[dict[str, str], dict[str, str]]:
     """The refresh's instant queries and its ``query_range`` ones, by job name (``SnapshotBuilder.add``):
     ``info`` is the answer to ``info_query``; ``watched``, the processes shown in details or compare;
-    ``table_only``: ``FleetConfig.table_only``. Raises ``FleetError`` when no node is named ``nodes``."""
-    extra = ""
-    if nodes:
-        instances = [s["metric"].get("instance", "") for s in info if s["metric"].get("node") in nodes]
-        if not instances:
-            raise FleetError("empty", f"no node named {', '.join(sorted(nodes))} in Prometheus at "
-                             f"{url}", "check --node against the node label of gputop_build_info")
-        extra = f'instance=~"{_regex_alt(instances)}"'
-    sel = selector(match, extra)
+    ``table_only``: ``FleetConfig.table_only``; ``procs``: matchers narrowing the per-process queries
+    (the top K rows' instances and PIDs: ``gputop.feeds.fleet_topk``). Raises ``FleetError`` when no node
+    is named ``nodes``."""
+    extra = nodes_matcher(info, url, nodes)
+    sel = selector(match, extra, procs)
     w = window
 
     def by(name: str) -> str:
@@ -181,7 +190,7 @@ def refresh_queries(info: Sequence[Sample], watched: Sequence[tuple[str, int]], 
 
     launches = PROC_COUNTERS[0][0]
     jobs: dict[str, str] = {
-        "source_up": f"gputop_source_up{{{sel}}}",
+        "source_up": f"gputop_source_up{{{selector(match, extra)}}}",
         "gpus": "{" + selector(match, extra, '__name__=~"gputop_gpu_.+"') + "}",
         # each gauge family by its name: one selector of the six by a regular expression on __name__ cost
         # Prometheus twice the CPU at 64,000 processes (docs/PERFORMANCE.md, "Fleet view at scale"), and

@@ -17,8 +17,23 @@ from gputop.feeds.fleet_queries import (
     SERIES_QUERIES,
     info_query,
     last_scrape_query,
+    nodes_matcher,
     parse_duration,
     refresh_queries,
+    selector,
+    watch_selector,
+)
+from gputop.feeds.fleet_topk import (
+    Scope,
+    View,
+    exited_query,
+    filter_expr,
+    fleet_summary,
+    keys_of,
+    rest_query,
+    sort_expr,
+    top_query,
+    totals_queries,
 )
 from gputop.feeds.http_config import HttpConfig
 from gputop.model import ProcKey, ProcSample, Snapshot
@@ -29,6 +44,21 @@ LAST_READS = 3
 #: a process's time series: ``{series name: [(t, v)]}`` by process
 Series = dict[ProcKey, dict[str, list[tuple[float, float]]]]
 Watched = tuple[tuple[str, int], ...]
+
+
+#: the jobs of the top-K reading's totals (``fleet_topk.totals_queries``)
+TOTALS = "scope:totals"
+
+
+@dataclass(frozen=True)
+class _Top:
+    """The first half of a top-K refresh: the selector of the rows to read, the top ones, the exited ones
+    (read for the totals), the jobs already sent."""
+
+    procs: str
+    shown: frozenset[tuple[str, int]]
+    exited: frozenset[tuple[str, int]]
+    submitted: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -56,6 +86,11 @@ class FleetConfig:
     child: bool = False
     #: how to log in (``--http.config.file``): headers and TLS settings, its secrets read
     http: HttpConfig | None = None
+    #: with ``table_only``, read the table's top this many rows by its sort column and the fleet's totals
+    #: summed by Prometheus, once the feed is told the table's view (``gputop.feeds.fleet_topk``); 0: every row
+    top: int = 0
+    #: ``-p``: only these PIDs (on any node), for the top rows' reading (the dashboard keeps them itself too)
+    pids: frozenset[int] = frozenset()
 
 
 class FleetReader:
@@ -71,6 +106,8 @@ class FleetReader:
         self._rows: dict[str, tuple[ProcSample, ...]] = {}
         #: read the rows of down targets never read up at their last scrape (not in that read itself)
         self._fill = True
+        #: what the last refresh's table holds when it read the top rows only (``FleetConfig.top``); None: every row
+        self.scope: Scope | None = None
 
     @property
     def queries(self) -> int:
@@ -79,14 +116,17 @@ class FleetReader:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def jobs(self, info: list[Sample], watched: Watched) -> tuple[dict[str, str], dict[str, str]]:
-        """The refresh's instant queries and its ``query_range`` ones, by job name (``SnapshotBuilder.add``)."""
+    def jobs(self, info: list[Sample], watched: Watched, procs: str = "") -> tuple[dict[str, str], dict[str, str]]:
+        """The refresh's instant queries and its ``query_range`` ones, by job name (``SnapshotBuilder.add``);
+        ``procs``: matchers narrowing the per-process ones (the top rows)."""
         cfg = self.config
         return refresh_queries(info, watched, url=cfg.url, match=cfg.match, window=cfg.window, nodes=cfg.nodes,
-                               table_only=cfg.table_only)
+                               table_only=cfg.table_only, procs=procs)
 
-    def read(self, at: float, watched: Watched, interval_s: float) -> tuple[Snapshot, Series]:
-        """One refresh: every query at ``at``; raises ``FleetError`` when Prometheus fails."""
+    def read(self, at: float, watched: Watched, interval_s: float,
+             view: View | None = None) -> tuple[Snapshot, Series]:
+        """One refresh: every query at ``at``; raises ``FleetError`` when Prometheus fails. ``view``: the
+        table's sort and filter, for a reading of its top rows (``FleetConfig.top``; ``self.scope``)."""
         q = self.client.query
         info = q(info_query(self.config.match), at)
         if not any(PART not in s["metric"] or s["metric"][PART] == "known" for s in info):
@@ -95,21 +135,31 @@ class FleetReader:
                              "(gputop_build_info is empty)",
                              "check that Prometheus scrapes 'gputop exporter' on each node (its /targets page), "
                              "and --match")
-        jobs, range_jobs = self.jobs(info, watched)
+        self.scope = None
         step = max(1.0, interval_s)
         builder = SnapshotBuilder()
         builder.add("build_info", info)
         futures: dict[Future[list[Sample]], str] = {}
+        top = self._top(info, view, watched, at, futures) if view is not None else None
+        if top is None:
+            jobs, range_jobs = self.jobs(info, watched)
+        else:
+            jobs, range_jobs = self.jobs(info, watched, procs=top.procs)
+            for key in top.submitted:
+                jobs.pop(key, None)
         for key, expr in range_jobs.items():
             futures[self._pool.submit(self.client.query_range, expr, at - step * SERIES_POINTS, at, step)] = key
         for key, expr in jobs.items():
             futures[self._pool.submit(q, expr, at)] = key
         ranges: dict[str, list[Sample]] = {}
+        totals: list[Sample] = []
         try:
             for fut in as_completed(list(futures)):
                 key = futures.pop(fut)          # the answer goes once read (as_completed lets go too)
                 if key.startswith("range:"):
                     ranges[key] = fut.result()
+                elif key.startswith(TOTALS):
+                    totals += fut.result()
                 else:
                     builder.add(key, fut.result())      # the first FleetError propagates
                 del fut
@@ -118,14 +168,65 @@ class FleetReader:
                 pending.cancel()
             raise
         snap = builder.build(at=at, window_s=self.window_s, host=self.config.url, nodes=self.config.nodes)
+        exited: list[ProcSample] = []
+        if top is not None:     # the rows read: the top ones and the watched ones (not others the selector found)
+            shown = top.shown | set(watched)
+            exited = [p for p in snap.processes if p.key in top.exited]
+            snap = replace(snap, processes=tuple(p for p in snap.processes if p.key in shown))
         snap = self._keep_stale(snap, builder, interval_s)
         del builder
+        if top is not None and view is not None:
+            summary = fleet_summary(totals, snap, exited, self.window_s)
+            snap.__dict__["summary"] = summary          # the fleet's totals, not the rows' (Snapshot.summary)
+            self.scope = Scope(view, self.config.top, summary.processes, len(snap.processes), summary)
         series: Series = {}
         for name, _ in SERIES_QUERIES:
             for k, by_name in series_points(ranges.get(f"range:{name}", ()), name).items():
                 if k in watched:
                     series.setdefault(k, {}).update(by_name)
         return snap, series
+
+    def _top(self, info: list[Sample], view: View, watched: Watched, at: float,
+             futures: dict[Future[list[Sample]], str]) -> _Top | None:
+        """The first half of a top-K refresh (``gputop.feeds.fleet_topk``): the top rows by the sort column,
+        the exited processes (waited for), the totals and the unscoped queries (sent, in ``futures``).
+        None: every row is read (not the dashboard's reading, or a column Prometheus cannot order by)."""
+        cfg = self.config
+        if not cfg.table_only or cfg.top <= 0:
+            return None
+        k, w = cfg.top, cfg.window
+        pids = f'pid=~"{"|".join(str(p) for p in sorted(cfg.pids))}"' if cfg.pids else ""
+        sel = selector(cfg.match, nodes_matcher(info, cfg.url, cfg.nodes), pids)
+        if sort_expr(view.sort, sel, w, self.window_s) is None:
+            return None
+        text = view.query.strip().lower()
+        named = {m["instance"] for s in info if text and "instance" in (m := s["metric"])
+                 and text in str(m.get("node", "")).lower()}
+        where = filter_expr(view.query, sel, named)
+        expr = top_query(view, k, sel, w, self.window_s, where)
+        assert expr is not None
+        q = self.client.query
+        top_f = self._pool.submit(q, expr, at)
+        exited_f = self._pool.submit(q, exited_query(sel, where), at)
+        for i, expr in enumerate(totals_queries(sel, w, where)):
+            futures[self._pool.submit(q, expr, at)] = f"{TOTALS}{i}"
+        unscoped, _ = self.jobs(info, ())
+        submitted = ("source_up", "gpus")
+        for key in submitted:
+            futures[self._pool.submit(q, unscoped[key], at)] = key
+        try:
+            keys = keys_of(top_f.result())
+            exited = keys_of(exited_f.result())
+            if len(keys) < k:       # fewer have a value: the others sort last
+                keys += keys_of(q(rest_query(view, k - len(keys), sel, w, self.window_s, where), at))
+        except FleetError:
+            for pending in futures:
+                pending.cancel()
+            raise
+        read = sorted({*keys, *watched, *exited})
+        # the processes' instances and PIDs: a selector that may find a few others (dropped once built)
+        procs = watch_selector(read) if read else 'pid="none"'
+        return _Top(procs, frozenset(keys), frozenset(exited), submitted)
 
     def _keep_stale(self, snap: Snapshot, b: SnapshotBuilder, interval_s: float) -> Snapshot:
         """The rows of the targets that are down now: their last known ones (from the last refresh that

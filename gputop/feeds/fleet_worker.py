@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
+from gputop.feeds.fleet_topk import Scope, View
 from gputop.feeds.prometheus import FleetConfig, FleetError, FleetReader, Series, Watched
 from gputop.model import Snapshot
 
@@ -56,7 +57,7 @@ def read_frame(inp: IO[bytes]) -> bytes | None:
 
 
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
-    """The child's loop: the config, then a request ``(at, watched, interval_s)`` per refresh."""
+    """The child's loop: the config, then a request ``(at, watched, interval_s, view)`` per refresh."""
     first = read_frame(inp)
     if first is None:
         return
@@ -64,12 +65,12 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     reader = FleetReader(config)
     try:
         while (request := read_frame(inp)) is not None:
-            at, watched, interval_s = pickle.loads(request)
+            at, watched, interval_s, view = pickle.loads(request)
             # a refresh allocates millions of objects, none in a cycle: without the cyclic collector
             # walking them again and again, parsing takes about half the time
             gc.disable()
             try:
-                snap, series = reader.read(at, watched, interval_s)
+                snap, series = reader.read(at, watched, interval_s, view)
             except FleetError as e:
                 write_frame(out, ("error", reader.queries, e.kind, e.message, e.hint))
                 out.flush()
@@ -78,7 +79,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
                 gc.enable()
             procs = snap.processes
             chunks = [procs[i:i + CHUNK] for i in range(0, len(procs), CHUNK)]
-            write_frame(out, ("ok", reader.queries, replace(snap, processes=()), series, len(chunks)))
+            write_frame(out, ("ok", reader.queries, replace(snap, processes=()), series, len(chunks), reader.scope))
             for chunk in chunks:
                 write_frame(out, chunk)
             out.flush()
@@ -109,6 +110,8 @@ class WorkerReader:
         self._queries = 0
         #: the child's process id (the benchmark reads its memory)
         self.pid: int | None = None
+        #: the last refresh's top-K reading (``FleetReader.scope``); None: every row
+        self.scope: Scope | None = None
 
     @property
     def queries(self) -> int:
@@ -130,7 +133,8 @@ class WorkerReader:
         self.pid = proc.pid
         return proc
 
-    def read(self, at: float, watched: Watched, interval_s: float) -> tuple[Snapshot, Series]:
+    def read(self, at: float, watched: Watched, interval_s: float,
+             view: View | None = None) -> tuple[Snapshot, Series]:
         with self._lock:
             if self._closed:
                 raise FleetError("stopped", "the fleet view is stopping", "")
@@ -139,13 +143,13 @@ class WorkerReader:
             proc = self._proc
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            write_frame(proc.stdin, (at, watched, interval_s))
+            write_frame(proc.stdin, (at, watched, interval_s, view))
             proc.stdin.flush()
             head = self._next(proc)
             if head[0] == "error":
                 _, self._queries, kind, message, hint = head
                 raise FleetError(kind, message, hint)
-            _, self._queries, snap, series, chunks = head
+            _, self._queries, snap, series, chunks, self.scope = head
             processes: list[Any] = []
             # the cyclic collector walks every live object when it runs a full collection, holding the
             # interpreter: a 64,000-process snapshot (some 600,000 objects) made it run several times
@@ -161,7 +165,10 @@ class WorkerReader:
                     gc.enable()
         except (OSError, EOFError, pickle.UnpicklingError):
             raise self._died(proc) from None
-        return replace(snap, processes=tuple(processes)), series
+        snap = replace(snap, processes=tuple(processes))
+        if self.scope is not None:
+            snap.__dict__["summary"] = self.scope.summary   # the fleet's totals (FleetReader.read)
+        return snap, series
 
     def _next(self, proc: subprocess.Popen[bytes]) -> Any:
         assert proc.stdout is not None

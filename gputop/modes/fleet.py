@@ -14,6 +14,7 @@ from dataclasses import replace
 from gputop.errors import EX_ERROR, EX_OK, EX_USAGE, GputopError
 from gputop.feeds.base import Filters
 from gputop.feeds.fleet import FleetFeed
+from gputop.feeds.fleet_topk import TOP_K
 from gputop.feeds.prometheus import FleetConfig, down_clause
 from gputop.model import Snapshot
 from gputop.modes import batch
@@ -42,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
                             readonly=args.readonly, baseline=args.baseline, baseline_pid=args.baseline_pid,
                             record=args.record, record_max_bytes=args.record_max_size,
                             record_keep=args.record_keep, quit_on_signals=True)
-    # the dashboard reads what its table shows (everything when recording) in a child process
-    feed = FleetFeed(replace(config, table_only=not args.record, child=True))
+    # the dashboard reads what its table shows (everything when recording) in a child process: its top
+    # rows by the sort column and the fleet's totals summed by Prometheus (docs/fleet.md, "At scale")
+    feed = FleetFeed(replace(config, table_only=not args.record, child=True, top=0 if args.record else TOP_K,
+                             pids=frozenset(args.pid or ())))
     try:
         return run_dashboard(feed, opts)
     except ValueError as e:

@@ -159,6 +159,7 @@ class GputopApp(App[int]):
         try:
             if not self.replay_paced:
                 self.feed.set_interval(self.settings.interval_s)
+            self._tell_view()
             self.feed.start(self._on_feed_snapshot)
         except Exception as e:  # the collector could not start: say why, keep the UI up
             self.post_message(FeedFailed(f"{type(e).__name__}: {e}"))
@@ -266,7 +267,13 @@ class GputopApp(App[int]):
         if reverse is not None:
             self.settings.reverse = reverse
         self.save_settings(sort=self.settings.sort, reverse=self.settings.reverse)
+        self._tell_view()
         self.refresh_views()
+
+    def _tell_view(self) -> None:
+        """The table's sort and filter to the feed (the fleet feed reads its top rows by them: now)."""
+        s = self.settings
+        self.feed.set_view(s.sort, columns.BY_KEY[s.sort].descending != s.reverse, self.filter_text)
 
     def set_columns(self, cols: Sequence[str], save: bool = True) -> None:
         """Show these columns; ``save``: write them to config.toml (the sort menu shows its changes at
@@ -278,6 +285,7 @@ class GputopApp(App[int]):
 
     def set_filter(self, text: str) -> None:
         self.filter_text = text
+        self._tell_view()
         self.refresh_views()
 
     def toggle_tag(self, key: ProcKey) -> None:

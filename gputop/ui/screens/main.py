@@ -115,9 +115,11 @@ class MainScreen(LiveScreen):
         if snap is None:
             bar.show(None, 0, app.tree_view)
             return
-        summary = snap.summary if not app.filter_text.strip() else app.exited_rows.summary(snap, rows)
+        # the fleet's top rows: the totals Prometheus summed over every process the filter finds
+        summary = app.feed.summary_of(snap, app.filter_text) or (
+            snap.summary if not app.filter_text.strip() else app.exited_rows.summary(snap, rows))
         live = {p.key for p in snap.processes} if app.tags else set()
-        bar.show(summary, sum(1 for t in app.tags if t in live), app.tree_view)
+        bar.show(summary, sum(1 for t in app.tags if t in live), app.tree_view, app.feed.table_note(snap) or "")
 
     # -- filter ----------------------------------------------------------------------------
     def action_filter(self) -> None:

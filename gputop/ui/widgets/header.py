@@ -221,9 +221,11 @@ class HeaderBar(Widget):
         return Content("\n").join(self._lines_at(self.content_region.width or 10_000))
 
 
-def summary_lines(summary: Summary | None, width: int, tagged: int = 0, tree: bool = False) -> list[Content]:
+def summary_lines(summary: Summary | None, width: int, tagged: int = 0, tree: bool = False,
+                  note: str = "") -> list[Content]:
     """The summary line (htop's Tasks:; ``gputop.view.summary``) at ``width`` cells: labels bold, unknown
-    values muted; on two lines where one is too narrow. ``tree``: the table shows the process tree (F5)."""
+    values muted; on two lines where one is too narrow. ``tree``: the table shows the process tree (F5);
+    ``note``: what the table leaves out (the fleet view's top rows of many: ``Feed.table_note``)."""
     if summary is None:
         return [Content.styled(" Tasks: waiting for the first sample…", _MUTED)]
     pieces: list[Content] = []
@@ -231,6 +233,8 @@ def summary_lines(summary: Summary | None, width: int, tagged: int = 0, tree: bo
         pieces.append(Content.assemble((label, "bold"), " ", (value, _MUTED if value == fmt.NA else "")))
     if tree:
         pieces.append(Content.styled("tree (F5)", "$accent bold"))
+    if note:
+        pieces.append(Content.styled(fmt.text(note), "$warning"))
     return flow([Content.assemble(" ", pieces[0]), *pieces[1:]], max(1, width), indent=" ", max_lines=2)
 
 
@@ -245,22 +249,25 @@ class SummaryBar(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._state: tuple[Summary | None, int, bool] = (None, 0, False)
-        self._laid_out: tuple[tuple[Summary | None, int, bool], int, list[Content]] | None = None
+        self._note = ""
+        self._laid_out: tuple[tuple[Summary | None, int, bool], str, int, list[Content]] | None = None
 
     def _lines_at(self, width: int) -> list[Content]:
         """``summary_lines`` of the current state, kept: show, layout and render each need them."""
         cached = self._laid_out
-        if cached is None or cached[0] is not self._state or cached[1] != width:
+        if cached is None or cached[0] is not self._state or cached[1] != self._note or cached[2] != width:
             s, tagged, tree = self._state
-            cached = self._laid_out = (self._state, width, summary_lines(s, width, tagged, tree))
-        return cached[2]
+            cached = self._laid_out = (self._state, self._note, width,
+                                       summary_lines(s, width, tagged, tree, self._note))
+        return cached[3]
 
-    def show(self, summary: Summary | None, tagged: int = 0, tree: bool = False) -> None:
+    def show(self, summary: Summary | None, tagged: int = 0, tree: bool = False, note: str = "") -> None:
         state = (summary, tagged, tree)
-        if state != self._state:
+        if state != self._state or note != self._note:
             width = self.content_region.width or 10_000
             before = self._lines_at(width)
             self._state = state
+            self._note = note
             lines = self._lines_at(width)
             if looks(before) != looks(lines):      # redrawn only when its text or styles change
                 self.refresh(layout=len(lines) != len(before))
