@@ -165,29 +165,31 @@ def exited_query(sel: str, where: str) -> str:
 
 def totals_queries(sel: str, w: str, where: str) -> list[str]:
     """The fleet's totals, every process included (the exited ones are taken out by the client: their
-    values are read with the rows), as queries of tagged parts, run side by side (Prometheus evaluates a
-    query on one core): ``n`` processes (those with a launches counter), ``warming`` (no sample a window
-    ago), and for each summed family its sum of increases and how many processes carry it (``sum:SERIES``
-    / ``count:SERIES``, by direction where it has one; a directed family's two parts a query each)."""
+    values are read with the rows), as two queries of tagged parts run side by side (Prometheus evaluates
+    a query on one core): ``n`` processes (those with a launches counter), ``warming`` (no sample a
+    window ago), and for each summed family its sum of increases (``sum:SERIES``, by direction where it has
+    one: the copies' sum a query of its own, the dearest part) and how many processes carry it
+    (``count:SERIES``): the launches' increases (a process without any has no rates: every sum is
+    unknown), the other families' series (they are scraped with the launches; a copy family's first
+    direction's: the exporter exports all its directions or none)."""
     procs = _within(f"count by (instance,pid) ({LAUNCHES}{{{sel}}})", where)
     first = [(f"count({procs})", "n"),
              (f"count({procs} unless on(instance,pid) {LAUNCHES}{{{sel}}} offset {w})", "warming")]
     queries: list[list[tuple[str, str]]] = [first]
     for series in dict.fromkeys(s for _, s, _ in SUMMED):
-        directed = any(d for _, s, d in SUMMED if s == series and d)
+        direction = next((d for _, s, d in SUMMED if s == series and d), "")
         # by series, not summed by process first (that costs Prometheus half as much again): a process
-        # renamed within the lookback has two series, and may count twice below
-        inc = _within(f"increase({series}{{{sel}}}[{w}])", where)
-        outer = "sum by (direction)" if directed else "sum"
-        count = "count by (direction)" if directed else "count"
-        # how many carry it: the launches' increases (a process without any has no rates: every sum is
-        # unknown), the other families' series (cheaper; they are scraped with the launches)
-        have = inc if series == LAUNCHES else _within(f"{series}{{{sel}}}", where)
-        parts = [(f"{outer} ({inc})", f"sum:{series}"), (f"{count} ({have})", f"count:{series}")]
-        if directed:
-            queries += [[p] for p in parts]
+        # renamed within the lookback has two series, and may count twice
+        summed = "|".join(d for _, s, d in SUMMED if s == series)
+        dirs = selector(sel, f'direction=~"{summed}"') if direction else sel
+        inc = _within(f"increase({series}{{{dirs}}}[{w}])", where)
+        one = selector(sel, 'direction="' + direction + '"' if direction else "")
+        have = inc if series == LAUNCHES else _within(f"{series}{{{one}}}", where)
+        first.append((f"count({have})", f"count:{series}"))
+        if direction:
+            queries.append([(f"sum by (direction) ({inc})", f"sum:{series}")])
         else:
-            first += parts
+            first.append((f"sum({inc})", f"sum:{series}"))
     return [" or ".join(f'label_replace({e}, "{PART}", "{tag}", "", "")' for e, tag in q) for q in queries]
 
 
@@ -224,7 +226,7 @@ def fleet_summary(totals: Sequence[Sample], snap: Snapshot, exited: Sequence[Pro
     rated = round(got.get(f"count:{LAUNCHES}", {}).get("", 0.0)) - sum(1 for p in exited if p.rates is not None)
     unknown = (current <= 0 and bool(stale)) or rated < current
     for fld, series, d in SUMMED:
-        have = round(got.get(f"count:{series}", {}).get(d, 0.0))
+        have = round(got.get(f"count:{series}", {}).get("", 0.0))
         total = got.get(f"sum:{series}", {}).get(d, 0.0)
         for p in exited:        # their increases are read with the rows; out of the sums
             v = _exited_increase(p, fld, d, window_s)

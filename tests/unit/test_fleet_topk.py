@@ -99,8 +99,8 @@ def test_top_k_is_the_whole_read_sorted(fleet: tuple[str, int, set[int]], key: s
         same_summary(snap.summary, full.summary)
         assert snap.summary.exited == len(exited) and snap.summary.launches_per_s is not None
         assert snap.summary.graph_kernel_launches_per_s is None         # no process exports it: unknown, not 0
-        # 1 build info + top + exited + 3 totals + 23 for the rows (sources, GPUs, gauges, state, names, increases)
-        assert top.queries == 29
+        # 1 build info + top + exited + 2 totals + 23 for the rows (sources, GPUs, gauges, state, names, increases)
+        assert top.queries == 28
     finally:
         top.close()
         whole.close()
