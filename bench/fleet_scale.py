@@ -12,9 +12,10 @@
 2. Refreshes the fleet feed (`gputop.feeds.fleet.FleetFeed`, window 1m, evaluated at T) side by side in
    one run: the whole fleet read as batch mode reads it (every family, parsed in this process: the
    mechanism the dashboard used before), the whole fleet read as the dashboard reads it now (the
-   table's families, parsed in the child process of `gputop.feeds.fleet_worker`), and --small nodes
-   (--node) read as the dashboard does: seconds per refresh (median), queries per refresh, CPU
-   seconds of this process per refresh.
+   table's top rows by launches/s and the fleet's totals summed by Prometheus, `gputop.feeds.fleet_topk`,
+   parsed in the child process of `gputop.feeds.fleet_worker`), and --small nodes (--node) read as the
+   dashboard does: seconds per refresh (median), queries per refresh, CPU seconds of this process per
+   refresh.
    Prometheus runs at niceness --prometheus-nice (10: on this 2-core VM it stands in for the
    fleet's Prometheus on another host; 0 measures it competing with the dashboard as an equal).
 3. Runs the real dashboard (Textual, headless, 160x45, configured as `gputop --prometheus` does) on
@@ -181,10 +182,13 @@ def refresh_times(url: str, at: float, refreshes: int, nodes: frozenset[str], *,
     """Seconds per refresh (median), queries per refresh, processes, CPU seconds of this process
     per refresh: batch mode's reading (``dashboard`` False) or the dashboard's."""
     from gputop.feeds.fleet import FleetFeed
+    from gputop.feeds.fleet_topk import TOP_K
     from gputop.feeds.prometheus import FleetConfig
+    from gputop.view.columns import DEFAULT_SORT
 
     feed = FleetFeed(FleetConfig(url=url, window="1m", at=at, nodes=nodes, timeout_s=300.0,
-                                 table_only=dashboard, child=dashboard))
+                                 table_only=dashboard, child=dashboard, top=TOP_K if dashboard else 0))
+    feed.set_view(DEFAULT_SORT, True, "")      # as the dashboard tells it (batch mode does not)
     times, n = [], 0
     before = feed.queries
     cpu0 = time.process_time()
@@ -213,13 +217,15 @@ def ui_child(url: str, at: float, nodes: str, refreshes: int, before: bool) -> N
 
     from gputop.feeds.base import Filters
     from gputop.feeds.fleet import FleetFeed
+    from gputop.feeds.fleet_topk import TOP_K
     from gputop.feeds.prometheus import FleetConfig
     from gputop.ui.app import DashboardOptions, GputopApp
     from gputop.ui.widgets.proc_table import ProcTable
 
     cfg = FleetConfig(url=url, window="1m", at=at, interval_s=1.0, timeout_s=300.0,
                       nodes=frozenset(nodes.split(",")) if nodes else frozenset(),
-                      table_only=not before, child=not before)      # as gputop.modes.fleet runs the dashboard
+                      table_only=not before, child=not before,      # as gputop.modes.fleet runs the dashboard
+                      top=0 if before else TOP_K)
     feed = FleetFeed(cfg)
     delivered: list[float] = []         # when the feed's thread handed the app a snapshot
     start = feed.start
@@ -299,10 +305,18 @@ def _cpu_s(pid: int) -> float:
 
 def feed_child(url: str, at: float, refreshes: int) -> None:
     """The whole fleet read as the dashboard reads it, by the gputop on sys.path: prints JSON figures."""
+    import dataclasses
+
     from gputop.feeds.fleet import FleetFeed
     from gputop.feeds.prometheus import FleetConfig
 
-    feed = FleetFeed(FleetConfig(url=url, window="1m", at=at, timeout_s=600.0, table_only=True, child=True))
+    config = FleetConfig(url=url, window="1m", at=at, timeout_s=600.0, table_only=True, child=True)
+    if "top" in {f.name for f in dataclasses.fields(FleetConfig)}:     # a tree that reads the top rows only
+        from gputop.feeds.fleet_topk import TOP_K
+        config = dataclasses.replace(config, top=TOP_K)
+    feed = FleetFeed(config)
+    if hasattr(feed, "set_view"):
+        feed.set_view("launches", True, "")        # the dashboard's default sort
     feed.collect()                      # the reader process started, and one refresh to warm both
     worker = getattr(feed.reader, "pid", None)
     times, cpu, reader, procs = [], [], [], 0
@@ -441,6 +455,8 @@ def main() -> int:
             figures["side_by_side"] = side_by_side(url, t_end, prom.pid, args.baseline_tree.resolve(), args.rounds,
                                                    args.refreshes)
             figures["rounds"] = args.rounds
+            # its commit: performance.py extracts it into a directory named ...-COMMIT
+            figures["baseline"] = args.baseline_tree.resolve().name.rsplit("-", 1)[-1]
         for name, f in feed.items():
             print(f"refresh, {name} ({f['processes']:.0f} processes): {f['s_per_refresh']:.2f} s median, "
                   f"{f['queries_per_refresh']:.0f} queries, {f['cpu_s_per_refresh']:.2f} CPU s of this process",

@@ -397,6 +397,9 @@ def _fleet_side(f: Doc) -> str:
     if side is None:
         return f"\n{goal}\n"
     now, before = side["now"], side["before"]
+    # the baseline tree's commit (its directory's name ends with it, as performance.py extracts it)
+    base = f.get("baseline", COST_BEFORE[0])
+    what = COST_BEFORE[1] if base == COST_BEFORE[0] else "before the dashboard read its top rows only"
     rows = [
         ("queries per refresh", str(now["queries_per_refresh"]), str(before["queries_per_refresh"]), ""),
         (f"seconds per refresh (median of {now['refreshes']})", sec(now["s_per_refresh"]),
@@ -411,10 +414,10 @@ def _fleet_side(f: Doc) -> str:
          num(before["cpu_s_per_refresh"], 2), ratio(now["cpu_s_per_refresh"] / before["cpu_s_per_refresh"])),
     ]
     return f"""
-The whole fleet read as the dashboard reads it, this tree and commit {COST_BEFORE[0]} ({COST_BEFORE[1]}) side
+The whole fleet read as the dashboard reads it, this tree and commit {base} ({what}) side
 by side (`--baseline-tree`: {f['rounds']} rounds, A B then B A, each a feed in a process of its own):
 
-{table(("figure", "now", COST_BEFORE[0], "now / before"), rows)}
+{table(("figure", "now", base, "now / before"), rows)}
 
 {goal} A refresh at this size is about {num(now["prometheus_cpu_s_per_refresh"] + now["reader_cpu_s_per_refresh"]
                                             + now["cpu_s_per_refresh"], 0)} CPU seconds on a 2-core host that
