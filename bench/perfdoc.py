@@ -367,17 +367,20 @@ Side by side in this run: reading the whole fleet as the dashboard does now take
 while a refresh is read: {ratio(r['pagedown_busy_whole_over_small'])}× the time it takes at {n_small:,} rows;
 sorting: {ratio(r['sort_busy_whole_over_small'])}× ({ratio(r['sort_whole_over_small'])}× paused). What each part does:
 
-- The dashboard reads for every process only what its table shows ({feed['whole_dashboard']['queries_per_refresh']}
-  queries) and everything for the one or two processes shown in details or compare
-  ([fleet.md](fleet.md#how-the-numbers-are-computed)). Each per-process gauge family is a query of its own: one
-  selector of the six by a regular expression on `__name__` cost Prometheus about twice the CPU.
+- The dashboard reads its table's top {f['dashboard']['whole']['rows']:,} rows by the sort column (`topk` in PromQL) and
+  the fleet's totals summed by Prometheus ({feed['whole_dashboard']['queries_per_refresh']} queries: every one but the
+  GPUs' answers at most a few hundred series), and everything for the one or two processes shown in details
+  or compare ([fleet.md](fleet.md#the-tables-top-rows)); a sort or filter change reads again at once. Each
+  per-process gauge family is a query of its own: one selector of the six by a regular expression on
+  `__name__` cost Prometheus about twice the CPU.
 - Answers are read and parsed in a child process (`gputop.feeds.fleet_worker`, niceness +10), which hands
   each snapshot back pickled in chunks of 500 processes; the feed's thread unpickles one chunk at a
   time, with the cyclic collector off while it does, and the dashboard's thread runs between
   chunks. Before, `json.loads` held the interpreter lock for a whole answer (tens of megabytes), and
   the cyclic collector walked the growing snapshot again and again: the seconds-long key waits in
   the middle column.
-- Sorting 64,000 rows is the dashboard's own work on its thread (`gputop.view.columns.ProcOrder`):
+- Sorting the rows is the dashboard's own work on its thread (`gputop.view.columns.ProcOrder`), on the top
+  rows read, or on 64,000 where a sort by a label (PID, node, command) reads the whole fleet:
   once a snapshot, lazily, the ties' order and each column's values as lists of plain values,
   built with C-level loops (a loop in Python bytecode hands the interpreter to the feed's thread
   every 5 ms while it unpickles a refresh; a tuple per row sets off collections over the snapshot);
@@ -421,10 +424,21 @@ by side (`--baseline-tree`: {f['rounds']} rounds, A B then B A, each a feed in a
 
 {goal} A refresh at this size is about {num(now["prometheus_cpu_s_per_refresh"] + now["reader_cpu_s_per_refresh"]
                                             + now["cpu_s_per_refresh"], 0)} CPU seconds on a 2-core host that
-runs Prometheus too: Prometheus selecting and encoding some 1.3 million series (22 a process), the reader
-process parsing their JSON and building 64,000 rows, the dashboard's process taking them; at most two cores
-work on it at once.
+runs Prometheus too: {_fleet_cost(f)}
 """
+
+
+def _fleet_cost(f: Doc) -> str:
+    """What a refresh's CPU goes to: the dashboard's top rows and the totals, or every process."""
+    if f["dashboard"]["whole"]["rows"] < f["nodes"] * f["procs_per_node"]:     # it read the top rows only
+        return """Prometheus selecting each summed family's 64,000 series once or twice for
+the totals and the sort column's for `topk`, and the GPUs' 96,000 series (the largest answer now: the GPU
+panel's); the reader process parsing a few hundred rows and the GPUs. Before, Prometheus selected and
+encoded some 1.3 million series (22 a process) and the reader parsed their JSON into 64,000 rows; at most
+two cores work on it at once."""
+    return """Prometheus selecting and encoding some 1.3 million series (22 a process), the reader
+process parsing their JSON and building 64,000 rows, the dashboard's process taking them; at most two cores
+work on it at once."""
 
 
 #: the dashboard section's baseline: the commit before the last dashboard work, and that work

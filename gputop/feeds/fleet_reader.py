@@ -24,12 +24,14 @@ from gputop.feeds.fleet_queries import (
     watch_selector,
 )
 from gputop.feeds.fleet_topk import (
+    GPU_LINES,
     Scope,
     View,
     exited_query,
     filter_expr,
     fleet_summary,
     keys_of,
+    node_line_gpus,
     rest_query,
     sort_expr,
     top_query,
@@ -108,6 +110,8 @@ class FleetReader:
         self._fill = True
         #: what the last refresh's table holds when it read the top rows only (``FleetConfig.top``); None: every row
         self.scope: Scope | None = None
+        #: GPUs of the last refresh (a top-K refresh reads the node lines' families only over GPU_LINES)
+        self._gpus = 0
 
     @property
     def queries(self) -> int:
@@ -179,6 +183,7 @@ class FleetReader:
             summary = fleet_summary(totals, snap, exited, self.window_s)
             snap.__dict__["summary"] = summary          # the fleet's totals, not the rows' (Snapshot.summary)
             self.scope = Scope(view, self.config.top, summary.processes, len(snap.processes), summary)
+        self._gpus = len(snap.gpus)
         series: Series = {}
         for name, _ in SERIES_QUERIES:
             for k, by_name in series_points(ranges.get(f"range:{name}", ()), name).items():
@@ -211,6 +216,8 @@ class FleetReader:
         for i, expr in enumerate(totals_queries(sel, w, where)):
             futures[self._pool.submit(q, expr, at)] = f"{TOTALS}{i}"
         unscoped, _ = self.jobs(info, ())
+        if self._gpus > GPU_LINES and not view.query.strip():     # the panel shows a line per node
+            unscoped["gpus"] = node_line_gpus(selector(cfg.match, nodes_matcher(info, cfg.url, cfg.nodes)))
         submitted = ("source_up", "gpus")
         for key in submitted:
             futures[self._pool.submit(q, unscoped[key], at)] = key

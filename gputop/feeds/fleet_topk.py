@@ -42,6 +42,13 @@ SUMMED: tuple[tuple[str, str, str], ...] = (
     ("d2h_bytes_per_s", "gputop_memcpy_bytes_total", "d2h"),
     ("d2d_bytes_per_s", "gputop_memcpy_bytes_total", "d2d"),
 )
+#: the fleet's GPU panel shows each GPU while there are at most this many, else a line per node
+#: (``gputop.ui.widgets.gpu_panel.FLEET_GPU_LINES``)
+GPU_LINES = 16
+#: the GPU families a node's line shows (utilisation, memory, hottest, power, XID errors): what a top-K
+#: refresh reads of the GPUs while the last one had more than GPU_LINES and no filter narrows the panel
+NODE_LINE_GPU = ("gputop_gpu_utilization_ratio", "gputop_gpu_memory_used_bytes", "gputop_gpu_memory_total_bytes",
+                 "gputop_gpu_temperature_celsius", "gputop_gpu_power_watts", "gputop_gpu_xid_errors_total")
 _RATE_FIELD = {"launches_per_s": "launches_per_s", "graph_kernel_launches_per_s": "graph_kernel_launches_per_s"}
 
 
@@ -191,6 +198,11 @@ def totals_queries(sel: str, w: str, where: str) -> list[str]:
         else:
             first.append((f"sum({inc})", f"sum:{series}"))
     return [" or ".join(f'label_replace({e}, "{PART}", "{tag}", "", "")' for e, tag in q) for q in queries]
+
+
+def node_line_gpus(sel: str) -> str:
+    """The GPUs' node-line families (``NODE_LINE_GPU``) of the targets ``sel``: half the GPU panel's series."""
+    return "{" + selector(sel, f'__name__=~"{"|".join(NODE_LINE_GPU)}"') + "}"
 
 
 def keys_of(samples: Iterable[Sample]) -> list[tuple[str, int]]:

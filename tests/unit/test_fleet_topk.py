@@ -203,3 +203,29 @@ def test_the_dashboard_tells_the_feed_its_sort_and_filter(fleet: tuple[str, int,
         asyncio.run(main())
     finally:
         feed.stop()
+
+
+def test_over_16_gpus_a_refresh_reads_the_node_lines_families(fleet: tuple[str, int, set[int]]) -> None:
+    from gputop.feeds import fleet_topk
+    from gputop.ui.widgets.gpu_panel import FLEET_GPU_LINES
+
+    assert fleet_topk.GPU_LINES == FLEET_GPU_LINES
+    url, at, _ = fleet
+    top, whole = readers(url, at)
+    try:
+        full, _ = whole.read(at, (), 5.0)
+        first, _ = top.read(at, (), 5.0, View("launches"))
+        assert first.gpus == full.gpus and len(full.gpus) == NODES * 8 > FLEET_GPU_LINES
+        second, _ = top.read(at, (), 5.0, View("launches"))     # a line per node: those families only
+        shown = ("node", "index", "uuid", "name", "util_pct", "mem_used_bytes", "mem_total_bytes", "temp_c",
+                 "power_w", "xid_errors")
+        assert [tuple(getattr(g, f) for f in shown) for g in second.gpus] == [
+            tuple(getattr(g, f) for f in shown) for g in full.gpus]
+        assert {g.power_limit_w for g in second.gpus} == {None} != {g.power_limit_w for g in full.gpus}
+        assert second.summary.gpus_busy == full.summary.gpus_busy
+        filtered, _ = top.read(at, (), 5.0, View("launches", True, "gpu-node-0001"))   # each GPU of the node
+        assert [g for g in filtered.gpus if g.node == "gpu-node-0001"] == [
+            g for g in full.gpus if g.node == "gpu-node-0001"]
+    finally:
+        top.close()
+        whole.close()
