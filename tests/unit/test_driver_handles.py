@@ -161,7 +161,8 @@ class Names:
             self.unnamed.update(keys)
             unname(keys)
         self.names = h.HandleNames(lambda wanted: [k for k in self.known if wanted(k[0])],
-                                   lambda pid: maps.get(pid, []), unnamed, clock=lambda: self.now, memory=memory)
+                                   lambda pid: maps.get(pid, []), unnamed, clock=lambda: self.now, memory=memory,
+                                   stamp=lambda pid, m: (1 << 20, 1))
 
 
 def test_handle_names_learn_per_libcuda_and_give_a_layout_up_that_a_handle_disagrees_with() -> None:
@@ -264,3 +265,58 @@ def test_one_users_handles_name_only_that_users_processes(monkeypatch) -> None: 
     n = Names(s, {pid: [LIBCUDA] for pid in uids}, [(101, a, b"after_one", False), (101, b, b"after_two", False)])
     assert n.names.name(201, old) is None          # another user: its own layout, learned from nothing
     assert n.names.name(102, old) == "before_first"
+
+def test_known_handles_of_one_name_teach_nothing() -> None:
+    """Two look-ups of one kernel (two modules, two processes) agree on whatever path reaches that name's
+    string, a shared one included: at least two names are needed."""
+    s = Space()
+    shared = s.string(b"after_one")
+    a, b = handle(s, {0x18: b"after_one", 0x20: shared}), handle(s, {0x18: b"after_one", 0x20: shared})
+    assert h.learn(samples(s, (a, b"after_one"), (b, b"after_one"))) is None
+    c = handle(s, {0x18: b"after_two", 0x20: shared})
+    assert h.learn(samples(s, (a, b"after_one"), (b, b"after_one"), (c, b"after_two"))) == ((0x18,),)
+    me = os.getpid()
+    n = Names(s, {me: [LIBCUDA]}, [(me, a, b"after_one", False), (me, b, b"after_one", False)])
+    assert n.names.name(me, handle(s, {0x18: b"before_first"})) is None
+
+
+def test_a_libcuda_file_is_known_by_its_size_and_change_time_too(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """identity(): the same (device, inode) with another size or change time is another file (an inode
+    number a deleted driver had, reused); a path that is not the mapped file gives no identity."""
+    import time
+
+    me = os.getpid()
+    lib = tmp_path / "libcuda.so.1"
+    lib.write_bytes(b"\x7fELF" + bytes(60))
+
+    def mapping(path: str) -> Mapping:
+        st = os.stat(path)
+        return Mapping(0x7000_0000, 0x7100_0000, 0, st.st_dev, st.st_ino, path)
+    first = h.identity(me, [mapping(str(lib))])
+    assert first is not None and first[:3] == (os.stat(lib).st_dev, os.stat(lib).st_ino, 64)
+    assert first[4] == os.getuid()
+    time.sleep(0.05)                        # change times are of the kernel's coarse clock
+    lib.chmod(0o600)
+    second = h.identity(me, [mapping(str(lib))])
+    assert second is not None and second[:3] == first[:3] and second != first
+    other = tmp_path / "other" / "libcuda.so.1"
+    other.parent.mkdir()
+    other.write_bytes(b"\x7fELF" + bytes(60))
+    third = h.identity(me, [mapping(str(other))])
+    assert third is not None and third[:2] != first[:2]
+    swapped = Mapping(0x7000_0000, 0x7100_0000, 0, first[0], first[1], str(other))   # the path is another file
+    assert h.identity(me, [swapped]) is None
+    assert h.identity(me, [mapping(str(lib)), mapping(str(other))]) is None          # two libcuda files
+    # HandleNames keys what it learns by that identity: the same (device, inode) of another change time is
+    # another file, whose processes the layout learned from the first's never names
+    monkeypatch.setattr(h, "_uid", {101: 1000, 102: 1000}.get)
+    s = Space()
+    a, b = handle(s, {0x18: b"after_one"}), handle(s, {0x18: b"after_two"})
+    old = handle(s, {0x18: b"before_first"})
+    stamps = {101: (64, 1), 102: (64, 2)}
+    n = h.HandleNames(lambda wanted: [k for k in [(101, a, b"after_one", False), (101, b, b"after_two", False)]
+                                      if wanted(k[0])], lambda pid: [LIBCUDA], lambda keys: None,
+                      memory=lambda pid: contextlib.nullcontext(s), stamp=lambda pid, m: stamps[pid])
+    assert n.name(102, old) is None
+    assert n.name(101, old) == "before_first"
+

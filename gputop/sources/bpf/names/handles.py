@@ -11,10 +11,10 @@ saw at their look-up (the BPF side's return probes), per libcuda file and user:
   structure: ``(offset,)`` (the pointer at handle + offset) or ``(offset, offset2)`` (through one more
   pointer); a path agrees with a known handle when the NUL-terminated string it leads to is that name;
 - a layout (the paths that agree with every one of them) is learned only from at least ``MIN_SAMPLES``
-  distinct known handles of processes that map the same libcuda file and belong to the same user, when
-  some path agrees with all of them. Nothing is learned while none does (tried again later, with the
-  handles known then), and a layout that a handle seen later disagrees with is given up for good, the
-  names read with it forgotten;
+  distinct known handles, of at least ``MIN_NAMES`` distinct names, of processes that map the same libcuda
+  file and belong to the same user, when some path agrees with all of them. Nothing is learned while
+  none does (tried again later, with the handles known then), and a layout that a handle seen later
+  disagrees with is given up for good, the names read with it forgotten;
 - an unknown handle is named by reading those paths (bounded reads through ``/proc/PID/mem``): the name
   is the string they lead to when every path that leads to a possible kernel name (``regcode.is_name``)
   leads to that same one. A path may agree with every known handle by chance (a window read past a
@@ -22,9 +22,10 @@ saw at their look-up (the BPF side's return probes), per libcuda file and user:
   leads nowhere (a read that fails, bytes that are no name: it says nothing) or to another name, and
   then the handle is not named — never a name that only one of two readings gives.
 
-A layout lives as long as gputop runs, keyed by the file's (device, inode): never kept across driver
-versions. A user's layout names only that user's processes: a process may write what it likes into its
-own memory, and what one user's process writes must not name another user's kernels.
+A layout lives as long as gputop runs, keyed by the file's (device, inode, size, change time): never kept
+across driver versions, nor taken to another file that reuses a deleted driver's inode number. A user's
+layout names only that user's processes: a process may write what it likes into its own memory, and what
+one user's process writes must not name another user's kernels.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import contextlib
 import mmap
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -46,6 +48,8 @@ WINDOW = 512
 #: distinct known handles a layout is learned from, at least and at most
 MIN_SAMPLES = 2
 MAX_SAMPLES = 16
+#: distinct names among those handles, at least (a path may agree with two look-ups of one name by chance)
+MIN_NAMES = 2
 #: seconds between two tries at learning a layout that could not be learned yet (as kernelnames.RETRY_S)
 RETRY_S = 5.0
 #: the longest name read (as a name registered in a process's memory)
@@ -55,8 +59,10 @@ _PTR_MIN, _PTR_MAX = 0x1000, 1 << 56
 _LIBCUDA = re.compile(r"libcuda\.so(\.[0-9]+)*")
 
 Path = tuple[int, ...]       # (offset,) or (offset, offset2): see the module's doc
-#: a libcuda file and a user: (device, inode, uid)
-Identity = tuple[int, int, int]
+#: a libcuda file and a user: (device, inode, size, change time in ns, uid)
+Identity = tuple[int, int, int, int, int]
+#: a mapped file's (size, change time in ns), or None where it cannot be had: (pid, mapping) -> stamp
+Stamp = Callable[[int, discovery.Mapping], Optional[tuple[int, int]]]
 #: a handle whose name gputop saw at its look-up: (pid, handle, name as captured, cut: the capture filled its buffer)
 Known = tuple[int, int, bytes, bool]
 _T = TypeVar("_T")
@@ -171,9 +177,9 @@ class Sample:
 
 def learn(samples: Sequence[Sample]) -> tuple[Path, ...] | None:
     """Every path that agrees with every sample, or None: fewer than MIN_SAMPLES samples whose structure
-    can be read, or no path agrees with all of them."""
+    can be read (or of fewer than MIN_NAMES names), or no path agrees with all of them."""
     readable = [s for s in samples if s.mem.read(s.handle, 8) is not None]
-    if len(readable) < MIN_SAMPLES:
+    if len(readable) < MIN_SAMPLES or len({s.name for s in readable}) < MIN_NAMES:
         return None
     first = readable[0]
     return tuple(sorted(p for p in paths_to(first.mem, first.handle, first.name, first.cut)
@@ -200,11 +206,30 @@ def _uid(pid: int) -> int | None:
         return None
 
 
-def identity(pid: int, maps: Iterable[discovery.Mapping]) -> Identity | None:
-    """The libcuda file ``pid`` maps (exactly one) and its user; None for another process."""
-    files = {(m.dev, m.inode) for m in maps if _LIBCUDA.fullmatch(os.path.basename(m.path))}
-    uid = _uid(pid) if len(files) == 1 else None
-    return None if uid is None else (*files.pop(), uid)
+def file_stamp(pid: int, m: discovery.Mapping) -> tuple[int, int] | None:
+    """(size, change time in ns) of the file ``pid`` maps at ``m``, checked to be that (device, inode):
+    through the kernel's own link to it (map_files: a file deleted since is still there), else its path
+    in the process's root; None where neither is that file."""
+    for cand in (f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}", f"/proc/{pid}/root{m.path}"):
+        try:
+            st = os.stat(cand)
+        except (OSError, ValueError):
+            continue
+        if (st.st_dev, st.st_ino) == (m.dev, m.inode) and stat.S_ISREG(st.st_mode):
+            return st.st_size, st.st_ctime_ns
+    return None
+
+
+def identity(pid: int, maps: Iterable[discovery.Mapping], stamp: Stamp = file_stamp) -> Identity | None:
+    """The libcuda file ``pid`` maps (exactly one) and its user; None for another process, or where the
+    file's size and change time cannot be had (an inode number alone may be a deleted driver's reused)."""
+    files = {(m.dev, m.inode): m for m in maps if _LIBCUDA.fullmatch(os.path.basename(m.path))}
+    if len(files) != 1:
+        return None
+    (dev, inode), m = files.popitem()
+    uid = _uid(pid)
+    st = stamp(pid, m) if uid is not None else None
+    return None if uid is None or st is None else (dev, inode, *st, uid)
 
 
 #: a layout given up: a handle seen later disagreed with it
@@ -232,14 +257,16 @@ class HandleNames:
     processes that still run and are ``wanted(pid)``; ``maps(pid)`` a process's executable mappings;
     ``unname(keys)`` forgets names read with a layout given up; ``bounded`` runs a read of processes'
     memory bounded in time (objreads.BoundedCalls); ``memory(pid)`` opens a process's memory
-    (ProcMemory.of)."""
+    (ProcMemory.of); ``stamp`` a libcuda file's size and change time (file_stamp)."""
 
     def __init__(self, known: Callable[[Callable[[int], bool]], Iterable[Known]],
                  maps: Callable[[int], list[discovery.Mapping]],
                  unname: Callable[[set[tuple[int, int]]], None], bounded: Bounded[object] = _direct,
                  clock: Callable[[], float] = time.monotonic,
-                 memory: Callable[[int], AbstractContextManager[Memory | None]] = ProcMemory.of) -> None:
+                 memory: Callable[[int], AbstractContextManager[Memory | None]] = ProcMemory.of,
+                 stamp: Stamp = file_stamp) -> None:
         self._memory = memory
+        self._stamp = stamp
         self._known = known
         self._maps = maps
         self._unname = unname
@@ -249,7 +276,7 @@ class HandleNames:
 
     def name(self, pid: int, handle: int) -> str | None:
         """The name of ``pid``'s ``handle`` as its libcuda's layout reads it, or None."""
-        ident = identity(pid, self._maps(pid))
+        ident = identity(pid, self._maps(pid), self._stamp)
         if ident is None:
             return None
         st = self._states.setdefault(ident, _State())
@@ -272,7 +299,7 @@ class HandleNames:
     def seen(self, pid: int, handle: int, name: bytes, cut: bool) -> None:
         """A handle whose name the BPF side captured (one its process launched): a layout learned for its
         libcuda must read that name from it, else it is given up and what was named with it forgotten."""
-        ident = identity(pid, self._maps(pid))
+        ident = identity(pid, self._maps(pid), self._stamp)
         st = self._states.get(ident) if ident is not None else None
         if st is None or not st.layout:
             return
@@ -305,7 +332,7 @@ class HandleNames:
         def wanted(pid: int) -> bool:
             if pid not in code:
                 maps = self._maps(pid)
-                code[pid] = [(m.start, m.end) for m in maps] if identity(pid, maps) == ident else None
+                code[pid] = [(m.start, m.end) for m in maps] if identity(pid, maps, self._stamp) == ident else None
             return code[pid] is not None
         picked: list[Known] = []
         for pid, handle, name, cut in self._known(wanted):
@@ -315,7 +342,7 @@ class HandleNames:
             picked.append((pid, handle, name, cut))
             if len(picked) == MAX_SAMPLES:
                 break
-        if len(picked) < MIN_SAMPLES:
+        if len(picked) < MIN_SAMPLES or len({k[2] for k in picked}) < MIN_NAMES:
             return None
 
         def read() -> tuple[Path, ...] | None:
