@@ -10,9 +10,12 @@
 //      in the rest
 //   4  ambiguous: the name's at +0x10 and at +0x18 in handles looked up after gputop started; looked up
 //      before, +0x18 holds another name's
+//   5  hostile: the name's at +0x18 in handles looked up after gputop started; looked up before, +0x18
+//      points to a page unmapped since, to 1 MiB of 'a' without a NUL, to bytes that are no name
 // The module argument says when (1: before gputop started, 2: after).
 //
-// Built without: the program. driver_handles LIBCUDA GO AFTER looks up three kernels (before_*),
+// Built without: the program. driver_handles LIBCUDA GO AFTER [peer] looks up three kernels (before_*;
+// with "peer": peer_*, another process's kernels of other names),
 // prints "handle NAME 0xHANDLE" for each and "looked", waits for the file GO, looks up AFTER more
 // (after_*: 0 to 2), launches the i-th handle (10 * (i + 1) + 1) times (11, 21, 31: before; 41, 51:
 // after), prints "launched" and sleeps until killed.
@@ -20,6 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef int CUresult;
 
@@ -59,6 +63,24 @@ CUresult cuModuleGetFunction(void **out, void *module, const char *name) {
         put(f, 0x10, strdup(name));
         put(f, 0x18, when == 1 ? strdup("another_kernel") : strdup(name));
         break;
+    case 5:
+        if (when == 2) {
+            put(f, 0x18, strdup(name));
+        } else if (looked == 0) {
+            void *gone = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (gone == MAP_FAILED || munmap(gone, 4096) != 0)
+                return 1;
+            put(f, 0x18, gone);
+        } else if (looked == 1) {
+            char *endless = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (endless == MAP_FAILED)
+                return 1;
+            memset(endless, 'a', 1 << 20);
+            put(f, 0x18, endless);
+        } else {
+            put(f, 0x18, strdup("two words\x1b[31m"));
+        }
+        break;
     }
     looked++;
     *out = f;
@@ -84,10 +106,13 @@ typedef CUresult (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, uns
 
 static const char *NAMES[] = {"_Z12before_firstPfi", "before_second", "_ZN6gputop4test12before_thirdEv",
                               "after_one", "_Z9after_twoPKf"};
+static const char *PEER_NAMES[] = {"_Z10peer_alphai", "peer_beta", "_ZN6gputop4test10peer_gammaEv", "peer_delta",
+                                   "peer_epsilon"};
 
 int main(int argc, char **argv) {
-    if (argc != 4)
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "peer") == 0))
         return 2;
+    const char **names = argc == 5 ? PEER_NAMES : NAMES;
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         fprintf(stderr, "%s\n", dlerror());
@@ -105,9 +130,9 @@ int main(int argc, char **argv) {
             while (access(argv[2], F_OK) != 0)
                 usleep(20000);
         }
-        if (getfn(&handles[i], (void *)(intptr_t)(i < 3 ? 1 : 2), NAMES[i]) != 0)
+        if (getfn(&handles[i], (void *)(intptr_t)(i < 3 ? 1 : 2), names[i]) != 0)
             return 1;
-        printf("handle %s %p\n", NAMES[i], handles[i]);
+        printf("handle %s %p\n", names[i], handles[i]);
     }
     if (after == 0) {
         printf("looked\n");
