@@ -6,9 +6,9 @@
 Run it with the Python that has PyTorch (on a GPU host, the host's own; gputop runs as the command
 --gputop names, in its own Python). What it does:
 
-1. Starts the workloads `before` and `driver_before` (bench/gpu_workloads.py), then gputop (`-b -f json
-   -d 0.25 --bpf`), and waits for gputop's first snapshot with its BPF collector running: they are
-   processes gputop finds already running.
+1. Starts the workloads `before`, `driver_peer_before` and `driver_before` (bench/gpu_workloads.py), then
+   gputop (`-b -f json -d 0.25 --bpf`), and waits for gputop's first snapshot with its BPF collector
+   running: they are processes gputop finds already running.
 2. Runs their measured phases alone, one after the other, then every other workload, --jobs at a time. Each warms up,
    stays idle, runs its phase under the profiler, stays idle again (gpu_workloads.GAP_S) and exits.
    While it is idle after its phase, nvidia-smi is asked for its GPU memory.
@@ -74,8 +74,10 @@ ALLOC_API = {"cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaMallo
              "cudaHostAlloc", "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
              "cuMemAllocFromPoolAsync_ptsz", "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocHost_v2",
              "cuMemHostAlloc", "cuMemCreate", "cuMemAlloc", "cuMemAllocHost"}
-#: the workloads in the order they start (the longest warm-ups first); `before` and `driver_before` (names
-#: ending so) are started first of all, before gputop
+#: the workloads started before gputop (names ending so), their phases run in this order: driver_peer_before's
+#: before driver_before's, whose own look-ups after its go would teach gputop the driver's layout otherwise
+BEFORE = ("before", "driver_peer_before", "driver_before")
+#: the other workloads in the order they start (the longest warm-ups first)
 ORDER = ("compiled", "reduce_overhead", "triton", "gemm", "cudagraph", "ptds_capture", "copies", "malloc_async",
          "expandable", "managed", "managed_prefetch", "eager", "idle")
 
@@ -511,8 +513,7 @@ def main() -> int:
         return 77
     if args.testbed and not args.cudart:
         ap.error("--testbed needs --cudart")
-    names = list(TESTBED) if args.testbed else (args.only.split(",") if args.only else ["before", "driver_before",
-                                                                                      *ORDER])
+    names = list(TESTBED) if args.testbed else (args.only.split(",") if args.only else [*BEFORE, *ORDER])
     unknown = [n for n in names if n not in WORKLOADS and n not in TESTBED]
     if unknown:
         ap.error(f"unknown workloads: {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")

@@ -24,6 +24,7 @@ import ctypes
 import glob
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -111,6 +112,27 @@ def triton_kernel() -> Workload:
     return Workload(lambda: gputop_axpy[grid](x, y, N, BLOCK=1024), 200)
 
 
+def _looked_up_before(torch: Any) -> Step:
+    """A step of driver-API kernels, every one looked up (cuModuleLoadData, cuModuleGetFunction) in the
+    warm-up: a hand-written Triton kernel, the chain under torch.compile (Inductor's Triton kernels) and a
+    cuBLAS GEMM."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def gputop_before_axpy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = i < n
+        tl.store(y_ptr + i, 3.0 * tl.load(x_ptr + i, mask=m) - 1.0, mask=m)
+
+    x = torch.randn(N, device="cuda")
+    y = torch.empty_like(x)
+    a, b = torch.randn(1024, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda")
+    grid = (triton.cdiv(N, 1024),)
+    fn = torch.compile(_chain)
+    return lambda: (gputop_before_axpy[grid](x, y, N, BLOCK=1024), fn(x), a @ b)
+
+
 def driver_before() -> Workload:
     """Driver-API kernels looked up before gputop started (issue 34): the hand-written Triton kernel and the
     chain under torch.compile (Inductor's Triton kernels), loaded (cuModuleLoadData, cuModuleGetFunction) in
@@ -123,12 +145,6 @@ def driver_before() -> Workload:
     import triton.language as tl
 
     @triton.jit
-    def gputop_before_axpy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
-        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        m = i < n
-        tl.store(y_ptr + i, 3.0 * tl.load(x_ptr + i, mask=m) - 1.0, mask=m)
-
-    @triton.jit
     def gputop_seen_a(x_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1.0, mask=i < n)
@@ -138,18 +154,80 @@ def driver_before() -> Workload:
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2.0, mask=i < n)
 
-    x = torch.randn(N, device="cuda")
-    y = torch.empty_like(x)
-    a, b = torch.randn(1024, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda")
+    y = torch.empty(N, device="cuda")
     grid = (triton.cdiv(N, 1024),)
-    fn = torch.compile(_chain)
 
     def seen() -> None:
         gputop_seen_a[grid](y, N, BLOCK=1024)
         gputop_seen_b[grid](y, N, BLOCK=1024)
         torch.cuda.synchronize()
-    return Workload(lambda: (gputop_before_axpy[grid](x, y, N, BLOCK=1024), fn(x), a @ b), 100,
-                    own={"kernels shown as addresses": 0}, after_go=seen)
+    return Workload(_looked_up_before(torch), 100, own={"kernels shown as addresses": 0}, after_go=seen)
+
+
+#: the first argument that runs this script as driver_peer_before's other process (peer()), not a workload
+PEER = "--driver-peer"
+
+
+def driver_peer_before() -> Workload:
+    """Driver-API kernels looked up before gputop started, named from another process's look-ups (issue 34
+    item 4): driver_before's kernels, all looked up in the warm-up, and none looked up here after --go;
+    instead another process (this script with PEER: started after gputop, the same libcuda and user) looks
+    up three Triton kernels new to it and launches them once each, then lives as long as this one. The
+    phase launches this process's kernels: gputop must show each by its name, the profiler's (the per-name
+    lines), none by address (`kernels shown as addresses`, 0). bench/gpu_validate.py runs its phase before
+    driver_before's, whose own look-ups would teach gputop the layout otherwise."""
+    torch = _torch()
+    step = _looked_up_before(torch)
+    return Workload(step, 100, own={"kernels shown as addresses": 0},
+                    after_go=lambda: start_peer([sys.executable, os.path.abspath(__file__), PEER]))
+
+
+#: driver_peer_before's other process, kept until this one exits (its stdin's pipe closes then: it exits)
+_PEERS: list[subprocess.Popen[str]] = []
+
+
+def start_peer(argv: list[str]) -> None:
+    """Starts ``argv`` with a pipe as its standard input and waits for its line "ready" (its standard error
+    is this process's). It exits when that pipe closes: when this process exits, however it ends."""
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    _PEERS.append(p)
+    assert p.stdout is not None
+    for line in p.stdout:
+        if line.strip() == "ready":
+            return
+    raise RuntimeError(f"driver_peer_before's other process exited ({p.wait()}) before it was ready")
+
+
+def peer() -> int:
+    """driver_peer_before's other process: three Triton kernels new to it, each looked up
+    (cuModuleGetFunction) and launched once, then "ready"; it waits for the end of its standard input."""
+    torch = _torch()
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def gputop_peer_a(x_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 2.0, mask=i < n)
+
+    @triton.jit
+    def gputop_peer_b(x_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 3.0, mask=i < n)
+
+    @triton.jit
+    def gputop_peer_c(x_ptr, n, BLOCK: tl.constexpr):   # type: ignore[no-untyped-def]
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) - 4.0, mask=i < n)
+
+    x = torch.zeros(N, device="cuda")
+    grid = (triton.cdiv(N, 1024),)
+    for kernel in (gputop_peer_a, gputop_peer_b, gputop_peer_c):
+        kernel[grid](x, N, BLOCK=1024)
+    torch.cuda.synchronize()
+    print("ready", flush=True)
+    sys.stdin.read()
+    return 0
 
 
 def cudagraph() -> Workload:
@@ -367,7 +445,8 @@ def testbed(cudart: str) -> Workload:
 
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
-    "idle": idle, "eager": eager, "before": eager, "driver_before": driver_before, "compiled": compiled,
+    "idle": idle, "eager": eager, "before": eager, "driver_before": driver_before,
+    "driver_peer_before": driver_peer_before, "compiled": compiled,
     "gemm": gemm, "triton": triton_kernel,
     "cudagraph": cudagraph, "reduce_overhead": reduce_overhead, "copies": copies, "malloc_async": malloc_async,
     "expandable": expandable, "managed": lambda: managed(False), "managed_prefetch": lambda: managed(True),
@@ -433,6 +512,8 @@ def run(name: str, go: Path | None, ready: Path | None, cudart: str | None, trac
 
 
 def main() -> int:
+    if sys.argv[1:] == [PEER]:
+        return peer()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("name", choices=[*WORKLOADS, *TESTBED])
     ap.add_argument("report", type=Path)

@@ -273,6 +273,7 @@ def test_the_gpu_session_on_a_host_without_a_gpu(bundle: dict[str, Any], tmp_pat
     # no PyTorch (or no GPU for it) here: the launch cost says it has no runtime to launch through
     assert (out / "launch.txt").read_text().startswith("gputop: error: ")
     validate = (out / "validate.txt").read_text().splitlines()
-    assert validate[-1] == "gpu validation: 0/15 exact"
+    assert validate[-1] == "gpu validation: 0/16 exact"
     assert any(line.startswith("before: not measured: ") for line in validate)     # no torch, or no GPU for it
+    assert any(line.startswith("driver_peer_before: not measured: ") for line in validate)
     assert (out / "demo.txt").read_text().startswith("demo without a GPU: launches through ")

@@ -230,9 +230,8 @@ def test_the_namer_asks_for_a_handle_only_where_nothing_else_names_it() -> None:
     assert namer.name(me, old) == (None, None)              # forgotten, and the layout given up
 
 
-def test_the_gpu_runs_count_of_kernels_shown_by_address() -> None:
-    """bench/gpu_validate.py's `kernels shown as addresses` (driver_before's own 0): kernels launched in the
-    phase that its row after the phase shows by address."""
+def _gpu_validate():  # type: ignore[no-untyped-def]
+    """bench/gpu_validate.py as a module (it imports bench/gpu_workloads.py, found beside it)."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -245,6 +244,13 @@ def test_the_gpu_runs_count_of_kernels_shown_by_address() -> None:
         gv = importlib.util.module_from_spec(spec)
         sys.modules["gpu_validate"] = gv        # its dataclasses look their module up there
         spec.loader.exec_module(gv)
+    return gv
+
+
+def test_the_gpu_runs_count_of_kernels_shown_by_address() -> None:
+    """bench/gpu_validate.py's `kernels shown as addresses` (driver_before's own 0): kernels launched in the
+    phase that its row after the phase shows by address."""
+    gv = _gpu_validate()
     t0, t1 = 100.0, 104.0
 
     def row(*kernels: tuple[str, int, int | None]) -> dict[str, object]:
@@ -265,6 +271,7 @@ def test_one_users_handles_name_only_that_users_processes(monkeypatch) -> None: 
     n = Names(s, {pid: [LIBCUDA] for pid in uids}, [(101, a, b"after_one", False), (101, b, b"after_two", False)])
     assert n.names.name(201, old) is None          # another user: its own layout, learned from nothing
     assert n.names.name(102, old) == "before_first"
+
 
 def test_known_handles_of_one_name_teach_nothing() -> None:
     """Two look-ups of one kernel (two modules, two processes) agree on whatever path reaches that name's
@@ -320,3 +327,47 @@ def test_a_libcuda_file_is_known_by_its_size_and_change_time_too(tmp_path, monke
     assert n.name(102, old) is None
     assert n.name(101, old) == "before_first"
 
+
+def test_the_gpu_runs_peer_process_lives_as_long_as_its_workload(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """bench/gpu_workloads.py's driver_peer_before (issue 34 item 4 on a GPU): its phase runs before
+    driver_before's (whose own look-ups would teach gputop otherwise), both started before gputop; its other
+    process is waited for until ready, and exits when the workload does, however the workload ends. Without
+    a GPU, what needs none: the ordering, and start_peer with stand-in processes."""
+    import subprocess
+    import sys
+    import time
+
+    gv = _gpu_validate()
+    import gpu_workloads as gw
+
+    assert gv.BEFORE.index("driver_peer_before") < gv.BEFORE.index("driver_before")
+    assert all(n.endswith("before") and n in gw.WORKLOADS for n in gv.BEFORE)
+    assert len([*gv.BEFORE, *gv.ORDER]) == len({*gv.BEFORE, *gv.ORDER}) == 16
+    gone = tmp_path / "peer-gone"
+    peer = [sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read(); "
+            f"open({str(gone)!r}, 'w').close()"]
+    workload = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(gv.HERE)!r}); "
+                               f"import gpu_workloads as gw; gw.start_peer({peer!r}); print(gw._PEERS[0].pid)"],
+                              capture_output=True, text=True, timeout=30, check=True)
+    assert int(workload.stdout) > 0
+    deadline = time.monotonic() + 10
+    while not gone.exists():                # the workload exited: its peer's standard input ended
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    try:
+        gw.start_peer([sys.executable, "-c", "import sys; sys.exit(3)"])
+    except RuntimeError as e:
+        assert "exited (3) before it was ready" in str(e)
+    else:
+        raise AssertionError("a peer that never got ready")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        return
+    # with no PyTorch (here), the peer fails as the workload's other lines do: an error, no "ready"
+    try:
+        gw.start_peer([sys.executable, str(gv.HERE / "gpu_workloads.py"), gw.PEER])
+    except RuntimeError as e:
+        assert "before it was ready" in str(e)
+    else:
+        raise AssertionError("a peer without PyTorch got ready")
