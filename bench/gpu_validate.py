@@ -453,7 +453,11 @@ class Harness:
             (self.out / f"{before.name}.go").touch()
             self.evaluate(self.finish(before))
         rest = [n for n in names if n not in first]
-        pool = ThreadPoolExecutor(max_workers=self.args.jobs)
+        # SIGTERM goes to the main thread only: the kernel gives a process's signal to any thread that does not
+        # block it, and one taken by a worker leaves the main thread asleep in future.result() (its handler runs
+        # only there) until that workload is compared too
+        pool = ThreadPoolExecutor(max_workers=self.args.jobs, initializer=signal.pthread_sigmask,
+                                  initargs=(signal.SIG_BLOCK, {signal.SIGTERM}))
         try:
             for future in [pool.submit(lambda n: self.evaluate(self.finish(self.start(n))), n) for n in rest]:
                 future.result()
