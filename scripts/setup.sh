@@ -97,6 +97,33 @@ if blocked=$(unreachable "$(readlink -f "$VENV/bin/python")") && [ -n "$blocked"
 elif blocked=$(unreachable "$VENV/bin") && [ -n "$blocked" ]; then
     say "note: users other than root cannot run $VENV/bin/gputop: $blocked is not searchable by them (clone gputop where they can reach it, e.g. /opt/gputop)"
 fi
+# An editable install from pyproject.toml alone (PEP 660) needs pip 21.3+; the venv gets the
+# distro's pip (Debian 11: 20.3, which wants a setup.py): that one is upgraded inside the venv first.
+if ! "$VENV/bin/python" -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (21, 3))' \
+    2>/dev/null; then
+    say "upgrading pip in $VENV ($("$VENV/bin/python" -m pip --version 2>/dev/null | cut -d' ' -f2) cannot install editable from pyproject.toml)"
+    log=$(mktemp)
+    if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip>=21.3" >"$log" 2>&1; then
+        grep -v '^WARNING: Location' "$log" >&2
+        rm -f "$log"
+        echo "gputop: error: upgrading pip in $VENV failed" >&2
+        echo "hint: see pip's output above; gputop needs pip 21.3+ in the venv" >&2
+        exit 1
+    fi
+    rm -f "$log"
+fi
+# the test bed and the OTLP receiver (network and unpacking: about a minute on a fresh clone) are fetched
+# while gputop installs into the venv (CPU); testbed.sh uses only the venv's pip, for `pip download`
+TESTBED_PID=""
+OTLP_PID=""
+if [ $MODE = test ]; then
+    "$ROOT/scripts/testbed.sh" &
+    TESTBED_PID=$!
+    trap 'kill $TESTBED_PID $OTLP_PID 2>/dev/null' EXIT
+    # a real OTLP receiver for tests/unit/test_otlp.py (Debian's victoria-metrics; its tests skip without it)
+    python3 "$ROOT/scripts/otlp_receiver.py" "$ROOT/.cache/otlp/apt" "$ROOT/.cache/otlp" &
+    OTLP_PID=$!
+fi
 extra=""
 # the tests need the OTLP extra too (gputop exporter --otlp-endpoint; tests/unit/test_otlp.py)
 [ $MODE = test ] && extra="[test,otlp]"
@@ -105,19 +132,6 @@ sum=$(cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" | sha256sum | cut -c1
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
     say "installing gputop$extra into $VENV"
     log=$(mktemp)
-    # An editable install from pyproject.toml alone (PEP 660) needs pip 21.3+; the venv gets the
-    # distro's pip (Debian 11: 20.3, which wants a setup.py): that one is upgraded inside the venv first.
-    if ! "$VENV/bin/python" -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (21, 3))' \
-        2>/dev/null; then
-        say "upgrading pip in $VENV ($("$VENV/bin/python" -m pip --version 2>/dev/null | cut -d' ' -f2) cannot install editable from pyproject.toml)"
-        if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip>=21.3" >"$log" 2>&1; then
-            grep -v '^WARNING: Location' "$log" >&2
-            rm -f "$log"
-            echo "gputop: error: upgrading pip in $VENV failed" >&2
-            echo "hint: see pip's output above; gputop needs pip 21.3+ in the venv" >&2
-            exit 1
-        fi
-    fi
     # the distribution was called "gputop" before it took a name of its own on the package index: the
     # old one's metadata and script would stay beside the new one's
     if "$VENV/bin/python" -m pip show -q gputop >/dev/null 2>&1; then
@@ -137,11 +151,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
     echo "$sum" > "$stamp"
 fi
 
-if [ $MODE = test ]; then
-    "$ROOT/scripts/testbed.sh"
-    # a real OTLP receiver for tests/unit/test_otlp.py (Debian's victoria-metrics; its tests skip without it)
-    python3 "$ROOT/scripts/otlp_receiver.py" "$ROOT/.cache/otlp/apt" "$ROOT/.cache/otlp" \
-        || say "warning: no OTLP receiver fetched; the OTLP tests skip"
+if [ -n "$TESTBED_PID" ]; then
+    wait "$TESTBED_PID" || { rc=$?; wait "$OTLP_PID" || true; exit $rc; }
+    wait "$OTLP_PID" || say "warning: no OTLP receiver fetched; the OTLP tests skip"
+    trap - EXIT
 fi
 
 # the default torch wheel as users install it (a CUDA build, several GB; this host's pip settings may

@@ -16,6 +16,13 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TB="${GPUTOP_TESTBED:-$ROOT/.cache/testbed}"
 PY="$ROOT/.venv/bin/python"
 mkdir -p "$TB"
+# --- the arm64 test bed (issue 39): the aarch64 runtimes, Debian's arm64 libcuda1/libnvidia-ml1 and
+# linux-headers-arm64, for tests/unit/test_arm64.py, tests/bpf/test_arm64_compile.py and the matrix's arm64
+# suites (scripts/matrix/testbed_arm64.py; cached), fetched beside the rest (its own folder and apt state).
+# Not fatal: without it those tests skip, saying so
+python3 "$ROOT/scripts/matrix/testbed_arm64.py" "$TB-arm64" &
+ARM64_PID=$!
+trap 'kill $ARM64_PID 2>/dev/null' EXIT
 
 # --- runtimes from the wheels -----------------------------------------------------------
 # fetch_runtime DIR WHEEL-SPEC SONAME: libcudart.so.N and libcudart_static.a from the wheel's lib folder
@@ -92,9 +99,6 @@ if [ ! -e "$NV/libcuda.so.1" ] || [ ! -e "$NV/libnvidia-ml.so.1" ]; then
     fi
 fi
 python3 "$ROOT/scripts/testbed_libs.py" runtimes "$PY" "$TB/runtimes"
-# --- the arm64 test bed (issue 39): the aarch64 runtimes, Debian's arm64 libcuda1/libnvidia-ml1 and
-# linux-headers-arm64, for tests/unit/test_arm64.py, tests/bpf/test_arm64_compile.py and the matrix's arm64
-# suites (scripts/matrix/testbed_arm64.py; cached). Not fatal: without it those tests skip, saying so
-python3 "$ROOT/scripts/matrix/testbed_arm64.py" "$TB-arm64" \
-    || echo "testbed: the arm64 test bed could not be fetched; its tests skip" >&2
+wait "$ARM64_PID" || echo "testbed: the arm64 test bed could not be fetched; its tests skip" >&2
+trap - EXIT
 echo "testbed: ready in $TB"
