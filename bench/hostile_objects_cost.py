@@ -1,6 +1,6 @@
 """Issue 25's crafted objects through gputop's ELF reader: time and peak memory per object.
 
-    .venv/bin/python bench/hostile_objects.py [--before REV]
+    .venv/bin/python bench/hostile_objects_cost.py [--before REV]
 
 Each case runs in a fresh interpreter (its VmHWM is that case's peak): a sparse 1 GiB memfd named
 libcudart.so.12 (the CUDA prefilter), a .symtab of entry size 1 over 2 MiB and 300 symbols sharing
