@@ -149,7 +149,7 @@ def _ready(proc: subprocess.Popen[bytes]) -> int:
     return int(line.split()[1])
 
 
-def failed_probes(dlopen: Path, lib: Path, libcuda: Path, out: Path) -> bool:
+def failed_probes(dlopen: Path, lib: Path, libcuda: Path, out: Path) -> dict[str, Any]:
     """Every probe the kernel refused on the real libcudart and libcuda, one per line, in
     probes_failed.txt (the snapshots carry only their count and the first); then whether a probed
     file's next mapping is named again (_named_again)."""
@@ -175,17 +175,22 @@ def failed_probes(dlopen: Path, lib: Path, libcuda: Path, out: Path) -> bool:
         src.close()
 
 
-def _named_again(src: Any, dlopen: Path, lib: Path) -> bool:
+def _named_again(src: Any, dlopen: Path, lib: Path) -> dict[str, Any]:
     """Whether a mapping of ``lib``, probed and classified (known_files, under the change time fstat
     gave), is named to user space again: the BPF side's change time, read from the inode at the BTF's
-    offsets, is not fstat's on this kernel."""
-    key = (lib.stat().st_dev, lib.stat().st_ino)
+    offsets, is not fstat's on this kernel. With the change time the naming carried and fstat's, and
+    whether it was still named before the short process ran (user space had not classified it yet)."""
+    st = lib.stat()
+    key = (st.st_dev, st.st_ino)
     for _ in range(3):
         src.poll(0.05)                      # whatever came before
+    before = key in src.events.unknown_files
     subprocess.run([str(dlopen), "--cudart", str(lib), *SHORT], capture_output=True, check=True,
                    timeout=DEADLINE_S)
     src.bpf.ring_buffer_poll(200)
-    return key in src.events.unknown_files
+    named = src.events.unknown_files.get(key)
+    return {"named": named is not None, "pending_before": before, "fstat_ctime_ns": st.st_ctime_ns,
+            "bpf_ctime_ns": None if named is None else named[2]}
 
 
 def main() -> int:
@@ -280,7 +285,9 @@ def main() -> int:
     named_again = failed_probes(dlopen, r12.lib, tb.libcuda, out)
     times["probe_listing_s"] = time.monotonic() - t0
     (out / "result.json").write_text(json.dumps({"pids": pids, "returncodes": returncodes, "times": times,
-                                                 "gputop_rc": gt.returncode, "probed_file_named_again": named_again,
+                                                 "gputop_rc": gt.returncode,
+                                                 "probed_file_named_again": named_again["named"],
+                                                 "named_again": named_again,
                                                  "privileges": privs, "waits": snaps.waited}, indent=1))
     return 0
 

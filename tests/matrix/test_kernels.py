@@ -430,7 +430,9 @@ def test_a_captured_graph_replayed_counts_its_kernels(run: Run) -> None:
 def test_a_classified_files_mappings_are_not_named_again(run: Run) -> None:
     """The change time the BPF side reads from the inode (at the offsets of this kernel's BTF) is
     fstat's: a probed library's next mapping asks for a rescan only, it is not named again."""
-    assert run.result["probed_file_named_again"] is False
+    # what the naming carried, against fstat (older runs' result.json lack it): a change time the BPF side
+    # reads otherwise, or a file user space had not classified before the short process ran
+    assert run.result["probed_file_named_again"] is False, run.result.get("named_again")
 
 
 def test_a_short_lived_process_is_counted(run: Run) -> None:

@@ -68,3 +68,23 @@ def test_an_llvm_cxxfilt_another_user_can_change_is_not_run(tmp_path: Path, monk
         assert found is not None and found != str(planted)
     finally:
         symbols.llvm_cxxfilt_path.cache_clear()
+
+
+def test_a_host_that_starts_the_demangler_slowly_still_gets_names(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/matrix.md's trixie-arm64 guest (full emulation, a loaded host) left a kernel name mangled: c++filt
+    spent most of its 0.5 s starting. A run's limit is DEMANGLE_TIMEOUT_S past what a run on a one-letter name
+    costs on this host: a c++filt that takes 0.6 s to start demangles; the same under the bare 0.5 s did not."""
+    cxxfilt = shutil.which("c++filt")
+    assert cxxfilt is not None
+    slow = tmp_path / "c++filt"
+    slow.write_text(f"#!/bin/sh\nsleep 0.6\nexec {cxxfilt} \"$@\"\n")
+    slow.chmod(0o755)
+    name = "_Z10fused_stepPfS_i"
+    assert symbols._run_for(str(slow), name, symbols.DEMANGLE_TIMEOUT_S) is None     # the bare limit: killed
+    symbols._start_s.cache_clear()
+    try:
+        assert 0.6 <= symbols._start_s(str(slow)) < symbols.DEMANGLE_START_MAX_S
+        assert symbols._run(str(slow), name) == "fused_step(float*, float*, int)"
+    finally:
+        symbols._start_s.cache_clear()

@@ -281,8 +281,12 @@ DEMANGLE_INPUT_MAX = 4096
 #: a demangled name longer than this is cut, ending in "…" (a name's demangled form can double with
 #: each level of nesting: 250 bytes demangle to 400 MB)
 DEMANGLED_MAX = 4096
-#: one c++filt run's wall time and address space
+#: one c++filt run's wall time (past what starting the program costs on this host: _start_s) and address space
 DEMANGLE_TIMEOUT_S = 0.5
+#: what starting a demangler may add to a run's time at most: on a host that runs programs slowly (an emulated
+#: one: docs/matrix.md's arm64 guests, where c++filt took most of the 0.5 s before it read its name) a run's
+#: limit is DEMANGLE_TIMEOUT_S plus twice what a run on a one-letter name took there (measured once per program)
+DEMANGLE_START_MAX_S = 2.0
 #: runs of one name before it is kept as it is (a failed run is not taken as its answer)
 DEMANGLE_TRIES = 3
 _DEMANGLE_AS_BYTES = 256 << 20
@@ -299,8 +303,9 @@ class Demangler:
     bounded run per new name, cached. nvcc's internal-linkage prefix (``__nv_static_…__``) is dropped
     before the mangled name.
 
-    Each run is bounded in time (DEMANGLE_TIMEOUT_S, then killed), memory (its address space)
-    and output (DEMANGLED_MAX: reading stops there and the run is killed). ``deadline`` bounds
+    Each run is bounded in time (DEMANGLE_TIMEOUT_S past what starting the program costs here: _start_s; then
+    killed), memory (its address space) and output (DEMANGLED_MAX: reading stops there and the run is killed).
+    ``deadline`` bounds
     the runs of one refresh together: a name not demangled by then is demangled at a later one.
     """
 
@@ -412,11 +417,24 @@ def _cxxfilt(name: str) -> str | None:
     return _run(cxxfilt_path(), name)
 
 
+@lru_cache(maxsize=4)
+def _start_s(exe: str) -> float:
+    """What a run of ``exe`` costs on this host before its input matters: the time of one run on a one-letter
+    name, at most DEMANGLE_START_MAX_S (a run that did not end by then counts as that)."""
+    t0 = time.monotonic()
+    _run_for(exe, "_Z1fv", DEMANGLE_START_MAX_S)
+    return min(time.monotonic() - t0, DEMANGLE_START_MAX_S)
+
+
 def _run(exe: str | None, name: str) -> str | None:
     """One bounded run of a demangler that reads names on its input (c++filt, llvm-cxxfilt); None when it
     failed, was killed, or printed nothing."""
     if exe is None:
         return None
+    return _run_for(exe, name, DEMANGLE_TIMEOUT_S + 2 * _start_s(exe))
+
+
+def _run_for(exe: str, name: str, limit_s: float) -> str | None:
     try:
         proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     except OSError:
@@ -428,7 +446,7 @@ def _run(exe: str | None, name: str) -> str | None:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(name.encode("utf-8", "surrogateescape") + b"\n")
         proc.stdin.close()
-        raw = _read_bounded(proc.stdout.fileno(), DEMANGLED_MAX * 4 + 2, time.monotonic() + DEMANGLE_TIMEOUT_S)
+        raw = _read_bounded(proc.stdout.fileno(), DEMANGLED_MAX * 4 + 2, time.monotonic() + limit_s)
     except OSError:
         raw = None
     finally:
