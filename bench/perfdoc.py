@@ -344,9 +344,14 @@ def fleet_scale(doc: Doc) -> str:
         ("page down, paused", *(keys(uk, "pagedown") for _, uk in have)),
         ("sort by the next column, paused", *(keys(uk, "sort") for _, uk in have)),
     ]
-    heads = {"whole_dashboard": f"{f['nodes']:,} nodes ({f['nodes'] * f['procs_per_node']:,} processes), now",
+    def rows_of(name: str, nodes: int) -> str:
+        """``N processes`` and, where the dashboard read its top rows only, how many it read."""
+        procs, rows = nodes * f["procs_per_node"], ui.get(name, {}).get("rows", 0)
+        return f"{procs:,} processes" + (f", the top {rows:,} rows read" if 0 < rows < procs else "")
+
+    heads = {"whole_dashboard": f"{f['nodes']:,} nodes ({rows_of('whole', f['nodes'])}), now",
              "whole_batch": "the same, read as before (every family, parsed in the dashboard's process; today's table)",
-             "small_dashboard": f"{f['small_nodes']} nodes ({n_small:,}), now"}
+             "small_dashboard": f"{f['small_nodes']} nodes ({rows_of('small', f['small_nodes'])}), now"}
     return f"""{measured(doc)}
 A synthetic fleet written as OpenMetrics ({f['series']:,} series: 22 per process as the exporter
 serves them, less histogram buckets, and 8 GPUs per node; 5 samples 30 s apart), loaded with
@@ -361,7 +366,7 @@ pressed only while the feed's thread is reading a refresh (the feed refreshes ba
 {_fleet_side(f)}
 Side by side in this run: reading the whole fleet as the dashboard does now takes
 {ratio(1 / r['refresh_batch_over_dashboard'])} of the time it took before and
-{ratio(1 / r['cpu_batch_over_dashboard'])} of the CPU in the dashboard's process; the whole fleet takes
+{_fraction(1 / r['cpu_batch_over_dashboard'])} of the CPU in the dashboard's process; the whole fleet takes
 {num(r['refresh_whole_over_small'], 0)}× the time of {f['small_nodes']} nodes for
 {num(f['nodes'] / f['small_nodes'], 0)}× the processes, with the same number of queries. Page down
 while a refresh is read: {ratio(r['pagedown_busy_whole_over_small'])}× the time it takes at {n_small:,} rows;
@@ -428,12 +433,18 @@ runs Prometheus too: {_fleet_cost(f)}
 """
 
 
+def _fraction(x: float) -> str:
+    """A share: 0.42, or 1/997 where two decimals would read 0.00."""
+    return ratio(x) if x >= 0.01 else f"1/{1 / x:,.0f}"
+
+
 def _fleet_cost(f: Doc) -> str:
     """What a refresh's CPU goes to: the dashboard's top rows and the totals, or every process."""
     if f["dashboard"]["whole"]["rows"] < f["nodes"] * f["procs_per_node"]:     # it read the top rows only
         return """Prometheus selecting each summed family's 64,000 series once or twice for
-the totals and the sort column's for `topk`, and the GPUs' 96,000 series (the largest answer now: the GPU
-panel's); the reader process parsing a few hundred rows and the GPUs. Before, Prometheus selected and
+the totals and the sort column's for `topk`, and the GPUs' series (the largest answer now: the GPU panel's
+96,000, or the 48,000 its lines per node show once it has more than 16 GPUs); the reader process parsing a few
+hundred rows and the GPUs. Before, Prometheus selected and
 encoded some 1.3 million series (22 a process) and the reader parsed their JSON into 64,000 rows; at most
 two cores work on it at once."""
     return """Prometheus selecting and encoding some 1.3 million series (22 a process), the reader

@@ -1,5 +1,5 @@
 """The dashboard's fleet reading at scale: the table's top K rows by its sort column, and the fleet's totals
-summed by Prometheus (``FleetConfig.top``; docs/fleet.md, "At scale").
+summed by Prometheus (``FleetConfig.top``; docs/fleet.md, "The table's top rows").
 
 The dashboard shows a screenful of rows sorted by one column. Reading every family of every process to
 sort 64,000 rows client-side costs Prometheus some 21 CPU seconds a refresh; instead a refresh asks:
@@ -15,7 +15,8 @@ sort 64,000 rows client-side costs Prometheus some 21 CPU seconds a refresh; ins
    many are warming up, and how many processes carry each summed family, so that a total is unknown
    (None) where a process's value is, as the client's sum would be);
 3. every other column for those K processes (and the watched and exited ones) only: the table's usual
-   queries, their selector narrowed to the processes' instances and PIDs.
+   queries, their selector narrowed to the processes' instances and PIDs; of the GPUs, over GPU_LINES
+   at the last refresh and without a filter, only the families the panel's lines per node show.
 
 A sort column Prometheus cannot order by (PID, node, command, GPU: labels, not values) reads the whole
 fleet as before. Stdlib only."""
