@@ -229,3 +229,21 @@ def test_over_16_gpus_a_refresh_reads_the_node_lines_families(fleet: tuple[str, 
     finally:
         top.close()
         whole.close()
+
+
+def test_dash_p_narrows_the_top_rows_to_those_pids(fleet: tuple[str, int, set[int]]) -> None:
+    url, at, _ = fleet
+    top, whole = readers(url, at)
+    try:
+        full, _ = whole.read(at, (), 5.0)
+        far = top_rows(full, "launches", False)[900]            # far below the top K
+        narrowed = FleetReader(replace(top.config, pids=frozenset({far.pid})))
+        try:
+            snap, _ = narrowed.read(at, (), 5.0, View("launches"))
+        finally:
+            narrowed.close()
+        assert [p.key for p in snap.processes] == [p.key for p in full.processes if p.pid == far.pid]
+        same_summary(snap.summary, summarize(full, [p for p in full.processes if p.pid == far.pid]))
+    finally:
+        top.close()
+        whole.close()
