@@ -31,7 +31,9 @@ from gputop.feeds.fleet_topk import (
     filter_expr,
     fleet_summary,
     keys_of,
+    label_query,
     node_line_gpus,
+    rank_labels,
     rest_query,
     sort_expr,
     top_query,
@@ -195,21 +197,23 @@ class FleetReader:
              futures: dict[Future[list[Sample]], str]) -> _Top | None:
         """The first half of a top-K refresh (``gputop.feeds.fleet_topk``): the top rows by the sort column,
         the exited processes (waited for), the totals and the unscoped queries (sent, in ``futures``).
-        None: every row is read (not the dashboard's reading, or a column Prometheus cannot order by)."""
+        None: every row is read (not the dashboard's reading, or a column neither Prometheus nor the
+        labels order: none of the table's)."""
         cfg = self.config
         if not cfg.table_only or cfg.top <= 0:
             return None
         k, w = cfg.top, cfg.window
         pids = f'pid=~"{"|".join(str(p) for p in sorted(cfg.pids))}"' if cfg.pids else ""
         sel = selector(cfg.match, nodes_matcher(info, cfg.url, cfg.nodes), pids)
-        if sort_expr(view.sort, sel, w, self.window_s) is None:
-            return None
         text = view.query.strip().lower()
         named = {m["instance"] for s in info if text and "instance" in (m := s["metric"])
                  and text in str(m.get("node", "")).lower()}
         where = filter_expr(view.query, sel, named)
-        expr = top_query(view, k, sel, w, self.window_s, where)
-        assert expr is not None
+        # a value Prometheus orders by, else the labels the client ranks by (PID, node, command, ...)
+        by_labels = sort_expr(view.sort, sel, w, self.window_s) is None
+        expr = label_query(view.sort, sel, where) if by_labels else top_query(view, k, sel, w, self.window_s, where)
+        if expr is None:
+            return None
         q = self.client.query
         top_f = self._pool.submit(q, expr, at)
         exited_f = self._pool.submit(q, exited_query(sel, where), at)
@@ -222,9 +226,14 @@ class FleetReader:
         for key in submitted:
             futures[self._pool.submit(q, unscoped[key], at)] = key
         try:
-            keys = keys_of(top_f.result())
             exited = keys_of(exited_f.result())
-            if len(keys) < k:       # fewer have a value: the others sort last
+            if by_labels:       # ranked here, by the table's comparison
+                node_of = {m["instance"]: m["node"] for s in info
+                           if PART not in (m := s["metric"]) and "instance" in m and "node" in m}
+                keys = rank_labels(view, k, top_f.result(), node_of, exited)
+            else:
+                keys = keys_of(top_f.result())
+            if len(keys) < k and not by_labels:       # fewer have a value: the others sort last
                 keys += keys_of(q(rest_query(view, k - len(keys), sel, w, self.window_s, where), at))
         except FleetError:
             for pending in futures:

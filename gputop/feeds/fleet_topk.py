@@ -18,18 +18,26 @@ sort 64,000 rows client-side costs Prometheus some 21 CPU seconds a refresh; ins
    queries, their selector narrowed to the processes' instances and PIDs; of the GPUs, over GPU_LINES
    at the last refresh and without a filter, only the families the panel's lines per node show.
 
-A sort column Prometheus cannot order by (PID, node, command, GPU: labels, not values) reads the whole
-fleet as before. Stdlib only."""
+A sort column whose value is a label (PID, node, command, user, namespace, pod, GPU; and the columns the
+fleet view never knows, CPU, RSS and the like, and S: unknown but for the exited processes) is ranked by the
+client instead (``LABEL_SORTS``): step 1 is one query of just the identifying labels of the filter's
+processes (``label_query``: ``group by (instance, pid, <the column's labels>)`` of the launches counter,
+and for a GPU or pod sort the gauges' ``gpu`` labels or the pods of the containers), sorted by the
+table's own comparison (``rank_labels``: ``gputop.view.columns.sort_processes`` over rows that carry
+those labels only, so the ties' order, lowered strings and unknown-last are the table's), its top K taken;
+steps 2 and 3 are as above. Every other column is a value Prometheus orders by. Stdlib only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gputop.counters import SHOWS, Per
 from gputop.feeds.fleet_client import Sample, sample_value
-from gputop.feeds.fleet_queries import EXITED, LEVELS, PART, selector
+from gputop.feeds.fleet_pods import Pod, add_pod, pods_expr
+from gputop.feeds.fleet_queries import EXITED, LEVELS, PART, PROC_GAUGES, selector
 from gputop.model import ProcSample, Snapshot, Summary, summarize
+from gputop.view.columns import BY_KEY, sort_processes
 
 #: rows read for the table: what it shows (about 40 lines) with room to page through several screens
 TOP_K = 500
@@ -50,6 +58,13 @@ GPU_LINES = 16
 #: refresh reads of the GPUs while the last one had more than GPU_LINES and no filter narrows the panel
 NODE_LINE_GPU = ("gputop_gpu_utilization_ratio", "gputop_gpu_memory_used_bytes", "gputop_gpu_memory_total_bytes",
                  "gputop_gpu_temperature_celsius", "gputop_gpu_power_watts", "gputop_gpu_xid_errors_total")
+#: the sort columns the client ranks (labels, not values): the labels of the launches counter each needs
+#: besides (instance, pid) (the node is the target's, from the build-info query; GPU and pod: see
+#: ``label_query``); CPU, CPU time, RSS and %MEM are unknown for every process of the fleet (the ties'
+#: order), S for all but the exited ones (the exited query's)
+LABEL_SORTS: dict[str, tuple[str, ...]] = {
+    "pid": (), "node": (), "command": ("comm", "cmdline"), "user": ("user",), "namespace": ("container",),
+    "pod": ("container",), "gpu": (), "state": (), "cpu": (), "cpu_time": (), "rss": (), "mem": ()}
 _RATE_FIELD = {"launches_per_s": "launches_per_s", "graph_kernel_launches_per_s": "graph_kernel_launches_per_s"}
 
 
@@ -157,6 +172,68 @@ def top_query(view: View, k: int, sel: str, w: str, w_s: float, where: str) -> s
     if e is None:
         return None
     return f"{'topk' if view.descending else 'bottomk'}({k}, {_within(e, where)})"
+
+
+def _tagged(expr: str, part: str) -> str:
+    return f'label_replace({expr}, "{PART}", "{part}", "", "")'
+
+
+def label_query(key: str, sel: str, where: str) -> str | None:
+    """The identifying labels of the filter's processes (``where``) that the table's sort by column ``key``
+    compares (``LABEL_SORTS``), tagged by part: ``procs``, a series per process and label set of its
+    launches counter (every process the table reads: those without the labels are unknown, sorted last);
+    for a GPU sort ``gpu``, the GPU indices its gauges carry (as the snapshot takes them); for a namespace
+    or pod sort ``pods``, the pods of the containers (``fleet_pods.pods_expr``). None: not a label sort."""
+    labels = LABEL_SORTS.get(key)
+    if labels is None:
+        return None
+    by = ",".join(("instance", "pid", *labels))
+    parts = [_tagged(_within(f"group by ({by}) ({LAUNCHES}{{{sel}}})", where), "procs")]
+    if key == "gpu":
+        gpus = selector(sel, f'__name__=~"{"|".join(PROC_GAUGES)}"', 'gpu=~"[0-9]+"')
+        parts.append(_tagged(_within(f"group by (instance,pid,gpu) ({{{gpus}}})", where), "gpu"))
+    elif key in ("namespace", "pod"):
+        parts.append(_tagged(pods_expr(sel), "pods"))
+    return " or ".join(parts)
+
+
+def rank_labels(view: View, k: int, answer: Iterable[Sample], node_of: Mapping[str, str],
+                exited: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The top ``k`` processes (instance, pid) of ``label_query``'s answer by the table's sort ``view``:
+    each process as a row of its labels only (node: ``node_of``, the targets' names; S: ``exited``), sorted
+    by ``sort_processes`` (the table's comparison and ties). A process with two label sets (renamed within
+    the lookback, gauges on two GPUs: the snapshot keeps one of them) ranks by the higher one."""
+    pods: dict[str, Pod | None] = {}
+    procs: list[Mapping[str, str]] = []
+    gpus: dict[tuple[str, str], list[int]] = {}
+    for s in answer:
+        m = s["metric"]
+        part = m.get(PART)
+        if part == "pods":
+            add_pod(pods, m)
+        elif m.get("pid", "").isdigit():
+            if part == "gpu":
+                gpus.setdefault((m.get("instance", ""), m["pid"]), []).append(int(m["gpu"]))
+            else:
+                procs.append(m)
+    gone = set(exited)
+    rows: list[ProcSample] = []
+    for m in procs:
+        instance, pid = m.get("instance", ""), int(m["pid"])
+        container = m.get("container") or None
+        pod = pods.get(container or "")
+        row = ProcSample(pid=pid, comm=m.get("comm") or None, cmdline=m.get("cmdline") or None,
+                         user=m.get("user") or None, container=container, node=node_of.get(instance),
+                         instance=instance, state="exited" if (instance, pid) in gone else "running",
+                         namespace=pod[0] if pod else None, pod=pod[1] if pod else None)
+        on = gpus.get((instance, m["pid"]))
+        rows += [replace(row, gpu_index=g) for g in on] if on else [row]
+    out: dict[tuple[str, int], None] = {}
+    for p in sort_processes(rows, view.sort, BY_KEY[view.sort].descending != view.descending):
+        out[(p.instance or "", p.pid)] = None
+        if len(out) >= k:
+            break
+    return list(out)
 
 
 def rest_query(view: View, k: int, sel: str, w: str, w_s: float, where: str) -> str:

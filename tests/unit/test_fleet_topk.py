@@ -4,7 +4,9 @@ promtool), K = 50. Exact against a whole read of the same fleet sorted client-si
 the sort column (descending and ascending, a rate, a gauge, an average), their table values, the
 totals of the summary line (every process, exited ones counted and not summed), a filter that finds a
 process far outside the top K (by PID, by command, by node) with the filter's own totals, and a sort
-change that refetches at once (the feed's thread, through the reader process; and the dashboard's key)."""
+change that refetches at once (the feed's thread, through the reader process; and the dashboard's key).
+Label sorts (PID, node, command, GPU, ...: ranked by the client from the processes' labels) the same way,
+ties (many processes share a command, a GPU index, a node) in the table's order."""
 
 from __future__ import annotations
 
@@ -23,13 +25,13 @@ from promserver import tsdb_prometheus
 from support import ROOT
 
 from gputop.feeds.fleet import FleetFeed
-from gputop.feeds.fleet_topk import View
+from gputop.feeds.fleet_topk import LABEL_SORTS, View
 from gputop.feeds.prometheus import FleetConfig, FleetReader
 from gputop.model import ProcSample, Snapshot, Summary, summarize
 from gputop.view.columns import BY_KEY, COLUMNS, filter_processes, sort_processes
 
 sys.path.insert(0, str(ROOT / "bench"))
-from fleet_scale import STEP_S, write_openmetrics
+from fleet_scale import SAMPLES, STEP_S, write_openmetrics
 
 NODES, PROCS, K = 3, 400, 50
 WINDOW = "60s"
@@ -55,9 +57,39 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, 
     def mark(m: re.Match[str]) -> str:
         return m.group(1) + ("1" if int(m.group(2)) in exited else "0")
 
-    om.write_text(re.sub(r'(gputop_process_exited\{[^}]*pid="(\d+)"\} )0', mark, text))
+    text = re.sub(r'(gputop_process_exited\{[^}]*pid="(\d+)"\} )0', mark, text)
+    om.write_text(with_pods_and_users(text, t_end))
     with tsdb_prometheus(om, data) as url:
         yield url, t_end, exited
+
+
+def with_pods_and_users(text: str, t_end: int) -> str:
+    """The fleet with labels for the label sorts: most processes in a container of a pod (kube-state-metrics'
+    ``kube_pod_container_info``, a few namespaces, pods shared by several processes), the others on the
+    host; a user on each process (``--user-label``), a command line on some."""
+    ids: dict[tuple[str, str], str] = {}
+    pods: dict[str, tuple[str, str]] = {}
+
+    def label(m: re.Match[str]) -> str:
+        comm, gpu, inst, pid = m.group(1), m.group(2) or "", m.group(3), m.group(4)
+        n = int(pid)
+        cid = ""
+        if n % 4:
+            cid = ids.setdefault((inst, pid), f"{len(ids) + 1:064x}")
+            pods[cid] = (f"ns-{'abc'[n % 3]}", f"pod-{chr(97 + n % 26)}{chr(97 + n // 26 % 26)}")
+        cmd = f'cmdline="/opt/bin/{comm} --rank r{"xyz"[n % 3]}",' if n % 3 == 1 else ""
+        return (f'comm="{comm}",{cmd}container="{cid}",{gpu}instance="{inst}",job="gputop",'
+                f'pid="{pid}",user="u{"abcde"[n % 5]}"')
+
+    text = re.sub(r'comm="([^"]*)",container="",(gpu="\d+",)?instance="([^"]+)",job="gputop",pid="(\d+)"',
+                  label, text)
+    times = [t_end - STEP_S * i for i in range(SAMPLES)][::-1]
+    kube = ["# TYPE kube_pod_container_info gauge\n"]
+    for cid, (ns, pod) in pods.items():
+        lab = f'{{container="main",container_id="containerd://{cid}",namespace="{ns}",pod="{pod}"}}'
+        kube += [f"kube_pod_container_info{lab} 1 {t}\n" for t in times]
+    assert text.endswith("# EOF\n")
+    return text[: -len("# EOF\n")] + "".join(kube) + "# EOF\n"
 
 
 def readers(url: str, at: int) -> tuple[FleetReader, FleetReader]:
@@ -101,6 +133,60 @@ def test_top_k_is_the_whole_read_sorted(fleet: tuple[str, int, set[int]], key: s
         assert snap.summary.graph_kernel_launches_per_s is None         # no process exports it: unknown, not 0
         # 1 build info + top + exited + 2 totals + 23 for the rows (sources, GPUs, gauges, state, names, increases)
         assert top.queries == 28
+    finally:
+        top.close()
+        whole.close()
+
+
+@pytest.mark.parametrize("key", sorted(LABEL_SORTS))
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_label_sort_reads_the_top_k_only(fleet: tuple[str, int, set[int]], key: str, reverse: bool) -> None:
+    url, at, exited = fleet
+    top, whole = readers(url, at)
+    try:
+        descending = BY_KEY[key].descending != reverse
+        snap, _ = top.read(at, (), 5.0, View(key, descending))
+        full, _ = whole.read(at, (), 5.0)
+        assert len(snap.processes) == K
+        known = {BY_KEY[key].value(p) is not None for p in full.processes}
+        # the fleet has these labels on some processes (pods: not on the host's), the others unknown
+        assert known == {"namespace": {True, False}, "pod": {True, False}, "state": {True, False}}.get(
+            key, {False} if key in ("cpu", "cpu_time", "rss", "mem") else {True})
+        want = top_rows(full, key, reverse)[:K]
+        got = top_rows(snap, key, reverse)
+        assert [p.key for p in got] == [p.key for p in want]
+        assert [values(p) for p in got] == [values(p) for p in want]       # every column, as the whole read
+        assert top.scope is not None and top.scope.processes == NODES * PROCS and top.scope.view.sort == key
+        same_summary(snap.summary, full.summary)
+        # 1 build info + the labels + exited + 2 totals + 23 for the rows: no query more than a value's sort
+        assert top.queries == 28
+        if key == "state" and not reverse:          # S: the exited ones first (X), then the ties' order
+            assert {p.pid for p in got[:len(exited)]} == exited
+    finally:
+        top.close()
+        whole.close()
+
+
+@pytest.mark.parametrize("key", ["pid", "command", "node", "pod"])
+def test_a_filter_under_a_label_sort_finds_processes_outside_the_top_k(fleet: tuple[str, int, set[int]],
+                                                                       key: str) -> None:
+    url, at, _ = fleet
+    top, whole = readers(url, at)
+    try:
+        full, _ = whole.read(at, (), 5.0)
+        far = top_rows(full, key, False)[900]                 # far below the top K by this column
+        for query in (str(far.pid), (far.comm or "").upper(), far.node or "", *([far.pod] if far.pod else [])):
+            for reverse in (False, True):
+                descending = BY_KEY[key].descending != reverse
+                snap, _ = top.read(at, (), 5.0, View(key, descending, query))
+                matching = filter_processes(full.processes, query)
+                assert far in matching
+                assert [p.key for p in top_rows(snap, key, reverse, query)] == [
+                    p.key for p in top_rows(full, key, reverse, query)[:K]]
+                if query == str(far.pid):
+                    assert far.key in {p.key for p in snap.processes}
+                assert top.scope is not None and top.scope.processes == len(matching)
+                same_summary(snap.summary, summarize(full, matching))
     finally:
         top.close()
         whole.close()
