@@ -333,3 +333,13 @@ def test_dash_p_narrows_the_top_rows_to_those_pids(fleet: tuple[str, int, set[in
     finally:
         top.close()
         whole.close()
+
+
+def test_a_label_sorts_rows_are_proc_samples_with_their_defaults() -> None:
+    from dataclasses import MISSING, fields
+
+    from gputop.feeds.fleet_topk import _row
+
+    assert [f.name for f in fields(ProcSample) if f.default is MISSING and f.default_factory is MISSING] == [
+        "pid", "comm"]                 # every other field has a plain default: rank_labels' rows leave them out
+    assert _row({"pid": 7, "comm": None, "node": "n"}) == ProcSample(pid=7, comm=None, node="n")
