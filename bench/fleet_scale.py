@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fleet_scale.py [--nodes 1000] [--procs 64] [--refreshes 3] [--small 10]
                                           [--keep DIR] [--json PATH] [--before-ui]
+                                          [--baseline-tree DIR [--sort KEY] [--side-by-side-only]]
 
 1. Writes the fleet as OpenMetrics (what `gputop exporter` serves for each process: its 18 counters,
    histogram _sum/_count included, and 4 gauges, without histogram buckets, which the fleet view
@@ -28,7 +29,9 @@
 4. With ``--baseline-tree DIR`` (``git archive <commit> | tar -x -C DIR``): the whole fleet read as the
    dashboard reads it by that tree and by this one, side by side (``--rounds`` rounds, A B then B A, each
    ``--refreshes`` refreshes of a feed in a process of its own): seconds per refresh (median), CPU seconds
-   per refresh of Prometheus, of the reader process and of the dashboard's process.
+   per refresh of Prometheus, of the reader process and of the dashboard's process. ``--sort KEY``: the
+   table's sort column there (``-s``'s names, in its own direction; default launches), e.g. ``pid`` for a
+   label sort; ``--side-by-side-only`` runs this part alone (not 2 and 3).
 
 Figures go to docs/PERFORMANCE.md ("Fleet view at scale") and docs/fleet.md; --json writes every
 figure. Needs `prometheus` and `promtool`.
@@ -303,7 +306,7 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def feed_child(url: str, at: float, refreshes: int) -> None:
+def feed_child(url: str, at: float, refreshes: int, sort: str = "launches") -> None:
     """The whole fleet read as the dashboard reads it, by the gputop on sys.path: prints JSON figures."""
     import dataclasses
 
@@ -316,7 +319,8 @@ def feed_child(url: str, at: float, refreshes: int) -> None:
         config = dataclasses.replace(config, top=TOP_K)
     feed = FleetFeed(config)
     if hasattr(feed, "set_view"):
-        feed.set_view("launches", True, "")        # the dashboard's default sort
+        from gputop.view.columns import BY_KEY
+        feed.set_view(sort, BY_KEY[sort].descending, "")        # the dashboard's default sort: launches
     feed.collect()                      # the reader process started, and one refresh to warm both
     worker = getattr(feed.reader, "pid", None)
     times, cpu, reader, procs = [], [], [], 0
@@ -333,8 +337,10 @@ def feed_child(url: str, at: float, refreshes: int) -> None:
     print(json.dumps(out))
 
 
-def side_by_side(url: str, at: float, prom_pid: int, baseline: Path, rounds: int, refreshes: int) -> dict[str, Any]:
-    """This tree's reading of the whole fleet (as the dashboard reads it) and ``baseline``'s, side by side."""
+def side_by_side(url: str, at: float, prom_pid: int, baseline: Path, rounds: int, refreshes: int,
+                 sort: str = "launches") -> dict[str, Any]:
+    """This tree's reading of the whole fleet (as the dashboard reads it, sorted by ``sort``) and
+    ``baseline``'s, side by side."""
     got: dict[str, dict[str, list[float]]] = {k: {"s": [], "cpu": [], "reader_cpu": [], "prom_cpu": []}
                                               for k in ("now", "before")}
     queries: dict[str, int] = {}
@@ -343,7 +349,8 @@ def side_by_side(url: str, at: float, prom_pid: int, baseline: Path, rounds: int
         for name, tree in order if r % 2 == 0 else order[::-1]:
             c0 = _cpu_s(prom_pid)
             res = subprocess.run([sys.executable, __file__, "--feed-child", url, "--feed-tree", str(tree), "--at",
-                                  str(at), "--refreshes", str(refreshes)], capture_output=True, text=True,
+                                  str(at), "--refreshes", str(refreshes), "--sort", sort], capture_output=True,
+                                 text=True,
                                  timeout=3600, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
             if res.returncode != 0:
                 raise SystemExit(f"feed run ({name}) failed: {res.stderr[-2000:]}")
@@ -391,6 +398,12 @@ def main() -> int:
                     help="a checkout of the tree before (git archive COMMIT | tar -x -C DIR): its reading of the "
                          "whole fleet beside this one's")
     ap.add_argument("--rounds", type=int, default=2, help="side-by-side rounds with --baseline-tree (A B, B A)")
+    ap.add_argument("--sort", default="launches", metavar="KEY",
+                    help="the table's sort column of the side-by-side reading (-s's names, in its own "
+                         "direction): pid, node, command, ... time a label sort")
+    ap.add_argument("--side-by-side-only", action="store_true",
+                    help="with --baseline-tree: only the side-by-side reading (not the feed's other figures "
+                         "nor the dashboard's)")
     ap.add_argument("--feed-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--feed-tree", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ui-child", default=None, help=argparse.SUPPRESS)
@@ -399,7 +412,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.feed_child:
         sys.path.insert(0, args.feed_tree)     # the gputop of that tree (its reader process follows it)
-        feed_child(args.feed_child, args.at, args.refreshes)
+        feed_child(args.feed_child, args.at, args.refreshes, args.sort)
         return 0
     if args.ui_child:
         ui_child(args.ui_child, args.at, args.ui_nodes, args.refreshes, args.before_ui)
@@ -444,7 +457,20 @@ def main() -> int:
         figures: dict[str, object] = {"nodes": args.nodes, "procs_per_node": args.procs, "series": series,
                                       "refreshes": args.refreshes, "small_nodes": args.small,
                                       "prometheus_nice": args.prometheus_nice,
-                                      "loadavg_1m_at_start": os.getloadavg()[0]}
+                                      "loadavg_1m_at_start": os.getloadavg()[0], "sort": args.sort}
+        if args.side_by_side_only:
+            if args.baseline_tree is None:
+                raise SystemExit("--side-by-side-only needs --baseline-tree")
+            figures["side_by_side"] = side_by_side(url, t_end, prom.pid, args.baseline_tree.resolve(), args.rounds,
+                                                   args.refreshes, args.sort)
+            figures.update(rounds=args.rounds, loadavg_at_end=os.getloadavg())
+            for name, f in figures["side_by_side"].items():
+                print(f"side by side, sort by {args.sort}, {name}: {f['s_per_refresh']:.2f} s per refresh "
+                      f"(median of {f['refreshes']}), {f['queries_per_refresh']} queries, Prometheus "
+                      f"{f['prometheus_cpu_s_per_refresh']:.2f} CPU s a refresh", flush=True)
+            print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+            benchjson.write(args.json, figures)
+            return 0
         feed: dict[str, dict[str, float]] = {
             "whole_batch": refresh_times(url, t_end, args.refreshes, frozenset(), dashboard=False),
             "whole_dashboard": refresh_times(url, t_end, args.refreshes, frozenset(), dashboard=True),
@@ -453,7 +479,7 @@ def main() -> int:
         figures["feed"] = feed
         if args.baseline_tree is not None:
             figures["side_by_side"] = side_by_side(url, t_end, prom.pid, args.baseline_tree.resolve(), args.rounds,
-                                                   args.refreshes)
+                                                   args.refreshes, args.sort)
             figures["rounds"] = args.rounds
             # its commit: performance.py extracts it into a directory named ...-COMMIT
             figures["baseline"] = args.baseline_tree.resolve().name.rsplit("-", 1)[-1]
