@@ -92,9 +92,20 @@ def with_pods_and_users(text: str, t_end: int) -> str:
     return text[: -len("# EOF\n")] + "".join(kube) + "# EOF\n"
 
 
-def readers(url: str, at: int) -> tuple[FleetReader, FleetReader]:
+#: the fleet's Prometheus: (URL, evaluation time, the exited processes' PIDs); and its two readers
+Fleet = tuple[str, int, set[int]]
+Readers = tuple[FleetReader, FleetReader]
+
+
+@pytest.fixture
+def readers(fleet: Fleet) -> Iterator[Readers]:
+    """The fleet read for its top K rows, and read whole (table_only both), closed after the test."""
+    url, at, _ = fleet
     config = FleetConfig(url=url, window=WINDOW, at=at, table_only=True)
-    return FleetReader(replace(config, top=K)), FleetReader(config)
+    top, whole = FleetReader(replace(config, top=K)), FleetReader(config)
+    yield top, whole
+    top.close()
+    whole.close()
 
 
 def same_summary(got: Summary, want: Summary) -> None:
@@ -114,111 +125,93 @@ def top_rows(snap: Snapshot, key: str, reverse: bool, query: str = "") -> list[P
 
 @pytest.mark.parametrize(("key", "reverse"), [("launches", False), ("launches", True), ("h2d", False),
                                               ("sm", False), ("grid", True), ("sync", False)])
-def test_top_k_is_the_whole_read_sorted(fleet: tuple[str, int, set[int]], key: str, reverse: bool) -> None:
-    url, at, exited = fleet
-    top, whole = readers(url, at)
-    try:
-        descending = BY_KEY[key].descending != reverse
-        snap, _ = top.read(at, (), 5.0, View(key, descending))
-        full, _ = whole.read(at, (), 5.0)
-        assert len(full.processes) == NODES * PROCS and len(snap.processes) == K
-        want = top_rows(full, key, reverse)[:K]
-        got = top_rows(snap, key, reverse)
-        assert [p.key for p in got] == [p.key for p in want]
-        assert [values(p) for p in got] == [values(p) for p in want]       # every column, as the whole read
-        assert top.scope is not None and top.scope.partial and top.scope.processes == NODES * PROCS
-        # the totals: the whole fleet's, as the client sums them (the exited ones counted, not summed)
-        same_summary(snap.summary, full.summary)
-        assert snap.summary.exited == len(exited) and snap.summary.launches_per_s is not None
-        assert snap.summary.graph_kernel_launches_per_s is None         # no process exports it: unknown, not 0
-        # 1 build info + top + exited + 2 totals + 23 for the rows (sources, GPUs, gauges, state, names, increases)
-        assert top.queries == 28
-    finally:
-        top.close()
-        whole.close()
+def test_top_k_is_the_whole_read_sorted(fleet: Fleet, readers: Readers, key: str, reverse: bool) -> None:
+    _, at, exited = fleet
+    top, whole = readers
+    descending = BY_KEY[key].descending != reverse
+    snap, _ = top.read(at, (), 5.0, View(key, descending))
+    full, _ = whole.read(at, (), 5.0)
+    assert len(full.processes) == NODES * PROCS and len(snap.processes) == K
+    want = top_rows(full, key, reverse)[:K]
+    got = top_rows(snap, key, reverse)
+    assert [p.key for p in got] == [p.key for p in want]
+    assert [values(p) for p in got] == [values(p) for p in want]       # every column, as the whole read
+    assert top.scope is not None and top.scope.partial and top.scope.processes == NODES * PROCS
+    # the totals: the whole fleet's, as the client sums them (the exited ones counted, not summed)
+    same_summary(snap.summary, full.summary)
+    assert snap.summary.exited == len(exited) and snap.summary.launches_per_s is not None
+    assert snap.summary.graph_kernel_launches_per_s is None         # no process exports it: unknown, not 0
+    # 1 build info + top + exited + 2 totals + 23 for the rows (sources, GPUs, gauges, state, names, increases)
+    assert top.queries == 28
 
 
 @pytest.mark.parametrize("key", sorted(LABEL_SORTS))
 @pytest.mark.parametrize("reverse", [False, True])
-def test_a_label_sort_reads_the_top_k_only(fleet: tuple[str, int, set[int]], key: str, reverse: bool) -> None:
-    url, at, exited = fleet
-    top, whole = readers(url, at)
-    try:
-        descending = BY_KEY[key].descending != reverse
-        snap, _ = top.read(at, (), 5.0, View(key, descending))
-        full, _ = whole.read(at, (), 5.0)
-        assert len(snap.processes) == K
-        known = {BY_KEY[key].value(p) is not None for p in full.processes}
-        # the fleet has these labels on some processes (pods: not on the host's), the others unknown
-        assert known == {"namespace": {True, False}, "pod": {True, False}, "state": {True, False}}.get(
-            key, {False} if key in ("cpu", "cpu_time", "rss", "mem") else {True})
-        want = top_rows(full, key, reverse)[:K]
-        got = top_rows(snap, key, reverse)
-        assert [p.key for p in got] == [p.key for p in want]
-        assert [values(p) for p in got] == [values(p) for p in want]       # every column, as the whole read
-        assert top.scope is not None and top.scope.processes == NODES * PROCS and top.scope.view.sort == key
-        same_summary(snap.summary, full.summary)
-        # 1 build info + the labels + exited + 2 totals + 23 for the rows: no query more than a value's sort
-        assert top.queries == 28
-        if key == "state" and not reverse:          # S: the exited ones first (X), then the ties' order
-            assert {p.pid for p in got[:len(exited)]} == exited
-    finally:
-        top.close()
-        whole.close()
+def test_a_label_sort_reads_the_top_k_only(fleet: Fleet, readers: Readers, key: str, reverse: bool) -> None:
+    _, at, exited = fleet
+    top, whole = readers
+    descending = BY_KEY[key].descending != reverse
+    snap, _ = top.read(at, (), 5.0, View(key, descending))
+    full, _ = whole.read(at, (), 5.0)
+    assert len(snap.processes) == K
+    known = {BY_KEY[key].value(p) is not None for p in full.processes}
+    # the fleet has these labels on some processes (pods: not on the host's), the others unknown
+    assert known == {"namespace": {True, False}, "pod": {True, False}, "state": {True, False}}.get(
+        key, {False} if key in ("cpu", "cpu_time", "rss", "mem") else {True})
+    want = top_rows(full, key, reverse)[:K]
+    got = top_rows(snap, key, reverse)
+    assert [p.key for p in got] == [p.key for p in want]
+    assert [values(p) for p in got] == [values(p) for p in want]       # every column, as the whole read
+    assert top.scope is not None and top.scope.processes == NODES * PROCS and top.scope.view.sort == key
+    same_summary(snap.summary, full.summary)
+    # 1 build info + the labels + exited + 2 totals + 23 for the rows: no query more than a value's sort
+    assert top.queries == 28
+    if key == "state" and not reverse:          # S: the exited ones first (X), then the ties' order
+        assert {p.pid for p in got[:len(exited)]} == exited
 
 
 @pytest.mark.parametrize("key", ["pid", "command", "node", "pod"])
-def test_a_filter_under_a_label_sort_finds_processes_outside_the_top_k(fleet: tuple[str, int, set[int]],
+def test_a_filter_under_a_label_sort_finds_processes_outside_the_top_k(fleet: Fleet, readers: Readers,
                                                                        key: str) -> None:
-    url, at, _ = fleet
-    top, whole = readers(url, at)
-    try:
-        full, _ = whole.read(at, (), 5.0)
-        far = top_rows(full, key, False)[900]                 # far below the top K by this column
-        for query in (str(far.pid), (far.comm or "").upper(), far.node or "", *([far.pod] if far.pod else [])):
-            for reverse in (False, True):
-                descending = BY_KEY[key].descending != reverse
-                snap, _ = top.read(at, (), 5.0, View(key, descending, query))
-                matching = filter_processes(full.processes, query)
-                assert far in matching
-                assert [p.key for p in top_rows(snap, key, reverse, query)] == [
-                    p.key for p in top_rows(full, key, reverse, query)[:K]]
-                if query == str(far.pid):
-                    assert far.key in {p.key for p in snap.processes}
-                assert top.scope is not None and top.scope.processes == len(matching)
-                same_summary(snap.summary, summarize(full, matching))
-    finally:
-        top.close()
-        whole.close()
-
-
-def test_a_filter_finds_processes_outside_the_top_k(fleet: tuple[str, int, set[int]]) -> None:
-    url, at, _ = fleet
-    top, whole = readers(url, at)
-    try:
-        full, _ = whole.read(at, (), 5.0)
-        ranked = top_rows(full, "launches", False)
-        far = ranked[900]                                  # far below the top K
-        for query in (str(far.pid), (far.comm or "").upper(), "GPU-NODE-0002"):
-            snap, _ = top.read(at, (), 5.0, View("launches", True, query))
+    _, at, _ = fleet
+    top, whole = readers
+    full, _ = whole.read(at, (), 5.0)
+    far = top_rows(full, key, False)[900]                 # far below the top K by this column
+    for query in (str(far.pid), (far.comm or "").upper(), far.node or "", *([far.pod] if far.pod else [])):
+        for reverse in (False, True):
+            descending = BY_KEY[key].descending != reverse
+            snap, _ = top.read(at, (), 5.0, View(key, descending, query))
             matching = filter_processes(full.processes, query)
-            assert len(matching) > 0 and (far in matching) == (query != "GPU-NODE-0002")
-            assert [p.key for p in top_rows(snap, "launches", False, query)] == [
-                p.key for p in top_rows(full, "launches", False, query)[:K]]
+            assert far in matching
+            assert [p.key for p in top_rows(snap, key, reverse, query)] == [
+                p.key for p in top_rows(full, key, reverse, query)[:K]]
             if query == str(far.pid):
                 assert far.key in {p.key for p in snap.processes}
             assert top.scope is not None and top.scope.processes == len(matching)
-            same_summary(snap.summary, summarize(full, matching))   # the filter's totals, every match summed
-    finally:
-        top.close()
-        whole.close()
+            same_summary(snap.summary, summarize(full, matching))
 
 
-def test_a_sort_change_refetches_at_once(fleet: tuple[str, int, set[int]]) -> None:
-    url, at, _ = fleet
-    whole = readers(url, at)[1]
+def test_a_filter_finds_processes_outside_the_top_k(fleet: Fleet, readers: Readers) -> None:
+    _, at, _ = fleet
+    top, whole = readers
     full, _ = whole.read(at, (), 5.0)
-    whole.close()
+    ranked = top_rows(full, "launches", False)
+    far = ranked[900]                                  # far below the top K
+    for query in (str(far.pid), (far.comm or "").upper(), "GPU-NODE-0002"):
+        snap, _ = top.read(at, (), 5.0, View("launches", True, query))
+        matching = filter_processes(full.processes, query)
+        assert len(matching) > 0 and (far in matching) == (query != "GPU-NODE-0002")
+        assert [p.key for p in top_rows(snap, "launches", False, query)] == [
+            p.key for p in top_rows(full, "launches", False, query)[:K]]
+        if query == str(far.pid):
+            assert far.key in {p.key for p in snap.processes}
+        assert top.scope is not None and top.scope.processes == len(matching)
+        same_summary(snap.summary, summarize(full, matching))   # the filter's totals, every match summed
+
+
+def test_a_sort_change_refetches_at_once(fleet: Fleet, readers: Readers) -> None:
+    url, at, _ = fleet
+    full, _ = readers[1].read(at, (), 5.0)
     # a refresh a minute: only the change can bring the next snapshot soon
     feed = FleetFeed(FleetConfig(url=url, window=WINDOW, at=at, table_only=True, child=True, top=K, interval_s=60.0))
     got: list[Snapshot] = []
@@ -291,48 +284,40 @@ def test_the_dashboard_tells_the_feed_its_sort_and_filter(fleet: tuple[str, int,
         feed.stop()
 
 
-def test_over_16_gpus_a_refresh_reads_the_node_lines_families(fleet: tuple[str, int, set[int]]) -> None:
+def test_over_16_gpus_a_refresh_reads_the_node_lines_families(fleet: Fleet, readers: Readers) -> None:
     from gputop.feeds import fleet_topk
     from gputop.ui.widgets.gpu_panel import FLEET_GPU_LINES
 
     assert fleet_topk.GPU_LINES == FLEET_GPU_LINES
-    url, at, _ = fleet
-    top, whole = readers(url, at)
-    try:
-        full, _ = whole.read(at, (), 5.0)
-        first, _ = top.read(at, (), 5.0, View("launches"))
-        assert first.gpus == full.gpus and len(full.gpus) == NODES * 8 > FLEET_GPU_LINES
-        second, _ = top.read(at, (), 5.0, View("launches"))     # a line per node: those families only
-        shown = ("node", "index", "uuid", "name", "util_pct", "mem_used_bytes", "mem_total_bytes", "temp_c",
-                 "power_w", "xid_errors")
-        assert [tuple(getattr(g, f) for f in shown) for g in second.gpus] == [
-            tuple(getattr(g, f) for f in shown) for g in full.gpus]
-        assert {g.power_limit_w for g in second.gpus} == {None} != {g.power_limit_w for g in full.gpus}
-        assert second.summary.gpus_busy == full.summary.gpus_busy
-        filtered, _ = top.read(at, (), 5.0, View("launches", True, "gpu-node-0001"))   # each GPU of the node
-        assert [g for g in filtered.gpus if g.node == "gpu-node-0001"] == [
-            g for g in full.gpus if g.node == "gpu-node-0001"]
-    finally:
-        top.close()
-        whole.close()
+    _, at, _ = fleet
+    top, whole = readers
+    full, _ = whole.read(at, (), 5.0)
+    first, _ = top.read(at, (), 5.0, View("launches"))
+    assert first.gpus == full.gpus and len(full.gpus) == NODES * 8 > FLEET_GPU_LINES
+    second, _ = top.read(at, (), 5.0, View("launches"))     # a line per node: those families only
+    shown = ("node", "index", "uuid", "name", "util_pct", "mem_used_bytes", "mem_total_bytes", "temp_c",
+             "power_w", "xid_errors")
+    assert [tuple(getattr(g, f) for f in shown) for g in second.gpus] == [
+        tuple(getattr(g, f) for f in shown) for g in full.gpus]
+    assert {g.power_limit_w for g in second.gpus} == {None} != {g.power_limit_w for g in full.gpus}
+    assert second.summary.gpus_busy == full.summary.gpus_busy
+    filtered, _ = top.read(at, (), 5.0, View("launches", True, "gpu-node-0001"))   # each GPU of the node
+    assert [g for g in filtered.gpus if g.node == "gpu-node-0001"] == [
+        g for g in full.gpus if g.node == "gpu-node-0001"]
 
 
-def test_dash_p_narrows_the_top_rows_to_those_pids(fleet: tuple[str, int, set[int]]) -> None:
-    url, at, _ = fleet
-    top, whole = readers(url, at)
+def test_dash_p_narrows_the_top_rows_to_those_pids(fleet: Fleet, readers: Readers) -> None:
+    _, at, _ = fleet
+    top, whole = readers
+    full, _ = whole.read(at, (), 5.0)
+    far = top_rows(full, "launches", False)[900]            # far below the top K
+    narrowed = FleetReader(replace(top.config, pids=frozenset({far.pid})))
     try:
-        full, _ = whole.read(at, (), 5.0)
-        far = top_rows(full, "launches", False)[900]            # far below the top K
-        narrowed = FleetReader(replace(top.config, pids=frozenset({far.pid})))
-        try:
-            snap, _ = narrowed.read(at, (), 5.0, View("launches"))
-        finally:
-            narrowed.close()
-        assert [p.key for p in snap.processes] == [p.key for p in full.processes if p.pid == far.pid]
-        same_summary(snap.summary, summarize(full, [p for p in full.processes if p.pid == far.pid]))
+        snap, _ = narrowed.read(at, (), 5.0, View("launches"))
     finally:
-        top.close()
-        whole.close()
+        narrowed.close()
+    assert [p.key for p in snap.processes] == [p.key for p in full.processes if p.pid == far.pid]
+    same_summary(snap.summary, summarize(full, [p for p in full.processes if p.pid == far.pid]))
 
 
 def test_a_label_sorts_rows_are_proc_samples_with_their_defaults() -> None:
