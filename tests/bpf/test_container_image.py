@@ -72,29 +72,48 @@ def pip_conf(path: Path) -> Path:
     return path
 
 
-def build_image(tmp: Path) -> subprocess.CompletedProcess[str]:
+def base_image(arch: str = "amd64") -> str:
+    """The local Debian 12 base of ``arch``: amd64's is what ``FROM debian:12-slim`` resolves to; another
+    architecture's has a tag of its own and replaces the FROM with ``podman build --from``."""
+    return BASE_IMAGE if arch == "amd64" else f"{BASE_IMAGE}-{arch}"
+
+
+def image_name(arch: str = "amd64") -> str:
+    return IMAGE if arch == "amd64" else f"{IMAGE}-{arch}"
+
+
+def build_image(tmp: Path, arch: str = "amd64") -> subprocess.CompletedProcess[str]:
     """The Debian base (once) and the image of deploy/Containerfile, from podman's layer cache when
     nothing changed: ./test.sh builds it beside the unit tests (``python tests/bpf/test_container_image.py
-    build``), so that the BPF tier finds it built."""
-    if podman("image", "exists", BASE_IMAGE, check=False).returncode != 0:
-        rootfs = CACHE / "rootfs"
+    build``), so that the BPF tier finds it built. ``arch`` other than amd64 (arm64): debootstrap's
+    ``--arch`` (its second stage through qemu-user-static and binfmt_misc), the base imported with that
+    architecture in its metadata, and the image built with ``--platform linux/ARCH`` under emulation
+    (tests/bpf/test_container_image_arm64.py); amd64's commands are unchanged."""
+    foreign = arch != "amd64"
+    base = base_image(arch)
+    if podman("image", "exists", base, check=False).returncode != 0:
+        rootfs = CACHE / (f"rootfs-{arch}" if foreign else "rootfs")
         shutil.rmtree(rootfs, ignore_errors=True)
         rootfs.mkdir(parents=True)
-        subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs), debian_mirror()],
-                       check=True, capture_output=True, timeout=900)
+        subprocess.run(["debootstrap", *([f"--arch={arch}"] if foreign else []), "--variant=minbase", "bookworm",
+                        str(rootfs), debian_mirror()],
+                       check=True, capture_output=True, timeout=3600 if foreign else 900)
         shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
         for src in Path("/etc/apt/sources.list.d").glob("*.sources"):
             shutil.copy(src, rootfs / "etc" / "apt" / "sources.list.d" / src.name)
         if any((rootfs / "etc" / "apt" / "sources.list.d").glob("*.sources")):
             (rootfs / "etc" / "apt" / "sources.list").unlink(missing_ok=True)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run(["podman", "import", "--change", 'CMD ["bash"]', "-", BASE_IMAGE], stdin=tar.stdout,
+        subprocess.run(["podman", "import", *(["--arch", arch, "--os", "linux"] if foreign else []),
+                        "--change", 'CMD ["bash"]', "-", base], stdin=tar.stdout,
                        check=True, capture_output=True, timeout=600)
         assert tar.wait() == 0
         shutil.rmtree(rootfs)
-    build = podman("build", "--pull=never", "--runtime=runc", "--network=host", *ulimits(),
+    platform = ["--platform", f"linux/{arch}", "--from", base] if foreign else []
+    build = podman("build", "--pull=never", *platform, "--runtime=runc", "--network=host", *ulimits(),
                    "-v", "/etc/ssl/certs:/hostca:ro", "-v", f"{pip_conf(tmp / 'pip.conf')}:/etc/pip.conf:ro",
-                   "-f", str(ROOT / "deploy" / "Containerfile"), "-t", IMAGE, str(ROOT), timeout_s=1500, check=False)
+                   "-f", str(ROOT / "deploy" / "Containerfile"), "-t", image_name(arch), str(ROOT),
+                   timeout_s=5400 if foreign else 1500, check=False)
     return build
 
 
