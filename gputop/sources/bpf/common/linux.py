@@ -4,6 +4,7 @@ BPF cmpxchg, warnings at load, descriptor limits (privileges: ``privileges.py``)
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import mmap
 import os
@@ -242,7 +243,8 @@ def compiler_cmpxchg(bcc: Any, timeout_s: float = 120.0) -> bool | None:
 def atomic_cmpxchg() -> bool | None:
     """Whether this kernel's verifier takes BPF's atomic compare-and-exchange (Linux 5.12+; 5.10 refuses
     it with EINVAL): a six-instruction program using it on the stack, loaded without bcc. None when
-    this process may not load BPF programs (then it cannot tell). Asked once per process."""
+    this process may not load BPF programs, or there is no bpf(2) to ask (ENOSYS: a seccomp filter, or
+    qemu-user running another architecture's userland): then it cannot tell. Asked once per process."""
     if not _cmpxchg:
         insns = b"".join(struct.pack("<BBhi", *i) for i in (
             (0x7A, 0x0A, -8, 3),        # *(u64 *)(r10 - 8) = 3
@@ -259,7 +261,7 @@ def atomic_cmpxchg() -> bool | None:
         err = ctypes.get_errno()
         if fd >= 0:
             os.close(fd)
-        _cmpxchg.append(True if fd >= 0 else None if err in (1, 13) else False)     # EPERM, EACCES
+        _cmpxchg.append(True if fd >= 0 else None if err in (errno.EPERM, errno.EACCES, errno.ENOSYS) else False)
     return _cmpxchg[0]
 
 
