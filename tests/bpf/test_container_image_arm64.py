@@ -4,7 +4,7 @@ linux/arm64``), and checked inside under qemu-user (qemu-user-static registered 
 an arm64 userland, gputop's entry point, Debian's bcc as gputop loads it, the arm64 kernel headers, and
 what ``gputop doctor`` can check under emulation.
 
-On demand only (``GPUTOP_ARM64_IMAGE=1``; ./test.sh's run skips it): the emulated debootstrap and build
+On demand only (``GPUTOP_ARM64_IMAGE=1``; ./test.sh's run does not collect it): the emulated debootstrap and build
 take many minutes (docs/deploy.md, "The image for arm64 nodes"). The arm64 Debian base is made as
 amd64's (test_container_image.build_image: debootstrap ``--arch=arm64 --variant=minbase bookworm``,
 ``podman import --arch arm64``) and kept for the next run; it replaces ``FROM debian:12-slim`` through
