@@ -15,7 +15,8 @@ client (gputop/feeds/bounded_http.py) instead of requests' own adapters. So a pu
 The SDK keeps what it does well: the protobuf encoding, ``OTEL_EXPORTER_OTLP_HEADERS`` and
 ``OTEL_EXPORTER_OTLP_COMPRESSION``, its retries of a 429, 502, 503 or 504 and of a lost connection within the
 push's deadline. ``last_error`` says in one line why the last request failed (never a secret: no header's
-value, the answer's first line with the login's values blanked out).
+value, the answer's first line with the login's values blanked out); a retry the deadline cut short keeps the
+failure before it (the owner clears it at each push).
 """
 
 from __future__ import annotations
@@ -96,12 +97,14 @@ class BoundedSession(requests.Session):
         timeout_s = self._timeout_s if timeout is None else min(float(timeout if not isinstance(timeout, tuple)
                                                                       else sum(timeout)), self._timeout_s)
         self.requests += 1
-        self.last_error = None
+        earlier, self.last_error = self.last_error, None
         try:
             return self._send(method, url, data, headers, timeout_s, kwargs.get("verify", self.verify),
                               kwargs.get("cert", self.cert))
         except requests.exceptions.RequestException as e:
-            self.last_error = str(e)
+            # a retry that the push's deadline cut short says less than the failure the SDK retried (a
+            # certificate refused, then "no answer within 0.03 s" on a busy host): that one is kept
+            self.last_error = earlier if isinstance(e, requests.exceptions.Timeout) and earlier else str(e)
             raise
 
     def _send(self, method: str, url: str, data: Any, headers: Mapping[str, str], timeout_s: float,
