@@ -307,8 +307,7 @@ class Demangler:
 
     Each run is bounded in time (DEMANGLE_TIMEOUT_S past what starting the program costs here: _start_s; then
     killed), memory (its address space) and output (DEMANGLED_MAX: reading stops there and the run is killed).
-    ``deadline`` bounds
-    the runs of one refresh together: a name not demangled by then is demangled at a later one.
+    ``deadline`` bounds the runs of one refresh together: a name not demangled by then is demangled at a later one.
     """
 
     def __init__(self, cache_size: int = 65536) -> None:
